@@ -1,0 +1,152 @@
+"""The one place that turns JSON values into bytes that get hashed or signed.
+
+Canonical form is RFC 8785 (JCS).  Signed payloads hold no floats and no integers beyond
+±(2**53 - 1) (PROTOCOL §1), so both are refused here rather than silently rounded.
+
+``canonical`` has a fast path: orjson with sorted keys produces the same bytes as JCS when
+every object key is ASCII and every number is a safe integer (no floats reach this far).  Keys
+outside ASCII may sort differently (JCS sorts by UTF-16 code units), so any such value falls
+back to the reference ``rfc8785`` encoder.  ``tests/test_canonical.py`` checks the two agree on
+a generated corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import orjson
+import rfc8785
+
+from alexandria.errors import NotCanonical, UnsafeNumber
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _check(value: Any, ascii_keys: bool = True) -> bool:
+    """Refuse floats and unsafe integers; return whether every key is ASCII."""
+    if isinstance(value, str):
+        return ascii_keys
+    if isinstance(value, bool) or value is None:
+        return ascii_keys
+    if isinstance(value, int):
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return ascii_keys
+        raise UnsafeNumber(f"integer {value} is outside ±(2^53-1)")
+    if isinstance(value, float):
+        raise UnsafeNumber("floats are not allowed in signed data")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise NotCanonical("object keys must be strings")
+            if ascii_keys and not k.isascii():
+                ascii_keys = False
+            ascii_keys = _check(v, ascii_keys)
+        return ascii_keys
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            ascii_keys = _check(v, ascii_keys)
+        return ascii_keys
+    raise NotCanonical(f"{type(value).__name__} is not a JSON value")
+
+
+def canonical(value: Any) -> bytes:
+    """RFC 8785 bytes of ``value``."""
+    if _check(value):
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            pass  # e.g. lone surrogates: let the reference encoder decide
+    return reference_canonical(value)
+
+
+def reference_canonical(value: Any) -> bytes:
+    """The reference encoder, without the fast path (used by parity tests)."""
+    _check(value)
+    try:
+        return bytes(rfc8785.dumps(value))
+    except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
+        raise NotCanonical(f"value has no canonical form: {exc}") from exc
+
+
+def canonical_text(value: Any) -> str:
+    return canonical(value).decode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(value: Any) -> str:
+    """SHA-256 (lowercase hex) of the canonical bytes of ``value``."""
+    return sha256_hex(canonical(value))
+
+
+class _Float:
+    """Stands in for a float found while parsing, so the caller can refuse it with context."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise NotCanonical(f"duplicate object key {k!r}")
+        out[k] = v
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise NotCanonical(f"{name} is not JSON")
+
+
+def parse_json(data: bytes | str) -> Any:
+    """Strict JSON parsing: duplicate keys and NaN/Infinity are errors; floats are kept as
+    ``_Float`` markers (``contains_float`` finds them) so the caller decides how to refuse them.
+    """
+    try:
+        return json.loads(
+            data,
+            object_pairs_hook=_no_duplicates,
+            parse_float=_Float,
+            parse_constant=_no_constants,
+        )
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, NotCanonical):
+            raise
+        raise NotCanonical(f"not valid JSON: {exc}") from exc
+
+
+def find_float(value: Any, pointer: str = "") -> str | None:
+    """JSON pointer of the first float marker or unsafe integer in ``value``, else None."""
+    if isinstance(value, _Float):
+        return pointer
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else pointer
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = find_float(v, f"{pointer}/{_escape(k)}")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = find_float(v, f"{pointer}/{i}")
+            if found is not None:
+                return found
+    return None
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def pointer(*tokens: str | int) -> str:
+    """An RFC 6901 JSON pointer built from path tokens."""
+    return "".join(f"/{_escape(str(t))}" for t in tokens)

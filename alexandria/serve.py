@@ -1,0 +1,118 @@
+"""``alexandria serve``: run a library over HTTP (PROTOCOL §8).
+
+With ``--genesis`` and ``--db`` it serves that library.  With no arguments it uses an embedded
+default in ``./alexandria-data/``, created on first run (genesis, root, authority and log keys,
+their certificates admitted) and reused afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from alexandria.bootstrap import Founding, found_library
+from alexandria.canonical import canonical
+from alexandria.keys import SigningKey
+from alexandria.library import Library, load_genesis
+from alexandria.sqlite_store import SqliteStorage
+from alexandria.timestamps import now
+
+DEFAULT_DIR = Path("alexandria-data")
+
+
+@dataclass(frozen=True)
+class DataDir:
+    """The embedded default's files."""
+
+    root: Path
+
+    @property
+    def genesis(self) -> Path:
+        return self.root / "genesis.json"
+
+    @property
+    def db(self) -> Path:
+        return self.root / "library.db"
+
+    @property
+    def log_key(self) -> Path:
+        return self.root / "log.key"
+
+    @property
+    def authority_key(self) -> Path:
+        return self.root / "authority.key"
+
+    @property
+    def root_key(self) -> Path:
+        return self.root / "root.key"
+
+    def certificate(self, name: str) -> Path:
+        return self.root / f"{name}-certificate.json"
+
+    def exists(self) -> bool:
+        return self.genesis.exists() and self.db.exists()
+
+
+def write_json(path: Path, value: object) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
+    os.replace(tmp, path)
+
+
+def create_data_dir(data: DataDir, library: str = "alexandria-local",
+                    origin: str = "127.0.0.1/alexandria/log") -> Founding:
+    """A fresh library: keys, genesis, both authority certificates, admitted."""
+    data.root.mkdir(parents=True, exist_ok=True)
+    founding = found_library(library=library, origin=origin, created_at=now())
+    founding.roots[0].save(data.root_key)
+    founding.authority.save(data.authority_key)
+    founding.log_key.save(data.log_key)
+    write_json(data.certificate("authority"), founding.authority_certificate)
+    write_json(data.certificate("log"), founding.log_certificate)
+
+    async def admit() -> None:
+        storage = SqliteStorage(data.db, founding.genesis)
+        await storage.open()
+        try:
+            for doc in founding.authority_documents():
+                await storage.admit_authority(doc)
+        finally:
+            await storage.close()
+
+    asyncio.run(admit())
+    write_json(data.genesis, founding.genesis_document)  # last: its presence marks completion
+    return founding
+
+
+def default_library(data: DataDir) -> tuple[Library, bool]:
+    """The embedded default library, created when absent; True when it was just created."""
+    created = False
+    if not data.genesis.exists():
+        create_data_dir(data)
+        created = True
+    return Library.from_files(data.genesis, data.db, data.log_key), created
+
+
+def genesis_pin_of(path: Path) -> str:
+    return load_genesis(path).pin
+
+
+def canonical_file(path: Path) -> bytes:
+    return canonical(orjson.loads(path.read_bytes()))
+
+
+def run(library: Library, host: str, port: int) -> None:
+    import uvicorn
+
+    from alexandria.app import create_app
+
+    uvicorn.run(create_app(library), host=host, port=port, log_level="warning",
+                server_header=False, date_header=False)
+
+
+def key_or_none(path: str | None) -> SigningKey | None:
+    return SigningKey.load(path) if path else None

@@ -1,0 +1,565 @@
+"""SQLite storage: one database file in WAL mode, driven through aiosqlite.
+
+Writes go through one writer task per process that commits whatever is queued together in one
+``BEGIN IMMEDIATE`` transaction (group commit), each job inside its own savepoint so that one
+refusal never undoes another admission.  Every state check runs inside that transaction, so
+with several server processes on one database the checks and the insert are atomic: exactly
+one of two concurrent revisions of the same head wins.  ``synchronous=FULL``: a job's future is
+resolved only after its transaction is durable.
+
+Reads use a separate connection and see committed state only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+import orjson
+
+from alexandria import merkle
+from alexandria.admission import Candidate, decide
+from alexandria.canonical import canonical
+from alexandria.errors import BadRequest, Forbidden, ServiceError, Unprocessable
+from alexandria.records import Link, admission_bytes, signed_record_bytes
+from alexandria.rules import ObjectFacts, RevisionFacts, Verdict
+from alexandria.storage import Admitted, AuthorityAdmitted, DryRun, Storage
+from alexandria.timestamps import format_ms, now_ms, parse_ms
+from alexandria.trust import (
+    AUTHORITY_FORMAT,
+    AuthorityCertificate,
+    Genesis,
+    document_name,
+    parse_revocation,
+)
+
+T = TypeVar("T")
+BATCH_LIMIT = 256
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS log(
+    sequence INTEGER PRIMARY KEY,
+    type TEXT NOT NULL,
+    leaf BLOB NOT NULL,
+    leaf_hash BLOB NOT NULL,
+    admitted_at TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS log_leaf_hash ON log(leaf_hash);
+CREATE TABLE IF NOT EXISTS merkle(
+    level INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL,
+    PRIMARY KEY(level, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS revisions(
+    sequence INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    root TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    author TEXT NOT NULL,
+    authored_at TEXT NOT NULL,
+    title TEXT NOT NULL,
+    record_length INTEGER NOT NULL,
+    authority_seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS revisions_root ON revisions(root, sequence);
+CREATE TABLE IF NOT EXISTS objects(
+    root TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    author TEXT NOT NULL,
+    head TEXT NOT NULL,
+    head_sequence INTEGER NOT NULL,
+    revisions INTEGER NOT NULL,
+    depth INTEGER NOT NULL,
+    parent TEXT NOT NULL,
+    vote_target TEXT NOT NULL,
+    feed_links TEXT NOT NULL,
+    created_sequence INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS objects_head_sequence ON objects(head_sequence);
+CREATE INDEX IF NOT EXISTS objects_parent ON objects(parent, kind) WHERE parent != '';
+CREATE TABLE IF NOT EXISTS links(
+    source_sequence INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    relation TEXT NOT NULL,
+    target TEXT NOT NULL,
+    target_root TEXT NOT NULL,
+    PRIMARY KEY(source_sequence, position)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS links_target ON links(target, relation);
+CREATE INDEX IF NOT EXISTS links_target_root ON links(target_root, relation);
+CREATE TABLE IF NOT EXISTS votes(
+    author TEXT NOT NULL, target TEXT NOT NULL, vote_root TEXT NOT NULL,
+    PRIMARY KEY(author, target)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS authorities(
+    sequence INTEGER PRIMARY KEY,
+    key TEXT NOT NULL,
+    roles TEXT NOT NULL,
+    document BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS authorities_key ON authorities(key);
+CREATE TABLE IF NOT EXISTS revocations(
+    sequence INTEGER PRIMARY KEY, key TEXT NOT NULL, issuer TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS revocations_key ON revocations(key);
+CREATE TABLE IF NOT EXISTS closure(
+    member TEXT NOT NULL, ancestor TEXT NOT NULL, PRIMARY KEY(member, ancestor)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS feed(
+    root TEXT NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(root, sequence)
+) WITHOUT ROWID;
+"""
+
+
+class _StateView:
+    """``rules.StateView`` over the writer's connection, inside its transaction."""
+
+    def __init__(self, conn: sqlite3.Connection, authority_cache: dict[int, AuthorityCertificate],
+                 genesis: Genesis) -> None:
+        self.conn = conn
+        self.cache = authority_cache
+        self.genesis = genesis
+
+    def revision(self, rev: str) -> RevisionFacts | None:
+        row = self.conn.execute(
+            "SELECT r.id, r.root, r.kind, r.author, r.authored_at, r.record_length, l.leaf "
+            "FROM revisions r JOIN log l ON l.sequence = r.sequence WHERE r.id = ?",
+            (rev,),
+        ).fetchone()
+        if row is None:
+            return None
+        record = orjson.loads(row[6][10 : 10 + row[5]])
+        ms = parse_ms(row[4])
+        assert ms is not None
+        return RevisionFacts(
+            id=row[0], root=row[1], kind=row[2], author=row[3], authored_ms=ms,
+            title=record["title"], body=record["body"],
+            links=tuple(Link(lk["relation"], lk["target"]) for lk in record["links"]),
+        )
+
+    def object(self, root: str) -> ObjectFacts | None:
+        row = self.conn.execute(
+            "SELECT root, kind, author, head, depth, feed_links FROM objects WHERE root = ?",
+            (root,),
+        ).fetchone()
+        if row is None:
+            return None
+        return ObjectFacts(
+            row[0], row[1], row[2], row[3], row[4],
+            tuple((a, b) for a, b in json.loads(row[5])),
+        )
+
+    def vote_of(self, author: str, target_root: str) -> ObjectFacts | None:
+        row = self.conn.execute(
+            "SELECT vote_root FROM votes WHERE author = ? AND target = ?", (author, target_root)
+        ).fetchone()
+        return None if row is None else self.object(row[0])
+
+    def authorities(self, key: str) -> Sequence[tuple[int, AuthorityCertificate]]:
+        out = []
+        for seq, doc in self.conn.execute(
+            "SELECT sequence, document FROM authorities WHERE key = ? ORDER BY sequence", (key,)
+        ):
+            cert = self.cache.get(seq)
+            if cert is None:
+                cert = AuthorityCertificate.from_document(orjson.loads(doc), self.genesis)
+                self.cache[seq] = cert
+            out.append((seq, cert))
+        return out
+
+    def revoked(self, key: str, issuer: str | None) -> bool:
+        row = self.conn.execute(
+            "SELECT 1 FROM revocations WHERE key = ? AND (issuer = 'root' OR issuer = ?)",
+            (key, issuer or "root"),
+        ).fetchone()
+        return row is not None
+
+
+@dataclass
+class _Job:
+    fn: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+
+
+class SqliteStorage(Storage):
+    def __init__(self, path: str | Path, genesis: Genesis) -> None:
+        self.path = str(path)
+        self.genesis = genesis
+        self._writer_db: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._authority_cache: dict[int, AuthorityCertificate] = {}
+        self._authority_bytes: dict[int, bytes] = {}
+        self.clock: Callable[[], int] = now_ms
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        fresh = not Path(self.path).exists()
+        db = await aiosqlite.connect(self.path, isolation_level=None)
+        if fresh:
+            await db.execute("PRAGMA page_size = 8192")
+        await db.execute("PRAGMA journal_mode = WAL")
+        await db.execute("PRAGMA synchronous = FULL")
+        await db.execute("PRAGMA busy_timeout = 30000")
+        await db.executescript(SCHEMA)
+        self._writer_db = db
+        await self._write(self._init_meta)
+        self._reader = await aiosqlite.connect(self.path, isolation_level=None)
+        await self._reader.execute("PRAGMA busy_timeout = 30000")
+        await self._reader.execute("PRAGMA query_only = 1")
+
+    def _init_meta(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
+        if row is None:
+            conn.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?)",
+                [
+                    ("genesis_pin", self.genesis.pin),
+                    ("genesis", canonical(self.genesis.document).decode()),
+                    ("cursor_secret", secrets.token_hex(32)),
+                    ("epoch", secrets.token_hex(16)),
+                ],
+            )
+        elif row[0] != self.genesis.pin:
+            raise ServiceError(
+                f"{self.path} belongs to the library with genesis {row[0]}, not {self.genesis.pin}",
+                "GENESIS_MISMATCH",
+            )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for db in (self._writer_db, self._reader):
+            if db is not None:
+                await db.close()
+        self._writer_db = self._reader = None
+
+    @property
+    def reader(self) -> aiosqlite.Connection:
+        assert self._reader is not None, "storage is not open"
+        return self._reader
+
+    async def meta(self, key: str) -> str | None:
+        async with self.reader.execute("SELECT value FROM meta WHERE key = ?", (key,)) as cur:
+            row = await cur.fetchone()
+        return None if row is None else str(row[0])
+
+    # --- the writer --------------------------------------------------------------------------
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._writer_loop())
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Job(fn, fut))
+        return await fut
+
+    async def _writer_loop(self) -> None:
+        db = self._writer_db
+        assert db is not None
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < BATCH_LIMIT and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                results = await db._execute(self._run_batch, db._conn, batch)
+            except Exception as exc:  # the connection itself failed
+                results = [ServiceError(f"storage failed: {exc}")] * len(batch)
+            for job, res in zip(batch, results, strict=True):
+                if job.future.done():
+                    continue
+                if isinstance(res, BaseException):
+                    job.future.set_exception(res)
+                else:
+                    job.future.set_result(res)
+
+    @staticmethod
+    def _run_batch(conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
+        results: list[Any] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            return [ServiceError(f"database is busy: {exc}", "STORAGE_BUSY")] * len(batch)
+        try:
+            for job in batch:
+                conn.execute("SAVEPOINT job")
+                try:
+                    results.append(job.fn(conn))
+                    conn.execute("RELEASE job")
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    results.append(exc)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            return [ServiceError(f"commit failed: {exc}", "STORAGE_FAILED")] * len(batch)
+        return results
+
+    # --- admission ---------------------------------------------------------------------------
+
+    async def admit(self, cand: Candidate, dry_run: bool = False) -> Admitted | DryRun:
+        return await self._write(lambda conn: self._admit(conn, cand, dry_run))
+
+    def _view(self, conn: sqlite3.Connection) -> _StateView:
+        return _StateView(conn, self._authority_cache, self.genesis)
+
+    def _admit(self, conn: sqlite3.Connection, cand: Candidate, dry_run: bool) -> Admitted | DryRun:
+        rec = cand.record
+        row = conn.execute("SELECT sequence, root FROM revisions WHERE id = ?", (rec.id,)).fetchone()
+        if row is not None:
+            if cand.deferred is not None:
+                raise cand.deferred
+            if dry_run:
+                return DryRun(rec.id, row[1], True)
+            signed = self._signed_sync(conn, row[0])
+            assert signed is not None
+            return Admitted(False, rec.id, row[1], row[0], signed)
+        view = self._view(conn)
+        now = self.clock()
+        verdict = decide(view, cand, now)
+        if dry_run:
+            return DryRun(verdict.id, verdict.root, False)
+        sequence, admitted_at = self._append_leaf(conn, "contribution", cand.leaf, now)
+        self._store_contribution(conn, view, cand, verdict, sequence, admitted_at)
+        signed = self._signed_sync(conn, sequence)
+        assert signed is not None
+        return Admitted(True, verdict.id, verdict.root, sequence, signed)
+
+    def _append_leaf(
+        self, conn: sqlite3.Connection, kind: str, leaf: bytes, now: int
+    ) -> tuple[int, str]:
+        last = conn.execute(
+            "SELECT sequence, admitted_at FROM log ORDER BY sequence DESC LIMIT 1"
+        ).fetchone()
+        sequence = 1 if last is None else last[0] + 1
+        last_ms = parse_ms(last[1]) if last is not None else None
+        admitted_at = format_ms(max(now, last_ms or 0))
+        leaf_hash = merkle.leaf_hash(leaf)
+        conn.execute(
+            "INSERT INTO log(sequence, type, leaf, leaf_hash, admitted_at) VALUES (?, ?, ?, ?, ?)",
+            (sequence, kind, leaf, leaf_hash, admitted_at),
+        )
+
+        def get(level: int, idx: int) -> bytes:
+            r = conn.execute(
+                "SELECT hash FROM merkle WHERE level = ? AND idx = ?", (level, idx)
+            ).fetchone()
+            if r is None:
+                raise ServiceError(f"merkle node ({level}, {idx}) is missing", "LOG_CORRUPT")
+            return bytes(r[0])
+
+        conn.executemany(
+            "INSERT INTO merkle(level, idx, hash) VALUES (?, ?, ?)",
+            merkle.append_nodes(sequence - 1, leaf_hash, get),
+        )
+        return sequence, admitted_at
+
+    def _store_contribution(
+        self, conn: sqlite3.Connection, view: _StateView, cand: Candidate, v: Verdict,
+        sequence: int, admitted_at: str,
+    ) -> None:
+        rec = cand.record
+        conn.execute(
+            "INSERT INTO revisions(sequence, id, root, kind, author, authored_at, title,"
+            " record_length, authority_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (sequence, v.id, v.root, v.kind, v.author, rec.authored_at, rec.title,
+             cand.record_length, v.authority_sequence),
+        )
+        if v.previous:
+            conn.execute(
+                "UPDATE objects SET head = ?, head_sequence = ?, revisions = revisions + 1"
+                " WHERE root = ?",
+                (v.id, sequence, v.root),
+            )
+        else:
+            parent = next((t for r, t in v.feed_links if r == "contained_in"), "")
+            conn.execute(
+                "INSERT INTO objects(root, kind, author, head, head_sequence, revisions, depth,"
+                " parent, vote_target, feed_links, created_sequence)"
+                " VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                (v.root, v.kind, v.author, v.id, sequence, v.depth, parent, v.vote_target,
+                 json.dumps([list(x) for x in v.feed_links]), sequence),
+            )
+            if v.vote_target:
+                conn.execute(
+                    "INSERT INTO votes(author, target, vote_root) VALUES (?, ?, ?)",
+                    (v.author, v.vote_target, v.root),
+                )
+            # ancestors of a new object: its feed parents and their ancestors
+            for parent_root in v.parent_roots:
+                conn.execute(
+                    "INSERT OR IGNORE INTO closure(member, ancestor) VALUES (?, ?)",
+                    (v.root, parent_root),
+                )
+                conn.execute(
+                    "INSERT OR IGNORE INTO closure(member, ancestor)"
+                    " SELECT ?, ancestor FROM closure WHERE member = ?",
+                    (v.root, parent_root),
+                )
+        conn.execute("INSERT INTO feed(root, sequence) VALUES (?, ?)", (v.root, sequence))
+        conn.execute(
+            "INSERT INTO feed(root, sequence) SELECT ancestor, ? FROM closure WHERE member = ?",
+            (sequence, v.root),
+        )
+        links = []
+        for i, lk in enumerate(rec.links):
+            t = view.revision(lk.target)
+            assert t is not None
+            links.append((sequence, i, lk.relation, lk.target, t.root))
+        conn.executemany(
+            "INSERT INTO links(source_sequence, position, relation, target, target_root)"
+            " VALUES (?, ?, ?, ?, ?)",
+            links,
+        )
+
+    # --- authority documents -----------------------------------------------------------------
+
+    async def admit_authority(self, document: Any) -> AuthorityAdmitted:
+        return await self._write(lambda conn: self._admit_authority(conn, document))
+
+    def _admit_authority(self, conn: sqlite3.Connection, document: Any) -> AuthorityAdmitted:
+        name = document_name(document)
+        view = self._view(conn)
+        now = self.clock()
+        if name == "certificate":
+            payload = document["certificate"]
+            if isinstance(payload, dict) and payload.get("format") != AUTHORITY_FORMAT:
+                raise Unprocessable(
+                    f"only {AUTHORITY_FORMAT} documents are admitted here; worker certificates"
+                    " travel inside envelopes", "NOT_AN_AUTHORITY_DOCUMENT",
+                    allowed=[AUTHORITY_FORMAT, "alexandria.revocation/1"],
+                )
+            cert = AuthorityCertificate.from_document(document, self.genesis)
+            leaf = canonical(cert.document)
+            existing = self._existing_leaf(conn, leaf)
+            if existing is not None:
+                return existing
+            if view.revoked(cert.key, None):
+                raise Forbidden("that key was revoked by root", "AUTHORITY_REVOKED", key=cert.key)
+            sequence, admitted_at = self._append_leaf(conn, "certificate", leaf, now)
+            conn.execute(
+                "INSERT INTO authorities(sequence, key, roles, document) VALUES (?, ?, ?, ?)",
+                (sequence, cert.key, json.dumps(list(cert.roles)), leaf),
+            )
+            self._authority_cache[sequence] = cert
+            return AuthorityAdmitted(True, sequence, admitted_at, dict(cert.document))
+        if name == "revocation":
+
+            def is_authority(key: str) -> bool:
+                return not view.revoked(key, None) and any(
+                    "native-application" in a.roles and a.valid_at(now)
+                    for _seq, a in view.authorities(key)
+                )
+
+            rev = parse_revocation(document, self.genesis, is_authority)
+            leaf = canonical(rev.document)
+            existing = self._existing_leaf(conn, leaf)
+            if existing is not None:
+                return existing
+            sequence, admitted_at = self._append_leaf(conn, "revocation", leaf, now)
+            conn.execute(
+                "INSERT INTO revocations(sequence, key, issuer) VALUES (?, ?, ?)",
+                (sequence, rev.key, rev.signer),
+            )
+            return AuthorityAdmitted(True, sequence, admitted_at, dict(rev.document))
+        raise BadRequest(
+            f"a {name!r} document is not admitted here: send an authority certificate or a"
+            " revocation", "BAD_DOCUMENT", allowed=["certificate", "revocation"],
+        )
+
+    def _existing_leaf(self, conn: sqlite3.Connection, leaf: bytes) -> AuthorityAdmitted | None:
+        row = conn.execute(
+            "SELECT sequence, admitted_at FROM log WHERE leaf_hash = ?", (merkle.leaf_hash(leaf),)
+        ).fetchone()
+        if row is None:
+            return None
+        return AuthorityAdmitted(False, row[0], row[1], orjson.loads(leaf))
+
+    async def authority_documents(self) -> list[dict[str, Any]]:
+        async with self.reader.execute(
+            "SELECT sequence, type, admitted_at, leaf FROM log"
+            " WHERE type != 'contribution' ORDER BY sequence"
+        ) as cur:
+            rows = await cur.fetchall()
+        return [
+            {"sequence": s, "type": t, "admitted_at": a, "document": orjson.loads(leaf)}
+            for s, t, a, leaf in rows
+        ]
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def _authority_document_bytes(self, conn: sqlite3.Connection, seq: int) -> bytes:
+        data = self._authority_bytes.get(seq)
+        if data is None:
+            row = conn.execute("SELECT document FROM authorities WHERE sequence = ?", (seq,)).fetchone()
+            if row is None:
+                raise ServiceError(f"authority certificate {seq} is missing", "LOG_CORRUPT")
+            data = self._authority_bytes[seq] = bytes(row[0])
+        return data
+
+    _SIGNED_SQL = (
+        "SELECT r.id, r.root, r.sequence, r.record_length, r.authority_seq, l.leaf, l.admitted_at"
+        " FROM revisions r JOIN log l ON l.sequence = r.sequence"
+    )
+
+    def _assemble(self, conn: sqlite3.Connection, row: Sequence[Any]) -> bytes:
+        rev_id, root, seq, rlen, aseq, leaf, admitted_at = row
+        adm = admission_bytes(seq, admitted_at, self._authority_document_bytes(conn, aseq))
+        return signed_record_bytes(bytes(leaf), rlen, rev_id, root, adm)
+
+    def _signed_sync(self, conn: sqlite3.Connection, sequence: int) -> bytes | None:
+        row = conn.execute(self._SIGNED_SQL + " WHERE r.sequence = ?", (sequence,)).fetchone()
+        return None if row is None else self._assemble(conn, row)
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a synchronous read function on the reader connection's thread."""
+        return await self.reader._execute(fn, self.reader._conn)  # type: ignore[no-any-return]
+
+    def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]:
+        """Signed records for the given revision sequences, in the given order."""
+        out = []
+        for seq in sequences:
+            data = self._signed_sync(conn, seq)
+            if data is not None:
+                out.append(data)
+        return out
+
+    async def entry(self, rev: str) -> bytes | None:
+        def fn(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute(self._SIGNED_SQL + " WHERE r.id = ?", (rev,)).fetchone()
+            return None if row is None else self._assemble(conn, row)
+
+        return await self.read(fn)
+
+    async def head_entry(self, rev: str) -> bytes | None:
+        def fn(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute(
+                "SELECT o.head_sequence FROM revisions r JOIN objects o ON o.root = r.root"
+                " WHERE r.id = ?", (rev,),
+            ).fetchone()
+            return None if row is None else self._signed_sync(conn, row[0])
+
+        return await self.read(fn)
+
+    async def log_size(self) -> int:
+        async with self.reader.execute("SELECT max(sequence) FROM log") as cur:
+            row = await cur.fetchone()
+        return int(row[0] or 0) if row else 0
+
