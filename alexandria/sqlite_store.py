@@ -212,7 +212,7 @@ class SqliteStorage(Storage):
         await db.execute("PRAGMA busy_timeout = 30000")
         await db.executescript(SCHEMA)
         self._writer_db = db
-        await self._write(self._init_meta)
+        await self.write(self._init_meta)
         self._reader = await aiosqlite.connect(self.path, isolation_level=None)
         await self._reader.execute("PRAGMA busy_timeout = 30000")
         await self._reader.execute("PRAGMA query_only = 1")
@@ -260,7 +260,10 @@ class SqliteStorage(Storage):
 
     # --- the writer --------------------------------------------------------------------------
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` inside the next group-commit write transaction (its own savepoint) and
+        return its result once the transaction is durable.  An exception rolls back ``fn``'s
+        writes only and is raised here."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._writer_loop())
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
@@ -315,7 +318,7 @@ class SqliteStorage(Storage):
     # --- admission ---------------------------------------------------------------------------
 
     async def admit(self, cand: Candidate, dry_run: bool = False) -> Admitted | DryRun:
-        return await self._write(lambda conn: self._admit(conn, cand, dry_run))
+        return await self.write(lambda conn: self._admit(conn, cand, dry_run))
 
     def _view(self, conn: sqlite3.Connection) -> _StateView:
         return _StateView(conn, self._authority_cache, self.genesis)
@@ -432,7 +435,7 @@ class SqliteStorage(Storage):
     # --- authority documents -----------------------------------------------------------------
 
     async def admit_authority(self, document: Any) -> AuthorityAdmitted:
-        return await self._write(lambda conn: self._admit_authority(conn, document))
+        return await self.write(lambda conn: self._admit_authority(conn, document))
 
     def _admit_authority(self, conn: sqlite3.Connection, document: Any) -> AuthorityAdmitted:
         name = document_name(document)
