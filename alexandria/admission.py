@@ -20,8 +20,14 @@ from alexandria.records import (
     parse_record,
     proof_is_hex,
 )
-from alexandria.rules import StateView, Verdict, check_authority, check_scope, check_state
-from alexandria.rules import check_timestamps
+from alexandria.rules import (
+    StateView,
+    Verdict,
+    check_authority,
+    check_scope,
+    check_state,
+    check_timestamps,
+)
 from alexandria.schema import validate_content
 from alexandria.trust import Genesis, WorkerCertificate, parse_worker_certificate
 

@@ -27,7 +27,7 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
 
     app = Starlette(
         routes=[*write_api.routes, *read_api.routes],
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
     app.state.library = library

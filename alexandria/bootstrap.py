@@ -45,7 +45,9 @@ class Participant:
     worker: SigningKey
     certificate: dict[str, Any]
 
-    def envelope(self, genesis: Genesis, content: dict[str, Any], authored_at: str) -> dict[str, Any]:
+    def envelope(
+        self, genesis: Genesis, content: dict[str, Any], authored_at: str
+    ) -> dict[str, Any]:
         record = make_record(genesis.pin, self.actor, authored_at, content)
         return make_envelope(record, self.certificate, self.worker)
 

@@ -105,5 +105,5 @@ HTTP_STATUS: dict[type[AlexandriaError], int] = {
 def status_of(exc: AlexandriaError) -> int:
     for cls in type(exc).__mro__:
         if cls in HTTP_STATUS:
-            return HTTP_STATUS[cls]  # type: ignore[index]
+            return HTTP_STATUS[cls]
     return 500

@@ -124,7 +124,9 @@ def parse_record(value: Any, pin: str, kinds: tuple[str, ...] = PUBLIC_KINDS) ->
         )
     for name in ("format", "genesis", "author", "authored_at", "kind", "title", "body", "previous"):
         if not isinstance(value[name], str):
-            raise RecordInvalid(f"{name} must be a string", "RECORD_SHAPE", pointer=f"/record/{name}")
+            raise RecordInvalid(
+                f"{name} must be a string", "RECORD_SHAPE", pointer=f"/record/{name}"
+            )
     if value["format"] != CONTRIBUTION_FORMAT:
         raise RecordInvalid(
             f"format must be {CONTRIBUTION_FORMAT}", "BAD_FORMAT", pointer="/record/format",
@@ -141,7 +143,9 @@ def parse_record(value: Any, pin: str, kinds: tuple[str, ...] = PUBLIC_KINDS) ->
             expected=pin,
         )
     if not HEX64.match(value["author"]):
-        raise RecordInvalid("author must be 64 lowercase hex", "RECORD_SHAPE", pointer="/record/author")
+        raise RecordInvalid(
+            "author must be 64 lowercase hex", "RECORD_SHAPE", pointer="/record/author"
+        )
     ms = parse_ms(value["authored_at"])
     if ms is None:
         raise RecordInvalid(

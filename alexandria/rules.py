@@ -64,7 +64,10 @@ MERGEABLE = frozenset(("space", "claim", "document"))
 MAX_DEPTH = 64
 CLOCK_SKEW_MS = 60_000
 
-SCOPE_OF_KIND: dict[str, str] = {"personal-read": "library.publish", "personal-state": "library.publish"}
+SCOPE_OF_KIND: dict[str, str] = {
+    "personal-read": "library.publish",
+    "personal-state": "library.publish",
+}
 
 
 def _load_scopes() -> None:

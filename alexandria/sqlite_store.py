@@ -13,6 +13,7 @@ Reads use a separate connection and see committed state only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import sqlite3
@@ -238,10 +239,8 @@ class SqliteStorage(Storage):
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         for db in (self._writer_db, self._reader):
             if db is not None:
@@ -278,7 +277,7 @@ class SqliteStorage(Storage):
             while len(batch) < BATCH_LIMIT and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:
-                results = await db._execute(self._run_batch, db._conn, batch)
+                results = await db._execute(self._run_batch, db._conn, batch)  # type: ignore[no-untyped-call]
             except Exception as exc:  # the connection itself failed
                 results = [ServiceError(f"storage failed: {exc}")] * len(batch)
             for job, res in zip(batch, results, strict=True):
@@ -308,10 +307,8 @@ class SqliteStorage(Storage):
                     results.append(exc)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
             return [ServiceError(f"commit failed: {exc}", "STORAGE_FAILED")] * len(batch)
         return results
 
@@ -325,7 +322,9 @@ class SqliteStorage(Storage):
 
     def _admit(self, conn: sqlite3.Connection, cand: Candidate, dry_run: bool) -> Admitted | DryRun:
         rec = cand.record
-        row = conn.execute("SELECT sequence, root FROM revisions WHERE id = ?", (rec.id,)).fetchone()
+        row = conn.execute(
+            "SELECT sequence, root FROM revisions WHERE id = ?", (rec.id,)
+        ).fetchone()
         if row is not None:
             if cand.deferred is not None:
                 raise cand.deferred
@@ -511,7 +510,9 @@ class SqliteStorage(Storage):
     def _authority_document_bytes(self, conn: sqlite3.Connection, seq: int) -> bytes:
         data = self._authority_bytes.get(seq)
         if data is None:
-            row = conn.execute("SELECT document FROM authorities WHERE sequence = ?", (seq,)).fetchone()
+            row = conn.execute(
+                "SELECT document FROM authorities WHERE sequence = ?", (seq,)
+            ).fetchone()
             if row is None:
                 raise ServiceError(f"authority certificate {seq} is missing", "LOG_CORRUPT")
             data = self._authority_bytes[seq] = bytes(row[0])
@@ -533,7 +534,8 @@ class SqliteStorage(Storage):
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run a synchronous read function on the reader connection's thread."""
-        return await self.reader._execute(fn, self.reader._conn)  # type: ignore[no-any-return]
+        result: T = await self.reader._execute(fn, self.reader._conn)  # type: ignore[no-untyped-call]
+        return result
 
     def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]:
         """Signed records for the given revision sequences, in the given order."""

@@ -71,7 +71,9 @@ class Signed:
         }
 
 
-def sign_document(name: str, payload: Mapping[str, Any], keys: Iterable[SigningKey]) -> dict[str, Any]:
+def sign_document(
+    name: str, payload: Mapping[str, Any], keys: Iterable[SigningKey]
+) -> dict[str, Any]:
     data = canonical(payload)
     return {
         name: dict(payload),
@@ -85,7 +87,7 @@ def document_name(doc: Any) -> str:
         raise DocumentShape(
             'a signed document is {NAME: PAYLOAD, "signatures": [...]}', "BAD_DOCUMENT"
         )
-    return next(k for k in doc if k != "signatures")
+    return str(next(k for k in doc if k != "signatures"))
 
 
 def parse_signed(doc: Any, name: str, error: type[AlexandriaError] = DocumentShape) -> Signed:
@@ -411,6 +413,8 @@ def parse_revocation(
     )
 
 
-def make_revocation(genesis: Genesis, key: str, reason: str, signers: list[SigningKey]) -> dict[str, Any]:
+def make_revocation(
+    genesis: Genesis, key: str, reason: str, signers: list[SigningKey]
+) -> dict[str, Any]:
     payload = {"format": REVOCATION_FORMAT, "genesis": genesis.pin, "key": key, "reason": reason}
     return sign_document("revocation", payload, signers)
