@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from alexandria.errors import BadRequest
 
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
-HEX128 = re.compile(r"^[0-9a-f]{128}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would also accept a trailing newline
+HEX128 = re.compile(r"^[0-9a-f]{128}\Z")
 
 
 @dataclass(frozen=True)

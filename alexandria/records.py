@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alexandria.canonical import canonical, find_float, parse_json, sha256_hex
-from alexandria.errors import AlexandriaError, BadRequest, PayloadTooLarge, Unprocessable
+from alexandria.errors import (
+    AlexandriaError,
+    BadRequest,
+    Forbidden,
+    PayloadTooLarge,
+    Unprocessable,
+)
 from alexandria.keys import HEX64, HEX128, SigningKey
 from alexandria.timestamps import parse_ms
 
@@ -39,6 +45,10 @@ class RecordInvalid(Unprocessable):
 
 class EnvelopeShape(BadRequest):
     default_code = "BAD_ENVELOPE"
+
+
+class GenesisMismatch(Forbidden):
+    default_code = "GENESIS_MISMATCH"
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,8 @@ def decode_body(kind: str, body: str, base: str = "/record/body") -> Any:
 
 def parse_record(value: Any, pin: str, kinds: tuple[str, ...] = PUBLIC_KINDS) -> Record:
     """Record shape: exactly the record fields, known kind, formats, timestamp syntax,
-    canonical body string, no floats, body length.  Every failure is 422."""
+    canonical body string, no floats, body length.  Every failure is 422, except a well-formed
+    record of another library's genesis (403), which is checked last."""
     if not isinstance(value, dict):
         raise RecordInvalid("record must be an object", "RECORD_SHAPE", pointer="/record")
     keys = set(value)
@@ -137,10 +148,9 @@ def parse_record(value: Any, pin: str, kinds: tuple[str, ...] = PUBLIC_KINDS) ->
             f"unknown kind {value['kind']!r}", "UNKNOWN_KIND", pointer="/record/kind",
             allowed=list(kinds),
         )
-    if value["genesis"] != pin:
+    if not HEX64.match(value["genesis"]):
         raise RecordInvalid(
-            "record names another genesis", "GENESIS_MISMATCH", pointer="/record/genesis",
-            expected=pin,
+            "genesis must be 64 lowercase hex", "RECORD_SHAPE", pointer="/record/genesis"
         )
     if not HEX64.match(value["author"]):
         raise RecordInvalid(
@@ -180,6 +190,13 @@ def parse_record(value: Any, pin: str, kinds: tuple[str, ...] = PUBLIC_KINDS) ->
         parsed_links.append(Link(lk["relation"], lk["target"]))
     decoded = decode_body(value["kind"], body)
     data = canonical(value)
+    if value["genesis"] != pin:
+        # Not a shape error: a well-formed record signed for another library fails the chain
+        # to the pinned genesis, the first check after the record's shape (PROTOCOL §4, §6).
+        raise GenesisMismatch(
+            "record names another genesis", "GENESIS_MISMATCH", pointer="/record/genesis",
+            expected=pin, actual=value["genesis"],
+        )
     return Record(
         raw=value, id=sha256_hex(data), canonical=data, author=value["author"],
         authored_at=value["authored_at"], authored_ms=ms, kind=value["kind"], title=value["title"],

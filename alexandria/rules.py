@@ -311,8 +311,9 @@ def check_state(state: StateView, rec: Record, authority_sequence: int) -> Verdi
     if rec.kind == "reply" and counts.get("replies_to", 0) + counts.get("answers", 0) != 1:
         raise _refuse("a reply carries exactly one replies_to or answers link",
                       "REPLY_PARENT", pointer="/record/links")
-    includes = rec.targets("includes")
-    if len(set(includes)) != len(includes):
+    # "each to a unique claim or document": two revisions of one claim are the same claim
+    included = [targets[t].root for t in rec.targets("includes")]
+    if len(set(included)) != len(included):
         raise _refuse("each includes link targets a distinct claim or document",
                       "DUPLICATE_INCLUDE", pointer="/record/links")
     if counts.get("merges") and rec.links[-1].relation != "merges":

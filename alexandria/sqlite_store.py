@@ -28,7 +28,7 @@ import orjson
 from alexandria import merkle
 from alexandria.admission import Candidate, decide
 from alexandria.canonical import canonical
-from alexandria.errors import BadRequest, Forbidden, ServiceError, Unprocessable
+from alexandria.errors import BadRequest, Forbidden, ServiceError
 from alexandria.records import Link, admission_bytes, signed_record_bytes
 from alexandria.rules import ObjectFacts, RevisionFacts, Verdict
 from alexandria.storage import Admitted, AuthorityAdmitted, DryRun, Storage
@@ -443,7 +443,8 @@ class SqliteStorage(Storage):
         if name == "certificate":
             payload = document["certificate"]
             if isinstance(payload, dict) and payload.get("format") != AUTHORITY_FORMAT:
-                raise Unprocessable(
+                # not a document this route admits: a shape error (400), like any other
+                raise BadRequest(
                     f"only {AUTHORITY_FORMAT} documents are admitted here; worker certificates"
                     " travel inside envelopes", "NOT_AN_AUTHORITY_DOCUMENT",
                     allowed=[AUTHORITY_FORMAT, "alexandria.revocation/1"],

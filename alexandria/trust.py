@@ -35,7 +35,7 @@ REVOCATION_FORMAT = "alexandria.revocation/1"
 
 ROLES = ("log", "native-application")
 SCOPES = ("library.comment", "library.curate", "library.publish", "library.vote")
-_ORIGIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*(:[0-9]{1,5})?(/[A-Za-z0-9._~\-]+)*$")
+_ORIGIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*(:[0-9]{1,5})?(/[A-Za-z0-9._~\-]+)*\Z")
 
 
 class CertificateInvalid(Forbidden):
@@ -126,11 +126,16 @@ def parse_signed(doc: Any, name: str, error: type[AlexandriaError] = DocumentSha
     return Signed(name, payload, tuple(out), payload_bytes)
 
 
-def _fields(payload: Mapping[str, Any], expected: Mapping[str, str], what: str) -> None:
-    """Step 2: exactly the expected fields, each of its type."""
+def _fields(
+    payload: Mapping[str, Any], expected: Mapping[str, str], what: str,
+    error: type[AlexandriaError] = CertificateInvalid,
+) -> None:
+    """Step 2: exactly the expected fields, each of its type.  ``error``: a worker certificate
+    is a credential inside an envelope (403); a document posted to ``/api/authority`` whose
+    payload has the wrong fields is not a document shape (400)."""
     keys = set(payload)
     if keys != set(expected):
-        raise CertificateInvalid(
+        raise error(
             f"{what} must have exactly the fields {sorted(expected)}",
             "CERTIFICATE_FIELDS",
             unknown=sorted(keys - set(expected)),
@@ -146,7 +151,7 @@ def _fields(payload: Mapping[str, Any], expected: Mapping[str, str], what: str) 
             "int": isinstance(v, int) and not isinstance(v, bool),
         }[kind]
         if not ok:
-            raise CertificateInvalid(
+            raise error(
                 f"{what}: field {k} must be {kind}", "CERTIFICATE_FIELDS", pointer=f"/{k}"
             )
 
@@ -159,9 +164,12 @@ def _window(payload: Mapping[str, Any], what: str) -> tuple[int, int]:
     return nb, na
 
 
-def _sorted_unique(values: list[str], allowed: tuple[str, ...], what: str, field_name: str) -> None:
+def _sorted_unique(
+    values: list[str], allowed: tuple[str, ...], what: str, field_name: str,
+    error: type[AlexandriaError] = CertificateInvalid,
+) -> None:
     if not values or values != sorted(set(values)) or not set(values) <= set(allowed):
-        raise CertificateInvalid(
+        raise error(
             f"{what}: {field_name} must be a sorted, unique, non-empty subset of {list(allowed)}",
             "CERTIFICATE_FIELDS",
             pointer=f"/{field_name}",
@@ -274,11 +282,12 @@ class AuthorityCertificate:
                 "not_before": "time", "not_after": "time",
             },
             "authority certificate",
+            DocumentShape,
         )
         if p["format"] != AUTHORITY_FORMAT:
-            raise CertificateInvalid(f"format must be {AUTHORITY_FORMAT}", "BAD_FORMAT")
+            raise DocumentShape(f"format must be {AUTHORITY_FORMAT}", "BAD_FORMAT")
+        _sorted_unique(p["roles"], ROLES, "authority certificate", "roles", DocumentShape)
         _genesis_of(p, genesis, "authority certificate")
-        _sorted_unique(p["roles"], ROLES, "authority certificate", "roles")
         nb, na = _window(p, "authority certificate")
         signers = signed.valid_signers(genesis.root_keys)
         if len(signers) < genesis.threshold:
@@ -395,9 +404,12 @@ def parse_revocation(
     """``is_authority(key)``: the key holds an admitted, valid native-application certificate."""
     signed = parse_signed(doc, "revocation")
     p = signed.payload
-    _fields(p, {"format": "str", "genesis": "hex", "key": "hex", "reason": "str"}, "revocation")
+    _fields(
+        p, {"format": "str", "genesis": "hex", "key": "hex", "reason": "str"}, "revocation",
+        DocumentShape,
+    )
     if p["format"] != REVOCATION_FORMAT:
-        raise CertificateInvalid(f"format must be {REVOCATION_FORMAT}", "BAD_FORMAT")
+        raise DocumentShape(f"format must be {REVOCATION_FORMAT}", "BAD_FORMAT")
     _genesis_of(p, genesis, "revocation")
     roots = signed.valid_signers(genesis.root_keys)
     if len(roots) >= genesis.threshold:
