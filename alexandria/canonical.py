@@ -55,10 +55,30 @@ def canonical(value: Any) -> bytes:
     """RFC 8785 bytes of ``value``."""
     if _check(value):
         try:
-            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+            return orjson.dumps(value, option=_ORJSON_OPTIONS)
         except orjson.JSONEncodeError:
             pass  # e.g. lone surrogates: let the reference encoder decide
     return reference_canonical(value)
+
+
+_ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+
+
+def canonical_parsed(value: Any) -> bytes:
+    """RFC 8785 bytes of a value that came out of ``parse_json``.
+
+    Such a value holds no Python floats (the parser turns them into markers, which orjson
+    refuses), and ``OPT_STRICT_INTEGER`` refuses integers beyond 53 bits, so the only remaining
+    difference between orjson and JCS is the order of non-ASCII keys: when the output is pure
+    ASCII there are none and the fast bytes are canonical; otherwise the full path decides.
+    """
+    try:
+        data = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return reference_canonical(value)
+    if data.isascii():
+        return data
+    return canonical(value)
 
 
 def reference_canonical(value: Any) -> bytes:
@@ -124,7 +144,7 @@ def parse_json(data: bytes | str) -> Any:
 
 def find_float(value: Any, pointer: str = "") -> str | None:
     """JSON pointer of the first float marker or unsafe integer in ``value``, else None."""
-    if isinstance(value, _Float):
+    if isinstance(value, (_Float, float)):
         return pointer
     if isinstance(value, bool):
         return None

@@ -23,6 +23,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--log-key", metavar="FILE", help="private key file of the log signing key")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--workers", type=int, default=1,
+                   help="server processes sharing the database (default 1)")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)
 
@@ -42,5 +44,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}"
     print(f"genesis pin {library.genesis.pin}")
     print(f"serving {library.genesis.library} on {url}", flush=True)
-    run(library, args.host, args.port)
+    if args.genesis:
+        files = (args.genesis, args.db, args.log_key)
+    else:
+        files = (str(data.genesis), str(data.db), args.log_key or str(data.log_key))
+    run(library, args.host, args.port, args.workers, files)
     return 0

@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from alexandria.canonical import canonical, find_float, parse_json, sha256_hex
+from alexandria.canonical import (
+    canonical,
+    canonical_parsed,
+    find_float,
+    parse_json,
+    sha256_hex,
+)
 from alexandria.errors import (
     AlexandriaError,
     BadRequest,
@@ -105,10 +111,11 @@ def decode_body(kind: str, body: str, base: str = "/record/body") -> Any:
             "floats and integers beyond ±(2^53-1) are not allowed", "FLOAT_NOT_ALLOWED",
             pointer=where,
         )
-    if canonical(value).decode("utf-8") != body:
+    expected = canonical_parsed(value).decode("utf-8")
+    if expected != body:
         raise RecordInvalid(
             f"body of a {kind} must be in RFC 8785 canonical form", "NON_CANONICAL_BODY",
-            pointer=base, expected=canonical(value).decode("utf-8"),
+            pointer=base, expected=expected,
         )
     return value
 
@@ -189,7 +196,7 @@ def parse_record(value: Any, pin: str, kinds: tuple[str, ...] = PUBLIC_KINDS) ->
             )
         parsed_links.append(Link(lk["relation"], lk["target"]))
     decoded = decode_body(value["kind"], body)
-    data = canonical(value)
+    data = canonical_parsed(value)
     if value["genesis"] != pin:
         # Not a shape error: a well-formed record signed for another library fails the chain
         # to the pinned genesis, the first check after the record's shape (PROTOCOL §4, §6).
@@ -244,7 +251,7 @@ def parse_envelope(value: Any) -> Envelope:
 
 def envelope_leaf(env: Envelope) -> bytes:
     """``JCS(envelope)``: the log leaf, at most 65,536 bytes."""
-    data = canonical(env.raw)
+    data = canonical_parsed(env.raw)
     if len(data) > MAX_ENVELOPE_BYTES:
         raise PayloadTooLarge(
             f"canonical envelope is {len(data)} bytes; at most {MAX_ENVELOPE_BYTES}",

@@ -40,8 +40,8 @@ storage's write transaction, against a ``StateView`` that only answers questions
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from alexandria.canonical import parse_json
@@ -91,17 +91,26 @@ class AuthorityRefused(Forbidden):
 
 @dataclass(frozen=True)
 class RevisionFacts:
+    """An admitted revision.  Most rules need only its identity and kind; the signed record
+    itself is loaded on demand (``record``) for the few rules that read bodies and links."""
+
     id: str
     root: str
     kind: str
     author: str
     authored_ms: int
-    title: str
-    body: str
-    links: tuple[Link, ...]
+    record: Callable[[], Mapping[str, Any]] = field(repr=False, compare=False)
+
+    @property
+    def title(self) -> str:
+        return str(self.record()["title"])
+
+    @property
+    def links(self) -> tuple[Link, ...]:
+        return tuple(Link(lk["relation"], lk["target"]) for lk in self.record()["links"])
 
     def decoded(self) -> Any:
-        return parse_json(self.body)
+        return parse_json(self.record()["body"])
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,7 @@ class Verdict:
     vote_target: str
     feed_links: tuple[tuple[str, str], ...]
     parent_roots: tuple[str, ...]
+    link_roots: tuple[str, ...]
     authority_sequence: int
 
 
@@ -414,6 +424,7 @@ def check_state(state: StateView, rec: Record, authority_sequence: int) -> Verdi
         id=rec.id, root=root, kind=rec.kind, author=rec.author, previous=rec.previous,
         depth=depth, vote_target=vote_target, feed_links=feed_links,
         parent_roots=tuple(sorted({targets[t].root for _r, t in feed_links})),
+        link_roots=tuple(targets[lk.target].root for lk in rec.links),
         authority_sequence=authority_sequence,
     )
 

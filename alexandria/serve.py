@@ -105,13 +105,39 @@ def canonical_file(path: Path) -> bytes:
     return canonical(orjson.loads(path.read_bytes()))
 
 
-def run(library: Library, host: str, port: int) -> None:
+_ENV = ("ALEXANDRIA_GENESIS", "ALEXANDRIA_DB", "ALEXANDRIA_LOG_KEY")
+
+
+def run(library: Library, host: str, port: int, workers: int = 1,
+        files: tuple[str, str, str | None] | None = None) -> None:
+    """Serve ``library``.  With several workers, each process opens the same database; the
+    write transactions serialise them (``files`` names the genesis, database and log key)."""
     import uvicorn
 
     from alexandria.app import create_app
 
-    uvicorn.run(create_app(library), host=host, port=port, log_level="warning",
-                server_header=False, date_header=False)
+    if workers > 1 and files is not None:
+        for name, value in zip(_ENV, files, strict=True):
+            if value:
+                os.environ[name] = str(value)
+        uvicorn.run(
+            "alexandria.serve:app_from_env", factory=True, workers=workers, host=host, port=port,
+            log_level="warning", server_header=False, date_header=False,
+        )
+    else:
+        uvicorn.run(
+            create_app(library), host=host, port=port, log_level="warning", server_header=False,
+            date_header=False,
+        )
+
+
+def app_from_env() -> object:
+    """The app of one worker process of a multi-process server."""
+    from alexandria.app import create_app
+
+    genesis, db, log_key = (os.environ.get(name) for name in _ENV)
+    assert genesis and db
+    return create_app(Library.from_files(genesis, db, log_key))
 
 
 def key_or_none(path: str | None) -> SigningKey | None:

@@ -29,7 +29,8 @@ from alexandria import merkle
 from alexandria.admission import Candidate, decide
 from alexandria.canonical import canonical
 from alexandria.errors import BadRequest, Forbidden, ServiceError
-from alexandria.records import Link, admission_bytes, signed_record_bytes
+from alexandria.personal_store import SCHEMA as PERSONAL_SCHEMA
+from alexandria.records import admission_bytes, signed_record_bytes
 from alexandria.rules import ObjectFacts, RevisionFacts, Verdict
 from alexandria.storage import Admitted, AuthorityAdmitted, DryRun, Storage
 from alexandria.timestamps import format_ms, now_ms, parse_ms
@@ -130,20 +131,24 @@ class _StateView:
 
     def revision(self, rev: str) -> RevisionFacts | None:
         row = self.conn.execute(
-            "SELECT r.id, r.root, r.kind, r.author, r.authored_at, r.record_length, l.leaf "
-            "FROM revisions r JOIN log l ON l.sequence = r.sequence WHERE r.id = ?",
+            "SELECT sequence, root, kind, author, authored_at, record_length FROM revisions"
+            " WHERE id = ?",
             (rev,),
         ).fetchone()
         if row is None:
             return None
-        record = orjson.loads(row[6][10 : 10 + row[5]])
+        sequence, length = row[0], row[5]
         ms = parse_ms(row[4])
         assert ms is not None
-        return RevisionFacts(
-            id=row[0], root=row[1], kind=row[2], author=row[3], authored_ms=ms,
-            title=record["title"], body=record["body"],
-            links=tuple(Link(lk["relation"], lk["target"]) for lk in record["links"]),
-        )
+
+        def record() -> dict[str, Any]:
+            leaf = self.conn.execute(
+                "SELECT substr(leaf, 11, ?) FROM log WHERE sequence = ?", (length, sequence)
+            ).fetchone()[0]
+            value: dict[str, Any] = orjson.loads(leaf)
+            return value
+
+        return RevisionFacts(rev, row[1], row[2], row[3], ms, record)
 
     def object(self, root: str) -> ObjectFacts | None:
         row = self.conn.execute(
@@ -212,6 +217,7 @@ class SqliteStorage(Storage):
         await db.execute("PRAGMA synchronous = FULL")
         await db.execute("PRAGMA busy_timeout = 30000")
         await db.executescript(SCHEMA)
+        await db.executescript(PERSONAL_SCHEMA)
         self._writer_db = db
         await self.write(self._init_meta)
         self._reader = await aiosqlite.connect(self.path, isolation_level=None)
@@ -420,15 +426,13 @@ class SqliteStorage(Storage):
             "INSERT INTO feed(root, sequence) SELECT ancestor, ? FROM closure WHERE member = ?",
             (sequence, v.root),
         )
-        links = []
-        for i, lk in enumerate(rec.links):
-            t = view.revision(lk.target)
-            assert t is not None
-            links.append((sequence, i, lk.relation, lk.target, t.root))
         conn.executemany(
             "INSERT INTO links(source_sequence, position, relation, target, target_root)"
             " VALUES (?, ?, ?, ?, ?)",
-            links,
+            [
+                (sequence, i, lk.relation, lk.target, target_root)
+                for i, (lk, target_root) in enumerate(zip(rec.links, v.link_roots, strict=True))
+            ],
         )
 
     # --- authority documents -----------------------------------------------------------------

@@ -6,23 +6,33 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime
+from functools import lru_cache
 
-_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+_SHAPE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$")
 
 
 def is_timestamp(text: object) -> bool:
     return isinstance(text, str) and parse_ms(text) is not None
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@lru_cache(maxsize=4096)
 def parse_ms(text: str) -> int | None:
-    """Milliseconds since the epoch, or None when ``text`` is not an exact timestamp."""
+    """Milliseconds since the epoch, or None when ``text`` is not an exact timestamp (the
+    shape, and a real calendar date and time)."""
     if not _SHAPE.match(text):
         return None
     try:
-        dt = datetime.strptime(text[:-1], "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
+        dt = datetime(
+            int(text[0:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]), int(text[14:16]),
+            int(text[17:19]), tzinfo=UTC,
+        )
     except ValueError:
         return None
-    return int(dt.timestamp() * 1000 + 0.5) if dt.microsecond % 1000 == 0 else None
+    delta = dt - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + int(text[20:23])
 
 
 def format_ms(ms: int) -> str:

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from alexandria.canonical import canonical, sha256_hex
+import orjson
+
+from alexandria.canonical import canonical, canonical_parsed, sha256_hex
 from alexandria.errors import AlexandriaError, BadRequest, Forbidden
 from alexandria.keys import HEX64, HEX128, SigningKey, verify
 from alexandria.timestamps import parse_ms
@@ -120,7 +122,7 @@ def parse_signed(doc: Any, name: str, error: type[AlexandriaError] = DocumentSha
             )
         out.append((s["key"], s["signature"]))
     try:
-        payload_bytes = canonical(payload)
+        payload_bytes = canonical_parsed(payload)
     except AlexandriaError as exc:
         raise error(f"{name}: {exc.message}", "BAD_DOCUMENT", pointer=f"/{name}") from exc
     return Signed(name, payload, tuple(out), payload_bytes)
@@ -329,9 +331,28 @@ class WorkerCertificate:
 
 def parse_worker_certificate(doc: Any, genesis: Genesis) -> WorkerCertificate:
     """Stateless checks of a worker certificate, including the authority's signature.  Whether
-    that authority is certified, valid now and unrevoked is a question for the ledger state."""
+    that authority is certified, valid now and unrevoked is a question for the ledger state.
+
+    Most envelopes carry a certificate seen before; the verdict is a pure function of the
+    document and the pin, so it is memoised on the document's exact bytes."""
+    try:
+        key = orjson.dumps(doc) + genesis.pin.encode()
+    except TypeError:  # float markers and the like: no fast path
+        key = None
+    if key is not None:
+        cached = _WORKER_CACHE.get(key)
+        if cached is not None:
+            return cached
     signed = parse_signed(doc, "certificate", CertificateInvalid)
-    return _verify_worker(signed.payload_bytes, signed, genesis.pin)
+    cert = _verify_worker(signed.payload_bytes, signed, genesis.pin)
+    if key is not None:
+        if len(_WORKER_CACHE) >= 4096:
+            _WORKER_CACHE.clear()
+        _WORKER_CACHE[key] = cert
+    return cert
+
+
+_WORKER_CACHE: dict[bytes, WorkerCertificate] = {}
 
 
 @lru_cache(maxsize=1024)

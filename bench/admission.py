@@ -1,0 +1,200 @@
+"""Admissions per second over HTTP, beside the per-envelope floor measured in the same run.
+
+    .venv/bin/python -m bench.admission [--envelopes 20000] [--connections 32] [--workers 1]
+
+The floor is what one envelope costs at the least on one core: JCS of the record, SHA-256,
+Ed25519 verification of the proof, content-schema validation and one SQLite insert (committed
+in groups, as the server does).  The HTTP figure posts pre-signed envelopes from a separate
+process over keep-alive connections to a real uvicorn server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from alexandria.bootstrap import found_library
+from alexandria.canonical import canonical, sha256_hex
+from alexandria.keys import verify
+from alexandria.schema import validate_content
+from alexandria.serve import write_json
+from alexandria.timestamps import format_ms, now_ms
+
+
+def build(n: int, tmp: Path) -> tuple[Path, Path, list[bytes]]:
+    """A library with 4 participants and n envelopes: spaces, claims, discussions, replies."""
+    f = found_library(seed=b"bench-admission", created_at="2026-01-01T00:00:00.000Z")
+    people = [f.enroll(f"p{i}") for i in range(4)]
+    write_json(tmp / "genesis.json", f.genesis_document)
+    f.log_key.save(tmp / "log.key")
+    base = now_ms() - 3_600_000
+    bodies: list[bytes] = []
+    spaces = []
+    for i, p in enumerate(people):  # one space each, published first
+        env = p.envelope(
+            f.genesis,
+            {"kind": "space", "title": f"Space {i}", "body": {"summary": f"Space number {i}"},
+             "links": [], "previous": ""},
+            format_ms(base),
+        )
+        spaces.append(sha256_hex(canonical(env["record"])))
+        bodies.append(json.dumps(env).encode())
+    for i in range(n - len(people)):
+        p = people[i % len(people)]
+        space = spaces[i % len(people)]
+        kind = ("claim", "document", "discussion")[i % 3]
+        body: dict[str, Any]
+        if kind == "claim":
+            body = {"statement": f"Statement {i} about arithmetic and its domain " * 3,
+                    "scope": "Natural numbers", "assumptions": ["Peano axioms"]}
+        else:
+            body = {"text": f"Text {i}: a synthesis of the domain and its definitions. " * 10}
+        env = p.envelope(
+            f.genesis,
+            {"kind": kind, "title": f"{kind.title()} {i}", "body": body,
+             "links": [{"relation": "contained_in", "target": space}], "previous": ""},
+            format_ms(base + 1 + i),
+        )
+        bodies.append(json.dumps(env).encode())
+    return tmp / "genesis.json", tmp / "log.key", bodies
+
+
+def floor(bodies: list[bytes]) -> float:
+    """Envelopes per second on one core for the irreducible work."""
+    envs = [json.loads(b) for b in bodies]
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t(id TEXT PRIMARY KEY, leaf BLOB)")
+    start = time.perf_counter()
+    batch = []
+    for env in envs:
+        rec = env["record"]
+        data = canonical(rec)
+        rid = sha256_hex(data)
+        cert = env["signature"]["certificate"]["certificate"]
+        assert verify(cert["worker"], env["signature"]["proof"], data)
+        body = json.loads(rec["body"]) if rec["kind"] not in ("reply", "vote") else rec["body"]
+        validate_content({"kind": rec["kind"], "title": rec["title"], "body": body,
+                          "links": rec["links"], "previous": rec["previous"]})
+        batch.append((rid, canonical(env)))
+        if len(batch) == 100:
+            conn.executemany("INSERT INTO t VALUES (?, ?)", batch)
+            conn.commit()
+            batch.clear()
+    conn.executemany("INSERT INTO t VALUES (?, ?)", batch)
+    conn.commit()
+    return len(envs) / (time.perf_counter() - start)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _post_all(port: int, bodies: list[bytes], connections: int) -> list[int]:
+    """A minimal keep-alive HTTP/1.1 client: the load generator must cost far less than the
+    server, on the same 2 cores."""
+    statuses: list[int] = []
+    queue = list(reversed(bodies))
+
+    async def worker() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while queue:
+            body = queue.pop()
+            writer.write(
+                b"POST /api/entries HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            statuses.append(status)
+        writer.close()
+
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    return statuses
+
+
+def client_process(port: int, bodies: list[bytes], connections: int, out: Any) -> None:
+    t = time.perf_counter()
+    statuses = asyncio.run(_post_all(port, bodies, connections))
+    out.put((time.perf_counter() - t, statuses))
+
+
+def wait_ready(port: int, timeout: float = 20) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("server did not start")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--envelopes", type=int, default=20_000)
+    ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--workers", type=int, default=1, help="server processes")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        genesis, log_key, bodies = build(args.envelopes, tmp)
+        rate_floor = floor(bodies[:5000])
+        port = free_port()
+        cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis", str(genesis),
+               "--db", str(tmp / "library.db"), "--log-key", str(log_key),
+               "--port", str(port)]
+        if args.workers > 1:
+            cmd += ["--workers", str(args.workers)]
+        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=os.environ.copy())
+        try:
+            wait_ready(port)
+            from alexandria.bootstrap import found_library as again
+
+            f = again(seed=b"bench-admission", created_at="2026-01-01T00:00:00.000Z")
+            import httpx
+
+            for doc in f.authority_documents():
+                httpx.post(f"http://127.0.0.1:{port}/api/authority", json=doc).raise_for_status()
+            # spaces first, sequentially; then the rest concurrently
+            for b in bodies[:4]:
+                r = httpx.post(f"http://127.0.0.1:{port}/api/entries", content=b)
+                assert r.status_code == 201, r.text
+            q: Any = multiprocessing.Queue()
+            proc = multiprocessing.Process(
+                target=client_process, args=(port, bodies[4:], args.connections, q)
+            )
+            proc.start()
+            elapsed, statuses = q.get()
+            proc.join()
+        finally:
+            server.terminate()
+            server.wait()
+    ok = sum(1 for s in statuses if s == 201)
+    rate = ok / elapsed
+    print(f"envelopes             {len(statuses)} ({ok} admitted, 201)")
+    print(f"floor (1 core)        {rate_floor:8.0f} envelopes/s  ({1e6 / rate_floor:.0f} µs each)")
+    print(f"HTTP admission        {rate:8.0f} admissions/s ({args.connections} connections,"
+          f" {args.workers} server process{'es' if args.workers > 1 else ''})")
+    print(f"HTTP + rules cost     {rate_floor / rate:8.2f} × the floor")
+
+
+if __name__ == "__main__":
+    main()
