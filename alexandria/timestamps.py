@@ -8,7 +8,8 @@ import time
 from datetime import UTC, datetime
 from functools import lru_cache
 
-_SHAPE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$")
+# \Z, not $: "$" also matches before a final newline
+_SHAPE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z\Z")
 
 
 def is_timestamp(text: object) -> bool:
