@@ -1,0 +1,89 @@
+"""A real ``alexandria serve`` subprocess on 127.0.0.1 for black-box tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alexandria.bootstrap import Founding
+from alexandria.serve import write_json
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_library_files(founding: Founding, directory: Path) -> tuple[Path, Path]:
+    """genesis.json and log.key for ``founding`` in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    genesis = directory / "genesis.json"
+    write_json(genesis, founding.genesis_document)
+    log_key = directory / "log.key"
+    if not log_key.exists():
+        founding.log_key.save(log_key)
+    return genesis, log_key
+
+
+class Server:
+    def __init__(self, genesis: Path, db: Path, log_key: Path | None = None,
+                 port: int | None = None, workers: int = 1) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis", str(genesis),
+               "--db", str(db), "--port", str(self.port)]
+        if log_key is not None:
+            cmd += ["--log-key", str(log_key)]
+        if workers > 1:
+            cmd += ["--workers", str(workers)]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {err}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("server did not start")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: no shutdown handlers run."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+@contextmanager
+def serving(genesis: Path, db: Path, log_key: Path | None = None, workers: int = 1) -> Iterator[Server]:
+    server = Server(genesis, db, log_key, workers=workers)
+    try:
+        yield server
+    finally:
+        server.stop()

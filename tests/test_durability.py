@@ -1,0 +1,134 @@
+"""Races between processes and crashes: the write path's promises under real servers."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from alexandria.bootstrap import Founding
+from alexandria.timestamps import format_ms, now_ms
+from tests.liveserver import Server, serving, write_library_files
+
+
+def _admit_authorities(url: str, founding: Founding) -> None:
+    for doc in founding.authority_documents():
+        r = httpx.post(f"{url}/api/authority", json=doc)
+        assert r.status_code in (200, 201), r.text
+
+
+def _claim(i: int, previous: str = "") -> dict[str, Any]:
+    return {
+        "kind": "claim",
+        "title": f"Claim revision {i}",
+        "body": {"statement": f"Statement {i}", "scope": "Everything", "assumptions": []},
+        "links": [],
+        "previous": previous,
+    }
+
+
+def _post_at(url: str, body: bytes, start: float, out: Any) -> None:
+    while time.time() < start:
+        time.sleep(0.0005)
+    with httpx.Client(timeout=60) as client:
+        r = client.post(f"{url}/api/entries", content=body)
+    out.put((r.status_code, r.json()))
+
+
+def test_concurrent_revisions_of_one_head_across_processes(tmp_path: Path, founding: Founding) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    db = tmp_path / "library.db"
+    owner = founding.participants["owner"]
+    base = now_ms() - 60_000
+    # two independent server processes on the same database file
+    with serving(genesis, db, log_key) as a, serving(genesis, db, log_key) as b:
+        _admit_authorities(a.url, founding)
+        first = owner.envelope(founding.genesis, _claim(0), format_ms(base))
+        r = httpx.post(f"{a.url}/api/entries", content=json.dumps(first).encode())
+        assert r.status_code == 201
+        head = r.json()["id"]
+        n = 12
+        bodies = [
+            json.dumps(owner.envelope(founding.genesis, _claim(i, head), format_ms(base + i))).encode()
+            for i in range(1, n + 1)
+        ]
+        q: Any = multiprocessing.Queue()
+        start = time.time() + 1.5
+        procs = [
+            multiprocessing.Process(target=_post_at, args=((a, b)[i % 2].url, body, start, q))
+            for i, body in enumerate(bodies)
+        ]
+        for p in procs:
+            p.start()
+        results = [q.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join()
+        winners = [body for status, body in results if status == 201]
+        losers = [body for status, body in results if status != 201]
+        assert len(winners) == 1, results
+        assert all(status == 409 for status, _ in results if status != 201)
+        assert {body["code"] for body in losers} == {"HEAD_CONFLICT"}
+        assert {body["details"]["head"] for body in losers} == {winners[0]["id"]}
+        head_now = httpx.get(f"{b.url}/api/entries/{head}/head").json()
+        assert head_now["id"] == winners[0]["id"]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        sequences = [row[0] for row in conn.execute("SELECT sequence FROM log ORDER BY sequence")]
+        assert sequences == list(range(1, len(sequences) + 1))
+        assert len(sequences) == 2 + 1 + 1
+
+
+def test_acknowledged_admissions_survive_sigkill(tmp_path: Path, founding: Founding) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    db = tmp_path / "library.db"
+    peer = founding.participants["peer"]
+    base = now_ms() - 600_000
+    bodies = [
+        json.dumps(peer.envelope(founding.genesis, _claim(i), format_ms(base + i))).encode()
+        for i in range(3000)
+    ]
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+    server = Server(genesis, db, log_key)
+    try:
+        _admit_authorities(server.url, founding)
+        stop = threading.Event()
+
+        def stream(offset: int) -> None:
+            with httpx.Client(timeout=10) as client:
+                for body in bodies[offset::4]:
+                    if stop.is_set():
+                        return
+                    try:
+                        r = client.post(f"{server.url}/api/entries", content=body)
+                    except httpx.HTTPError:
+                        return
+                    if r.status_code == 201:
+                        with lock:
+                            acknowledged.append(r.json()["id"])
+
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        while len(acknowledged) < 200:
+            time.sleep(0.01)
+        server.kill()  # mid-stream, no shutdown handlers
+        stop.set()
+        for t in threads:
+            t.join()
+    finally:
+        server.stop()
+    with serving(genesis, db, log_key) as again, httpx.Client() as client:
+        for rev in acknowledged:
+            assert client.get(f"{again.url}/api/entries/{rev}").status_code == 200
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        sequences = [row[0] for row in conn.execute("SELECT sequence FROM log ORDER BY sequence")]
+        assert sequences == list(range(1, len(sequences) + 1))
+        assert len(sequences) >= 2 + len(acknowledged)
