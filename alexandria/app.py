@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 
-from alexandria import read_api, write_api
+from alexandria import personal_api, read_api, write_api
 from alexandria.http import EXCEPTION_HANDLERS
 from alexandria.library import Library
 
@@ -26,7 +26,7 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
                 await library.close()
 
     app = Starlette(
-        routes=[*write_api.routes, *read_api.routes],
+        routes=[*write_api.routes, *read_api.routes, *personal_api.routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
