@@ -96,6 +96,23 @@ def floor(bodies: list[bytes]) -> float:
     return len(envs) / (time.perf_counter() - start)
 
 
+def server_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its children (worker processes)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(c) for c in children.read_text().split()]
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -177,6 +194,7 @@ def main() -> None:
             for b in bodies[:4]:
                 r = httpx.post(f"http://127.0.0.1:{port}/api/entries", content=b)
                 assert r.status_code == 201, r.text
+            cpu_before = server_cpu(server.pid)
             q: Any = multiprocessing.Queue()
             proc = multiprocessing.Process(
                 target=client_process, args=(port, bodies[4:], args.connections, q)
@@ -184,6 +202,7 @@ def main() -> None:
             proc.start()
             elapsed, statuses = q.get()
             proc.join()
+            cpu = server_cpu(server.pid) - cpu_before
         finally:
             server.terminate()
             server.wait()
@@ -194,6 +213,8 @@ def main() -> None:
     print(f"HTTP admission        {rate:8.0f} admissions/s ({args.connections} connections,"
           f" {args.workers} server process{'es' if args.workers > 1 else ''})")
     print(f"HTTP + rules cost     {rate_floor / rate:8.2f} × the floor")
+    print(f"server CPU            {cpu / max(ok, 1) * 1e6:8.0f} µs per admission"
+          f" ({cpu / elapsed:.2f} cores busy)")
 
 
 if __name__ == "__main__":
