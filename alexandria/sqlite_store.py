@@ -86,6 +86,8 @@ CREATE TABLE IF NOT EXISTS objects(
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS objects_head_sequence ON objects(head_sequence);
 CREATE INDEX IF NOT EXISTS objects_parent ON objects(parent, kind) WHERE parent != '';
+CREATE INDEX IF NOT EXISTS objects_contents ON objects(parent, kind, created_sequence)
+    WHERE parent != '';
 CREATE TABLE IF NOT EXISTS links(
     source_sequence INTEGER NOT NULL,
     position INTEGER NOT NULL,
@@ -96,6 +98,12 @@ CREATE TABLE IF NOT EXISTS links(
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS links_target ON links(target, relation);
 CREATE INDEX IF NOT EXISTS links_target_root ON links(target_root, relation);
+-- object views (objects.py): incoming links in admission order, without tree links and votes
+CREATE INDEX IF NOT EXISTS links_related ON links(target_root, source_sequence) WHERE relation
+    NOT IN ('contained_in', 'replies_to', 'answers', 'branches_from', 'about', 'evidence_for',
+            'assesses', 'proposes_for', 'votes_on');
+CREATE INDEX IF NOT EXISTS links_incoming ON links(target, source_sequence)
+    WHERE relation != 'votes_on';
 CREATE TABLE IF NOT EXISTS votes(
     author TEXT NOT NULL, target TEXT NOT NULL, vote_root TEXT NOT NULL,
     PRIMARY KEY(author, target)
