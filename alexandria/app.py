@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 
-from alexandria import personal_api, read_api, write_api
+from alexandria import log, log_api, personal_api, read_api, write_api
 from alexandria.http import EXCEPTION_HANDLERS
 from alexandria.library import Library
 
@@ -20,13 +20,14 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
         if manage_lifecycle:
             await library.open()
         try:
-            yield
+            async with log.background_signer(library):
+                yield
         finally:
             if manage_lifecycle:
                 await library.close()
 
     app = Starlette(
-        routes=[*write_api.routes, *read_api.routes, *personal_api.routes],
+        routes=[*write_api.routes, *read_api.routes, *personal_api.routes, *log_api.routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )

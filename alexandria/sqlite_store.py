@@ -29,6 +29,7 @@ from alexandria import merkle
 from alexandria.admission import Candidate, decide
 from alexandria.canonical import canonical
 from alexandria.errors import BadRequest, Forbidden, ServiceError
+from alexandria.log import SCHEMA as LOG_SCHEMA
 from alexandria.personal_store import SCHEMA as PERSONAL_SCHEMA
 from alexandria.records import admission_bytes, signed_record_bytes
 from alexandria.rules import ObjectFacts, RevisionFacts, Verdict
@@ -226,6 +227,7 @@ class SqliteStorage(Storage):
         await db.execute("PRAGMA busy_timeout = 30000")
         await db.executescript(SCHEMA)
         await db.executescript(PERSONAL_SCHEMA)
+        await db.executescript(LOG_SCHEMA)
         self._writer_db = db
         await self.write(self._init_meta)
         self._reader = await aiosqlite.connect(self.path, isolation_level=None)

@@ -1,0 +1,639 @@
+"""Offline verification of a log export, and of one entry against a checkpoint (PROTOCOL §7).
+
+A verifier holds nothing but the pinned genesis.  ``verify_export`` checks, in order, and stops
+at the first failure, a typed :class:`VerificationFailed` naming the sequence and the reason:
+
+1. header: the export format, a genesis document whose pin is the pinned one and that is
+   signed by ``threshold`` of its root keys;
+2. every entry, in order (expected sequence ``p = 1, 2, ...``):
+   a. the line is the canonical form of ``{admitted_at, leaf, sequence, type}`` with
+      ``sequence == p`` and a known type (a dropped, duplicated or reordered line fails here);
+   b. ``admitted_at`` is a timestamp not before the previous entry's;
+   c. signatures and certificate chain, stateless (run ahead on worker threads): for a
+      contribution ``admission.prepare`` — envelope and record shape, the worker certificate
+      signed by its authority, the proof over ``JCS(record)``, scope, content schema; the leaf
+      must be the canonical form of what was parsed (a flipped byte fails here);
+   d. replay: the server's own admission code (``SqliteStorage`` with ``rules.py``) on a ledger
+      replayed from empty, with the recorded ``admitted_at`` as the clock: authority
+      certificates and revocations against the pinned genesis, the authority chain of every
+      contribution (admitted native-application authority, validity windows, revocations), every
+      state rule, the timestamp rules; the entry must be admitted as new, with exactly this
+      sequence, ``admitted_at`` and type;
+   e. its leaf hash extends the recomputed RFC 6962 tree (the same nodes the server stores);
+3. every checkpoint, where it stands (right after leaf ``S``):
+   a. the line is canonical, the note parses, its origin is the genesis origin, its size is
+      ``S`` and larger than the previous checkpoint's;
+   b. it is signed by a key that holds a ``log`` certificate admitted in the first ``S``
+      leaves, valid when leaf ``S`` was admitted, and not revoked (``log.check_log_key``);
+   c. its root is the recomputed root of the first ``S`` leaves;
+   d. an RFC 9162 consistency proof from the previous checkpoint, computed from the
+      recomputed tree, verifies against both signed roots;
+4. the end: exactly the number of leaves the header announces.
+
+``verify_entry`` checks one revision on a live server: its signatures and certificate chain
+against the genesis, a signed checkpoint, and an inclusion proof of its leaf (and of the
+authority certificates involved) in that checkpoint's tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from alexandria import log, merkle
+from alexandria.admission import Candidate, prepare
+from alexandria.canonical import canonical, parse_json
+from alexandria.checkpoint import CheckpointError, key_id, parse_checkpoint, verify_checkpoint
+from alexandria.errors import AlexandriaError
+from alexandria.export import EXPORT_FORMAT, Fetch
+from alexandria.records import revision_id
+from alexandria.sqlite_store import SqliteStorage
+from alexandria.storage import Admitted
+from alexandria.timestamps import parse_ms
+from alexandria.trust import (
+    AuthorityCertificate,
+    Genesis,
+    document_name,
+    parse_revocation,
+)
+
+BATCH = 256
+_TAIL = re.compile(
+    rb',"sequence":(0|[1-9][0-9]{0,15}),"type":"(contribution|certificate|revocation)"}'
+)
+_ENTRY_HEAD = b'{"admitted_at":"'
+
+Progress = Callable[[int, int], None]
+Items = list["Future[_Entry | _CheckpointLine]"]
+"""``progress(leaves_done, leaves_total)``."""
+
+
+# --- failures --------------------------------------------------------------------------------
+
+
+class VerificationFailed(AlexandriaError):
+    """The first thing that does not hold.  ``sequence`` names the entry (or, for a
+    checkpoint, the leaf it stands after); 0 for the header."""
+
+    default_code = "VERIFICATION_FAILED"
+
+    def __init__(self, sequence: int, step: str, reason: str, code: str | None = None,
+                 **details: Any) -> None:
+        where = f"sequence {sequence}" if sequence else "header"
+        super().__init__(f"{where}: {reason}", code, sequence=sequence, step=step,
+                         reason=reason, **details)
+        self.sequence = sequence
+        self.step = step
+        self.reason = reason
+
+
+class HeaderInvalid(VerificationFailed):
+    default_code = "EXPORT_HEADER"
+
+
+class EntryMalformed(VerificationFailed):
+    default_code = "EXPORT_LINE"
+
+
+class EntryOutOfOrder(VerificationFailed):
+    default_code = "SEQUENCE_MISMATCH"
+
+
+class EntryRefused(VerificationFailed):
+    """The entry fails a signature, certificate chain or state rule check; ``code`` is the
+    code the server's admission gives it."""
+
+    default_code = "ENTRY_REFUSED"
+
+
+class CheckpointFailed(VerificationFailed):
+    default_code = "CHECKPOINT_INVALID"
+
+
+class ExportIncomplete(VerificationFailed):
+    default_code = "EXPORT_TRUNCATED"
+
+
+def _refused(sequence: int, step: str, exc: AlexandriaError) -> EntryRefused:
+    return EntryRefused(sequence, step, f"{exc.message} [{exc.code}]", exc.code,
+                        status=exc.status, error=exc.details)
+
+
+# --- lines -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Entry:
+    """One entry line after its stateless checks (2a–2c); ``error`` is raised in order."""
+
+    sequence: int
+    kind: str
+    admitted_at: str
+    admitted_ms: int
+    leaf: bytes
+    candidate: Candidate | None = None
+    document: Any = None
+    error: VerificationFailed | None = None
+
+
+@dataclass
+class _CheckpointLine:
+    note: str
+    size: int = -1
+    root: bytes = b""
+    error: VerificationFailed | None = None
+
+
+def _split_entry(line: bytes, position: int) -> _Entry:
+    """2a: the one canonical form of an entry line, read without a JSON parser (the leaf's
+    own canonical form is checked in 2c)."""
+    m = _TAIL.search(line, len(line) - 64) if len(line) > 49 else None
+    if (
+        m is None
+        or m.end() != len(line)
+        or not line.startswith(_ENTRY_HEAD)
+        or line[40:49] != b'","leaf":'
+    ):
+        raise EntryMalformed(position, "2a", "the line is not a canonical entry object")
+    admitted_at = line[16:40].decode("ascii", "replace")
+    ms = parse_ms(admitted_at)
+    if ms is None:
+        raise EntryMalformed(position, "2a", "admitted_at is not a timestamp")
+    return _Entry(int(m.group(1)), m.group(2).decode(), admitted_at, ms, line[49 : m.start()])
+
+
+def _prepare_entry(line: bytes, position: int, genesis: Genesis) -> _Entry:
+    """Steps 2a and 2c for one line (thread-safe, no state)."""
+    entry = _split_entry(line, position)
+    seq = position
+    try:
+        if entry.kind == "contribution":
+            entry.candidate = prepare(entry.leaf, genesis)
+            if entry.candidate.leaf != entry.leaf:
+                raise EntryMalformed(seq, "2c", "the leaf is not in canonical form",
+                                     "LEAF_NOT_CANONICAL")
+        else:
+            entry.document = parse_json(entry.leaf)
+            if canonical(entry.document) != entry.leaf:
+                raise EntryMalformed(seq, "2c", "the leaf is not in canonical form",
+                                     "LEAF_NOT_CANONICAL")
+    except VerificationFailed as exc:
+        entry.error = exc
+    except AlexandriaError as exc:
+        entry.error = _refused(seq, "2c", exc)
+    return entry
+
+
+def _prepare_checkpoint(line: bytes, position: int, origin: str) -> _CheckpointLine:
+    """Step 3a, stateless part."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        value = None
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"checkpoint"}
+        or not isinstance(value["checkpoint"], str)
+        or canonical(value) != line
+    ):
+        return _CheckpointLine("", error=EntryMalformed(
+            position, "3a", "the line is not a canonical checkpoint object"))
+    out = _CheckpointLine(value["checkpoint"])
+    try:
+        cp, _sigs = parse_checkpoint(out.note)
+    except CheckpointError as exc:
+        out.error = CheckpointFailed(position, "3a", exc.message, exc.code)
+        return out
+    if cp.origin != origin:
+        out.error = CheckpointFailed(position, "3a", f"the checkpoint is for origin"
+                                     f" {cp.origin!r}, not {origin!r}", "CHECKPOINT_ORIGIN")
+    out.size, out.root = cp.size, cp.root
+    return out
+
+
+def read_header(line: bytes, pin: str) -> tuple[Genesis, int]:
+    """Step 1."""
+    try:
+        value = parse_json(line)
+    except AlexandriaError:
+        value = None
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"format", "genesis", "size"}
+        or value["format"] != EXPORT_FORMAT
+        or not isinstance(value["size"], int)
+        or isinstance(value["size"], bool)
+        or value["size"] < 0
+    ):
+        raise HeaderInvalid(0, "1", f"the first line is not an {EXPORT_FORMAT} header")
+    try:
+        genesis = Genesis.from_document(value["genesis"], pin)
+    except AlexandriaError as exc:
+        raise HeaderInvalid(0, "1", f"genesis: {exc.message}", exc.code) from exc
+    return genesis, int(value["size"])
+
+
+# --- the replayed ledger ---------------------------------------------------------------------
+
+
+@dataclass
+class _CheckpointState:
+    size: int = 0
+    root: bytes = b""
+    count: int = 0
+    keys: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Summary:
+    size: int = 0
+    root: str = ""
+    contributions: int = 0
+    certificates: int = 0
+    revocations: int = 0
+    checkpoints: int = 0
+    checkpoint_size: int = 0
+    log_keys: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def uncovered(self) -> int:
+        """Leaves after the last checkpoint: verified, but their completeness is not signed."""
+        return self.size - self.checkpoint_size
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verified": True, "size": self.size, "root": self.root,
+            "contributions": self.contributions, "certificates": self.certificates,
+            "revocations": self.revocations, "checkpoints": self.checkpoints,
+            "checkpoint_size": self.checkpoint_size, "uncovered": self.uncovered,
+            "log_keys": self.log_keys, "seconds": round(self.seconds, 3),
+            "entries_per_second": round(self.size / self.seconds) if self.seconds else None,
+        }
+
+
+class _Replay:
+    """Steps 2b, 2d, 2e and 3b–3d, run in order on the writer thread of a private
+    ``SqliteStorage``: the very admission code and rules the server runs."""
+
+    def __init__(self, storage: SqliteStorage) -> None:
+        self.storage = storage
+        self.stopped = False  # after a failure, batches still queued do nothing
+        self.size = 0
+        self.last_ms = 0
+        self.checkpoint = _CheckpointState()
+        self.summary = Summary()
+        self._now = 0
+        storage.clock = lambda: self._now
+
+    def apply(self, conn: sqlite3.Connection, items: Items) -> None:
+        if self.stopped:
+            return
+        try:
+            self._apply(conn, items)
+        except BaseException:
+            self.stopped = True
+            raise
+
+    def _apply(self, conn: sqlite3.Connection, items: Items) -> None:
+        for fut in items:
+            item = fut.result()
+            if isinstance(item, _Entry):
+                self._entry(conn, item)
+            else:
+                self._checkpoint(conn, item)
+
+    def _entry(self, conn: sqlite3.Connection, e: _Entry) -> None:
+        expected = self.size + 1
+        # 2a
+        if e.sequence != expected:
+            raise EntryOutOfOrder(
+                expected, "2a", f"expected sequence {expected}, the line says {e.sequence}",
+                found=e.sequence,
+            )
+        # 2b
+        if e.admitted_ms < self.last_ms:
+            raise EntryOutOfOrder(expected, "2b", "admitted_at is before the previous entry's",
+                                  "ADMITTED_AT_ORDER")
+        # 2c
+        if e.error is not None:
+            raise e.error
+        # 2d
+        self._now = e.admitted_ms
+        try:
+            if e.candidate is not None:
+                done = self.storage._admit(conn, e.candidate, False)
+                assert isinstance(done, Admitted)
+                created, seq = done.created, done.sequence
+                self.summary.contributions += 1
+            else:
+                name = document_name(e.document)
+                res = self.storage._admit_authority(conn, e.document)
+                created, seq = res.created, res.sequence
+                if name == "certificate":
+                    self.summary.certificates += 1
+                else:
+                    self.summary.revocations += 1
+        except AlexandriaError as exc:
+            raise _refused(expected, "2d", exc) from exc
+        if not created:
+            raise EntryRefused(expected, "2d", f"the same document was already admitted at"
+                               f" sequence {seq}", "DUPLICATE_ENTRY", first=seq)
+        kind, admitted_at, leaf_hash = conn.execute(
+            "SELECT type, admitted_at, leaf_hash FROM log WHERE sequence = ?", (seq,)
+        ).fetchone()
+        if seq != expected or kind != e.kind or admitted_at != e.admitted_at:
+            raise EntryRefused(
+                expected, "2d", f"the replay admits it as {kind} {seq} at {admitted_at}, the"
+                f" export says {e.kind} {e.sequence} at {e.admitted_at}", "ADMISSION_MISMATCH",
+            )
+        # 2e (the replay's _append_leaf stored the node hashes; the leaf must be these bytes)
+        if bytes(leaf_hash) != merkle.leaf_hash(e.leaf):
+            raise EntryMalformed(expected, "2e", "the leaf hash differs from the replayed leaf's",
+                                 "LEAF_MISMATCH")
+        self.size = expected
+        self.last_ms = e.admitted_ms
+
+    def _checkpoint(self, conn: sqlite3.Connection, c: _CheckpointLine) -> None:
+        at = self.size
+        if c.error is not None:
+            raise c.error
+        prev = self.checkpoint
+        # 3a
+        if c.size != at:
+            raise CheckpointFailed(at, "3a", f"a checkpoint of size {c.size} stands after leaf"
+                                   f" {at}", "CHECKPOINT_PLACE", size=c.size)
+        if c.size <= prev.size:
+            raise CheckpointFailed(at, "3a", f"a second checkpoint of size {c.size}",
+                                   "CHECKPOINT_DUPLICATE")
+        # 3b
+        signer = self._signer(conn, c)
+        # 3c
+        get = log.node_reader(conn)
+        root = merkle.root_hash(at, get)
+        if root != c.root:
+            raise CheckpointFailed(
+                at, "3c", f"the signed root of size {at} is not the root of the exported leaves"
+                f" 1..{at}", "CHECKPOINT_ROOT", signed=c.root.hex(), computed=root.hex(),
+            )
+        # 3d
+        if prev.size:
+            try:
+                proof = merkle.consistency_proof(prev.size, at, get)
+                merkle.verify_consistency(prev.size, at, prev.root, c.root, proof)
+            except merkle.MerkleError as exc:
+                raise CheckpointFailed(at, "3d", f"not consistent with checkpoint {prev.size}:"
+                                       f" {exc.reason}", "CHECKPOINT_INCONSISTENT") from exc
+        prev.size, prev.root = at, c.root
+        prev.count += 1
+        prev.keys.add(signer)
+
+    def _signer(self, conn: sqlite3.Connection, c: _CheckpointLine) -> str:
+        """3b: the log key that signed ``c``, certified as of leaf ``c.size``."""
+        at = self.size
+        origin = self.storage.genesis.origin
+        view = self.storage._view(conn)
+        candidates: list[str] = [
+            str(k) for (k,) in conn.execute(
+                "SELECT DISTINCT key FROM authorities WHERE roles LIKE '%\"log\"%'"
+            )
+        ]
+        _cp, sigs = parse_checkpoint(c.note)
+        ids = {kid for kid, _sig in sigs}
+        for key in candidates:
+            if key_id(origin, bytes.fromhex(key)) not in ids:
+                continue
+            try:
+                verify_checkpoint(c.note, origin, key)
+            except CheckpointError as exc:
+                raise CheckpointFailed(at, "3b", exc.message, "CHECKPOINT_SIGNATURE") from exc
+            try:
+                log.check_log_key(view.authorities(key), view.revoked(key, None), key,
+                                  self.last_ms)
+            except AlexandriaError as exc:
+                raise CheckpointFailed(at, "3b", exc.message, exc.code, key=key) from exc
+            return key
+        raise CheckpointFailed(at, "3b", "signed by no key that holds a log certificate among"
+                               f" the first {at} leaves", "CHECKPOINT_KEY_UNKNOWN")
+
+
+# --- driving ---------------------------------------------------------------------------------
+
+
+def _lines(source: Iterable[bytes]) -> Iterator[bytes]:
+    for line in source:
+        yield line[:-1] if line.endswith(b"\n") else line
+
+
+async def verify_export_async(
+    source: Iterable[bytes], pin: str, *, workers: int = 2, progress: Progress | None = None,
+    workdir: str | None = None,
+) -> Summary:
+    started = time.perf_counter()
+    lines = _lines(source)
+    first = next(lines, None)
+    if first is None:
+        raise HeaderInvalid(0, "1", "the export is empty")
+    genesis, size = read_header(first, pin)
+    with tempfile.TemporaryDirectory(prefix="alexandria-verify-", dir=workdir) as tmp:
+        storage = SqliteStorage(Path(tmp) / "replay.db", genesis)
+        await storage.open()
+        replay = _Replay(storage)
+        try:
+            with ThreadPoolExecutor(max(1, workers), thread_name_prefix="verify") as pool:
+                await _drive(lines, genesis, size, pool, storage, replay, progress)
+            summary = replay.summary
+            summary.size = replay.size
+            summary.root = await storage.read(
+                lambda conn: merkle.root_hash(replay.size, log.node_reader(conn)).hex()
+            )
+        finally:
+            await storage.close()
+    summary.checkpoints = replay.checkpoint.count
+    summary.checkpoint_size = replay.checkpoint.size
+    summary.log_keys = sorted(replay.checkpoint.keys)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+async def _drive(
+    lines: Iterator[bytes], genesis: Genesis, size: int, pool: ThreadPoolExecutor,
+    storage: SqliteStorage, replay: _Replay, progress: Progress | None,
+) -> None:
+    """Read ahead in batches, check lines on the pool, replay batches in order; at most a few
+    batches in flight so memory stays bounded."""
+    in_flight: deque[asyncio.Future[None]] = deque()
+    position = 0  # leaves read so far
+    origin = genesis.origin
+
+    def done_one() -> None:
+        if progress is not None:
+            progress(replay.size, size)
+
+    def job(items: Items) -> Callable[[sqlite3.Connection], None]:
+        return lambda conn: replay.apply(conn, items)
+
+    try:
+        while True:
+            batch: Items = []
+            for line in lines:
+                if line.startswith(b'{"checkpoint"'):
+                    batch.append(pool.submit(_prepare_checkpoint, line, position, origin))
+                else:
+                    position += 1
+                    if position > size:
+                        raise ExportIncomplete(position, "4", f"more entries than the {size}"
+                                               " the header announces", "EXPORT_TOO_LONG")
+                    batch.append(pool.submit(_prepare_entry, line, position, genesis))
+                if len(batch) >= BATCH:
+                    break
+            if not batch:
+                break
+            in_flight.append(asyncio.ensure_future(storage.write(job(batch))))
+            while len(in_flight) > 2:
+                await in_flight.popleft()
+                done_one()
+        while in_flight:
+            await in_flight.popleft()
+            done_one()
+    finally:
+        if in_flight:  # a failure: let what is queued finish (it does nothing) before closing
+            replay.stopped = True
+            await asyncio.gather(*in_flight, return_exceptions=True)
+    # 4
+    if replay.size != size:
+        raise ExportIncomplete(replay.size + 1, "4", f"the export ends after {replay.size} of"
+                               f" the {size} entries its header announces")
+
+
+def verify_export(source: Iterable[bytes], pin: str, **options: Any) -> Summary:
+    """Verify an export (an iterable of its lines); raise ``VerificationFailed`` at the first
+    failure, return a summary when everything holds."""
+    return asyncio.run(verify_export_async(source, pin, **options))
+
+
+# --- one entry against a checkpoint ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntryVerified:
+    id: str
+    sequence: int
+    checkpoint_size: int
+    root: str
+    log_key: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verified": True, "id": self.id, "sequence": self.sequence,
+                "checkpoint_size": self.checkpoint_size, "root": self.root,
+                "log_key": self.log_key}
+
+
+def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, what: str) -> None:
+    answer = orjson.loads(fetch(f"/api/log/proof/inclusion?index={index}&size={size}"))
+    try:
+        proof = [bytes.fromhex(h) for h in answer["proof"]]
+        merkle.verify_inclusion(index, size, merkle.leaf_hash(leaf), proof, root)
+    except (ValueError, KeyError, TypeError, merkle.MerkleError) as exc:
+        raise EntryRefused(index + 1, "E4", f"{what} is not included in the checkpoint: {exc}",
+                           "INCLUSION_FAILED") from exc
+
+
+def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None) -> EntryVerified:
+    """Check one revision on a server against a signed checkpoint (the server's current one,
+    or ``note``):
+
+    E1. genesis: the server's genesis document has the pinned hash and its threshold signatures;
+    E2. checkpoint: signed by a key whose ``log`` certificate (root-signed, not revoked by
+        root, valid when the checkpoint's last leaf was admitted) is itself included in it;
+    E3. entry: the signed record's id is its record's hash, its worker certificate, proof,
+        scope and content verify (``admission.prepare``), its authority certificate is
+        root-signed with role native-application and both were valid at admission;
+    E4. inclusion: the entry's leaf (and its authority certificate's) is in the checkpoint's tree.
+    """
+    # E1
+    genesis = Genesis.from_document(orjson.loads(fetch("/api/genesis"))["document"], pin)
+    origin = genesis.origin
+    # E2
+    text = note if note is not None else fetch("/api/log/checkpoint").decode("utf-8")
+    cp, sigs = parse_checkpoint(text)
+    if cp.origin != origin:
+        raise CheckpointFailed(cp.size, "E2", f"the checkpoint is for origin {cp.origin!r}",
+                               "CHECKPOINT_ORIGIN")
+    authority = orjson.loads(fetch("/api/authority"))["items"]
+    docs = {canonical(item["document"]): item for item in authority}
+    certs: dict[str, list[tuple[int, AuthorityCertificate]]] = {}
+    root_revoked: set[str] = set()
+    for item in authority:
+        if item["sequence"] > cp.size:
+            continue
+        if item["type"] == "certificate":
+            c = AuthorityCertificate.from_document(item["document"], genesis)
+            certs.setdefault(c.key, []).append((item["sequence"], c))
+        elif item["type"] == "revocation":
+            try:
+                r = parse_revocation(item["document"], genesis, lambda _k: False)
+            except AlexandriaError:
+                continue  # signed by an authority: it revokes worker keys, never a log key
+            root_revoked.add(r.key)
+    ids = {kid for kid, _sig in sigs}
+    signer = next(
+        (k for k in certs if key_id(origin, bytes.fromhex(k)) in ids
+         and any("log" in c.roles for _s, c in certs[k])), None,
+    )
+    if signer is None:
+        raise CheckpointFailed(cp.size, "E2", "signed by no key with a log certificate in the"
+                               " log", "CHECKPOINT_KEY_UNKNOWN")
+    verify_checkpoint(text, origin, signer)
+    last = orjson.loads(fetch(f"/api/log/entries?start={cp.size - 1}&end={cp.size}"))
+    last_ms = parse_ms(last["entries"][0]["admitted_at"]) or 0
+    cert_seq = log.check_log_key(certs[signer], signer in root_revoked, signer, last_ms)
+    cert_doc = next(c.document for s, c in certs[signer] if s == cert_seq)
+    _included(fetch, cert_seq - 1, cp.size, canonical(cert_doc), cp.root, "the log certificate")
+    # E3
+    signed = orjson.loads(fetch(f"/api/entries/{revision}"))
+    record, admission = signed["record"], signed["admission"]
+    if revision_id(record) != revision or signed["id"] != revision:
+        raise EntryRefused(0, "E3", "the record does not hash to the revision asked for",
+                           "REVISION_MISMATCH")
+    sequence = int(admission["sequence"])
+    leaf = canonical({"record": record, "signature": signed["signature"]})
+    try:
+        cand = prepare(leaf, genesis)
+        if cand.deferred is not None:
+            raise cand.deferred
+        auth = AuthorityCertificate.from_document(admission["authority"], genesis)
+    except AlexandriaError as exc:
+        raise _refused(sequence, "E3", exc) from exc
+    admitted_ms = parse_ms(admission["admitted_at"]) or 0
+    if (
+        auth.key != cand.certificate.authority
+        or "native-application" not in auth.roles
+        or not auth.valid_at(admitted_ms)
+        or not cand.certificate.valid_at(admitted_ms)
+    ):
+        raise EntryRefused(sequence, "E3", "the authority certificate does not vouch for the"
+                           " worker certificate at admission", "AUTHORITY_CHAIN")
+    if sequence > cp.size:
+        raise EntryRefused(sequence, "E4", f"the entry is not covered by the checkpoint of size"
+                           f" {cp.size} yet", "NOT_YET_COVERED")
+    # E4
+    _included(fetch, sequence - 1, cp.size, leaf, cp.root, "the entry")
+    auth_item = docs.get(canonical(auth.document))
+    if auth_item is None or auth_item["sequence"] >= sequence:
+        raise EntryRefused(sequence, "E3", "the authority certificate was not admitted before"
+                           " the entry", "AUTHORITY_CHAIN")
+    _included(fetch, auth_item["sequence"] - 1, cp.size, canonical(auth.document), cp.root,
+              "the authority certificate")
+    return EntryVerified(revision, sequence, cp.size, cp.root.hex(), signer)
