@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import aiosqlite
 import orjson
 
-from alexandria import merkle
+from alexandria import merkle, search_index
 from alexandria.admission import Candidate, decide
 from alexandria.canonical import canonical
 from alexandria.errors import BadRequest, Forbidden, ServiceError
@@ -230,6 +230,7 @@ class SqliteStorage(Storage):
         await db.executescript(LOG_SCHEMA)
         self._writer_db = db
         await self.write(self._init_meta)
+        await self.write(search_index.ensure)
         self._reader = await aiosqlite.connect(self.path, isolation_level=None)
         await self._reader.execute("PRAGMA busy_timeout = 30000")
         await self._reader.execute("PRAGMA query_only = 1")
@@ -444,6 +445,7 @@ class SqliteStorage(Storage):
                 for i, (lk, target_root) in enumerate(zip(rec.links, v.link_roots, strict=True))
             ],
         )
+        search_index.on_admitted(conn, rec, v, sequence)
 
     # --- authority documents -----------------------------------------------------------------
 

@@ -1,0 +1,115 @@
+"""What the catalogue matches and shows: normalised words, a contribution's human text and its
+snippet (docs/read-api.md).
+
+Text and queries are compared after NFKC normalisation and case folding (NFKC, casefold, NFKC
+again, since folding can denormalise).  A *word* is a maximal run of letters, digits and
+combining marks; everything else separates words.  The full-text index stores the words of a
+text joined by single spaces and splits them again with SQLite's ``ascii`` tokenizer, which
+treats every non-ASCII character as part of a word and splits on ASCII punctuation and spaces:
+the words produced here never contain ASCII punctuation, so the index sees exactly these words.
+
+An object's body is a canonical JSON string; its *human text* is the string values of the
+fields a reader writes (a claim's statement, scope and assumptions; an evidence's content and
+its sources' labels and excerpts; …), never the JSON keys, the enumerated ``method``,
+``verdict`` and ``relation`` values, or 64-hex revision ids.  A reply's human text is its body.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+import orjson
+
+SNIPPET_CHARACTERS = 280
+MAX_WORD_CHARACTERS = 64
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_ASCII_UPPER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+# The fields of each kind's body that hold human text, in reading order.
+TEXT_FIELDS: dict[str, tuple[str, ...]] = {
+    "space": ("summary",),
+    "discussion": ("text",),
+    "document": ("text",),
+    "claim": ("statement", "scope", "assumptions"),
+    "evidence": ("content", "sources", "reproducibility"),
+    "assessment": ("rationale",),
+    "relationship": ("rationale",),
+    "proposal": ("title", "rationale", "body"),
+}
+# Inside nested values (sources, reproducibility, a proposed body) these keys are not text.
+_NOT_TEXT = frozenset(("method", "verdict", "relation", "status", "digest", "retrieved_at"))
+
+
+def normalise(text: str) -> str:
+    """NFKC and case folding."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+
+
+@cache
+def _word_pattern() -> re.Pattern[str]:
+    """Letters and digits (``[^\\W_]``) plus every combining mark (Unicode category M)."""
+    ranges: list[tuple[int, int]] = []
+    for plane_start, plane_end in ((0, 0x20000), (0xE0000, 0xE1000)):
+        start = -1
+        for cp in range(plane_start, plane_end):
+            is_mark = unicodedata.category(chr(cp))[0] == "M"
+            if is_mark and start < 0:
+                start = cp
+            elif not is_mark and start >= 0:
+                ranges.append((start, cp - 1))
+                start = -1
+        if start >= 0:
+            ranges.append((start, plane_end - 1))
+    marks = "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
+    return re.compile(f"(?:[^\\W_]|[{marks}])+")
+
+
+def words(text: str) -> list[str]:
+    """The normalised words of ``text`` (each at most 64 characters)."""
+    out = []
+    for w in _word_pattern().findall(normalise(text)):
+        out.append(w[:MAX_WORD_CHARACTERS].translate(_ASCII_UPPER))
+    return out
+
+
+def indexed(text: str) -> str:
+    """What the full-text index stores for ``text``."""
+    return " ".join(words(text))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        if not _HEX64.match(value):
+            yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for key in sorted(value):
+            if key not in _NOT_TEXT:
+                yield from _strings(value[key])
+
+
+def human_text(kind: str, body: str, decoded: Any = None) -> str:
+    """The text a reader wrote: a reply's body, or the text fields of an object's body."""
+    fields = TEXT_FIELDS.get(kind)
+    if fields is None:
+        return body
+    if decoded is None:
+        decoded = orjson.loads(body)
+    if not isinstance(decoded, dict):
+        return ""
+    parts: list[str] = []
+    for name in fields:
+        if name in decoded:
+            parts.extend(_strings(decoded[name]))
+    return "\n".join(parts)
+
+
+def snippet(kind: str, body: str, decoded: Any = None) -> str:
+    """The first 280 characters of the human text."""
+    return human_text(kind, body, decoded)[:SNIPPET_CHARACTERS]
