@@ -18,6 +18,7 @@ from alexandria import __version__
 from alexandria.errors import AlexandriaError
 
 COMMAND_MODULES = (
+    "alexandria.cli_participant",
     "alexandria.cli_operator",
 )
 
