@@ -451,6 +451,12 @@ def _check_proposal(state: StateView, base: RevisionFacts, body: Mapping[str, An
     if any(lk.relation == "merges" for lk in links):
         raise _refuse("proposed links carry no merges link", "RELATION_NOT_ALLOWED",
                       pointer="/body/links")
+    # "All link targets must already exist": a proposed link to nothing could never be merged
+    for i, lk in enumerate(links):
+        if state.revision(lk.target) is None:
+            raise _refuse(f"proposed link target {lk.target} does not exist",
+                          "LINK_TARGET_MISSING", pointer=f"/body/links/{i}/target",
+                          target=lk.target)
 
 
 def _check_merge(state: StateView, rec: Record, proposal: RevisionFacts) -> None:
