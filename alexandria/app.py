@@ -7,7 +7,15 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 
-from alexandria import catalogue_api, log, log_api, personal_api, read_api, write_api
+from alexandria import (
+    catalogue_api,
+    log,
+    log_api,
+    object_api,
+    personal_api,
+    read_api,
+    write_api,
+)
 from alexandria.http import EXCEPTION_HANDLERS
 from alexandria.library import Library
 
@@ -28,7 +36,7 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
 
     app = Starlette(
         routes=[*write_api.routes, *read_api.routes, *personal_api.routes, *log_api.routes,
-                *catalogue_api.routes],
+                *catalogue_api.routes, *object_api.routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
