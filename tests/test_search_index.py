@@ -1,0 +1,136 @@
+"""The catalogue's indexes: normalisation, human text, maintenance inside admission, rebuild."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+
+from alexandria import catalogue, search_index
+from alexandria.catalogue import CatalogueQuery
+from alexandria.search_text import human_text, normalise, snippet, words
+from tests.catalogue_support import catalogue as get_catalogue
+from tests.catalogue_support import content, document, publish_example, vote
+from tests.conftest import Api
+
+
+def test_normalise_and_words() -> None:
+    assert normalise("Straße ＡＢＣ ﬁ Ⅸ") == "strasse abc fi ix"
+    assert words("One-plus-one = TWO; e.g. café_au_lait") == [
+        "one", "plus", "one", "two", "e", "g", "café", "au", "lait"]
+    assert words("cafe\u0301") == ["café"]  # NFKC composes the mark
+    assert words("हिन्दी भाषा") == ["हिन्दी", "भाषा"]  # combining vowel signs stay in the word
+    assert words("日本語、テキスト") == ["日本語", "テキスト"]
+    assert words("x" * 100) == ["x" * 64]
+    assert words("-- !! ...") == []
+
+
+def test_human_text_of_each_kind() -> None:
+    claim = {"assumptions": ["A1", "A2"], "scope": "S", "statement": "St"}
+    assert human_text("claim", "", claim) == "St\nS\nA1\nA2"
+    evidence = {"claim": "ab" * 32, "content": "C", "method": "proof", "sources": [
+        {"label": "L", "url": "https://x.org/p", "digest": "cd" * 32, "excerpt": "E"}]}
+    assert human_text("evidence", "", evidence) == "C\nE\nL\nhttps://x.org/p"
+    assessment = {"claim": "ab" * 32, "evidence": [], "rationale": "R", "verdict": "open"}
+    assert human_text("assessment", "", assessment) == "R"
+    relationship = {"from": "ab" * 32, "to": "cd" * 32, "relation": "supports", "rationale": "R"}
+    assert human_text("relationship", "", relationship) == "R"
+    proposal = {"base": "ab" * 32, "title": "T", "rationale": "Why", "links": [],
+                "body": {"text": "Body"}}
+    assert human_text("proposal", "", proposal) == "T\nWhy\nBody"
+    assert human_text("reply", "plain reply") == "plain reply"
+    assert human_text("space", '{"summary":"Sum"}') == "Sum"
+    assert snippet("document", '{"text":"' + "y" * 400 + '"}') == "y" * 280
+
+
+async def _tables(api: Api) -> dict[str, Any]:
+    def read(conn: sqlite3.Connection) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for table, order in (("catalogue", "seq"), ("catalogue_counts", "kind, facet, author_id"),
+                             ("vote_values", "vote_root"), ("vote_totals", "author_id"),
+                             ("catalogue_actors", "id"),
+                             ("catalogue_terms", "term, doc, col, offset")):
+            out[table] = conn.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()
+        return out
+
+    return await api.library.storage.read(read)
+
+
+async def _publish_mix(api: Api) -> dict[str, str]:
+    names = await publish_example(api)
+    d = await api.publish("owner", document("Old words", "alpha beta"))
+    d2 = await api.publish("owner", document("New words", "gamma", previous=d["id"]))
+    v = await api.publish("peer", vote(d["id"], "1"))
+    await api.publish("peer", vote(d["id"], "-1", previous=v["id"]))
+    await api.publish("owner", vote(names["evidence"], "1"))
+    await api.publish("owner", content("reply", "Re", "a reply to the branch",
+                                       [("replies_to", names["branch"])]))
+    names["doc"], names["doc2"] = d["id"], d2["id"]
+    return names
+
+
+async def test_revision_replaces_the_head_everywhere(api: Api) -> None:
+    names = await _publish_mix(api)
+    assert (await get_catalogue(api, q="alpha"))["total"] == 0  # the old head left the index
+    found = await get_catalogue(api, q="gamma")
+    assert [i["id"] for i in found["items"]] == [names["doc2"]]
+    assert (await get_catalogue(api, q="words"))["total"] == 1
+    tables = await _tables(api)
+    docs = [row for row in tables["catalogue_counts"] if row[0] == "document" and row[2] == 0]
+    assert docs == [("document", "", 0, 2)]
+    assert len(tables["catalogue"]) == 13  # 11 example objects, the document and a reply
+
+
+async def test_incremental_index_equals_a_rebuild(api: Api) -> None:
+    await _publish_mix(api)
+    live = await _tables(api)
+    await api.library.storage.write(search_index.rebuild)
+    assert await _tables(api) == live
+
+
+async def test_a_stale_index_version_is_rebuilt_on_open(api: Api) -> None:
+    await _publish_mix(api)
+    live = await _tables(api)
+    storage = api.library.storage
+
+    def tamper(conn: sqlite3.Connection) -> None:
+        conn.execute("UPDATE meta SET value = 'catalogue/0' WHERE key = 'catalogue_index'")
+        conn.execute("DELETE FROM catalogue")
+        conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
+
+    await storage.write(tamper)
+    await storage.close()
+    await storage.open()
+    assert await _tables(api) == live
+    version = await storage.meta("catalogue_index")
+    assert version == search_index.INDEX_VERSION
+
+
+@pytest.mark.parametrize("sort", ["new", "top"])
+@pytest.mark.parametrize(
+    "query",
+    [{}, {"kind": "claim"}, {"method": "example"}, {"verdict": "supported"}, {"view": "feed"},
+     {"view": "current", "kind": "space"}],
+)
+async def test_pages_without_q_read_an_index_in_order(
+    api: Api, sort: str, query: dict[str, str]
+) -> None:
+    """No temporary sort and no full-table count: the page is an ordered index range."""
+    await publish_example(api)
+    captured: list[str] = []
+
+    def read(conn: sqlite3.Connection) -> None:
+        conn.set_trace_callback(captured.append)
+        try:
+            catalogue.find(conn, CatalogueQuery(sort=sort, **query))  # type: ignore[arg-type]
+        finally:
+            conn.set_trace_callback(None)
+        for sql in captured:
+            if "FROM catalogue " in sql:
+                plan = " ".join(str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql))
+                assert "TEMP B-TREE" not in plan, plan
+            assert "count(" not in sql
+
+    await api.library.storage.read(read)
+    assert any("FROM catalogue " in sql for sql in captured)
