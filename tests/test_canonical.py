@@ -1,0 +1,112 @@
+"""Canonical form: the orjson fast paths of ``canonical`` and ``canonical_parsed`` produce exactly
+the bytes of the reference RFC 8785 encoder (``rfc8785``) on a generated corpus — including
+non-ASCII and non-BMP keys (JCS sorts keys by UTF-16 code units, not by code points), control
+characters and the integer bounds — and strict parsing refuses what has no canonical form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from alexandria.canonical import (
+    MAX_SAFE_INTEGER,
+    canonical,
+    canonical_parsed,
+    find_float,
+    parse_json,
+    reference_canonical,
+)
+from alexandria.errors import AlexandriaError, NotCanonical, UnsafeNumber
+
+# every Unicode scalar value (no lone surrogates: they have no UTF-8 encoding), weighted towards
+# the places where encoders differ: controls, the BMP's top, astral planes
+CHARS = st.one_of(
+    st.characters(codec="utf-8"),
+    st.characters(max_codepoint=0x7F),
+    st.characters(min_codepoint=0xD7F0, max_codepoint=0xFFFF, codec="utf-8"),
+    st.characters(min_codepoint=0x10000),
+    st.sampled_from(['"', "\\", "/", "\b", "\f", "\n", "\r", "\t", "\x00", "\x1f", "\x7f",
+                     "\u2028", "\u2029", "\ufeff", "\U0001f600", "\U0010ffff"]),
+)
+TEXT = st.text(CHARS, max_size=12)
+KEYS = st.one_of(TEXT, st.sampled_from(["a", "b", "aa", "", "\ufb33", "\U0001f600", "\uffff",
+                                        "\U00010000", "é", "E"]))
+INTS = st.one_of(
+    st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER),
+    st.sampled_from([0, -1, MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER, 2**31, -(2**31), 10**15]),
+)
+SCALARS = st.one_of(st.none(), st.booleans(), INTS, TEXT)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(KEYS, inner, max_size=6)),
+    max_leaves=30,
+)
+
+
+def reference(value: Any) -> bytes:
+    return bytes(rfc8785.dumps(value))
+
+
+@settings(max_examples=400, deadline=None)
+@given(JSON)
+@example({"\U00010000": 1, "\uffff": 2})  # UTF-16 order puts the astral key first
+@example({"\ufb33": 1, "\U0001f600": 2, "a": 3})
+@example({"b": [1, {"\u00e9": None, "E": True}], "a": "\x7f\u2028\x00"})
+@example([MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER, "\U0010ffff"])
+def test_canonical_equals_the_reference_encoder(value: Any) -> None:
+    expected = reference(value)
+    assert canonical(value) == expected
+    assert reference_canonical(value) == expected
+    # the parsed-value fast path, on the value as the server parses it from any spelling
+    assert canonical_parsed(parse_json(expected)) == expected
+    assert parse_json(expected) == value
+    assert find_float(parse_json(expected)) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(KEYS, SCALARS, min_size=2, max_size=8))
+def test_keys_sort_by_utf16_code_units(value: dict[str, Any]) -> None:
+    data = canonical(value)
+    order = [k for k in parse_json(data)]
+    assert order == sorted(value, key=lambda k: k.encode("utf-16-be"))
+
+
+@pytest.mark.parametrize("value", [1.5, [0.0], {"a": -2.5}, MAX_SAFE_INTEGER + 1,
+                                   {"a": [-MAX_SAFE_INTEGER - 1]}, 10**30])
+def test_floats_and_unsafe_integers_have_no_canonical_form(value: Any) -> None:
+    for encode in (canonical, reference_canonical):
+        with pytest.raises(UnsafeNumber):
+            encode(value)
+    # ``canonical_parsed`` takes values from ``parse_json``, where a float is a marker
+    if isinstance(value, int):
+        with pytest.raises(UnsafeNumber):
+            canonical_parsed(value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b'{"a":1,"a":2}', b"NaN", b"[Infinity]", b"-Infinity", b"{", b"", b"[1,]", b"'a'",
+     b'{"a":1}x', b"\xff"],
+)
+def test_strict_parsing_refuses_non_json(text: bytes) -> None:
+    with pytest.raises(NotCanonical):
+        parse_json(text)
+
+
+@pytest.mark.parametrize("text", [b"1.5", b"[1e3]", b'{"a":{"b":[0,-0.0]}}'])
+def test_parsed_floats_are_found_not_rounded(text: bytes) -> None:
+    value = parse_json(text)
+    assert find_float(value) is not None
+    with pytest.raises(AlexandriaError):
+        canonical_parsed(value)
+
+
+def test_lone_surrogates_have_no_canonical_form() -> None:
+    value = parse_json(b'{"a":"\\ud800"}')
+    for encode in (canonical, canonical_parsed):
+        with pytest.raises(NotCanonical):
+            encode(value)
