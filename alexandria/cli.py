@@ -20,6 +20,7 @@ from alexandria.errors import AlexandriaError
 COMMAND_MODULES = (
     "alexandria.cli_participant",
     "alexandria.cli_operator",
+    "alexandria.cli_log",
 )
 
 EXIT_FAILURE = 1

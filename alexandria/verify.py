@@ -13,12 +13,12 @@ at the first failure, a typed :class:`VerificationFailed` naming the sequence an
       contribution ``admission.prepare`` — envelope and record shape, the worker certificate
       signed by its authority, the proof over ``JCS(record)``, scope, content schema; the leaf
       must be the canonical form of what was parsed (a flipped byte fails here);
-   d. replay: the server's own admission code (``SqliteStorage`` with ``rules.py``) on a ledger
-      replayed from empty, with the recorded ``admitted_at`` as the clock: authority
-      certificates and revocations against the pinned genesis, the authority chain of every
-      contribution (admitted native-application authority, validity windows, revocations), every
-      state rule, the timestamp rules; the entry must be admitted as new, with exactly this
-      sequence, ``admitted_at`` and type;
+   d. replay: the server's admission rules (``admission.decide`` → ``rules.py``, the very
+      functions the server runs) against a ledger replayed from empty (:class:`Ledger`), with
+      the recorded ``admitted_at`` as the clock: authority certificates and revocations against
+      the pinned genesis, the authority chain of every contribution (admitted
+      native-application authority, validity windows, revocations), every state rule, the
+      timestamp rules; the entry must be new (not a duplicate) and of the recorded type;
    e. its leaf hash extends the recomputed RFC 6962 tree (the same nodes the server stores);
 3. every checkpoint, where it stands (right after leaf ``S``):
    a. the line is canonical, the note parses, its origin is the genesis origin, its size is
@@ -37,45 +37,43 @@ authority certificates involved) in that checkpoint's tree.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sqlite3
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from alexandria import log, merkle
-from alexandria.admission import Candidate, prepare
+from alexandria.admission import Candidate, decide, prepare
 from alexandria.canonical import canonical, parse_json
 from alexandria.checkpoint import CheckpointError, key_id, parse_checkpoint, verify_checkpoint
-from alexandria.errors import AlexandriaError
+from alexandria.errors import AlexandriaError, BadRequest, Forbidden
 from alexandria.export import EXPORT_FORMAT, Fetch
 from alexandria.records import revision_id
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.storage import Admitted
+from alexandria.rules import ObjectFacts, RevisionFacts
 from alexandria.timestamps import parse_ms
 from alexandria.trust import (
+    AUTHORITY_FORMAT,
     AuthorityCertificate,
     Genesis,
     document_name,
     parse_revocation,
 )
 
-BATCH = 256
+AHEAD = 1024  # lines checked ahead of the replay
 _TAIL = re.compile(
     rb',"sequence":(0|[1-9][0-9]{0,15}),"type":"(contribution|certificate|revocation)"}'
 )
 _ENTRY_HEAD = b'{"admitted_at":"'
 
 Progress = Callable[[int, int], None]
-Items = list["Future[_Entry | _CheckpointLine]"]
 """``progress(leaves_done, leaves_total)``."""
 
 
@@ -247,6 +245,170 @@ def read_header(line: bytes, pin: str) -> tuple[Genesis, int]:
 # --- the replayed ledger ---------------------------------------------------------------------
 
 
+class Ledger:
+    """A ledger replayed from empty: the ``rules.StateView`` the rules ask, in memory, and the
+    RFC 6962 perfect nodes and record bytes in a temporary SQLite file (so memory stays small).
+
+    What it stores after each admission mirrors ``SqliteStorage._store_contribution`` and
+    ``_admit_authority`` for exactly the facts the rules read (revisions, objects and their
+    heads, votes, authority certificates, revocations); ``tests/test_verify.py`` checks that a
+    replay of a server's log ends in the same objects, heads and votes as the server's tables.
+    """
+
+    def __init__(self, genesis: Genesis, path: Path) -> None:
+        self.genesis = genesis
+        self.size = 0
+        self.last_ms = 0
+        self._revisions: dict[str, tuple[int, str, str, str, int]] = {}
+        self._objects: dict[str, ObjectFacts] = {}
+        self._votes: dict[tuple[str, str], str] = {}
+        self._authorities: dict[str, list[tuple[int, AuthorityCertificate]]] = {}
+        self._revocations: dict[str, set[str]] = {}
+        self._authority_leaves: set[bytes] = set()
+        self._frontier: dict[tuple[int, int], bytes] = {}
+        self._nodes: list[merkle.Node] = []
+        self._records: dict[int, bytes] = {}
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.executescript(
+            "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;"
+            " CREATE TABLE records(sequence INTEGER PRIMARY KEY, record BLOB NOT NULL);"
+            " CREATE TABLE merkle(level INTEGER NOT NULL, idx INTEGER NOT NULL,"
+            " hash BLOB NOT NULL, PRIMARY KEY(level, idx)) WITHOUT ROWID;"
+        )
+
+    def close(self) -> None:
+        self.db.close()
+
+    # rules.StateView
+
+    def revision(self, rev: str) -> RevisionFacts | None:
+        found = self._revisions.get(rev)
+        if found is None:
+            return None
+        seq, root, kind, author, ms = found
+        return RevisionFacts(rev, root, kind, author, ms, lambda: self._record(seq))
+
+    def object(self, root: str) -> ObjectFacts | None:
+        return self._objects.get(root)
+
+    def vote_of(self, author: str, target_root: str) -> ObjectFacts | None:
+        root = self._votes.get((author, target_root))
+        return None if root is None else self._objects[root]
+
+    def authorities(self, key: str) -> Sequence[tuple[int, AuthorityCertificate]]:
+        return self._authorities.get(key, [])
+
+    def revoked(self, key: str, issuer: str | None) -> bool:
+        by = self._revocations.get(key)
+        return by is not None and ("root" in by or (issuer is not None and issuer in by))
+
+    def log_keys(self) -> list[str]:
+        return [k for k, certs in self._authorities.items()
+                if any(log.LOG_ROLE in c.roles for _s, c in certs)]
+
+    # admission
+
+    def _record(self, seq: int) -> dict[str, Any]:
+        data = self._records.get(seq)
+        if data is None:
+            data = self.db.execute(
+                "SELECT record FROM records WHERE sequence = ?", (seq,)).fetchone()[0]
+        value: dict[str, Any] = orjson.loads(data)
+        return value
+
+    def _append(self, leaf: bytes, admitted_ms: int) -> int:
+        """The next leaf: its perfect nodes, left siblings served from the frontier."""
+        seq = self.size + 1
+        for node in merkle.append_nodes(self.size, merkle.leaf_hash(leaf), self._sibling):
+            self._nodes.append(node)
+            if not node[1] & 1:  # a left child: its right sibling will need it
+                self._frontier[(node[0], node[1])] = node[2]
+        self.size = seq
+        self.last_ms = admitted_ms
+        return seq
+
+    def _sibling(self, level: int, idx: int) -> bytes:
+        return self._frontier.pop((level, idx))
+
+    def admit_contribution(self, cand: Candidate, leaf: bytes, now: int) -> None:
+        """``SqliteStorage._admit``, for a new entry: the rules (``admission.decide``), then
+        the facts the rules will ask about later."""
+        rec = cand.record
+        if rec.id in self._revisions:
+            if cand.deferred is not None:
+                raise cand.deferred
+            raise AlreadyAdmitted(self._revisions[rec.id][0])
+        v = decide(self, cand, now)
+        seq = self._append(leaf, now)
+        self._records[seq] = rec.canonical
+        self._revisions[v.id] = (seq, v.root, v.kind, v.author, rec.authored_ms)
+        if v.previous:
+            self._objects[v.root] = replace(self._objects[v.root], head=v.id)
+        else:
+            self._objects[v.root] = ObjectFacts(v.root, v.kind, v.author, v.id, v.depth,
+                                                v.feed_links)
+            if v.vote_target:
+                self._votes[(v.author, v.vote_target)] = v.root
+
+    def admit_authority(self, document: Any, leaf: bytes, now: int) -> str:
+        """``SqliteStorage._admit_authority``: the document's type once admitted."""
+        name = document_name(document)
+        if leaf in self._authority_leaves:
+            raise AlreadyAdmitted(0)
+        if name == "certificate":
+            payload = document["certificate"]
+            if isinstance(payload, dict) and payload.get("format") != AUTHORITY_FORMAT:
+                raise BadRequest(f"only {AUTHORITY_FORMAT} documents are admitted",
+                                 "NOT_AN_AUTHORITY_DOCUMENT")
+            cert = AuthorityCertificate.from_document(document, self.genesis)
+            if self.revoked(cert.key, None):
+                raise Forbidden("that key was revoked by root", "AUTHORITY_REVOKED",
+                                key=cert.key)
+            seq = self._append(leaf, now)
+            self._authorities.setdefault(cert.key, []).append((seq, cert))
+        elif name == "revocation":
+
+            def is_authority(key: str) -> bool:
+                return not self.revoked(key, None) and any(
+                    "native-application" in a.roles and a.valid_at(now)
+                    for _seq, a in self.authorities(key)
+                )
+
+            rev = parse_revocation(document, self.genesis, is_authority)
+            self._append(leaf, now)
+            self._revocations.setdefault(rev.key, set()).add(rev.signer)
+        else:
+            raise BadRequest(f"a {name!r} document is not admitted into the log",
+                             "BAD_DOCUMENT")
+        self._authority_leaves.add(leaf)
+        return name
+
+    # the tree
+
+    def flush(self) -> None:
+        """Write the pending nodes and records (once per batch)."""
+        self.db.execute("BEGIN")
+        self.db.executemany("INSERT INTO merkle(level, idx, hash) VALUES (?, ?, ?)",
+                            self._nodes)
+        self.db.executemany("INSERT INTO records(sequence, record) VALUES (?, ?)",
+                            self._records.items())
+        self.db.execute("COMMIT")
+        self._nodes.clear()
+        self._records.clear()
+
+    def nodes(self) -> merkle.GetNode:
+        self.flush()
+        return log.node_reader(self.db)
+
+
+class AlreadyAdmitted(AlexandriaError):
+    default_code = "DUPLICATE_ENTRY"
+
+    def __init__(self, first: int) -> None:
+        where = f" at sequence {first}" if first else ""
+        super().__init__(f"the same document was already admitted{where}", first=first)
+
+
 @dataclass
 class _CheckpointState:
     size: int = 0
@@ -284,38 +446,16 @@ class Summary:
 
 
 class _Replay:
-    """Steps 2b, 2d, 2e and 3b–3d, run in order on the writer thread of a private
-    ``SqliteStorage``: the very admission code and rules the server runs."""
+    """Steps 2a (order), 2b, 2d, 2e and 3 on the replayed ledger, in log order."""
 
-    def __init__(self, storage: SqliteStorage) -> None:
-        self.storage = storage
-        self.stopped = False  # after a failure, batches still queued do nothing
-        self.size = 0
-        self.last_ms = 0
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
         self.checkpoint = _CheckpointState()
         self.summary = Summary()
-        self._now = 0
-        storage.clock = lambda: self._now
 
-    def apply(self, conn: sqlite3.Connection, items: Items) -> None:
-        if self.stopped:
-            return
-        try:
-            self._apply(conn, items)
-        except BaseException:
-            self.stopped = True
-            raise
-
-    def _apply(self, conn: sqlite3.Connection, items: Items) -> None:
-        for fut in items:
-            item = fut.result()
-            if isinstance(item, _Entry):
-                self._entry(conn, item)
-            else:
-                self._checkpoint(conn, item)
-
-    def _entry(self, conn: sqlite3.Connection, e: _Entry) -> None:
-        expected = self.size + 1
+    def entry(self, e: _Entry) -> None:
+        ledger = self.ledger
+        expected = ledger.size + 1
         # 2a
         if e.sequence != expected:
             raise EntryOutOfOrder(
@@ -323,50 +463,34 @@ class _Replay:
                 found=e.sequence,
             )
         # 2b
-        if e.admitted_ms < self.last_ms:
+        if e.admitted_ms < ledger.last_ms:
             raise EntryOutOfOrder(expected, "2b", "admitted_at is before the previous entry's",
                                   "ADMITTED_AT_ORDER")
         # 2c
         if e.error is not None:
             raise e.error
-        # 2d
-        self._now = e.admitted_ms
+        # 2d, 2e
         try:
             if e.candidate is not None:
-                done = self.storage._admit(conn, e.candidate, False)
-                assert isinstance(done, Admitted)
-                created, seq = done.created, done.sequence
+                ledger.admit_contribution(e.candidate, e.leaf, e.admitted_ms)
                 self.summary.contributions += 1
             else:
-                name = document_name(e.document)
-                res = self.storage._admit_authority(conn, e.document)
-                created, seq = res.created, res.sequence
+                name = ledger.admit_authority(e.document, e.leaf, e.admitted_ms)
+                if name != e.kind:
+                    raise EntryMalformed(expected, "2d", f"a {name} recorded as a {e.kind}",
+                                         "TYPE_MISMATCH")
                 if name == "certificate":
                     self.summary.certificates += 1
                 else:
                     self.summary.revocations += 1
+        except VerificationFailed:
+            raise
         except AlexandriaError as exc:
             raise _refused(expected, "2d", exc) from exc
-        if not created:
-            raise EntryRefused(expected, "2d", f"the same document was already admitted at"
-                               f" sequence {seq}", "DUPLICATE_ENTRY", first=seq)
-        kind, admitted_at, leaf_hash = conn.execute(
-            "SELECT type, admitted_at, leaf_hash FROM log WHERE sequence = ?", (seq,)
-        ).fetchone()
-        if seq != expected or kind != e.kind or admitted_at != e.admitted_at:
-            raise EntryRefused(
-                expected, "2d", f"the replay admits it as {kind} {seq} at {admitted_at}, the"
-                f" export says {e.kind} {e.sequence} at {e.admitted_at}", "ADMISSION_MISMATCH",
-            )
-        # 2e (the replay's _append_leaf stored the node hashes; the leaf must be these bytes)
-        if bytes(leaf_hash) != merkle.leaf_hash(e.leaf):
-            raise EntryMalformed(expected, "2e", "the leaf hash differs from the replayed leaf's",
-                                 "LEAF_MISMATCH")
-        self.size = expected
-        self.last_ms = e.admitted_ms
 
-    def _checkpoint(self, conn: sqlite3.Connection, c: _CheckpointLine) -> None:
-        at = self.size
+    def checkpoint_line(self, c: _CheckpointLine) -> None:
+        ledger = self.ledger
+        at = ledger.size
         if c.error is not None:
             raise c.error
         prev = self.checkpoint
@@ -378,9 +502,9 @@ class _Replay:
             raise CheckpointFailed(at, "3a", f"a second checkpoint of size {c.size}",
                                    "CHECKPOINT_DUPLICATE")
         # 3b
-        signer = self._signer(conn, c)
+        signer = self._signer(c)
         # 3c
-        get = log.node_reader(conn)
+        get = ledger.nodes()
         root = merkle.root_hash(at, get)
         if root != c.root:
             raise CheckpointFailed(
@@ -399,19 +523,13 @@ class _Replay:
         prev.count += 1
         prev.keys.add(signer)
 
-    def _signer(self, conn: sqlite3.Connection, c: _CheckpointLine) -> str:
+    def _signer(self, c: _CheckpointLine) -> str:
         """3b: the log key that signed ``c``, certified as of leaf ``c.size``."""
-        at = self.size
-        origin = self.storage.genesis.origin
-        view = self.storage._view(conn)
-        candidates: list[str] = [
-            str(k) for (k,) in conn.execute(
-                "SELECT DISTINCT key FROM authorities WHERE roles LIKE '%\"log\"%'"
-            )
-        ]
+        ledger = self.ledger
+        at, origin = ledger.size, ledger.genesis.origin
         _cp, sigs = parse_checkpoint(c.note)
         ids = {kid for kid, _sig in sigs}
-        for key in candidates:
+        for key in ledger.log_keys():
             if key_id(origin, bytes.fromhex(key)) not in ids:
                 continue
             try:
@@ -419,8 +537,8 @@ class _Replay:
             except CheckpointError as exc:
                 raise CheckpointFailed(at, "3b", exc.message, "CHECKPOINT_SIGNATURE") from exc
             try:
-                log.check_log_key(view.authorities(key), view.revoked(key, None), key,
-                                  self.last_ms)
+                log.check_log_key(ledger.authorities(key), ledger.revoked(key, None), key,
+                                  ledger.last_ms)
             except AlexandriaError as exc:
                 raise CheckpointFailed(at, "3b", exc.message, exc.code, key=key) from exc
             return key
@@ -436,10 +554,14 @@ def _lines(source: Iterable[bytes]) -> Iterator[bytes]:
         yield line[:-1] if line.endswith(b"\n") else line
 
 
-async def verify_export_async(
+def verify_export(
     source: Iterable[bytes], pin: str, *, workers: int = 2, progress: Progress | None = None,
     workdir: str | None = None,
 ) -> Summary:
+    """Verify an export (an iterable of its lines); raise ``VerificationFailed`` at the first
+    failure, return a summary when everything holds.  ``workers`` threads run the stateless
+    checks ahead of the replay (Ed25519 verification releases the GIL); 0 runs everything on
+    the calling thread."""
     started = time.perf_counter()
     lines = _lines(source)
     first = next(lines, None)
@@ -447,19 +569,17 @@ async def verify_export_async(
         raise HeaderInvalid(0, "1", "the export is empty")
     genesis, size = read_header(first, pin)
     with tempfile.TemporaryDirectory(prefix="alexandria-verify-", dir=workdir) as tmp:
-        storage = SqliteStorage(Path(tmp) / "replay.db", genesis)
-        await storage.open()
-        replay = _Replay(storage)
+        ledger = Ledger(genesis, Path(tmp) / "replay.db")
+        replay = _Replay(ledger)
         try:
             with ThreadPoolExecutor(max(1, workers), thread_name_prefix="verify") as pool:
-                await _drive(lines, genesis, size, pool, storage, replay, progress)
+                _drive(lines, genesis, size, pool.submit if workers else _inline, replay,
+                       progress)
             summary = replay.summary
-            summary.size = replay.size
-            summary.root = await storage.read(
-                lambda conn: merkle.root_hash(replay.size, log.node_reader(conn)).hex()
-            )
+            summary.size = ledger.size
+            summary.root = merkle.root_hash(ledger.size, ledger.nodes()).hex()
         finally:
-            await storage.close()
+            ledger.close()
     summary.checkpoints = replay.checkpoint.count
     summary.checkpoint_size = replay.checkpoint.size
     summary.log_keys = sorted(replay.checkpoint.keys)
@@ -467,60 +587,56 @@ async def verify_export_async(
     return summary
 
 
-async def _drive(
-    lines: Iterator[bytes], genesis: Genesis, size: int, pool: ThreadPoolExecutor,
-    storage: SqliteStorage, replay: _Replay, progress: Progress | None,
+def _inline(fn: Callable[..., _Entry | _CheckpointLine], *args: Any) -> Future[Any]:
+    """``submit`` without threads (``workers=0``): everything on the calling thread."""
+    fut: Future[Any] = Future()
+    fut.set_result(fn(*args))
+    return fut
+
+
+def _drive(
+    lines: Iterator[bytes], genesis: Genesis, size: int,
+    submit: Callable[..., Future[Any]], replay: _Replay, progress: Progress | None,
 ) -> None:
-    """Read ahead in batches, check lines on the pool, replay batches in order; at most a few
-    batches in flight so memory stays bounded."""
-    in_flight: deque[asyncio.Future[None]] = deque()
-    position = 0  # leaves read so far
+    """Submit the stateless checks of up to ``AHEAD`` lines ahead, consume them in order."""
+    ahead: deque[Future[_Entry | _CheckpointLine]] = deque()
+    position = 0  # entry lines read so far
     origin = genesis.origin
-
-    def done_one() -> None:
-        if progress is not None:
-            progress(replay.size, size)
-
-    def job(items: Items) -> Callable[[sqlite3.Connection], None]:
-        return lambda conn: replay.apply(conn, items)
-
+    ledger = replay.ledger
     try:
-        while True:
-            batch: Items = []
-            for line in lines:
-                if line.startswith(b'{"checkpoint"'):
-                    batch.append(pool.submit(_prepare_checkpoint, line, position, origin))
-                else:
-                    position += 1
-                    if position > size:
-                        raise ExportIncomplete(position, "4", f"more entries than the {size}"
-                                               " the header announces", "EXPORT_TOO_LONG")
-                    batch.append(pool.submit(_prepare_entry, line, position, genesis))
-                if len(batch) >= BATCH:
-                    break
-            if not batch:
-                break
-            in_flight.append(asyncio.ensure_future(storage.write(job(batch))))
-            while len(in_flight) > 2:
-                await in_flight.popleft()
-                done_one()
-        while in_flight:
-            await in_flight.popleft()
-            done_one()
+        for line in lines:
+            if line.startswith(b'{"checkpoint"'):
+                ahead.append(submit(_prepare_checkpoint, line, position, origin))
+            else:
+                position += 1
+                if position > size:
+                    raise ExportIncomplete(position, "4", f"more entries than the {size} the"
+                                           " header announces", "EXPORT_TOO_LONG")
+                ahead.append(submit(_prepare_entry, line, position, genesis))
+            if len(ahead) >= AHEAD:
+                _consume(replay, ahead, AHEAD // 2)
+                if progress is not None:
+                    progress(ledger.size, size)
+        _consume(replay, ahead, 0)
     finally:
-        if in_flight:  # a failure: let what is queued finish (it does nothing) before closing
-            replay.stopped = True
-            await asyncio.gather(*in_flight, return_exceptions=True)
+        for fut in ahead:
+            fut.cancel()
+    if progress is not None:
+        progress(ledger.size, size)
     # 4
-    if replay.size != size:
-        raise ExportIncomplete(replay.size + 1, "4", f"the export ends after {replay.size} of"
+    if ledger.size != size:
+        raise ExportIncomplete(ledger.size + 1, "4", f"the export ends after {ledger.size} of"
                                f" the {size} entries its header announces")
 
 
-def verify_export(source: Iterable[bytes], pin: str, **options: Any) -> Summary:
-    """Verify an export (an iterable of its lines); raise ``VerificationFailed`` at the first
-    failure, return a summary when everything holds."""
-    return asyncio.run(verify_export_async(source, pin, **options))
+def _consume(replay: _Replay, ahead: deque[Future[_Entry | _CheckpointLine]], keep: int) -> None:
+    while len(ahead) > keep:
+        item = ahead.popleft().result()
+        if isinstance(item, _Entry):
+            replay.entry(item)
+        else:
+            replay.checkpoint_line(item)
+    replay.ledger.flush()
 
 
 # --- one entry against a checkpoint ----------------------------------------------------------

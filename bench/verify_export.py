@@ -1,0 +1,258 @@
+"""Offline verification of a log export: entries per second, beside the raw Ed25519 rate.
+
+    .venv/bin/python -m bench.verify_export [--entries 100000] [--dir DIR] [--workers 1 2]
+
+Builds (once, cached in ``--dir``) a library of ``--entries`` admitted entries through the real
+admission code: spaces, nested spaces, claims, documents, discussions about claims, replies,
+evidence, assessments, claim revisions and votes (changed by revising them), from 8
+participants, with a checkpoint signed every 1,000 entries.  It exports the database to JSON
+Lines (``alexandria export --db``) and runs the whole verifier (``alexandria verify``) on that
+file for each ``--workers`` value.
+
+The raw rate is ``cryptography``'s Ed25519 verification of the export's own proofs over their
+records, keys already loaded: one signature per contribution is the floor of any verifier.
+Figures on a shared machine are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from alexandria import export, log, verify
+from alexandria.admission import prepare
+from alexandria.bootstrap import Founding, Participant, found_library
+from alexandria.canonical import canonical, sha256_hex
+from alexandria.serve import write_json
+from alexandria.sqlite_store import SqliteStorage
+from alexandria.timestamps import format_ms, parse_ms
+
+SEED = b"bench-verify-export"
+T0 = "2026-01-01T00:00:00.000Z"
+CHECKPOINT_EVERY = 1000
+WORDS = [
+    "evidence", "measure", "theorem", "sample", "archive", "method", "source", "claim",
+    "result", "model", "prime", "field", "record", "curve", "theory", "review", "error",
+    "signal", "protocol", "ledger", "library", "proof", "vector", "bound",
+]
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
+
+
+class Generator:
+    """Rule-valid contributions, with enough state to keep revisions and votes valid."""
+
+    def __init__(self, founding: Founding, rng: random.Random) -> None:
+        self.f = founding
+        self.rng = rng
+        self.people = [founding.enroll(f"p{i}") for i in range(8)]
+        self.spaces: list[str] = []
+        self.claims: list[tuple[str, Participant]] = []  # (root, author)
+        self.heads: dict[str, str] = {}  # root -> head
+        self.discussions: list[str] = []
+        self.replies: list[str] = []
+        self.evidence: dict[str, list[str]] = {}  # claim head -> evidence ids
+        self.votes: dict[tuple[str, str], tuple[str, int]] = {}  # (actor, target) -> (head, v)
+        self.targets: list[str] = []
+        self.parent_of: dict[str, str] = {}  # claim root -> its space
+
+    def next(self, authored_at: str) -> tuple[dict[str, Any], str, str]:
+        """An envelope, and the name of the object it creates or revises and its root."""
+        rng, people = self.rng, self.people
+        p = rng.choice(people)
+        if len(self.spaces) < 4 or rng.random() < 0.01:
+            links = []
+            if self.spaces and rng.random() < 0.5:
+                links = [{"relation": "contained_in", "target": rng.choice(self.spaces)}]
+            return self._new(p, "space", {"summary": _text(rng, 30)}, links, authored_at)
+        r = rng.random()
+        space = rng.choice(self.spaces)
+        if r < 0.18 or not self.claims:
+            body = {"statement": _text(rng, 40), "scope": _text(rng, 12),
+                    "assumptions": [_text(rng, 6) for _ in range(rng.randint(0, 3))]}
+            return self._new(p, "claim", body,
+                             [{"relation": "contained_in", "target": space}], authored_at)
+        if r < 0.26:
+            return self._new(p, "document", {"text": _text(rng, 150)},
+                             [{"relation": "contained_in", "target": space}], authored_at)
+        if r < 0.36:
+            claim = rng.choice(self.claims)[0]
+            return self._new(p, "discussion", {"text": _text(rng, 60)},
+                             [{"relation": "about", "target": self.heads[claim]}], authored_at)
+        if r < 0.56 and self.discussions:
+            parent = rng.choice(self.discussions + self.replies[-50:])
+            return self._new(p, "reply", _text(rng, 50),
+                             [{"relation": "replies_to", "target": parent}], authored_at)
+        if r < 0.64:
+            claim = self.heads[rng.choice(self.claims)[0]]
+            body = {"method": rng.choice(["proof", "example", "observation", "source"]),
+                    "content": _text(rng, 50), "claim": claim, "sources": []}
+            if body["method"] == "source":
+                body["sources"] = [{"label": _text(rng, 4),
+                                    "url": f"https://example.org/{rng.randrange(10**6)}"}]
+            return self._new(p, "evidence", body,
+                             [{"relation": "evidence_for", "target": claim}], authored_at)
+        if r < 0.68:
+            claim = self.heads[rng.choice(self.claims)[0]]
+            ev = self.evidence.get(claim, [])[:3]
+            body = {"claim": claim, "verdict": "supported" if ev else "open",
+                    "evidence": ev, "rationale": _text(rng, 30)}
+            return self._new(p, "assessment", body,
+                             [{"relation": "assesses", "target": claim}], authored_at)
+        if r < 0.74:
+            root, author = rng.choice(self.claims)
+            body = {"statement": _text(rng, 40), "scope": _text(rng, 12), "assumptions": []}
+            env = author.envelope(self.f.genesis, {
+                "kind": "claim", "title": _text(rng, 5), "body": body,
+                "links": [{"relation": "contained_in", "target": self.parent_of[root]}],
+                "previous": self.heads[root]}, authored_at)
+            rid = sha256_hex(canonical(env["record"]))
+            self.heads[root] = rid
+            return env, "claim-revision", root
+        target = rng.choice(self.targets)
+        key = (p.actor, target)
+        previous, value = self.votes.get(key, ("", 0))
+        value = rng.choice([v for v in (-1, 0, 1) if v != value]) if previous else 1
+        env = p.envelope(self.f.genesis, {
+            "kind": "vote", "title": "Vote", "body": str(value),
+            "links": [{"relation": "votes_on", "target": target}], "previous": previous,
+        }, authored_at)
+        self.votes[key] = (sha256_hex(canonical(env["record"])), value)
+        return env, "vote", target
+
+    def _new(self, p: Participant, kind: str, body: Any, links: list[dict[str, str]],
+             authored_at: str) -> tuple[dict[str, Any], str, str]:
+        env = p.envelope(self.f.genesis, {"kind": kind, "title": _text(self.rng, 6),
+                                          "body": body, "links": links, "previous": ""},
+                         authored_at)
+        rid = sha256_hex(canonical(env["record"]))
+        self.heads[rid] = rid
+        if kind == "space":
+            self.spaces.append(rid)
+            self.targets.append(rid)
+        elif kind == "claim":
+            self.claims.append((rid, p))
+            self.parent_of[rid] = links[0]["target"]
+            self.targets.append(rid)
+        elif kind == "discussion":
+            self.discussions.append(rid)
+            self.targets.append(rid)
+        elif kind == "reply":
+            self.replies.append(rid)
+        elif kind == "evidence":
+            self.evidence.setdefault(body["claim"], []).append(rid)
+        return env, kind, rid
+
+
+async def _build(directory: Path, entries: int) -> None:
+    founding = found_library(seed=SEED, created_at=T0)
+    gen = Generator(founding, random.Random(7))
+    storage = SqliteStorage(directory / "library.db", founding.genesis)
+    clock = [parse_ms("2026-02-01T00:00:00.000Z") or 0]
+    storage.clock = lambda: clock[0]
+    await storage.open()
+    try:
+        for doc in founding.authority_documents():
+            await storage.admit_authority(doc)
+        done = 2
+        while done < entries:
+            # admitted together in one group commit, in order: later envelopes of a batch may
+            # refer to earlier ones, which the writer has stored by the time it reaches them
+            batch = []
+            for _ in range(min(250, entries - done, CHECKPOINT_EVERY - done % CHECKPOINT_EVERY)):
+                clock[0] += 20
+                batch.append(prepare(orjson.dumps(gen.next(format_ms(clock[0] - 5))[0]),
+                                     founding.genesis))
+            await asyncio.gather(*(storage.admit(c) for c in batch))
+            done += len(batch)
+            if done % CHECKPOINT_EVERY == 0:
+                await storage.write(
+                    lambda conn: log.sign_checkpoint_now(conn, storage, founding.log_key)
+                )
+            print(f"\rbuilding {done:,}/{entries:,}", end="", file=sys.stderr, flush=True)
+        await storage.write(lambda conn: log.sign_checkpoint_now(conn, storage, founding.log_key))
+        print(file=sys.stderr)
+    finally:
+        await storage.close()
+    write_json(directory / "genesis.json", founding.genesis_document)
+
+
+def build(directory: Path, entries: int) -> Path:
+    """The export file of a library of ``entries`` entries, built once."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / f"export-{entries}.jsonl"
+    if out.exists():
+        return out
+    db = directory / "library.db"
+    for stale in directory.glob("library.db*"):
+        stale.unlink()
+    t = time.perf_counter()
+    asyncio.run(_build(directory, entries))
+    print(f"built {entries:,} entries in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    tmp = out.with_suffix(".part")
+    with tmp.open("wb") as fh:
+        for line in export.iter_db(db):
+            fh.write(line)
+    os.replace(tmp, out)
+    return out
+
+
+def raw_rate(path: Path, limit: int = 20_000) -> float:
+    """Ed25519 verifications per second on one core, keys loaded, of the export's proofs."""
+    triples = []
+    with path.open("rb") as fh:
+        next(fh)
+        for line in fh:
+            if not line.startswith(b'{"admitted_at"') or b'"type":"contribution"' not in line:
+                continue
+            env = orjson.loads(line)["leaf"]
+            key = env["signature"]["certificate"]["certificate"]["worker"]
+            triples.append((Ed25519PublicKey.from_public_bytes(bytes.fromhex(key)),
+                            bytes.fromhex(env["signature"]["proof"]), canonical(env["record"])))
+            if len(triples) >= limit:
+                break
+    start = time.perf_counter()
+    for key, sig, data in triples:
+        key.verify(sig, data)
+    return len(triples) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--entries", type=int, default=100_000)
+    ap.add_argument("--dir", default="bench-data/verify-export")
+    ap.add_argument("--workers", type=int, nargs="+", default=[0, 2],
+                    help="0: one thread on one core; N: N threads for the stateless checks")
+    args = ap.parse_args()
+    path = build(Path(args.dir), args.entries)
+    pin = orjson.loads(path.open("rb").readline())["genesis"]
+    pin_hex = sha256_hex(canonical(pin["genesis"]))
+    size = path.stat().st_size
+    print(f"export: {path} ({size / 1e6:.0f} MB)")
+    raw = raw_rate(path)
+    print(f"raw Ed25519 verification (cryptography, one core): {raw:,.0f}/s")
+    for workers in args.workers:
+        with path.open("rb", buffering=1 << 20) as fh:
+            summary = verify.verify_export(fh, pin_hex, workers=workers)
+        rate = summary.size / summary.seconds
+        print(f"verify --workers {workers}: {summary.size:,} entries, {summary.checkpoints}"
+              f" checkpoints in {summary.seconds:.1f} s = {rate:,.0f} entries/s"
+              f" = {100 * rate / raw:.0f}% of the raw Ed25519 rate")
+    raw_after = raw_rate(path)
+    print(f"raw Ed25519 verification again after the runs: {raw_after:,.0f}/s")
+
+
+if __name__ == "__main__":
+    main()
