@@ -20,7 +20,6 @@ from typing import IO, TYPE_CHECKING
 
 import orjson
 
-from alexandria import export, verify
 from alexandria.errors import BadRequest
 from alexandria.keys import HEX64
 
@@ -112,6 +111,8 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from alexandria import export  # imported here: every other command starts without it
+
     with ExitStack() as stack:
         if args.db:
             lines = export.iter_db(args.db)
@@ -144,6 +145,8 @@ def _write(lines: Iterator[bytes], out: IO[bytes]) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from alexandria import export, verify  # the verifier loads the rules and the schema
+
     if not HEX64.match(args.genesis_pin):
         raise BadRequest("--genesis-pin is 64 lowercase hex characters", "USAGE")
     if bool(args.export) == bool(args.url):
@@ -188,6 +191,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _verify_entry(args: argparse.Namespace) -> int:
+    from alexandria import export, verify
+
     note = Path(args.checkpoint).read_text("utf-8") if args.checkpoint else None
     fetch, close = export.http_fetcher(args.url)
     try:
