@@ -9,6 +9,7 @@ from starlette.applications import Starlette
 
 from alexandria import (
     catalogue_api,
+    changes_api,
     log,
     log_api,
     object_api,
@@ -35,7 +36,8 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
                 await library.close()
 
     app = Starlette(
-        routes=[*write_api.routes, *read_api.routes, *personal_api.routes, *log_api.routes,
+        routes=[*write_api.routes, *read_api.routes, *personal_api.routes,
+                *changes_api.routes, *log_api.routes,
                 *catalogue_api.routes, *object_api.routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
