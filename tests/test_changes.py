@@ -295,8 +295,8 @@ async def test_scan_bound_counts_index_entries_and_always_progresses(api: Api) -
 
 async def test_default_scan_bound_is_the_contract_bound() -> None:
     assert changes.SCAN_LIMIT == 10_000
-    assert changes.PAGE_BYTES == CONTRACT["limits"]["changes_item_bytes"]
-    assert changes.MAX_LIMIT == CONTRACT["limits"]["page_size"]
+    assert CONTRACT["limits"]["changes_item_bytes"] == changes.PAGE_BYTES
+    assert CONTRACT["limits"]["page_size"] == changes.MAX_LIMIT
     assert changes.scan_count(50, Limits()) == 51
     assert changes.scan_count(50, Limits(scan=7)) == 7
 

@@ -160,9 +160,9 @@ class World:
 
     async def new_claim_or_document(self) -> None:
         kind = self.rng.choice(("claim", "document"))
-        body: dict[str, Any] = (
-            {"statement": "x", "scope": "y", "assumptions": []} if kind == "claim" else {"text": "t"}
-        )
+        body: dict[str, Any] = {"text": "t"}
+        if kind == "claim":
+            body = {"statement": "x", "scope": "y", "assumptions": []}
         await self.publish(self.who(), {
             "kind": kind, "title": self.title(kind), "body": body,
             "links": self.container() + self.citation(), "previous": "",
@@ -188,7 +188,7 @@ class World:
         rel = self.rng.choice(("replies_to", "replies_to", "answers"))
         await self.publish(self.who(), {
             "kind": "reply", "title": self.title("reply"), "body": "r",
-            "links": [{"relation": rel, "target": self.any_revision(parent)}] + self.citation(),
+            "links": [{"relation": rel, "target": self.any_revision(parent)}, *self.citation()],
             "previous": "",
         })
 
