@@ -29,7 +29,8 @@ storage's write transaction, against a ``StateView`` that only answers questions
     d. a vote carries exactly one votes_on link to the root of a non-vote object; one vote per
        actor and target (a second is 409), changed by revising that vote;
     e. a proposal pins the current head (409 when stale) of a space, claim or document, and
-       what it proposes is valid content of that kind that keeps the object's parentage;
+       what it proposes is valid content of that kind that keeps the object's parentage and
+       links only to existing revisions;
     f. a revision names an existing previous of the same kind, by the original author; previous
        must be the current head (409); feed relations (parentage) do not change;
     g. a merge is a revision by the target author whose title, body and links are exactly the
