@@ -609,9 +609,13 @@ def _drive(
                 ahead.append(submit(_prepare_checkpoint, line, position, origin))
             else:
                 position += 1
-                if position > size:
-                    raise ExportIncomplete(position, "4", f"more entries than the {size} the"
-                                           " header announces", "EXPORT_TOO_LONG")
+                if position > size:  # raised in order, after what comes before it
+                    too_long: Future[Any] = Future()
+                    too_long.set_exception(ExportIncomplete(
+                        position, "4", f"more entries than the {size} the header announces",
+                        "EXPORT_TOO_LONG"))
+                    ahead.append(too_long)
+                    break
                 ahead.append(submit(_prepare_entry, line, position, genesis))
             if len(ahead) >= AHEAD:
                 _consume(replay, ahead, AHEAD // 2)
