@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from alexandria import changes
 from alexandria.bootstrap import resolve_refs
@@ -543,3 +545,74 @@ def test_render_is_json_with_sorted_keys() -> None:
     assert changes.render(page, "CUR") == (
         b'{"cursor":"CUR","has_more":true,"items":[{"a":1},{"b":2}],"snapshot":9}'
     )
+
+
+# --- properties of the pure parts (hypothesis) -----------------------------------------------
+
+_roots = st.binary(min_size=32, max_size=32).map(bytes.hex)
+_seq = st.integers(min_value=0, max_value=changes.MAX_SEQUENCE)
+
+
+@st.composite
+def _cursors(draw: st.DrawFn) -> Cursor:
+    hi = draw(_seq)
+    after = draw(st.integers(min_value=0, max_value=hi))
+    return Cursor(draw(st.binary(min_size=16, max_size=16)), draw(_roots), hi, after,
+                  draw(st.binary(min_size=16, max_size=16)))
+
+
+@given(_cursors(), st.binary(min_size=32, max_size=32))
+def test_cursor_round_trips(c: Cursor, secret: bytes) -> None:
+    text = changes.encode_cursor(c, secret)
+    assert len(text) == changes.CURSOR_CHARS
+    assert changes.decode_cursor(text, secret) == c
+
+
+@given(_cursors(), st.binary(min_size=32, max_size=32), st.data())
+def test_any_bit_flip_or_cut_is_refused(c: Cursor, secret: bytes, data: st.DataObject) -> None:
+    text = changes.encode_cursor(c, secret)
+    raw = bytearray(base64.urlsafe_b64decode(text + "="))
+    i = data.draw(st.integers(0, len(raw) - 1))
+    raw[i] ^= 1 << data.draw(st.integers(0, 7))
+    flipped = base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+    with pytest.raises(changes.BadCursor) as exc:
+        changes.decode_cursor(flipped, secret)
+    assert exc.value.code == "CURSOR_FORGED"
+    cut = data.draw(st.integers(0, len(text) - 1))
+    with pytest.raises(changes.BadCursor):
+        changes.decode_cursor(text[:cut], secret)
+
+
+@given(st.text(max_size=300))
+def test_arbitrary_text_is_a_400_never_a_crash(text: str) -> None:
+    with pytest.raises(changes.BadCursor):
+        changes.decode_cursor(text, bytes(32))
+
+
+@given(
+    after=st.integers(0, 1000), width=st.integers(0, 1000), data=st.data(),
+    limit=st.integers(1, 50), page_bytes=st.integers(1, 400), scan=st.integers(1, 60),
+)
+def test_fill_page_invariants(after: int, width: int, data: st.DataObject, limit: int,
+                              page_bytes: int, scan: int) -> None:
+    hi = after + width
+    lim = Limits(page_bytes=page_bytes, scan=scan)
+    members = sorted(data.draw(st.sets(st.integers(after + 1, hi), max_size=80)) if width
+                     else set())
+    sizes = {s: data.draw(st.integers(1, 120)) for s in members}
+    scanned = members[: changes.scan_count(limit, lim)]  # what the index range read returns
+    page = changes.fill_page(changes.Window(after, hi, None), scanned,
+                             lambda s: b"x" * sizes[s], limit, lim)
+    got = scanned[: len(page.items)]
+    assert [len(i) for i in page.items] == [sizes[s] for s in got]  # a prefix, in order
+    assert len(page.items) <= limit
+    assert len(page.items) <= 1 or sum(map(len, page.items)) <= page_bytes
+    if members:
+        assert page.items, "at least one item when any remains"
+    assert page.hi == hi
+    if page.has_more:
+        assert after <= page.after < hi and page.after == got[-1]
+        bound_hit = len(scanned) == changes.scan_count(limit, lim)
+        assert members[len(got):] or bound_hit, "has_more only when something may remain"
+    else:
+        assert page.after == hi and got == members, "complete: everything, and after = hi"
