@@ -306,12 +306,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
         return 0
-    say(str(result.get("id", signed.id)))
     if result.get("already_admitted"):
-        note(f"valid: the library already holds this exact {content['kind']}")
+        say(f"valid: the library already holds this exact {content['kind']}")
     else:
-        note(f"valid: the library would admit this {content['kind']}"
-             f" (root {short(str(result.get('root', '')))})")
+        say(f"valid: the library would admit this {content['kind']}")
+        note("nothing was stored; `alexandria publish` signs it anew (a new time, a new id)")
     return 0
 
 
@@ -481,7 +480,8 @@ def cmd_object(args: argparse.Namespace) -> int:
     item = result.get("item") or {}
     record = item.get("record", {})
     say(f"{item.get('id', rev)}  {record.get('kind', '?')} “{record.get('title', '')}”")
-    say(f"  head      {result.get('head')}  ({result.get('revisions')} revisions)")
+    count = result.get("revisions")
+    say(f"  head      {result.get('head')}  ({count} revision{'' if count == 1 else 's'})")
     path = [a.get("record", {}).get("title", "?") for a in result.get("ancestors") or []]
     if path:
         say(f"  in        {' › '.join(path)}")

@@ -57,11 +57,11 @@ def cli(argv: list[str], home: Path | None = None) -> Any:
     from alexandria.cli import main
 
     saved = os.environ.get("ALEXANDRIA_HOME")
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     try:
         if home is not None:
             os.environ["ALEXANDRIA_HOME"] = str(home)
-        with contextlib.redirect_stdout(out):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             status = main(["--json", *argv])
     finally:
         if saved is None:
@@ -69,6 +69,7 @@ def cli(argv: list[str], home: Path | None = None) -> Any:
         else:
             os.environ["ALEXANDRIA_HOME"] = saved
     if status != 0:
+        sys.stderr.write(err.getvalue())
         raise DemoFailed(f"`alexandria {' '.join(argv)}` failed (exit {status})", argv=argv)
     text = out.getvalue().strip()
     return orjson.loads(text) if text else None

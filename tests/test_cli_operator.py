@@ -1,0 +1,130 @@
+"""Operator commands: ``genesis init`` with a threshold of root keys, ``authority issue`` /
+``enroll`` / ``approve`` / ``revoke``, and ``alexandria demo`` serving the worked example."""
+
+from __future__ import annotations
+
+import json
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from alexandria.trust import Genesis
+from tests.cli_support import CLI, Server, cli, cli_json, free_port
+from tests.conftest import CONTRACT
+
+pytestmark = pytest.mark.slow
+
+
+def test_genesis_with_two_of_three_roots(tmp_path: Path) -> None:
+    op = tmp_path / "op"
+    out = cli_json("genesis", "init", "--dir", str(op), "--library", "two-of-three",
+                   "--origin", "library.example.org/log", "--roots", "3", "--threshold", "2")
+    genesis = Genesis.from_document(json.loads((op / "genesis.json").read_text()))
+    assert genesis.pin == out["pin"] == (op / "genesis.pin").read_text().strip()
+    assert genesis.threshold == 2 and len(genesis.root_keys) == 3
+    for i in (1, 2, 3):
+        assert stat.S_IMODE((op / f"root-{i}.key").stat().st_mode) == 0o600
+    r = cli("genesis", "init", "--dir", str(op), "--library", "again", "--origin", "a.org/log",
+            expect=1)
+    assert "GENESIS_EXISTS" in r.stderr
+    r = cli("genesis", "init", "--dir", str(tmp_path / "bad"), "--library", "x",
+            "--origin", "https://not-schema-less", expect=1)
+    assert r.stderr.count("\n") == 1
+
+    server = Server(op, tmp_path / "lib.db", free_port())
+    server.start()
+    try:
+        r = cli("authority", "issue", "--dir", str(op), "--library", server.url,
+                "--root-key", str(op / "root-2.key"), expect=1)
+        assert "ROOT_KEYS_MISSING" in r.stderr  # one key of a 2-of-3 genesis is not enough
+        admitted = cli_json("authority", "issue", "--dir", str(op), "--library", server.url,
+                            "--root-key", str(op / "root-1.key"), "--root-key",
+                            str(op / "root-3.key"), "--days", "10")
+        assert admitted["sequence"] == 1
+        assert len(admitted["document"]["signatures"]) == 2
+        key = admitted["document"]["certificate"]["key"]
+        assert stat.S_IMODE((op / "authority.key").stat().st_mode) == 0o600
+        items = httpx.get(f"{server.url}/api/authority").json()["items"]
+        assert json.dumps(items).count(key) >= 1
+
+        actor = cli("authority", "enroll", "alice", "--dir", str(op)).stdout.strip()
+        assert len(actor) == 64
+        assert "ALREADY_ENROLLED" in cli("authority", "enroll", "alice", "--dir", str(op),
+                                         expect=1).stderr
+        home = tmp_path / "alice"
+        worker = cli("worker", "init", "--library", server.url, "--genesis", genesis.pin,
+                     home=home).stdout.strip()
+        cert_file = tmp_path / "alice.cert.json"
+        cli("authority", "approve", "--dir", str(op), "--actor", "alice", "--worker", worker,
+            "--scopes", "publish,comment", "--days", "7", "--out", str(cert_file))
+        cert = json.loads(cert_file.read_text())["certificate"]
+        assert cert["actor"] == actor and cert["scopes"] == ["library.comment",
+                                                            "library.publish"]
+        imported = cli_json("worker", "import", str(cert_file), home=home)
+        assert imported["actor"] == actor
+        r = cli("authority", "approve", "--dir", str(op), "--actor", "bob", "--worker", worker,
+                "--scopes", "all", expect=1)
+        assert "UNKNOWN_ACTOR" in r.stderr
+        r = cli("authority", "approve", "--dir", str(op), "--actor", "alice", "--worker",
+                worker, "--scopes", "publish,fly", expect=1)
+        assert "BAD_SCOPE" in r.stderr
+
+        # root keys revoke the authority key: its worker certificates stop working
+        revoked = cli_json("authority", "revoke", key, "--dir", str(op), "--library", server.url)
+        assert revoked["sequence"] == 2
+        r = cli("--json", "publish", "-", home=home, expect=1, stdin=json.dumps(
+            {"kind": "discussion", "title": "After", "body": {"text": "revoked"}}))
+        assert json.loads(r.stdout)["code"] and "rejected" in r.stderr
+    finally:
+        server.stop()
+
+
+def test_demo_serves_the_worked_example(tmp_path: Path) -> None:
+    port = free_port()
+    demo = tmp_path / "demo"
+    proc = subprocess.Popen([*CLI, "demo", "--dir", str(demo), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 120
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("Ctrl-C stops the server"):
+                break
+        text = "".join(lines)
+        assert f"http://127.0.0.1:{port}" in text, text
+        pin = (demo / "operator" / "genesis.pin").read_text().strip()
+        assert pin in text and "alexandria search" in text
+        owner = demo / "owner"
+        steps = CONTRACT["object_examples"]["steps"]
+        names = dict(line.split() for line in (demo / "names").read_text().splitlines())
+        assert list(names) == [s["name"] for s in steps]
+        head = cli_json("get", "claim", "--head", home=owner)
+        assert head["id"] == names["merge"]
+        assert cli_json("whoami", home=demo / "peer")["genesis"] == pin
+        found = cli_json("search", "arithmetic", home=owner)
+        assert names["space"] in [i["id"] for i in found["items"]]
+        r = cli("changes", "--root", "space", home=owner)
+        assert names["subspace"] in r.stdout
+        again = subprocess.run([*CLI, "demo", "--dir", str(demo), "--port", str(port)],
+                               capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert again.returncode == 1 and "PORT_IN_USE" in again.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.stderr:
+            proc.stderr.close()
+    with pytest.raises(httpx.TransportError):  # the demo's server stopped with it
+        httpx.get(f"http://127.0.0.1:{port}/api/genesis", timeout=2)

@@ -1,0 +1,199 @@
+"""Pending files under failure: the server down, the connection lost after the server admitted,
+a 5xx; and ``changes`` resyncing when the library cannot honour a saved cursor."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from alexandria.canonical import canonical
+from tests.cli_support import Library, cli, cli_json, copy_db
+
+pytestmark = pytest.mark.slow
+
+SPACE = {"kind": "space", "title": "Offline", "body": {"summary": "Written while away."}}
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
+    library = Library.create(tmp_path_factory.mktemp("pending"))
+    library.participant("owner")
+    yield library
+    library.close()
+
+
+def _pending(home: Path) -> list[Path]:
+    return sorted(p for p in (home / "pending").glob("*.json") if not p.name.endswith(".meta.json"))
+
+
+def _sent_bytes(signed: dict[str, object]) -> bytes:
+    return canonical({"record": signed["record"], "signature": signed["signature"]})
+
+
+def test_publish_while_the_server_is_down_then_retry(lib: Library) -> None:
+    home = lib.homes["owner"]
+    lib.server.stop()
+    try:
+        r = cli("--json", "publish", "-", "--name", "offline", home=home,
+                stdin=json.dumps(SPACE), expect=1)
+        error = json.loads(r.stdout)
+        assert error["code"] == "CONNECTION_FAILED"
+        assert "alexandria retry" in r.stderr and r.stderr.count("\n") == 1
+        [pending] = _pending(home)
+        rev = pending.name.removesuffix(".json")
+        assert error["details"]["pending"] == rev
+        kept = pending.read_bytes()
+        listing = cli("pending", home=home)
+        assert listing.stdout.startswith(rev) and "Offline" in listing.stdout
+        r = cli("--json", "retry", home=home, expect=1)  # still down: kept, unchanged
+        assert json.loads(r.stdout)["results"][0]["status"] == "kept"
+        assert pending.read_bytes() == kept
+    finally:
+        lib.server.start()
+    r = cli("retry", home=home)
+    assert r.stdout.split() == [rev, "admitted"]
+    assert _pending(home) == []
+    signed = json.loads((home / "published" / f"{rev}.json").read_text())
+    assert signed["id"] == rev
+    assert _sent_bytes(signed) == kept  # the very bytes signed before the server went down
+    assert httpx.get(f"{lib.url}/api/entries/{rev}").json() == signed
+    assert (home / "names").read_text().split() == ["offline", rev]
+    assert cli_json("retry", home=home) == {"results": []}
+    assert "nothing pending" in cli("pending", home=home).stderr
+
+
+class DroppingProxy:
+    """A loopback TCP proxy in front of the server.  Mode ``drop``: forward the request, wait
+    for the server's whole answer, then close the client's connection without relaying it.
+    Mode ``503``: answer 503 without forwarding.  Mode ``pass``: relay both ways."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.mode = "pass"
+        self.dropped = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _message(sock: socket.socket) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        return head + b"\r\n\r\n" + body
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            if self.mode == "503":
+                self._message(conn)
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n"
+                             b"connection: close\r\n\r\n")
+                return
+            with socket.create_connection(self.upstream) as up:
+                if self.mode == "drop":
+                    up.sendall(self._message(conn))
+                    self._message(up)  # the server has answered: it acted on the request
+                    self.dropped += 1
+                    return
+                threading.Thread(target=self._pipe, args=(up, conn), daemon=True).start()
+                self._pipe(conn, up)
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def test_connection_lost_after_admission_then_retry_is_idempotent(lib: Library,
+                                                                   tmp_path: Path) -> None:
+    proxy = DroppingProxy(lib.server.port)
+    home = tmp_path / "proxied"
+    try:
+        (home).mkdir()
+        for name in ("worker.key", "certificate.json", "genesis.json"):
+            (home / name).write_bytes((lib.homes["owner"] / name).read_bytes())
+        (home / "worker.key").chmod(0o600)
+        (home / "library.json").write_text(json.dumps({"url": proxy.url, "genesis": lib.pin}))
+        proxy.mode = "drop"
+        content = {**SPACE, "title": "Answer lost"}
+        r = cli("--json", "publish", "-", home=home, stdin=json.dumps(content), expect=1)
+        assert json.loads(r.stdout)["code"] == "CONNECTION_LOST" and proxy.dropped == 1
+        [pending] = _pending(home)
+        rev = pending.name.removesuffix(".json")
+        stored = httpx.get(f"{lib.url}/api/entries/{rev}")
+        assert stored.status_code == 200  # admitted, although the client never heard so
+        proxy.mode = "503"
+        r = cli("--json", "retry", home=home, expect=1)
+        result = json.loads(r.stdout)["results"][0]
+        assert result["status"] == "kept" and result["error"]["code"] == "SERVER_ERROR"
+        assert _pending(home) == [pending]
+        proxy.mode = "pass"
+        r = cli("--json", "retry", home=home)
+        assert json.loads(r.stdout)["results"] == [
+            {"id": rev, "status": "admitted", "created": False}]  # 200: no second admission
+        published = (home / "published" / f"{rev}.json").read_bytes()
+        assert published == stored.content
+        follow_up = cli_json("publish", "-", home=home, stdin=json.dumps(SPACE | {"title": "Next"}))
+        assert follow_up["admission"]["sequence"] == stored.json()["admission"]["sequence"] + 1
+    finally:
+        proxy.close()
+
+
+def test_changes_resync_when_the_library_cannot_honour_the_cursor(lib: Library) -> None:
+    home = lib.homes["owner"]
+    space = cli("publish", "-", home=home, stdin=json.dumps(SPACE | {"title": "Feed"})).stdout
+    root = space.strip()
+    cli("changes", "--root", root, home=home)  # saves a cursor at the current log size
+    lib.server.stop()
+    backup = lib.base / "backup.db"
+    copy_db(lib.server.db, backup)
+    lib.server.start()
+    doc = {"kind": "document", "title": "Later", "body": {"text": "after the backup"},
+           "links": [{"relation": "contained_in", "target": root}]}
+    later = cli("publish", "-", home=home, stdin=json.dumps(doc)).stdout.strip()
+    r = cli("--json", "changes", "--root", root, home=home)
+    assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [later]
+    lib.server.stop()  # restore the older backup: the saved cursor is now beyond its log
+    copy_db(backup, lib.server.db)
+    lib.server.start()
+    r = cli("--json", "changes", "--root", root, home=home)
+    assert "starting again from the beginning" in r.stderr
+    assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [root]
+    r = cli("changes", "--root", root, home=home)
+    assert r.stdout == ""
