@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.changes_sync --dir DIR [--dir DIR2 ...] [--runs 3]
         [--entries N --follow-members M]   # build DIR with bench.loader when it is missing
+    [--members N]   # follow the root with nearest N member revisions, not loader.json's root
 
 ``DIR`` is what ``bench.loader`` writes (``library.db``, ``genesis.json``, ``loader.json`` with
 the follow root).  For each library the benchmark starts a real server
@@ -159,13 +160,42 @@ def ensure_library(directory: Path, entries: int | None, follow_members: int) ->
     )
 
 
-def bench_library(directory: Path, runs: int) -> dict[str, float]:
+def pick_root(db: Path, members: int) -> str:
+    """The root whose feed holds the number of member revisions nearest ``members``."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = conn.execute(
+            "SELECT root, count(*) AS n FROM feed GROUP BY root ORDER BY abs(n - ?) LIMIT 1",
+            (members,),
+        ).fetchone()
+        return str(row[0])
+    finally:
+        conn.close()
+
+
+def describe(db: Path, root: str) -> str:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        n, lo, hi = conn.execute(
+            "SELECT count(*), min(sequence), max(sequence) FROM feed WHERE root = ?", (root,)
+        ).fetchone()
+        size = conn.execute("SELECT max(sequence) FROM log").fetchone()[0]
+        return (f"log size {size:,}; root {root[:12]}… has {n:,} member revisions at sequences"
+                f" {lo:,}..{hi:,}")
+    finally:
+        conn.close()
+
+
+def bench_library(directory: Path, runs: int, members: int | None) -> dict[str, float]:
     meta = json.loads((directory / "loader.json").read_text())
-    root = meta["follow_root"]
     db, genesis = directory / "library.db", directory / "genesis.json"
+    root = meta["follow_root"] if members is None else pick_root(db, members)
+    print("  " + describe(db, root), flush=True)
     port = free_port()
     cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis", str(genesis),
            "--db", str(db), "--port", str(port)]
+    if (directory / "log.key").exists():
+        cmd += ["--log-key", str(directory / "log.key")]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     try:
         wait_ready(port)
@@ -209,12 +239,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="full syncs per library")
     ap.add_argument("--entries", type=int, help="build a missing --dir with this many entries")
     ap.add_argument("--follow-members", type=int, default=10_000)
+    ap.add_argument("--members", type=int,
+                    help="follow the root whose feed size is nearest this, instead of the"
+                    " loader's follow root")
     args = ap.parse_args()
     results = {}
     for d in args.dir:
         ensure_library(d, args.entries, args.follow_members)
         print(f"{d}:", flush=True)
-        results[d] = bench_library(d, args.runs)
+        results[d] = bench_library(d, args.runs, args.members)
     print()
     print(f"{'library':>28} {'entries':>9} {'members':>8} {'p50 ms':>7} {'p95 ms':>7} "
           f"{'sync s':>7} {'CPU ms/page':>11} {'in-proc p50':>11}")
