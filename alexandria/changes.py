@@ -57,8 +57,8 @@ _BODY = struct.Struct(">B16s32sQQ16s")  # version, epoch tag, root, hi, after, a
 _MAC_BYTES = 32
 CURSOR_BYTES = _BODY.size + _MAC_BYTES
 CURSOR_CHARS = (CURSOR_BYTES * 4 + 2) // 3  # base64url, no padding
-_CURSOR_TEXT = re.compile(rf"^[A-Za-z0-9_-]{{{CURSOR_CHARS}}}$")
-_ROOT = re.compile(r"^[0-9a-f]{64}$")
+_CURSOR_TEXT = re.compile(rf"[A-Za-z0-9_-]{{{CURSOR_CHARS}}}")
+_ROOT = re.compile(r"[0-9a-f]{64}")
 
 
 class BadCursor(BadRequest):
@@ -107,6 +107,10 @@ def _mac(secret: bytes, body: bytes) -> bytes:
     return hmac.new(secret, _MAC_DOMAIN + body, hashlib.sha256).digest()
 
 
+def encode_b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
 def encode_cursor(cursor: Cursor, secret: bytes) -> str:
     body = _BODY.pack(
         CURSOR_VERSION, cursor.epoch, bytes.fromhex(cursor.root), cursor.hi, cursor.after,
@@ -117,7 +121,7 @@ def encode_cursor(cursor: Cursor, secret: bytes) -> str:
 
 def decode_cursor(text: str, secret: bytes) -> Cursor:
     """Step 1 and the HMAC of step 2; the root binding is checked by :func:`window`."""
-    if not _CURSOR_TEXT.match(text):
+    if not _CURSOR_TEXT.fullmatch(text):
         raise BadCursor(
             f"a cursor is the exact {CURSOR_CHARS}-character text a previous response returned",
             "CURSOR_MALFORMED", parameter="cursor", length=len(text),
@@ -135,19 +139,15 @@ def decode_cursor(text: str, secret: bytes) -> Cursor:
         raise BadCursor(f"cursor version {version} is not supported", "CURSOR_VERSION",
                         parameter="cursor", supported=[CURSOR_VERSION])
     if after > hi or hi > MAX_SEQUENCE:
-        raise BadCursor("the cursor's range is inverted", "CURSOR_MALFORMED", parameter="cursor")
+        raise BadCursor("the cursor's range is invalid", "CURSOR_MALFORMED", parameter="cursor")
     return Cursor(epoch, root.hex(), hi, after, anchor)
-
-
-def encode_b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 def check_root(value: str | None) -> str:
     if value is None:
         raise BadRequest("root is required: the root id of the object to follow",
                          "MISSING_PARAMETER", parameter="root")
-    if not _ROOT.match(value):
+    if not _ROOT.fullmatch(value):
         raise BadRequest("root is 64 lowercase hex characters", "BAD_PARAMETER",
                          parameter="root", value=value[:100])
     return value

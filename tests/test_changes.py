@@ -315,7 +315,7 @@ async def test_root_parameter(api: Api) -> None:
                                           "previous": d}))["id"]
     r = await api.client.get("/api/changes")
     assert r.status_code == 400 and r.json()["code"] == "MISSING_PARAMETER"
-    for bad in ("xyz", top.upper(), top[:-1], top + "0"):
+    for bad in ("xyz", top.upper(), top[:-1], top + "0", top + "\n"):
         r = await api.client.get("/api/changes", params={"root": bad})
         assert r.status_code == 400 and r.json()["code"] == "BAD_PARAMETER"
     r = await api.client.get("/api/changes", params={"root": "0" * 64})
@@ -365,6 +365,7 @@ async def test_forged_truncated_malformed_and_other_root_cursors_are_400(api: Ap
     await refused(cursor[: len(cursor) // 2], "CURSOR_MALFORMED")
     await refused(cursor + "A", "CURSOR_MALFORMED")
     await refused(cursor + "=", "CURSOR_MALFORMED")
+    await refused(cursor + "\n", "CURSOR_MALFORMED")
     await refused("", "CURSOR_MALFORMED")
     await refused("!" + cursor[1:], "CURSOR_MALFORMED")
     await refused(cursor.replace(cursor[5], "+" if cursor[5] != "+" else "/"), "CURSOR_MALFORMED")
