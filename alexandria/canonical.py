@@ -128,8 +128,12 @@ def _no_constants(name: str) -> Any:
 def parse_json(data: bytes | str) -> Any:
     """Strict JSON parsing: duplicate keys and NaN/Infinity are errors; floats are kept as
     ``_Float`` markers (``contains_float`` finds them) so the caller decides how to refuse them.
+    Bytes must be UTF-8 (RFC 8259 §8.1): ``json.loads`` would otherwise guess UTF-16 or UTF-32
+    and skip a byte order mark.
     """
     try:
+        if isinstance(data, bytes):
+            data = data.decode("utf-8")
         return json.loads(
             data,
             object_pairs_hook=_no_duplicates,

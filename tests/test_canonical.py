@@ -90,7 +90,8 @@ def test_floats_and_unsafe_integers_have_no_canonical_form(value: Any) -> None:
 @pytest.mark.parametrize(
     "text",
     [b'{"a":1,"a":2}', b"NaN", b"[Infinity]", b"-Infinity", b"{", b"", b"[1,]", b"'a'",
-     b'{"a":1}x', b"\xff"],
+     b'{"a":1}x', b"\xff", '["\u00e9"]'.encode("utf-16"), "[1]".encode("utf-32"),
+     b'\xef\xbb\xbf{"a":1}', '["\u00e9"]'.encode("latin-1")],
 )
 def test_strict_parsing_refuses_non_json(text: bytes) -> None:
     with pytest.raises(NotCanonical):

@@ -81,6 +81,16 @@ async def test_bytes_that_are_not_an_envelope_are_400(api: Api, data: bytes, cod
     await refused(api, data, 400, code)
 
 
+async def test_request_bodies_are_utf8(api: Api) -> None:
+    env = api.envelope("owner", space(title="Café"))
+    text = json.dumps(env, ensure_ascii=False)
+    for data in (text.encode("utf-16"), text.encode("utf-32"), b"\xef\xbb\xbf" + text.encode(),
+                 text.encode("latin-1")):
+        await refused(api, data, 400, "NOT_JSON")
+    r = await api.post(text.encode())
+    assert r.status_code == 201, r.text
+
+
 async def test_envelope_shape_is_exact(api: Api) -> None:
     env = api.envelope("owner", space())
     await refused(api, {**env, "extra": 1}, 400, "BAD_ENVELOPE")
