@@ -15,7 +15,7 @@ from alexandria.errors import AlexandriaError, BadRequest, NotFound, PayloadTooL
 from alexandria.records import MAX_ENVELOPE_BYTES
 
 JSON = "application/json"
-_REVISION = re.compile(r"^[0-9a-f]{64}$")
+_REVISION = re.compile(r"^[0-9a-f]{64}\Z")  # "$" would accept a trailing newline
 
 
 def raw_json(data: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -210,5 +210,6 @@ async def test_bad_query_parameters_are_400(api: Api, query: str) -> None:
 async def test_reads_of_unknown_or_malformed_revisions(api: Api) -> None:
     for path in ("/api/entries/" + "a" * 64, "/api/entries/" + "a" * 64 + "/head"):
         check_error_body(await api.client.get(path), 404, "UNKNOWN_REVISION")
-    for path in ("/api/entries/" + "A" * 64, "/api/entries/abc", "/api/entries/" + "a" * 65):
+    for path in ("/api/entries/" + "A" * 64, "/api/entries/abc", "/api/entries/" + "a" * 65,
+                 "/api/entries/" + "a" * 64 + "%0A", "/api/entries/" + "a" * 64 + "%0A/head"):
         check_error_body(await api.client.get(path), 400, "BAD_REVISION")
