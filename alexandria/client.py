@@ -14,6 +14,7 @@ Two kinds of failure, because the pending-file rule depends on the difference:
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,18 @@ from alexandria.errors import (
 
 TIMEOUT_SECONDS = 30.0
 RETRYABLE_4XX = (408, 425, 429)
+
+
+def timeout_seconds() -> float:
+    """``$ALEXANDRIA_TIMEOUT`` seconds when set (slow links, tests), else 30."""
+    raw = os.environ.get("ALEXANDRIA_TIMEOUT")
+    try:
+        value = float(raw) if raw else TIMEOUT_SECONDS
+    except ValueError:
+        raise BadRequest("ALEXANDRIA_TIMEOUT is a number of seconds", "BAD_TIMEOUT") from None
+    if not 0 < value <= 3600:
+        raise BadRequest("ALEXANDRIA_TIMEOUT is 0..3600 seconds", "BAD_TIMEOUT")
+    return value
 
 
 class Unreachable(ServiceError):
@@ -97,9 +110,10 @@ class Answer:
 class Client:
     """One library at ``base_url``; a thin layer over ``httpx.Client`` that types failures."""
 
-    def __init__(self, base_url: str, timeout: float = TIMEOUT_SECONDS,
+    def __init__(self, base_url: str, timeout: float | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        timeout = timeout_seconds() if timeout is None else timeout
         self._http = httpx.Client(
             base_url=self.base_url, timeout=timeout, transport=transport,
             headers={"accept": "application/json", "user-agent": "alexandria-cli"},

@@ -25,7 +25,7 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
     library.participant("owner")
     library.participant("peer")
     yield library
-    library.close()
+    library.stop()
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from alexandria.trust import Genesis
-from tests.cli_support import CLI, Server, cli, cli_json, free_port
+from tests.cli_support import CLI, cli, cli_json
 from tests.conftest import CONTRACT
+from tests.liveserver import Server, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +37,7 @@ def test_genesis_with_two_of_three_roots(tmp_path: Path) -> None:
             "--origin", "https://not-schema-less", expect=1)
     assert r.stderr.count("\n") == 1
 
-    server = Server(op, tmp_path / "lib.db", free_port())
-    server.start()
+    server = Server(op / "genesis.json", tmp_path / "lib.db")
     try:
         r = cli("authority", "issue", "--dir", str(op), "--library", server.url,
                 "--root-key", str(op / "root-2.key"), expect=1)

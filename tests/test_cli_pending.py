@@ -25,7 +25,7 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
     library = Library.create(tmp_path_factory.mktemp("pending"))
     library.participant("owner")
     yield library
-    library.close()
+    library.stop()
 
 
 def _pending(home: Path) -> list[Path]:
@@ -38,7 +38,7 @@ def _sent_bytes(signed: dict[str, object]) -> bytes:
 
 def test_publish_while_the_server_is_down_then_retry(lib: Library) -> None:
     home = lib.homes["owner"]
-    lib.server.stop()
+    lib.stop()
     try:
         r = cli("--json", "publish", "-", "--name", "offline", home=home,
                 stdin=json.dumps(SPACE), expect=1)
@@ -55,7 +55,7 @@ def test_publish_while_the_server_is_down_then_retry(lib: Library) -> None:
         assert json.loads(r.stdout)["results"][0]["status"] == "kept"
         assert pending.read_bytes() == kept
     finally:
-        lib.server.start()
+        lib.start()
     r = cli("retry", home=home)
     assert r.stdout.split() == [rev, "admitted"]
     assert _pending(home) == []
@@ -71,7 +71,8 @@ def test_publish_while_the_server_is_down_then_retry(lib: Library) -> None:
 class DroppingProxy:
     """A loopback TCP proxy in front of the server.  Mode ``drop``: forward the request, wait
     for the server's whole answer, then close the client's connection without relaying it.
-    Mode ``503``: answer 503 without forwarding.  Mode ``pass``: relay both ways."""
+    Mode ``hang``: the same, but keep the client waiting until it gives up.  Mode ``503``:
+    answer 503 without forwarding.  Mode ``pass``: relay both ways."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream = ("127.0.0.1", upstream_port)
@@ -122,10 +123,12 @@ class DroppingProxy:
                              b"connection: close\r\n\r\n")
                 return
             with socket.create_connection(self.upstream) as up:
-                if self.mode == "drop":
+                if self.mode in ("drop", "hang"):
                     up.sendall(self._message(conn))
                     self._message(up)  # the server has answered: it acted on the request
                     self.dropped += 1
+                    if self.mode == "hang":
+                        conn.recv(1)  # returns when the client closes its end
                     return
                 threading.Thread(target=self._pipe, args=(up, conn), daemon=True).start()
                 self._pipe(conn, up)
@@ -140,37 +143,48 @@ class DroppingProxy:
             pass
 
 
-def test_connection_lost_after_admission_then_retry_is_idempotent(lib: Library,
-                                                                   tmp_path: Path) -> None:
-    proxy = DroppingProxy(lib.server.port)
+def test_answer_lost_after_admission_then_retry_is_idempotent(lib: Library,
+                                                               tmp_path: Path) -> None:
+    """A timeout and a dropped connection, each after the server admitted; a 503 on retry;
+    then retries that get 200 with the stored record: nothing is admitted twice."""
+    proxy = DroppingProxy(lib.port)
     home = tmp_path / "proxied"
     try:
-        (home).mkdir()
+        home.mkdir()
         for name in ("worker.key", "certificate.json", "genesis.json"):
             (home / name).write_bytes((lib.homes["owner"] / name).read_bytes())
         (home / "worker.key").chmod(0o600)
         (home / "library.json").write_text(json.dumps({"url": proxy.url, "genesis": lib.pin}))
+        proxy.mode = "hang"
+        r = cli("--json", "publish", "-", home=home, stdin=json.dumps(SPACE | {"title": "Slow"}),
+                env={"ALEXANDRIA_TIMEOUT": "1"}, expect=1)
+        assert json.loads(r.stdout)["code"] == "TIMEOUT"
         proxy.mode = "drop"
-        content = {**SPACE, "title": "Answer lost"}
-        r = cli("--json", "publish", "-", home=home, stdin=json.dumps(content), expect=1)
-        assert json.loads(r.stdout)["code"] == "CONNECTION_LOST" and proxy.dropped == 1
-        [pending] = _pending(home)
-        rev = pending.name.removesuffix(".json")
-        stored = httpx.get(f"{lib.url}/api/entries/{rev}")
-        assert stored.status_code == 200  # admitted, although the client never heard so
+        r = cli("--json", "publish", "-", home=home, stdin=json.dumps(SPACE | {"title": "Lost"}),
+                expect=1)
+        assert json.loads(r.stdout)["code"] == "CONNECTION_LOST" and proxy.dropped == 2
+        pending = _pending(home)
+        assert len(pending) == 2
+        revs = [json.loads(cli("--json", "pending", home=home).stdout)["pending"][i]["id"]
+                for i in (0, 1)]
+        assert {f"{rev}.json" for rev in revs} == {p.name for p in pending}
+        stored = [httpx.get(f"{lib.url}/api/entries/{rev}") for rev in revs]
+        assert [s.status_code for s in stored] == [200, 200]  # admitted; the client never heard
+        assert [s.json()["record"]["title"] for s in stored] == ["Slow", "Lost"]
         proxy.mode = "503"
         r = cli("--json", "retry", home=home, expect=1)
-        result = json.loads(r.stdout)["results"][0]
-        assert result["status"] == "kept" and result["error"]["code"] == "SERVER_ERROR"
-        assert _pending(home) == [pending]
+        results = json.loads(r.stdout)["results"]
+        assert results[0]["status"] == "kept" and results[0]["error"]["code"] == "SERVER_ERROR"
+        assert results[1] == {"id": revs[1], "status": "kept"}  # not tried after the failure
+        assert _pending(home) == pending
         proxy.mode = "pass"
         r = cli("--json", "retry", home=home)
         assert json.loads(r.stdout)["results"] == [
-            {"id": rev, "status": "admitted", "created": False}]  # 200: no second admission
-        published = (home / "published" / f"{rev}.json").read_bytes()
-        assert published == stored.content
+            {"id": rev, "status": "admitted", "created": False} for rev in revs]  # 200s
+        for rev, s in zip(revs, stored, strict=True):
+            assert (home / "published" / f"{rev}.json").read_bytes() == s.content
         follow_up = cli_json("publish", "-", home=home, stdin=json.dumps(SPACE | {"title": "Next"}))
-        assert follow_up["admission"]["sequence"] == stored.json()["admission"]["sequence"] + 1
+        assert follow_up["admission"]["sequence"] == stored[1].json()["admission"]["sequence"] + 1
     finally:
         proxy.close()
 
@@ -180,18 +194,18 @@ def test_changes_resync_when_the_library_cannot_honour_the_cursor(lib: Library) 
     space = cli("publish", "-", home=home, stdin=json.dumps(SPACE | {"title": "Feed"})).stdout
     root = space.strip()
     cli("changes", "--root", root, home=home)  # saves a cursor at the current log size
-    lib.server.stop()
+    lib.stop()
     backup = lib.base / "backup.db"
-    copy_db(lib.server.db, backup)
-    lib.server.start()
+    copy_db(lib.db, backup)
+    lib.start()
     doc = {"kind": "document", "title": "Later", "body": {"text": "after the backup"},
            "links": [{"relation": "contained_in", "target": root}]}
     later = cli("publish", "-", home=home, stdin=json.dumps(doc)).stdout.strip()
     r = cli("--json", "changes", "--root", root, home=home)
     assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [later]
-    lib.server.stop()  # restore the older backup: the saved cursor is now beyond its log
-    copy_db(backup, lib.server.db)
-    lib.server.start()
+    lib.stop()  # restore the older backup: the saved cursor is now beyond its log
+    copy_db(backup, lib.db)
+    lib.start()
     r = cli("--json", "changes", "--root", root, home=home)
     assert "starting again from the beginning" in r.stderr
     assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [root]
