@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import jsonschema
 import jsonschema_rs
 from rfc3339_validator import validate_rfc3339
 from rfc3986_validator import validate_rfc3986
@@ -125,6 +124,8 @@ def ecma_regex(pattern: str) -> re.Pattern[str]:
 
 
 def _ecma_pattern(validator: Any, pattern: str, instance: Any, _schema: Any) -> Any:
+    import jsonschema
+
     if validator.is_type(instance, "string") and not ecma_regex(pattern).search(instance):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
@@ -150,6 +151,10 @@ def _fast() -> Any:
 
 @cache
 def _reference() -> Any:
+    # imported here: jsonschema's format extras build grammars at import (~1.5 s of CPU),
+    # which every server and CLI start would pay for a validator only the tests use
+    import jsonschema
+
     checker = jsonschema.FormatChecker(formats=())
     for name, fn in FORMATS.items():
         checker.checks(name)(fn)

@@ -22,7 +22,8 @@ at the first failure, a typed :class:`VerificationFailed` naming the sequence an
    e. its leaf hash extends the recomputed RFC 6962 tree (the same nodes the server stores);
 3. every checkpoint, where it stands (right after leaf ``S``):
    a. the line is canonical, the note parses, its origin is the genesis origin, its size is
-      ``S`` and larger than the previous checkpoint's;
+      ``S`` (else the first leaf they disagree about is named: a missing leaf or a misplaced
+      checkpoint) and larger than the previous checkpoint's;
    b. it is signed by a key that holds a ``log`` certificate admitted in the first ``S``
       leaves, valid when leaf ``S`` was admitted, and not revoked (``log.check_log_key``);
    c. its root is the recomputed root of the first ``S`` leaves;
@@ -495,9 +496,9 @@ class _Replay:
             raise c.error
         prev = self.checkpoint
         # 3a
-        if c.size != at:
-            raise CheckpointFailed(at, "3a", f"a checkpoint of size {c.size} stands after leaf"
-                                   f" {at}", "CHECKPOINT_PLACE", size=c.size)
+        if c.size != at:  # named by the first leaf the two disagree about
+            raise CheckpointFailed(min(c.size, at) + 1, "3a", f"a checkpoint of size {c.size}"
+                                   f" stands after leaf {at}", "CHECKPOINT_PLACE", size=c.size)
         if c.size <= prev.size:
             raise CheckpointFailed(at, "3a", f"a second checkpoint of size {c.size}",
                                    "CHECKPOINT_DUPLICATE")

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,8 @@ from alexandria import export, log, verify
 from alexandria.admission import prepare
 from alexandria.bootstrap import Founding, Participant, found_library
 from alexandria.canonical import canonical, sha256_hex
+from alexandria.keys import SigningKey
+from alexandria.library import load_genesis
 from alexandria.serve import write_json
 from alexandria.sqlite_store import SqliteStorage
 from alexandria.timestamps import format_ms, parse_ms
@@ -70,6 +73,7 @@ class Generator:
     def next(self, authored_at: str) -> tuple[dict[str, Any], str, str]:
         """An envelope, and the name of the object it creates or revises and its root."""
         rng, people = self.rng, self.people
+        body: dict[str, Any]
         p = rng.choice(people)
         if len(self.spaces) < 4 or rng.random() < 0.01:
             links = []
@@ -96,8 +100,9 @@ class Generator:
                              [{"relation": "replies_to", "target": parent}], authored_at)
         if r < 0.64:
             claim = self.heads[rng.choice(self.claims)[0]]
-            body = {"method": rng.choice(["proof", "example", "observation", "source"]),
-                    "content": _text(rng, 50), "claim": claim, "sources": []}
+            body = {
+                "method": rng.choice(["proof", "example", "observation", "source"]),
+                "content": _text(rng, 50), "claim": claim, "sources": []}
             if body["method"] == "source":
                 body["sources"] = [{"label": _text(rng, 4),
                                     "url": f"https://example.org/{rng.randrange(10**6)}"}]
@@ -189,17 +194,44 @@ async def _build(directory: Path, entries: int) -> None:
 
 
 def build(directory: Path, entries: int) -> Path:
-    """The export file of a library of ``entries`` entries, built once."""
+    """The export file of a library of ``entries`` entries from this module's generator."""
     directory.mkdir(parents=True, exist_ok=True)
     out = directory / f"export-{entries}.jsonl"
     if out.exists():
         return out
-    db = directory / "library.db"
     for stale in directory.glob("library.db*"):
         stale.unlink()
     t = time.perf_counter()
     asyncio.run(_build(directory, entries))
     print(f"built {entries:,} entries in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    return _export(directory / "library.db", out)
+
+
+def build_with_loader(directory: Path, entries: int, seed: int) -> Path:
+    """The export of ``bench.loader``'s library (its richer mix, 200 actors), with one
+    checkpoint signed by its log key over the whole log."""
+    out = directory / f"export-loader-{entries}-{seed}.jsonl"
+    if out.exists():
+        return out
+    db = directory / "library.db"
+    if not (directory / "loader.json").exists():
+        subprocess.run([sys.executable, "-m", "bench.loader", "--dir", str(directory),
+                        "--entries", str(entries), "--seed", str(seed)], check=True)
+    asyncio.run(_sign_final(directory))
+    return _export(db, out)
+
+
+async def _sign_final(directory: Path) -> None:
+    storage = SqliteStorage(directory / "library.db", load_genesis(directory / "genesis.json"))
+    key = SigningKey.load(directory / "log.key")
+    await storage.open()
+    try:
+        await storage.write(lambda conn: log.sign_checkpoint_now(conn, storage, key))
+    finally:
+        await storage.close()
+
+
+def _export(db: Path, out: Path) -> Path:
     tmp = out.with_suffix(".part")
     with tmp.open("wb") as fh:
         for line in export.iter_db(db):
@@ -233,10 +265,19 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--entries", type=int, default=100_000)
     ap.add_argument("--dir", default="bench-data/verify-export")
+    ap.add_argument("--source", choices=("loader", "own"),
+                    default="loader" if (Path(__file__).parent / "loader.py").exists() else "own",
+                    help="bench.loader's library (default when present) or this module's")
+    ap.add_argument("--seed", type=int, default=1, help="bench.loader's seed")
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2],
                     help="0: one thread on one core; N: N threads for the stateless checks")
     args = ap.parse_args()
-    path = build(Path(args.dir), args.entries)
+    directory = Path(args.dir) / f"{args.source}-{args.entries}"
+    directory.mkdir(parents=True, exist_ok=True)
+    if args.source == "loader":
+        path = build_with_loader(directory, args.entries, args.seed)
+    else:
+        path = build(directory, args.entries)
     pin = orjson.loads(path.open("rb").readline())["genesis"]
     pin_hex = sha256_hex(canonical(pin["genesis"]))
     size = path.stat().st_size

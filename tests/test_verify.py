@@ -337,8 +337,8 @@ async def test_swapped_checkpoints_are_named(exported: Exported) -> None:
     lines = list(exported.lines)
     a, b = exported.checkpoint_indices()[1:3]
     lines[a], lines[b] = lines[b], lines[a]
-    err = fails(lines, exported.pin)
-    assert (err.sequence, err.code) == (10, "CHECKPOINT_PLACE")
+    err = fails(lines, exported.pin)  # the checkpoint of 14 right after leaf 10
+    assert (err.sequence, err.code) == (11, "CHECKPOINT_PLACE")
 
 
 def _with_checkpoint(exported: Exported, index: int, note: str) -> list[bytes]:

@@ -1,0 +1,162 @@
+"""``alexandria export`` and ``alexandria verify`` as users run them, against a real server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from alexandria import export, verify
+from alexandria.bootstrap import Founding, found_library
+from alexandria.errors import AlexandriaError
+from alexandria.timestamps import format_ms, now_ms
+from tests.conftest import SEED, T0
+from tests.liveserver import Server, serving, write_library_files
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Live:
+    server: Server
+    founding: Founding
+    db: Path
+    tmp: Path
+    ids: list[str]
+    early_note: str  # a checkpoint signed after the first three contributions
+
+
+def alexandria(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "alexandria.cli", *args], input=stdin,
+                          capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    tmp = tmp_path_factory.mktemp("cli-log")
+    founding = found_library(seed=SEED, created_at=T0)
+    owner = founding.enroll("owner")
+    genesis, log_key = write_library_files(founding, tmp)
+    db = tmp / "lib.db"
+    with serving(genesis, db, log_key) as server, httpx.Client(base_url=server.url) as c:
+        for doc in founding.authority_documents():
+            assert c.post("/api/authority", json=doc).status_code == 201
+        ids, early = [], ""
+        for i in range(6):
+            content = {"kind": "discussion", "title": f"Topic {i}", "body": {"text": "t"},
+                       "links": [], "previous": ""}
+            env = owner.envelope(founding.genesis, content, format_ms(now_ms() - 1000))
+            r = c.post("/api/entries", json=env)
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["id"])
+            if i == 2:
+                early = c.get("/api/log/checkpoint").text
+        yield Live(server, founding, db, tmp, ids, early)
+
+
+def test_export_from_a_server_and_from_its_database_are_the_same_bytes(live: Live) -> None:
+    out = live.tmp / "from-url.jsonl"
+    r = alexandria("export", "--url", live.server.url, "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    r2 = alexandria("export", "--db", str(live.db))
+    assert r2.returncode == 0, r2.stderr
+    assert out.read_bytes() == r2.stdout
+    lines = r2.stdout.splitlines()
+    assert orjson.loads(lines[0])["size"] == 8
+    assert sum(line.startswith(b'{"checkpoint"') for line in lines) == 2
+
+
+def test_verify_an_export_file_stdin_and_a_server(live: Live) -> None:
+    data = alexandria("export", "--db", str(live.db)).stdout
+    path = live.tmp / "export.jsonl"
+    path.write_bytes(data)
+    pin = live.founding.genesis.pin
+    r = alexandria("verify", "--genesis-pin", pin, str(path), "--progress")
+    assert r.returncode == 0, r.stderr
+    assert b"verified 8 entries (6 contributions, 2 authority certificates" in r.stdout
+    assert b"verifying [" in r.stderr  # the progress bar
+    r = alexandria("--json", "verify", "--genesis-pin", pin, "-", "--workers", "0", stdin=data)
+    assert r.returncode == 0, r.stderr
+    summary = orjson.loads(r.stdout)
+    assert summary["verified"] is True and summary["size"] == 8 and summary["uncovered"] == 0
+    r = alexandria("verify", "--genesis-pin", pin, "--url", live.server.url)
+    assert r.returncode == 0, r.stderr
+
+
+def test_verify_names_the_first_bad_sequence_and_exits_1(live: Live) -> None:
+    data = alexandria("export", "--db", str(live.db)).stdout
+    lines = data.splitlines(keepends=True)
+    del lines[3]  # the entry with sequence 3
+    r = alexandria("verify", "--genesis-pin", live.founding.genesis.pin, "-",
+                   stdin=b"".join(lines))
+    assert r.returncode == 1
+    assert b"sequence 3: expected sequence 3, the line says 4 [SEQUENCE_MISMATCH]" in r.stderr
+    lines = data.splitlines(keepends=True)
+    del lines[5]  # the entry with sequence 5, which the first checkpoint ends at
+    r = alexandria("verify", "--genesis-pin", live.founding.genesis.pin, "-",
+                   stdin=b"".join(lines))
+    assert r.returncode == 1
+    assert b"sequence 5: a checkpoint of size 5 stands after leaf 4" in r.stderr
+    r = alexandria("--json", "verify", "--genesis-pin", live.founding.genesis.pin, "-",
+                   stdin=b"".join(lines))
+    err = orjson.loads(r.stdout)
+    assert err["code"] == "CHECKPOINT_PLACE" and err["details"]["sequence"] == 5
+
+
+def test_verify_one_entry_against_a_checkpoint(live: Live) -> None:
+    pin = live.founding.genesis.pin
+    r = alexandria("--json", "verify", "--genesis-pin", pin, "--url", live.server.url,
+                   "--entry", live.ids[4])
+    assert r.returncode == 0, r.stderr
+    got = orjson.loads(r.stdout)
+    assert got["verified"] is True and got["sequence"] == 7 and got["checkpoint_size"] == 8
+    assert got["log_key"] == live.founding.log_key.public_hex
+    early = live.tmp / "early.note"
+    early.write_text(live.early_note)
+    r = alexandria("verify", "--genesis-pin", pin, "--url", live.server.url, "--entry",
+                   live.ids[1], "--checkpoint", str(early))
+    assert r.returncode == 0, r.stderr
+    assert b"included in the checkpoint of size 5" in r.stdout
+    r = alexandria("verify", "--genesis-pin", pin, "--url", live.server.url, "--entry",
+                   live.ids[4], "--checkpoint", str(early))
+    assert r.returncode == 1 and b"[NOT_YET_COVERED]" in r.stderr
+
+
+def test_verify_entry_refuses_what_does_not_hold(live: Live) -> None:
+    fetch, close = export.http_fetcher(live.server.url)
+    try:
+        with pytest.raises(AlexandriaError) as info:
+            verify.verify_entry(fetch, "00" * 32, live.ids[0])
+        assert info.value.code == "GENESIS_PIN_MISMATCH"
+        with pytest.raises(AlexandriaError) as info:
+            verify.verify_entry(fetch, live.founding.genesis.pin, "ab" * 32)
+        assert info.value.code == "UNKNOWN_REVISION"
+        # a checkpoint of the right size whose root is not this log's
+        from alexandria.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
+
+        cp = parse_checkpoint(live.early_note)[0]
+        forged = sign_checkpoint(Checkpoint(cp.origin, cp.size, bytes(32)),
+                                 live.founding.log_key)
+        with pytest.raises(AlexandriaError) as info:
+            verify.verify_entry(fetch, live.founding.genesis.pin, live.ids[0], forged)
+        assert info.value.code == "INCLUSION_FAILED"
+    finally:
+        close()
+
+
+def test_usage_errors(live: Live) -> None:
+    pin = live.founding.genesis.pin
+    for args in (
+        ("verify", "--genesis-pin", "xyz", "f"),
+        ("verify", "--genesis-pin", pin),
+        ("verify", "--genesis-pin", pin, "f", "--url", live.server.url),
+        ("verify", "--genesis-pin", pin, "f", "--entry", live.ids[0]),
+    ):
+        r = alexandria(*args)
+        assert r.returncode == 1 and b"[USAGE]" in r.stderr, args
