@@ -24,4 +24,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.admission
 
 clean:
-	rm -rf $(VENV) alexandria-data
+	rm -rf $(VENV) alexandria-data alexandria-demo

@@ -14,6 +14,7 @@ from typing import Any
 
 from alexandria.config import DEFAULT_LIBRARY
 from alexandria.errors import BadRequest
+from alexandria.operator_dir import OperatorDir
 from alexandria.terminal import emit_json, note, say
 
 DEFAULT_DIR = Path("alexandria-data")  # serve.DEFAULT_DIR: the embedded default library
@@ -164,9 +165,7 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--port", type=int, default=8080)
 
 
-def _op(args: argparse.Namespace) -> Any:
-    from alexandria.operator_dir import OperatorDir
-
+def _op(args: argparse.Namespace) -> OperatorDir:
     return OperatorDir(Path(args.dir))
 
 

@@ -23,13 +23,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, str(ROOT / "cli.py")]
 
 
-def cli(*args: str, home: Path | None = None, stdin: str | bytes | None = None,
-        expect: int | None = 0, cwd: Path | None = None, env: dict[str, str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:
+def cli_env(home: Path | None, env: dict[str, str] | None = None) -> dict[str, str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ALEXANDRIA_")}
     environ.update(env or {})
     if home is not None:
         environ["ALEXANDRIA_HOME"] = str(home)
+    return environ
+
+
+def cli(*args: str, home: Path | None = None, stdin: str | bytes | None = None,
+        expect: int | None = 0, cwd: Path | None = None, env: dict[str, str] | None = None,
+        ) -> subprocess.CompletedProcess[str]:
+    environ = cli_env(home, env)
     data = stdin.decode() if isinstance(stdin, bytes) else stdin
     r = subprocess.run([*CLI, *args], input=data, capture_output=True, text=True, env=environ,
                        cwd=cwd or ROOT, timeout=120)

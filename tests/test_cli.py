@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli_support import Library, cli, cli_json, write_content
+from tests.cli_support import CLI, Library, cli, cli_env, cli_json, write_content
 from tests.conftest import CONTRACT
 
 pytestmark = pytest.mark.slow
@@ -133,6 +136,38 @@ def test_changes_persist_the_cursor(lib: Library, example: dict[str, str]) -> No
     assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [new]
     again = cli("--json", "changes", "--root", "space", "--reset", home=home).stdout
     assert len(again.splitlines()) == len(items) + 1
+
+
+def test_changes_follow_prints_what_arrives(lib: Library, example: dict[str, str]) -> None:
+    home = lib.homes["owner"]
+    proc = subprocess.Popen(
+        [*CLI, "--json", "changes", "--root", "discussion", "--follow", "--interval", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=cli_env(home),
+    )
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        seen = [json.loads(proc.stdout.readline())["id"] for _ in range(3)]
+        assert seen == [example["discussion"], example["reply"], example["branch"]]
+        reply = {"kind": "reply", "title": "Later", "body": "Arrived while following.",
+                 "links": [{"relation": "replies_to", "target": "$discussion"}]}
+        new = cli("publish", "-", home=lib.homes["peer"], stdin=json.dumps(reply)).stdout
+        arrived = json.loads(proc.stdout.readline())
+        assert arrived["id"] == new.strip()
+        cursor = home / "cursors" / f"{example['discussion']}.json"
+        deadline = time.monotonic() + 20  # the cursor is saved right after the page is printed
+        while json.loads(cursor.read_text())["snapshot"] < arrived["admission"]["sequence"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        watchdog.cancel()
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout:
+            proc.stdout.close()
+    r = cli("--json", "changes", "--root", "discussion", home=home)  # the cursor was saved
+    assert r.stdout == ""
 
 
 def test_personal_lists(lib: Library, example: dict[str, str]) -> None:
