@@ -354,14 +354,14 @@ class Ledger:
     def admit_authority(self, document: Any, leaf: bytes, now: int) -> str:
         """``SqliteStorage._admit_authority``: the document's type once admitted."""
         name = document_name(document)
-        if leaf in self._authority_leaves:
-            raise AlreadyAdmitted(0)
         if name == "certificate":
             payload = document["certificate"]
             if isinstance(payload, dict) and payload.get("format") != AUTHORITY_FORMAT:
                 raise BadRequest(f"only {AUTHORITY_FORMAT} documents are admitted",
                                  "NOT_AN_AUTHORITY_DOCUMENT")
             cert = AuthorityCertificate.from_document(document, self.genesis)
+            if leaf in self._authority_leaves:
+                raise AlreadyAdmitted(0)
             if self.revoked(cert.key, None):
                 raise Forbidden("that key was revoked by root", "AUTHORITY_REVOKED",
                                 key=cert.key)
@@ -376,6 +376,8 @@ class Ledger:
                 )
 
             rev = parse_revocation(document, self.genesis, is_authority)
+            if leaf in self._authority_leaves:
+                raise AlreadyAdmitted(0)
             self._append(leaf, now)
             self._revocations.setdefault(rev.key, set()).add(rev.signer)
         else:

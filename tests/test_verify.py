@@ -258,7 +258,7 @@ async def test_a_dropped_last_entry_is_named(exported: Exported) -> None:
     assert (err.sequence, err.code) == (24, "EXPORT_TRUNCATED")
 
 
-@pytest.mark.parametrize("sequence", [3, 11, 20])
+@pytest.mark.parametrize("sequence", [1, 3, 11, 19, 20])
 async def test_a_duplicated_entry_is_named(exported: Exported, sequence: int) -> None:
     lines = list(exported.lines)
     i = exported.entry_index(sequence)
