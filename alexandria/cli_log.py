@@ -179,9 +179,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
           f" {summary.certificates} authority certificates, {summary.revocations} revocations)"
           f" in {summary.seconds:.1f} s, {rate:,.0f} entries/s")
     print(f"root {summary.root} of size {summary.size}")
-    print(f"{summary.checkpoints:,} checkpoints, each signed by a certified log key, consistent"
-          f" with the one before and with the leaves; the last covers size"
-          f" {summary.checkpoint_size:,}")
+    if summary.checkpoints:
+        plural = "" if summary.checkpoints == 1 else "s"
+        print(f"{summary.checkpoints:,} checkpoint{plural}, each signed by a certified log key,"
+              f" consistent with the one before and with the leaves; the last covers size"
+              f" {summary.checkpoint_size:,}")
+    else:
+        print("no checkpoint in the export")
     print("every signature, certificate chain and state rule holds, replayed from an empty"
           " ledger")
     if summary.uncovered:
