@@ -19,6 +19,8 @@ from alexandria.errors import AlexandriaError
 
 COMMAND_MODULES = (
     "alexandria.cli_participant",
+    "alexandria.cli_reading",
+    "alexandria.cli_personal",
     "alexandria.cli_operator",
     "alexandria.cli_log",
 )

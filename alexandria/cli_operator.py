@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from alexandria.cli_participant import command
 from alexandria.config import DEFAULT_LIBRARY
 from alexandria.errors import BadRequest
 from alexandria.operator_dir import OperatorDir
@@ -67,17 +68,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 # --- genesis, authority, demo -----------------------------------------------------------------
 
-JSON_HELP = "machine-readable output (and typed errors) on stdout"
-
-
-def _command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str,
-             func: Any, description: str | None = None) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help_text, description=description or help_text)
-    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
-    p.set_defaults(func=func)
-    return p
-
-
 def _dir_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", default=str(DEFAULT_DIR), metavar="DIR",
                    help=f"operator directory (default {DEFAULT_DIR}/, the one `alexandria serve`"
@@ -94,7 +84,7 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                              description="The genesis pins a library: its name, its log origin"
                              " and the root keys that certify its authorities.")
     gsub = genesis.add_subparsers(dest="genesis_command", metavar="COMMAND", required=True)
-    p = _command(gsub, "init", "write a genesis document and its root keys", cmd_genesis_init)
+    p = command(gsub, "init", "write a genesis document and its root keys", cmd_genesis_init)
     _dir_option(p)
     p.add_argument("--library", required=True, metavar="NAME", help="the library's namespace")
     p.add_argument("--origin", required=True,
@@ -107,7 +97,7 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                                description="The native application's authority: certificates,"
                                " participant enrolment and approval, revocation.")
     asub = authority.add_subparsers(dest="authority_command", metavar="COMMAND", required=True)
-    p = _command(asub, "issue", "certify an authority key with root keys and submit it",
+    p = command(asub, "issue", "certify an authority key with root keys and submit it",
                  cmd_authority_issue,
                  "Sign an authority certificate (roles native-application and/or log) with the"
                  " root keys and submit it to POST /api/authority. The key is created when"
@@ -122,11 +112,11 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--root-key", action="append", metavar="FILE",
                    help="root key file (repeatable; default DIR/root*.key)")
 
-    p = _command(asub, "enroll", "mint an actor id for a participant", cmd_authority_enroll)
+    p = command(asub, "enroll", "mint an actor id for a participant", cmd_authority_enroll)
     p.add_argument("name", metavar="NAME")
     _dir_option(p)
 
-    p = _command(asub, "approve", "issue a worker certificate for a participant's key",
+    p = command(asub, "approve", "issue a worker certificate for a participant's key",
                  cmd_authority_approve,
                  "Approve one participant's worker key: a worker certificate signed by the"
                  " authority key. It is printed (or written to --out) for the participant to"
@@ -140,7 +130,7 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--authority-key", metavar="FILE", help="default DIR/authority.key")
     _dir_option(p)
 
-    p = _command(asub, "revoke", "revoke an authority or worker key and submit it",
+    p = command(asub, "revoke", "revoke an authority or worker key and submit it",
                  cmd_authority_revoke,
                  "Sign a revocation (root keys for an authority key, the issuing authority for a"
                  " worker key) and submit it to POST /api/authority. It applies to every"
@@ -155,7 +145,7 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _dir_option(p)
     _url_option(p)
 
-    p = _command(sub, "demo", "serve a fresh library seeded with the contract's worked example",
+    p = command(sub, "demo", "serve a fresh library seeded with the contract's worked example",
                  cmd_demo,
                  "Create a fresh library in DIR (replacing an earlier demo there), enroll two"
                  " participants (owner and peer, each with their own config home), publish the"

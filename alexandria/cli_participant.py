@@ -1,28 +1,25 @@
-"""Participant commands: the worker key, publishing, pending files and reading.
+"""Participant commands: the worker key and publishing.
 
 ``worker init`` / ``worker import CERT`` / ``whoami``; ``publish FILE|-``, ``validate FILE|-``,
-``pending``, ``retry``; ``get REV``, ``search Q``, ``object REV``, ``changes --root R``; personal
-lists (``follow``, ``unfollow``, ``save``, ``unsave``, ``lists``).  The configuration directory
-is described in ``config.py``; the pending-file rule in ``pending.py``.
+``pending``, ``retry``.  Reading is in ``cli_reading.py``, personal lists in ``cli_personal.py``;
+the helpers here (``command``, ``session_of``…) are shared by the three.  The configuration
+directory is described in ``config.py``; the pending-file rule in ``pending.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from alexandria.client import ServerError, Unreachable
+from alexandria.client import Unreachable
 from alexandria.config import DEFAULT_LIBRARY, Home, LibraryConfig, check_name
 from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.keys import HEX64
 from alexandria.participant import (
     Session,
-    body_of,
-    check_signed_record,
     fetch_genesis,
     parse_content,
     parse_document,
@@ -40,7 +37,7 @@ if TYPE_CHECKING:
 JSON_HELP = "machine-readable output (and typed errors) on stdout"
 
 
-def _parser(sub: Sub, name: str, help_text: str, func: Callable[[argparse.Namespace], int],
+def command(sub: Sub, name: str, help_text: str, func: Callable[[argparse.Namespace], int],
             description: str | None = None) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(name, help=help_text,
                                                 description=description or help_text)
@@ -49,22 +46,22 @@ def _parser(sub: Sub, name: str, help_text: str, func: Callable[[argparse.Namesp
     return p
 
 
-def _names_file(p: argparse.ArgumentParser) -> None:
+def names_file_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--names", metavar="FILE",
                    help="names file to resolve NAME from (default: the one in your config home)")
 
 
-def _names_option(p: argparse.ArgumentParser) -> None:
+def names_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ref", action="append", default=[], metavar="NAME=REV",
                    help="resolve $NAME in the content to REV (repeatable)")
-    _names_file(p)
+    names_file_option(p)
 
 
 def register(sub: Sub) -> None:
     worker = sub.add_parser("worker", help="create or import your worker key's certificate",
                             description="Your worker key signs what you publish.")
     wsub = worker.add_subparsers(dest="worker_command", metavar="COMMAND", required=True)
-    p = _parser(wsub, "init", "create your Ed25519 worker key and pin your library", cmd_init,
+    p = command(wsub, "init", "create your Ed25519 worker key and pin your library", cmd_init,
                 "Create the worker key (mode 0600) in your config home (ALEXANDRIA_HOME, else"
                 " XDG_CONFIG_HOME/alexandria, else ~/.config/alexandria), record the library"
                 " and its genesis pin, and print the public key for the operator to approve.")
@@ -72,74 +69,31 @@ def register(sub: Sub) -> None:
     p.add_argument("--genesis", metavar="PIN",
                    help="genesis pin, obtained out of band (without it the library's own"
                    " genesis is pinned on first use)")
-    p = _parser(wsub, "import", "import the worker certificate the operator issued", cmd_import)
+    p = command(wsub, "import", "import the worker certificate the operator issued", cmd_import)
     p.add_argument("certificate", metavar="CERT", help="certificate file, or - for stdin")
 
-    _parser(sub, "whoami", "show your worker key, actor, scopes and library", cmd_whoami)
+    command(sub, "whoami", "show your worker key, actor, scopes and library", cmd_whoami)
 
-    p = _parser(sub, "publish", "sign content and publish it", cmd_publish,
+    p = command(sub, "publish", "sign content and publish it", cmd_publish,
                 "Sign content ({kind,title,body,links,previous} as the write contract's"
                 " content_schema describes it) and publish it. The signed envelope is written to"
                 " pending/ first; when the library cannot be reached it stays there for"
                 " `alexandria retry`.")
     p.add_argument("file", metavar="FILE", help="content file, or - for stdin")
     p.add_argument("--name", help="record the published id under NAME in the names file")
-    _names_option(p)
+    names_options(p)
 
-    p = _parser(sub, "validate", "ask the library whether it would admit content (dry run)",
+    p = command(sub, "validate", "ask the library whether it would admit content (dry run)",
                 cmd_validate)
     p.add_argument("file", metavar="FILE", help="content file, or - for stdin")
-    _names_option(p)
+    names_options(p)
 
-    _parser(sub, "pending", "list envelopes not yet admitted, and rejected ones", cmd_pending)
-    p = _parser(sub, "retry", "resend pending envelopes, byte for byte", cmd_retry)
+    command(sub, "pending", "list envelopes not yet admitted, and rejected ones", cmd_pending)
+    p = command(sub, "retry", "resend pending envelopes, byte for byte", cmd_retry)
     p.add_argument("ids", nargs="*", metavar="ID", help="only these pending ids")
 
-    p = _parser(sub, "get", "fetch a signed record and check it against the pinned genesis",
-                cmd_get)
-    p.add_argument("revision", metavar="REV", help="revision id or a name from the names file")
-    p.add_argument("--head", action="store_true", help="the current head of REV's object")
-    _names_file(p)
 
-    p = _parser(sub, "search", "search the library's catalogue", cmd_search)
-    p.add_argument("query", metavar="Q", nargs="?", default="", help="query tokens")
-    p.add_argument("--kind", help="only this kind")
-    p.add_argument("--sort", choices=("relevance", "new", "top"),
-                   help="default: relevance with a query, new without")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--full", action="store_true", help="signed records instead of summaries")
-
-    p = _parser(sub, "object", "show an object with a section of what surrounds it", cmd_object)
-    p.add_argument("revision", metavar="REV", help="revision id or a name")
-    p.add_argument("--section", default="all",
-                   choices=("all", "children", "related", "history", "graph", "discussions",
-                            "knowledge"))
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--exact", action="store_true", help="this exact revision, not the head")
-    _names_file(p)
-
-    p = _parser(sub, "changes", "print what changed under a root, resuming where you left off",
-                cmd_changes,
-                "Print the revisions of ROOT and everything under it, in admission order. The"
-                " cursor is saved after each page, so the next run continues where this one"
-                " stopped (also after a restart).")
-    p.add_argument("--root", required=True, metavar="R", help="root id or a name")
-    p.add_argument("--follow", action="store_true", help="keep polling for new changes")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between polls")
-    p.add_argument("--limit", type=int, default=50, help="items per page (1..50)")
-    p.add_argument("--reset", action="store_true", help="forget the saved cursor first")
-    _names_file(p)
-
-    for name, verb in (("follow", "follow"), ("unfollow", "stop following"),
-                       ("save", "save"), ("unsave", "remove from saved")):
-        p = _parser(sub, name, f"{verb} objects (personal list)", cmd_personal)
-        p.add_argument("revisions", nargs="+", metavar="REV", help="revision ids or names")
-        p.set_defaults(personal_action=name)
-        _names_file(p)
-    _parser(sub, "lists", "show what you follow and what you saved", cmd_lists)
-
-
-def _session(args: argparse.Namespace) -> Session:
+def session_of(args: argparse.Namespace) -> Session:
     return Session(Home.locate(), getattr(args, "names", None))
 
 
@@ -177,7 +131,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    session = _session(args)
+    session = session_of(args)
     doc = parse_document(read_input(args.certificate), args.certificate)
     try:
         cert = parse_worker_certificate(doc, session.genesis())
@@ -207,7 +161,7 @@ def _cert_json(cert: Any) -> dict[str, Any]:
 
 
 def cmd_whoami(args: argparse.Namespace) -> int:
-    session = _session(args)
+    session = session_of(args)
     home = session.home
     key = home.worker_key()
     out: dict[str, Any] = {"home": str(home.root), "worker": key.public_hex}
@@ -248,7 +202,7 @@ def _signed_content(session: Session, args: argparse.Namespace) -> tuple[Any, di
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    session = _session(args)
+    session = session_of(args)
     if args.name is not None:
         check_name(args.name)
     try:
@@ -297,7 +251,7 @@ def _rejected(exc: AlexandriaError, p: Pending, home: Home) -> AlexandriaError:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    session = _session(args)
+    session = session_of(args)
     try:
         signed, content = _signed_content(session, args)
         result = session.client.dry_run(signed.envelope)
@@ -335,7 +289,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    session = _session(args)
+    session = session_of(args)
     outbox = Outbox(session.home)
     items = outbox.pending()
     if args.ids:
@@ -396,249 +350,4 @@ def _report_retry(args: argparse.Namespace, items: list[Pending], outcomes: list
         note(f"alexandria: {kept} still pending, {rejected} rejected"
              + (f" (see {home.rejected_dir}/)" if rejected else ""))
         return 1
-    return 0
-
-
-# --- reading ----------------------------------------------------------------------------------
-
-
-def _describe(item: dict[str, Any]) -> str:
-    """One line for a signed record or a catalogue summary."""
-    record = item.get("record", item)
-    kind, title = record.get("kind", "?"), record.get("title", "")
-    seq = item.get("admission", {}).get("sequence")
-    prefix = f"#{seq:<5} " if isinstance(seq, int) else ""
-    return f"{prefix}{item.get('id', '?')}  {kind:<12} {one_line(title or '(untitled)', 60)}"
-
-
-def cmd_get(args: argparse.Namespace) -> int:
-    session = _session(args)
-    try:
-        rev = session.revision(args.revision)
-        answer = session.client.entry(rev, head=args.head)
-        signed = orjson.loads(answer.content)
-        check_signed_record(signed, session.genesis())
-    finally:
-        session.close()
-    if args.json:
-        emit_raw(answer.content)
-        return 0
-    record, admission = signed["record"], signed["admission"]
-    say(f"{signed['id']}  {record['kind']} “{record['title']}”")
-    rows = [("root", signed["root"]), ("author", record["author"]),
-            ("authored", record["authored_at"]),
-            ("admitted", f"#{admission['sequence']} at {admission['admitted_at']}"),
-            ("previous", record["previous"] or "—")]
-    rows += [("link", f"{lk['relation']} → {lk['target']}") for lk in record["links"]]
-    pin = short(session.genesis().pin)
-    rows.append(("verified", f"signatures chain to the pinned genesis {pin}"))
-    for label, value in rows:
-        say(f"  {label:<9} {value}")
-    body = body_of(record)
-    say("")
-    say(body if isinstance(body, str)
-        else orjson.dumps(body, option=orjson.OPT_INDENT_2).decode("utf-8"))
-    return 0
-
-
-def cmd_search(args: argparse.Namespace) -> int:
-    session = _session(args)
-    sort = args.sort or ("relevance" if args.query else "new")
-    try:
-        result = session.client.get_json(
-            "/api/catalogue", q=args.query or None, kind=args.kind, sort=sort,
-            offset=args.offset, projection="full" if args.full else "summary",
-        )
-    finally:
-        session.close()
-    if args.json:
-        emit_json(result)
-        return 0
-    items = result.get("items", [])
-    for item in items:
-        say(_describe(item))
-    total, nxt = result.get("total"), result.get("next_offset")
-    shown = f"{args.offset + 1}–{args.offset + len(items)}" if items else "none"
-    note(f"{shown} of {total} in {result.get('library', 'the library')}"
-         + (f" — next page: --offset {nxt}" if nxt is not None else ""))
-    return 0
-
-
-def cmd_object(args: argparse.Namespace) -> int:
-    session = _session(args)
-    try:
-        rev = session.revision(args.revision)
-        result = session.client.get_json(
-            f"/api/objects/{rev}", section=args.section, offset=args.offset or None,
-            exact="true" if args.exact else None,
-        )
-    finally:
-        session.close()
-    if args.json:
-        emit_json(result)
-        return 0
-    item = result.get("item") or {}
-    record = item.get("record", {})
-    say(f"{item.get('id', rev)}  {record.get('kind', '?')} “{record.get('title', '')}”")
-    count = result.get("revisions")
-    say(f"  head      {result.get('head')}  ({count} revision{'' if count == 1 else 's'})")
-    path = [a.get("record", {}).get("title", "?") for a in result.get("ancestors") or []]
-    if path:
-        say(f"  in        {' › '.join(path)}")
-    items = result.get("items") or []
-    say(f"  {args.section}: {len(items)} item{'s' if len(items) != 1 else ''}")
-    for entry in items:
-        say("    " + _describe(entry))
-    if result.get("next_offset") is not None:
-        note(f"next page: --offset {result['next_offset']}")
-    return 0
-
-
-def _pages(session: Session, root: str, limit: int, reset: bool
-           ) -> Iterator[tuple[list[dict[str, Any]], bool]]:
-    """Pages of ``/api/changes``; the cursor is saved after each page is handed out."""
-    pin = session.library.pin
-    if reset:
-        session.home.drop_cursor(root)
-    cursor = session.home.cursor(root, pin)
-    while True:
-        try:
-            page = session.client.get_json("/api/changes", root=root, cursor=cursor, limit=limit)
-        except ServerError as exc:
-            if getattr(exc, "http_status", 0) == 409 and exc.to_json().get("resync_required"):
-                note(f"the library cannot continue from the saved cursor ({exc.message}):"
-                     " starting again from the beginning")
-                session.home.drop_cursor(root)
-                cursor = None
-                continue
-            raise
-        items = page.get("items", [])
-        yield items, bool(page.get("has_more"))
-        cursor = page["cursor"]
-        session.home.save_cursor(root, pin, cursor, page.get("snapshot"))
-        if not page.get("has_more"):
-            return
-
-
-def cmd_changes(args: argparse.Namespace) -> int:
-    if not 1 <= args.limit <= 50:
-        raise BadRequest("--limit is 1..50", "BAD_PARAMETER")
-    session = _session(args)
-    try:
-        root = session.revision(args.root)
-        if not args.reset and session.home.cursor(root, session.library.pin):
-            note(f"resuming from the saved cursor of {short(root)}")
-        while True:
-            count = 0
-            for items, _more in _pages(session, root, args.limit, args.reset):
-                count += len(items)
-                for item in items:
-                    if args.json:
-                        emit_json(item)
-                    else:
-                        say(_describe(item))
-            args.reset = False
-            if not args.follow:
-                if not args.json:
-                    note(f"{count} change{'s' if count != 1 else ''}; cursor saved"
-                         f" — the next run prints only what is new")
-                return 0
-            time.sleep(args.interval)
-    finally:
-        session.close()
-
-
-# --- personal lists ---------------------------------------------------------------------------
-
-LISTS = ("following", "saved")
-
-
-def _personal_read(session: Session) -> dict[str, Any] | None:
-    import secrets
-
-    signed = session.sign({"kind": "personal-read", "title": "",
-                           "body": {"nonce": secrets.token_hex(32)}, "links": [],
-                           "previous": ""})
-    state: dict[str, Any] | None = session.client.personal(signed.envelope).get("state")
-    return state
-
-
-def _lists_of(state: dict[str, Any] | None) -> dict[str, list[str]]:
-    if state is None:
-        return {name: [] for name in LISTS}
-    body = body_of(state["record"])
-    return {name: list(body.get(name, [])) for name in LISTS}
-
-
-def _update(session: Session, change: Callable[[dict[str, list[str]]], dict[str, list[str]]]
-            ) -> tuple[dict[str, Any] | None, bool]:
-    """Compare-and-set: sign the change on the current state; on a 409 apply it again on the
-    state the library returned."""
-    state = _personal_read(session)
-    for _attempt in range(5):
-        current = _lists_of(state)
-        wanted = change({k: list(v) for k, v in current.items()})
-        if wanted == current:
-            return state, False
-        signed = session.sign({"kind": "personal-state", "title": "", "body": wanted,
-                               "links": [], "previous": state["id"] if state else ""})
-        try:
-            return session.client.personal(signed.envelope).get("state"), True
-        except ServerError as exc:
-            if exc.http_status != 409:
-                raise
-            fresh = exc.details.get("state", "absent")
-            state = _personal_read(session) if fresh == "absent" else fresh
-    raise AlexandriaError("your lists kept changing elsewhere; try again", "PERSONAL_BUSY")
-
-
-def cmd_personal(args: argparse.Namespace) -> int:
-    session = _session(args)
-    action: str = args.personal_action
-    target = "following" if action in ("follow", "unfollow") else "saved"
-    adding = action in ("follow", "save")
-    try:
-        roots = []
-        for text in args.revisions:
-            rev = session.revision(text)
-            roots.append(orjson.loads(session.client.entry(rev).content)["root"])
-
-        def change(lists: dict[str, list[str]]) -> dict[str, list[str]]:
-            items = lists[target]
-            for root in roots:
-                if adding and root not in items:
-                    items.append(root)
-                elif not adding and root in items:
-                    items.remove(root)
-            return lists
-
-        state, changed = _update(session, change)
-    finally:
-        session.close()
-    lists = _lists_of(state)
-    if args.json:
-        emit_json({"changed": changed, "state": state, **lists})
-        return 0
-    for root in roots:
-        say(root)
-    note(f"{target}: {len(lists[target])} object{'s' if len(lists[target]) != 1 else ''}"
-         + ("" if changed else " (unchanged)"))
-    return 0
-
-
-def cmd_lists(args: argparse.Namespace) -> int:
-    session = _session(args)
-    try:
-        state = _personal_read(session)
-        lists = _lists_of(state)
-        if args.json:
-            emit_json({"state": state, **lists})
-            return 0
-        for name in LISTS:
-            say(f"{name} ({len(lists[name])})")
-            for root in lists[name]:
-                head = orjson.loads(session.client.entry(root, head=True).content)["record"]
-                say(f"  {root}  {head['kind']:<12} {one_line(head['title'], 60)}")
-    finally:
-        session.close()
     return 0
