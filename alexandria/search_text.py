@@ -27,7 +27,9 @@ import orjson
 SNIPPET_CHARACTERS = 280
 MAX_WORD_CHARACTERS = 64
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_ASCII_UPPER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
+# ASCII capitals can survive NFKC(casefold(...)) only in odd corners; the index folds them too
+_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ_", "abcdefghijklmnopqrstuvwxyz ")
 
 # The fields of each kind's body that hold human text, in reading order.
 TEXT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -51,7 +53,8 @@ def normalise(text: str) -> str:
 
 @cache
 def _word_pattern() -> re.Pattern[str]:
-    """Letters and digits (``[^\\W_]``) plus every combining mark (Unicode category M)."""
+    """Letters, digits and ``_`` (``\\w``) plus every combining mark (Unicode category M);
+    ``words`` turns ``_`` into a space first."""
     ranges: list[tuple[int, int]] = []
     for plane_start, plane_end in ((0, 0x20000), (0xE0000, 0xE1000)):
         start = -1
@@ -65,15 +68,17 @@ def _word_pattern() -> re.Pattern[str]:
         if start >= 0:
             ranges.append((start, plane_end - 1))
     marks = "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
-    return re.compile(f"(?:[^\\W_]|[{marks}])+")
+    return re.compile(f"[\\w{marks}]+")
 
 
 def words(text: str) -> list[str]:
     """The normalised words of ``text`` (each at most 64 characters)."""
-    out = []
-    for w in _word_pattern().findall(normalise(text)):
-        out.append(w[:MAX_WORD_CHARACTERS].translate(_ASCII_UPPER))
-    return out
+    text = normalise(text)
+    if text.isascii():  # the common case, without the large character class
+        found = _ASCII_WORD.findall(text.lower())
+    else:
+        found = _word_pattern().findall(text.translate(_FOLD))
+    return [w if len(w) <= MAX_WORD_CHARACTERS else w[:MAX_WORD_CHARACTERS] for w in found]
 
 
 def indexed(text: str) -> str:

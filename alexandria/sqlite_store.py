@@ -334,6 +334,24 @@ class SqliteStorage(Storage):
     async def admit(self, cand: Candidate, dry_run: bool = False) -> Admitted | DryRun:
         return await self.write(lambda conn: self._admit(conn, cand, dry_run))
 
+    async def admit_many(self, cands: Sequence[Candidate]) -> list[Admitted | DryRun | Exception]:
+        """The bulk path (loaders): each candidate exactly as ``admit`` would, in order, all in
+        one write transaction, each in its own savepoint so that a refusal undoes only itself."""
+
+        def run(conn: sqlite3.Connection) -> list[Admitted | DryRun | Exception]:
+            out: list[Admitted | DryRun | Exception] = []
+            for cand in cands:
+                conn.execute("SAVEPOINT bulk")
+                try:
+                    out.append(self._admit(conn, cand, False))
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO bulk")
+                    out.append(exc)
+                conn.execute("RELEASE bulk")
+            return out
+
+        return await self.write(run)
+
     def _view(self, conn: sqlite3.Connection) -> _StateView:
         return _StateView(conn, self._authority_cache, self.genesis)
 

@@ -1,0 +1,453 @@
+"""Build a library of N validly signed contributions of mixed kinds, for the read benchmarks.
+
+    .venv/bin/python -m bench.loader --dir DIR --entries N [--seed S] [--workers 2]
+        [--follow-members M] [--batch 2000]
+
+Writes ``DIR/genesis.json``, ``DIR/log.key``, ``DIR/library.db`` and ``DIR/loader.json``
+(``{"genesis_pin", "follow_root", "follow_members", "entries", ...}``) and prints the follow
+root's id.  Serve the result with
+``alexandria serve --genesis DIR/genesis.json --db DIR/library.db --log-key DIR/log.key``.
+
+Every contribution goes through the same rules as ``POST /api/entries``: worker processes sign
+each record and run ``admission.prepare`` on the envelope's bytes (JSON parsing, JCS, SHA-256,
+Ed25519, the content schema); the main process admits the candidates in order with
+``SqliteStorage.admit_many`` — ``decide`` with every state rule, the log leaf and Merkle nodes,
+the feed, the catalogue indexes — in large group-commit transactions.  Any refusal stops the
+load with the typed error.
+
+The mix: nested spaces, discussions (some about a claim, some branching), claims, documents,
+evidence, assessments, relationships, proposals, replies to discussions and replies, votes and
+vote changes, and revisions of spaces, claims, documents, discussions and replies.  One space,
+the *follow root*, gathers ``--follow-members`` member revisions (contained objects, their
+replies, evidence and assessments) spread over the whole load, for the changes-feed benchmark.
+Text is drawn from a Zipf-distributed vocabulary, so search words range from rare to common.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from multiprocessing.pool import AsyncResult
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from alexandria.admission import Candidate, prepare
+from alexandria.bootstrap import Founding, Participant, found_library
+from alexandria.canonical import canonical, sha256_hex
+from alexandria.records import make_envelope, make_record
+from alexandria.serve import write_json
+from alexandria.sqlite_store import SqliteStorage
+from alexandria.storage import Admitted
+from alexandria.timestamps import format_ms, parse_ms
+
+CREATED_AT = "2026-01-01T00:00:00.000Z"
+START = "2026-01-02T00:00:00.000Z"  # first authored_at; then 10 ms apart
+ACTORS = 200
+VOCABULARY = 20_000
+SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "ta", "shi", "po", "ve", "da", "gor", "lin", "mar",
+             "sel", "tor", "qua", "zen", "bri", "fal", "dun", "e", "a", "o", "i", "u")
+MUTABLE = ("space", "claim", "document", "discussion", "reply")
+
+# (kind, weight) of each planned step
+MIX = (
+    ("space", 2), ("discussion", 9), ("claim", 13), ("document", 9), ("evidence", 7),
+    ("assessment", 4), ("relationship", 3), ("proposal", 1), ("reply", 20), ("vote", 21),
+    ("vote-change", 3), ("revision", 8),
+)
+
+
+def vocabulary(rng: random.Random) -> list[str]:
+    words: set[str] = set()
+    while len(words) < VOCABULARY:
+        words.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
+@dataclass(slots=True)
+class Obj:
+    root: str
+    kind: str
+    author: int
+    head: str
+    links: list[tuple[str, str]]
+    member: bool
+    title: str
+
+
+@dataclass
+class Planner:
+    """The stream of records, in admission order, with the ids the later ones link to."""
+
+    founding: Founding
+    entries: int
+    follow_members: int
+    rng: random.Random
+    words: list[str] = field(default_factory=list)
+    cum: list[float] = field(default_factory=list)
+    objects: list[Obj] = field(default_factory=list)
+    by_kind: dict[str, list[Obj]] = field(default_factory=dict)
+    follow_spaces: list[Obj] = field(default_factory=list)
+    votes: set[tuple[int, str]] = field(default_factory=set)
+    vote_list: list[Obj] = field(default_factory=list)
+    targets: list[Obj] = field(default_factory=list)
+    evidence_of: dict[str, list[str]] = field(default_factory=dict)
+    members: int = 0
+    made: int = 0
+    clock: int = 0
+    follow_root: str = ""
+
+    def __post_init__(self) -> None:
+        self.words = vocabulary(self.rng)
+        total = 0.0
+        for i in range(len(self.words)):
+            total += 1.0 / (i + 1)
+            self.cum.append(total)
+        ms = parse_ms(START)
+        assert ms is not None
+        self.clock = ms
+        self.kinds = [k for k, _ in MIX]
+        self.weights = [w for _, w in MIX]
+
+    def text(self, n: int) -> str:
+        return " ".join(self.rng.choices(self.words, cum_weights=self.cum, k=n))
+
+    def title(self) -> str:
+        return self.text(self.rng.randint(2, 7)).capitalize()
+
+    def pick(self, kind: str) -> Obj | None:
+        found = self.by_kind.get(kind)
+        return self.pick_from(found) if found else None
+
+    def pick_from(self, pool: list[Obj]) -> Obj:
+        """A random object, a member of the follow root only when one more member is wanted
+        (links to a member make a member), so the root gets about ``follow_members``."""
+        want = self.wants_member()
+        obj = self.rng.choice(pool)
+        for _ in range(8):
+            if obj.member == want:
+                break
+            obj = self.rng.choice(pool)
+        return obj
+
+    def wants_member(self) -> bool:
+        remaining = self.entries - self.made
+        if self.members >= self.follow_members or remaining <= 0:
+            return False
+        return self.rng.random() < min(1.0, 3.0 * (self.follow_members - self.members) / remaining)
+
+    def record(self, author: int, kind: str, title: str, body: Any, links: list[tuple[str, str]],
+               previous: str = "") -> tuple[int, dict[str, Any]]:
+        self.clock += 10
+        p = self.participant(author)
+        rec = make_record(self.founding.genesis.pin, p.actor, format_ms(self.clock), {
+            "kind": kind, "title": title, "body": body, "previous": previous,
+            "links": [{"relation": r, "target": t} for r, t in links]})
+        return author, rec
+
+    def participant(self, i: int) -> Participant:
+        return self.founding.participants[f"actor{i}"]
+
+    def add(self, author: int, kind: str, title: str, body: Any, links: list[tuple[str, str]],
+            member: bool) -> tuple[int, dict[str, Any]]:
+        out = self.record(author, kind, title, body, links)
+        rid = sha256_hex(canonical(out[1]))
+        obj = Obj(rid, kind, author, rid, links, member, title)
+        self.objects.append(obj)
+        self.by_kind.setdefault(kind, []).append(obj)
+        if kind != "vote":
+            self.targets.append(obj)
+        if member:
+            self.members += 1
+        return out
+
+    def space_for(self, member: bool) -> Obj | None:
+        if member and self.follow_spaces:
+            return self.rng.choice(self.follow_spaces)
+        spaces = self.by_kind["space"]
+        obj = self.rng.choice(spaces)
+        for _ in range(8):
+            if not obj.member:
+                break
+            obj = self.rng.choice(spaces)
+        return obj
+
+    def steps(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        # the follow root first, then a few spaces to hold everything else
+        yield self.add(0, "space", "Follow root", {"summary": "The followed space"}, [], True)
+        self.follow_root = self.objects[0].root
+        self.follow_spaces.append(self.objects[0])
+        self.made = 1
+        while self.made < self.entries:
+            kind = self.rng.choices(self.kinds, self.weights)[0]
+            step = self.step(kind) if self.objects else None
+            if step is None:
+                step = self.step("space")
+            assert step is not None
+            self.made += 1
+            yield step
+
+    def step(self, kind: str) -> tuple[int, dict[str, Any]] | None:
+        rng = self.rng
+        author = rng.randrange(ACTORS)
+        if kind == "space":
+            wanted = self.wants_member()
+            parent = self.space_for(wanted)
+            links = []
+            if parent is not None and (wanted or rng.random() < 0.8):
+                links = [("contained_in", parent.root)]
+            member = bool(links) and parent is not None and parent.member
+            out = self.add(author, "space", self.title(), self.body("space"), links, member)
+            if member:
+                self.follow_spaces.append(self.objects[-1])
+            return out
+        if kind in ("claim", "document", "discussion"):
+            parent = self.space_for(self.wants_member())
+            links = [("contained_in", parent.root)] if parent else []
+            member = parent is not None and parent.member
+            body = self.body(kind)
+            if kind == "discussion":
+                target = self.pick("claim")
+                if target is not None and rng.random() < 0.3:
+                    links.append(("about", target.head))
+                    member = member or target.member
+                elif rng.random() < 0.1 and self.by_kind.get("reply"):
+                    origin = self.pick("reply")
+                    assert origin is not None
+                    links.append(("branches_from", origin.head))
+                    member = member or origin.member
+            return self.add(author, kind, self.title(), body, links, member)
+        if kind == "reply":
+            pool = (self.by_kind.get("discussion") or []) + (self.by_kind.get("reply") or [])
+            if not pool:
+                return None
+            to = self.pick_from(pool)
+            return self.add(author, "reply", self.title(), self.text(rng.randint(5, 50)),
+                            [("replies_to", to.head)], to.member)
+        if kind == "evidence":
+            claim = self.pick("claim")
+            if claim is None:
+                return None
+            method = rng.choice(("proof", "example", "experiment", "observation", "source",
+                                 "counterexample"))
+            body = {"claim": claim.head, "method": method, "content": self.text(30),
+                    "sources": [{"label": self.text(3), "url": f"https://example.org/{self.made}"}]
+                    if method == "source" else []}
+            out = self.add(author, "evidence", self.title(), body,
+                           [("evidence_for", claim.head)], claim.member)
+            self.evidence_of.setdefault(claim.head, []).append(self.objects[-1].root)
+            return out
+        if kind == "assessment":
+            claim = self.pick("claim")
+            if claim is None:
+                return None
+            evidence = self.evidence_of.get(claim.head, [])[:3]
+            verdict = rng.choice(("supported", "disputed", "accepted", "refuted")) if evidence \
+                else "open"
+            body = {"claim": claim.head, "verdict": verdict, "rationale": self.text(20),
+                    "evidence": evidence}
+            return self.add(author, "assessment", self.title(), body,
+                            [("assesses", claim.head)], claim.member)
+        if kind == "relationship":
+            a, b = self.pick("claim"), self.pick("document")
+            if a is None or b is None:
+                return None
+            body = {"from": a.head, "to": b.head, "relation": rng.choice(
+                ("supports", "contradicts", "depends_on", "answers", "related_to")),
+                    "rationale": self.text(15)}
+            return self.add(author, "relationship", self.title(), body,
+                            [("relates_from", a.head), ("relates_to", b.head)], False)
+        if kind == "proposal":
+            base = self.pick("claim")
+            if base is None:
+                return None
+            proposed = {"statement": self.text(12), "scope": self.text(5), "assumptions": []}
+            body = {"base": base.head, "title": self.title(), "body": proposed,
+                    "links": [{"relation": r, "target": t} for r, t in base.links],
+                    "rationale": self.text(10)}
+            return self.add(author, "proposal", self.title(), body,
+                            [("proposes_for", base.head)], base.member)
+        if kind == "vote":
+            target = rng.choice(self.targets)
+            if (author, target.root) in self.votes:
+                return None
+            self.votes.add((author, target.root))
+            out = self.add(author, "vote", "vote", rng.choice(("1", "1", "1", "-1", "0")),
+                           [("votes_on", target.root)], False)
+            self.vote_list.append(self.objects[-1])
+            return out
+        if kind == "vote-change":
+            if not self.vote_list:
+                return None
+            return self.revise(rng.choice(self.vote_list), rng.choice(("1", "-1", "0")))
+        if kind == "revision":
+            obj = self.pick(rng.choice(MUTABLE))
+            if obj is None:
+                return None
+            return self.revise(obj, self.body(obj.kind))
+        raise AssertionError(kind)
+
+    def body(self, kind: str) -> Any:
+        rng = self.rng
+        if kind == "claim":
+            return {"statement": self.text(rng.randint(8, 30)), "scope": self.text(6),
+                    "assumptions": [self.text(5) for _ in range(rng.randint(0, 2))]}
+        if kind == "document":
+            return {"text": self.text(rng.randint(40, 160))}
+        if kind == "discussion":
+            return {"text": self.text(rng.randint(10, 60))}
+        if kind == "space":
+            return {"summary": self.text(20)}
+        return self.text(rng.randint(5, 50))  # reply
+
+    def revise(self, obj: Obj, body: Any) -> tuple[int, dict[str, Any]]:
+        out = self.record(obj.author, obj.kind, obj.title, body, obj.links, obj.head)
+        obj.head = sha256_hex(canonical(out[1]))
+        if obj.member:
+            self.members += 1
+        return out
+
+
+# --- worker processes: sign and prepare ------------------------------------------------------
+
+_FOUNDING: Founding | None = None
+
+
+def _founding(seed: bytes) -> Founding:
+    f = found_library(library="alexandria-bench", seed=seed, created_at=CREATED_AT)
+    for i in range(ACTORS):
+        f.enroll(f"actor{i}")
+    return f
+
+
+def _init_worker(seed: bytes) -> None:
+    global _FOUNDING
+    _FOUNDING = _founding(seed)
+
+
+def sign_and_prepare(batch: list[tuple[int, dict[str, Any]]]) -> list[Candidate]:
+    f = _FOUNDING
+    assert f is not None
+    out = []
+    for author, record in batch:
+        p = f.participants[f"actor{author}"]
+        body = orjson.dumps(make_envelope(record, p.certificate, p.worker))
+        out.append(prepare(body, f.genesis))
+    return out
+
+
+def _batches(planner: Planner, size: int) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    batch = []
+    for step in planner.steps():
+        batch.append(step)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+async def load(directory: Path, entries: int, seed: int, workers: int, follow_members: int,
+               batch: int) -> dict[str, Any]:
+    directory.mkdir(parents=True, exist_ok=True)
+    db = directory / "library.db"
+    if db.exists():
+        raise SystemExit(f"{db} exists: load into an empty directory")
+    seed_bytes = f"bench-loader/{seed}".encode()
+    founding = _founding(seed_bytes)
+    write_json(directory / "genesis.json", founding.genesis_document)
+    founding.log_key.save(directory / "log.key")
+    planner = Planner(founding, entries, follow_members, random.Random(seed))
+    admitted = 0
+    waited = writing = 0.0
+    # the pool forks before the storage starts its threads
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(seed_bytes,)) as pool:
+        storage = SqliteStorage(db, founding.genesis)
+        await storage.open()
+        # a bulk load touches every index page: give the writer a large page cache
+        await storage.write(lambda conn: conn.execute("PRAGMA cache_size = -524288"))
+        started = time.perf_counter()
+        try:
+            for doc in founding.authority_documents():
+                await storage.admit_authority(doc)
+            pending: deque[AsyncResult[list[Candidate]]] = deque()
+            batches = _batches(planner, batch)
+            while True:
+                while len(pending) < 2 * workers:  # bounded read-ahead
+                    nxt = next(batches, None)
+                    if nxt is None:
+                        break
+                    pending.append(pool.apply_async(sign_and_prepare, (nxt,)))
+                if not pending:
+                    break
+                t0 = time.perf_counter()
+                cands = await asyncio.get_running_loop().run_in_executor(None, pending[0].get)
+                pending.popleft()
+                t1 = time.perf_counter()
+                results = await storage.admit_many(cands)
+                waited += t1 - t0
+                writing += time.perf_counter() - t1
+                for cand, res in zip(cands, results, strict=True):
+                    if not isinstance(res, Admitted) or not res.created:
+                        raise SystemExit(f"refused {cand.record.kind} {cand.record.id}: {res!r}")
+                admitted += len(cands)
+                if admitted % (batch * 25) < batch:
+                    rate = admitted / (time.perf_counter() - started)
+                    print(f"  {admitted:,} admitted, {rate:,.0f}/s (waiting for signers"
+                          f" {waited:.0f} s, admitting {writing:.0f} s)", file=sys.stderr,
+                          flush=True)
+        finally:
+            await storage.close()
+    elapsed = time.perf_counter() - started
+    summary = {
+        "genesis_pin": founding.genesis.pin,
+        "follow_root": planner.follow_root,
+        "follow_members": planner.members,
+        "entries": admitted,
+        "seed": seed,
+        "seconds": round(elapsed, 1),
+        "per_second": round(admitted / elapsed, 1),
+        "seconds_waiting_for_signers": round(waited, 1),
+        "seconds_admitting": round(writing, 1),
+        "actors": [founding.participants[f"actor{i}"].actor for i in range(ACTORS)],
+        "words": planner.words[:: max(1, VOCABULARY // 200)],
+    }
+    write_json(directory / "loader.json", summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.loader", description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", required=True, type=Path)
+    ap.add_argument("--entries", required=True, type=int)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--follow-members", type=int, default=None,
+                    help="member revisions of the follow root (default min(10000, entries/10))")
+    ap.add_argument("--batch", type=int, default=2000, help="admissions per transaction")
+    args = ap.parse_args(argv)
+    follow = args.follow_members
+    if follow is None:
+        follow = min(10_000, args.entries // 10)
+    summary = asyncio.run(load(args.dir, args.entries, args.seed, args.workers, follow,
+                               args.batch))
+    print(f"{summary['entries']:,} entries in {summary['seconds']} s"
+          f" ({summary['per_second']:,.0f}/s), {summary['follow_members']:,} follow-root members")
+    print(f"genesis pin {summary['genesis_pin']}")
+    print(f"follow root {summary['follow_root']}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())
