@@ -42,7 +42,7 @@ LISTS = ("following", "saved")
 MAX_ROOTS = 128
 WINDOW_MS = 5 * 60 * 1000
 TARGET_KINDS = ("claim", "discussion", "document", "space")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class PersonalViolation(Unprocessable):
