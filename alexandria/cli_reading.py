@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from alexandria.cli_participant import command, names_file_option, session_of
-from alexandria.client import ServerError
-from alexandria.errors import BadRequest
+from alexandria.errors import BadRequest, ResyncRequired
 from alexandria.participant import Session, body_of, check_signed_record
 from alexandria.terminal import emit_json, emit_raw, note, one_line, say, short
 
@@ -154,8 +153,9 @@ def cmd_object(args: argparse.Namespace) -> int:
 
 
 def _pages(session: Session, root: str, limit: int, reset: bool
-           ) -> Iterator[tuple[list[dict[str, Any]], bool]]:
-    """Pages of ``/api/changes``; the cursor is saved after each page is handed out."""
+           ) -> Iterator[list[dict[str, Any]]]:
+    """Pages of ``/api/changes`` up to the end of the snapshot; the cursor is saved after each
+    page is handed out, so an interruption repeats at most one page and never skips one."""
     pin = session.library.pin
     if reset:
         session.home.drop_cursor(root)
@@ -163,16 +163,15 @@ def _pages(session: Session, root: str, limit: int, reset: bool
     while True:
         try:
             page = session.client.get_json("/api/changes", root=root, cursor=cursor, limit=limit)
-        except ServerError as exc:
-            if getattr(exc, "http_status", 0) == 409 and exc.to_json().get("resync_required"):
-                note(f"the library cannot continue from the saved cursor ({exc.message}):"
-                     " starting again from the beginning")
-                session.home.drop_cursor(root)
-                cursor = None
-                continue
-            raise
-        items = page.get("items", [])
-        yield items, bool(page.get("has_more"))
+        except ResyncRequired as exc:
+            if cursor is None:
+                raise
+            note(f"the library cannot continue from the saved cursor ({exc.message}):"
+                 " starting again from the beginning")
+            session.home.drop_cursor(root)
+            cursor = None
+            continue
+        yield page.get("items", [])
         cursor = page["cursor"]
         session.home.save_cursor(root, pin, cursor, page.get("snapshot"))
         if not page.get("has_more"):
@@ -189,7 +188,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
             note(f"resuming from the saved cursor of {short(root)}")
         while True:
             count = 0
-            for items, _more in _pages(session, root, args.limit, args.reset):
+            for items in _pages(session, root, args.limit, args.reset):
                 count += len(items)
                 for item in items:
                     if args.json:

@@ -190,6 +190,10 @@ class Home:
                 "NO_LIBRARY", home=str(self.root),
             )
         value = read_json(self.library_path)
+        if not (isinstance(value, dict) and isinstance(value.get("url"), str)
+                and isinstance(value.get("genesis"), str) and HEX64.match(value["genesis"])):
+            raise BadRequest(f'{self.library_path}: expected {{"url": URL, "genesis": PIN}}',
+                             "BAD_CONFIG_FILE", path=str(self.library_path))
         return LibraryConfig(value["url"], value["genesis"])
 
     def library_or_none(self) -> LibraryConfig | None:
@@ -235,7 +239,8 @@ class Home:
         if not p.exists():
             return None
         value = read_json(p)
-        if value.get("genesis") != pin or not isinstance(value.get("cursor"), str):
+        if not isinstance(value, dict) or value.get("genesis") != pin \
+                or not isinstance(value.get("cursor"), str):
             return None
         cursor: str = value["cursor"]
         return cursor

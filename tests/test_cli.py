@@ -16,6 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
+from alexandria import cli_personal
+from alexandria.client import ServerError
+from alexandria.config import Home
+from alexandria.participant import Session
 from tests.cli_support import CLI, Library, cli, cli_env, cli_json, write_content
 from tests.conftest import CONTRACT
 
@@ -187,6 +191,41 @@ def test_personal_lists(lib: Library, example: dict[str, str]) -> None:
     assert cli_json("lists", home=home)["saved"] == []
     r = cli("follow", "evidence", home=home, expect=1)  # lists hold objects, not evidence
     assert "PERSONAL_TARGET_KIND" in r.stderr
+
+
+def test_personal_state_conflict_is_reapplied(lib: Library, example: dict[str, str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change signed on a stale state gets 409 with the current state; the CLI applies the
+    change again on that state and signs anew, losing neither write."""
+    home = lib.homes["peer"]
+    session = Session(Home(home))
+    try:
+        stale = cli_personal._personal_read(session)
+        cli("follow", "space", home=home)  # another session moves the state on
+        real_read, real_write = cli_personal._personal_read, session.client.personal
+        reads = [stale]  # the first read answers the stale state
+        conflicts: list[int] = []
+
+        def read(s: Session) -> Any:
+            return reads.pop() if reads else real_read(s)
+
+        def write(envelope: bytes) -> dict[str, Any]:
+            try:
+                return real_write(envelope)
+            except ServerError as exc:
+                conflicts.append(exc.http_status)
+                raise
+
+        monkeypatch.setattr(cli_personal, "_personal_read", read)
+        monkeypatch.setattr(session.client, "personal", write)
+        state, changed = cli_personal._update(
+            session, lambda lists: {**lists, "saved": [*lists["saved"], example["document"]]})
+    finally:
+        session.close()
+    assert conflicts == [409] and changed and state is not None
+    lists = cli_json("lists", home=home)
+    assert example["space"] in lists["following"] and lists["saved"] == [example["document"]]
+    assert lists["state"]["id"] == state["id"]
 
 
 def test_validate_is_a_dry_run(lib: Library, example: dict[str, str]) -> None:
