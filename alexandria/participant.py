@@ -134,10 +134,10 @@ class Session:
         if self._genesis is None:
             doc = self.home.genesis_document()
             if doc is None:
-                fetched = fetch_genesis(self.client, self.library.pin)
-                self.home.save_genesis(dict(fetched.document))
-                doc = dict(fetched.document)
-            self._genesis = Genesis.from_document(doc, pin=self.library.pin)
+                self._genesis = fetch_genesis(self.client, self.library.pin)
+                self.home.save_genesis(dict(self._genesis.document))
+            else:
+                self._genesis = Genesis.from_document(doc, pin=self.library.pin)
         return self._genesis
 
     def certificate(self) -> WorkerCertificate:
