@@ -10,6 +10,7 @@ from starlette.applications import Starlette
 from alexandria import (
     catalogue_api,
     changes_api,
+    contract_api,
     log,
     log_api,
     object_api,
@@ -38,7 +39,7 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
     app = Starlette(
         routes=[*write_api.routes, *read_api.routes, *personal_api.routes,
                 *changes_api.routes, *log_api.routes,
-                *catalogue_api.routes, *object_api.routes],
+                *catalogue_api.routes, *object_api.routes, *contract_api.routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )

@@ -183,21 +183,31 @@ def _search(
         "new": "h.seq DESC",
         "top": "c.score DESC, h.seq DESC",
     }[query.sort]
-    hits = (
-        "WITH h(seq, score) AS (SELECT doc, sum(CASE col WHEN 'title' THEN 3 ELSE 1 END)"
-        f" FROM catalogue_terms WHERE term IN ({_in(ws)}) GROUP BY doc"
-        " HAVING count(DISTINCT term) = ?)"
-    )
+    hits: tuple[Any, ...]
+    if query.sort == "relevance":
+        # occurrences from the index's term instances: cost follows the words' postings
+        hits = (
+            "WITH h(seq, score) AS (SELECT doc, sum(CASE col WHEN 'title' THEN 3 ELSE 1 END)"
+            f" FROM catalogue_terms WHERE term IN ({_in(ws)}) GROUP BY doc"
+            " HAVING count(DISTINCT term) = ?)",
+            *ws, len(ws),
+        )
+    else:
+        # membership only: the full-text index intersects the words' document lists
+        hits = (
+            "WITH h(seq) AS (SELECT rowid FROM catalogue_text WHERE catalogue_text MATCH ?)",
+            " AND ".join(f'"{w}"' for w in ws),
+        )
     tail = f"FROM h{join}{' WHERE ' + ' AND '.join(where) if where else ''}"
     rows = conn.execute(
-        f"{hits} SELECT h.seq, count(*) OVER () {tail} ORDER BY {order} LIMIT ? OFFSET ?",
-        (*ws, len(ws), *params, PAGE_SIZE, query.offset),
+        f"{hits[0]} SELECT h.seq, count(*) OVER () {tail} ORDER BY {order} LIMIT ? OFFSET ?",
+        (*hits[1:], *params, PAGE_SIZE, query.offset),
     ).fetchall()
     if rows:
         return Page([r[0] for r in rows], int(rows[0][1]))
     if query.offset == 0:
         return Page([], 0)
-    total = conn.execute(f"{hits} SELECT count(*) {tail}", (*ws, len(ws), *params)).fetchone()
+    total = conn.execute(f"{hits[0]} SELECT count(*) {tail}", (*hits[1:], *params)).fetchone()
     return Page([], int(total[0]))
 
 

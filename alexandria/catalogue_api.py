@@ -33,7 +33,7 @@ from alexandria.library import Library
 from alexandria.scores import scores
 from alexandria.search_index import LISTED_KINDS
 
-MAX_OFFSET = 1_000_000_000
+MAX_OFFSET = 2**53 - 1  # the largest integer JSON carries exactly
 CATALOGUE_PARAMETERS = (
     "q", "kind", "sort", "offset", "author", "method", "verdict", "projection", "view",
 )

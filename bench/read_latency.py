@@ -1,0 +1,261 @@
+"""p50/p95 latency per read route against a real server, and the server's memory.
+
+    .venv/bin/python -m bench.loader --dir DIR --entries 100000
+    .venv/bin/python -m bench.read_latency --dir DIR [--requests 200]
+
+Starts ``alexandria serve`` (uvicorn, one process) on 127.0.0.1 over the library that
+``bench.loader`` built in DIR, sends sequential keep-alive GETs — each route with inputs drawn
+at random from the library (revisions, spaces, discussions, authors, and search words chosen
+by how many heads hold them) — and prints p50/p95/max per route beside its target, then the
+server's resident memory (VmRSS now, VmHWM peak).  Targets: catalogue with ``q`` and
+``sort=relevance`` p95 ≤ 50 ms, every other read p95 ≤ 10 ms, memory < 300 MB.  The figures
+include the client's own time on the same machine; on a shared machine they are noisy.
+Results are also written to DIR/read_latency.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+RELEVANCE_TARGET_MS = 50.0
+READ_TARGET_MS = 10.0
+MEMORY_TARGET_MB = 300.0
+
+
+@dataclass
+class Inputs:
+    revisions: list[str]
+    roots: list[str]
+    spaces: list[str]
+    discussions: list[str]
+    authors: list[str]
+    follow_root: str
+    rare: list[str]
+    mid: list[str]
+    common: list[str]
+    log_size: int
+    objects: int
+
+
+def sample_inputs(directory: Path, rng: random.Random, n: int = 400) -> Inputs:
+    meta = json.loads((directory / "loader.json").read_text())
+    conn = sqlite3.connect(directory / "library.db")
+    try:
+        top = conn.execute("SELECT max(sequence) FROM revisions").fetchone()[0]
+
+        def pick(sql: str, kinds: tuple[str, ...] = ()) -> list[str]:
+            out: list[str] = []
+            tries = 0
+            while len(out) < n and tries < n * 50:
+                tries += 1
+                seq = rng.randint(1, top)
+                row = conn.execute(sql, (seq, *kinds)).fetchone()
+                if row is not None:
+                    out.append(row[0])
+            return out
+
+        revisions = pick("SELECT id FROM revisions WHERE sequence = ?")
+        roots = pick("SELECT root FROM revisions WHERE sequence = ? AND kind != 'vote'")
+        spaces = pick("SELECT root FROM revisions WHERE sequence = ? AND kind = ?", ("space",))
+        discussions = pick("SELECT id FROM revisions WHERE sequence = ? AND kind = ?",
+                           ("discussion",))
+        heads = conn.execute("SELECT count(*) FROM catalogue").fetchone()[0]
+        conn.execute("CREATE VIRTUAL TABLE temp.bench_vocab"
+                     " USING fts5vocab(main, catalogue_text, 'row')")
+        terms = conn.execute("SELECT term, doc FROM temp.bench_vocab").fetchall()
+        log_size = conn.execute("SELECT max(sequence) FROM log").fetchone()[0]
+    finally:
+        conn.close()
+
+    def band(lo: float, hi: float) -> list[str]:
+        found = [t for t, d in terms if lo * heads <= d < hi * heads]
+        rng.shuffle(found)
+        return found[:n]
+
+    return Inputs(
+        revisions, roots, spaces, discussions, meta["actors"], meta["follow_root"],
+        rare=band(0.0, 0.0005), mid=band(0.001, 0.01), common=band(0.05, 1.01),
+        log_size=log_size, objects=heads,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(directory: Path, port: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis",
+           str(directory / "genesis.json"), "--db", str(directory / "library.db"),
+           "--log-key", str(directory / "log.key"), "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600  # a first open may rebuild derived indexes
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/genesis", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server did not start")
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def routes(inp: Inputs, rng: random.Random) -> list[tuple[str, float, Callable[[], str]]]:
+    """(name, target ms, a function giving the next URL)."""
+
+    def one(items: list[str]) -> str:
+        return rng.choice(items)
+
+    def words(pool: list[str], k: int) -> str:
+        return "+".join(rng.sample(pool, k))
+
+    def log_range(start: int) -> str:
+        return f"/api/log/entries?start={start}&end={start + 50}"
+
+    rel, read = RELEVANCE_TARGET_MS, READ_TARGET_MS
+    out: list[tuple[str, float, Callable[[], str]]] = [
+        ("entries/{rev}", read, lambda: f"/api/entries/{one(inp.revisions)}"),
+        ("entries/{rev}/head", read, lambda: f"/api/entries/{one(inp.revisions)}/head"),
+        ("entries/{rev}/connections", read,
+         lambda: f"/api/entries/{one(inp.roots)}/connections"),
+        ("entries/{disc}/discussion", read,
+         lambda: f"/api/entries/{one(inp.discussions)}/discussion"),
+        ("objects/{rev}", read, lambda: f"/api/objects/{one(inp.roots)}"),
+        ("objects/{space}?section=children", read,
+         lambda: f"/api/objects/{one(inp.spaces)}?section=children"),
+        ("catalogue", read, lambda: "/api/catalogue"),
+        ("catalogue?offset=R(0..1000)", read,
+         lambda: f"/api/catalogue?offset={rng.randrange(0, 1000)}"),
+        ("catalogue?kind=claim", read, lambda: "/api/catalogue?kind=claim"),
+        ("catalogue?view=feed&projection=summary", read,
+         lambda: "/api/catalogue?view=feed&projection=summary"),
+        ("catalogue?sort=top", read, lambda: "/api/catalogue?sort=top"),
+        ("catalogue?sort=top&kind=document", read,
+         lambda: "/api/catalogue?sort=top&kind=document"),
+        ("catalogue?author=A", read, lambda: f"/api/catalogue?author={one(inp.authors)}"),
+        ("catalogue?author=A&sort=top", read,
+         lambda: f"/api/catalogue?author={one(inp.authors)}&sort=top"),
+        ("catalogue?method=M", read, lambda: "/api/catalogue?method=" + rng.choice(
+            ("proof", "example", "experiment", "observation", "source", "counterexample"))),
+        ("catalogue?verdict=V", read, lambda: "/api/catalogue?verdict=" + rng.choice(
+            ("open", "supported", "disputed", "accepted", "refuted"))),
+        ("scores?author=A", read, lambda: f"/api/scores?author={one(inp.authors)}"),
+        ("changes?root=follow (first page)", read,
+         lambda: f"/api/changes?root={inp.follow_root}"),
+        ("log/entries", read, lambda: log_range(rng.randrange(0, inp.log_size - 50))),
+        ("log/proof/inclusion", read, lambda: "/api/log/proof/inclusion"
+         f"?index={rng.randrange(0, inp.log_size)}&size={inp.log_size}"),
+        ("genesis", read, lambda: "/api/genesis"),
+        ("contract", read, lambda: "/api/contract"),
+    ]
+    if inp.mid:
+        out += [
+            ("catalogue?q=<1 mid word>&sort=relevance", rel,
+             lambda: f"/api/catalogue?q={words(inp.mid, 1)}&sort=relevance"),
+            ("catalogue?q=<2 mid words>&sort=relevance", rel,
+             lambda: f"/api/catalogue?q={words(inp.mid, 2)}&sort=relevance"),
+            ("catalogue?q=<1 mid word>&sort=relevance&kind=claim", rel,
+             lambda: f"/api/catalogue?q={words(inp.mid, 1)}&sort=relevance&kind=claim"),
+            ("catalogue?q=<1 mid word>&sort=new", read,
+             lambda: f"/api/catalogue?q={words(inp.mid, 1)}&sort=new"),
+            ("catalogue?q=<1 mid word>&projection=summary", rel,
+             lambda: f"/api/catalogue?q={words(inp.mid, 1)}&projection=summary"),
+        ]
+    if inp.rare:
+        out.append(("catalogue?q=<1 rare word>&sort=relevance", rel,
+                    lambda: f"/api/catalogue?q={words(inp.rare, 1)}&sort=relevance"))
+    if len(inp.common) >= 2:
+        out.append(("catalogue?q=<common word + mid word> (informative)", rel,
+                    lambda: f"/api/catalogue?q={words(inp.common, 1)}+{words(inp.mid, 1)}"))
+        out.append(("catalogue?q=<1 common word> (informative)", rel,
+                    lambda: f"/api/catalogue?q={words(inp.common, 1)}"))
+    return out
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def run(directory: Path, requests: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    inp = sample_inputs(directory, rng)
+    port = free_port()
+    server = start_server(directory, port)
+    results: list[dict[str, Any]] = []
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            for name, target, url in routes(inp, rng):
+                for _ in range(5):  # warm the connection and the statement cache
+                    client.get(url())
+                times = []
+                for _ in range(requests):
+                    u = url()
+                    t0 = time.perf_counter()
+                    r = client.get(u)
+                    times.append((time.perf_counter() - t0) * 1000)
+                    if r.status_code != 200:
+                        raise SystemExit(f"{u}: {r.status_code} {r.text[:300]}")
+                p50, p95 = percentile(times, 50), percentile(times, 95)
+                results.append({"route": name, "p50_ms": round(p50, 2), "p95_ms": round(p95, 2),
+                                "max_ms": round(max(times), 2), "mean_ms":
+                                round(statistics.fmean(times), 2), "target_ms": target,
+                                "ok": p95 <= target})
+                print(f"{name:58s} p50 {p50:7.2f}  p95 {p95:7.2f}  max {max(times):7.1f}"
+                      f"  target {target:4.0f}  {'ok' if p95 <= target else 'OVER'}", flush=True)
+        rss, peak = memory_mb(server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(f"server memory: {rss:.0f} MB resident, {peak:.0f} MB peak"
+          f" (target < {MEMORY_TARGET_MB:.0f} MB)")
+    summary = {"objects": inp.objects, "log_size": inp.log_size, "requests": requests,
+               "rss_mb": round(rss, 1), "peak_rss_mb": round(peak, 1), "routes": results,
+               "load_average": os.getloadavg()}
+    (directory / "read_latency.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.read_latency",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", required=True, type=Path, help="a library built by bench.loader")
+    ap.add_argument("--requests", type=int, default=200, help="timed requests per route")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    summary = run(args.dir, args.requests, args.seed)
+    print(f"{summary['log_size']:,} log entries, {summary['objects']:,} catalogue heads;"
+          f" load average {summary['load_average'][0]:.1f} (2 cores, shared: figures are noisy)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""``GET /api/openapi.json`` describes exactly the routes the real app mounts."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jsonschema
+from starlette.routing import Route
+
+from alexandria.app import create_app
+from tests.conftest import Api
+
+METHODS = ("get", "post", "put", "patch", "delete")
+
+
+async def get_document(api: Api) -> dict[str, Any]:
+    r = await api.client.get("/api/openapi.json")
+    assert r.status_code == 200
+    doc: dict[str, Any] = r.json()
+    return doc
+
+
+def mounted(api: Api) -> set[tuple[str, str]]:
+    app = create_app(api.library, manage_lifecycle=False)
+    out = set()
+    for route in app.routes:
+        assert isinstance(route, Route)
+        for method in route.methods or ():
+            if method != "HEAD":
+                out.add((route.path, method.lower()))
+    return out
+
+
+async def test_every_mounted_route_is_described_and_every_described_route_mounted(
+    api: Api,
+) -> None:
+    doc = await get_document(api)
+    described = {(path, m) for path, item in doc["paths"].items() for m in item if m in METHODS}
+    assert mounted(api) == described
+
+
+async def test_document_shape(api: Api) -> None:
+    doc = await get_document(api)
+    assert doc["openapi"] == "3.1.0"
+    assert doc["servers"] == [{"url": "http://testserver"}]
+    for schema in doc["components"]["schemas"].values():
+        jsonschema.Draft202012Validator.check_schema(schema)
+    refs = set(re.findall(r'"#/components/(\w+)/(\w+)"', str(doc).replace("'", '"')))
+    for section, name in refs:
+        assert name in doc["components"][section], name
+    for path, item in doc["paths"].items():
+        template = set(re.findall(r"{(\w+)}", path))
+        for method, op in item.items():
+            assert op["summary"] and op["responses"], (path, method)
+            in_path = {p["name"] for p in op["parameters"] if p["in"] == "path"}
+            assert in_path == template, (path, method)
+            assert "400" in op["responses"] or method == "post", (path, method)
+            if template:
+                assert "404" in op["responses"], (path, method)
+            for p in op["parameters"]:
+                jsonschema.Draft202012Validator.check_schema(p["schema"])
+
+
+def _example(param: dict[str, Any]) -> str:
+    schema = param["schema"]
+    if "enum" in schema:
+        return str(schema["enum"][0])
+    if schema.get("pattern") == "^[0-9a-f]{64}$":
+        return "0" * 64
+    if schema.get("type") == "integer":
+        return str(schema.get("minimum", 0))
+    return "word"
+
+
+async def test_described_query_parameters_are_the_accepted_ones(api: Api) -> None:
+    """Each documented query parameter is accepted (never UNKNOWN_PARAMETER); any other is
+    refused with 400 UNKNOWN_PARAMETER."""
+    doc = await get_document(api)
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            url = path.replace("{revision}", "0" * 64)
+            query = {p["name"]: _example(p) for p in op["parameters"] if p["in"] == "query"}
+            for name in query:
+                r = await api.client.request(method.upper(), url, params={name: query[name]},
+                                             content=b"{}")
+                if r.status_code == 400:
+                    body = r.json()
+                    assert body["code"] != "UNKNOWN_PARAMETER", (path, method, name, body)
+                    assert body["details"].get("parameter") != name or body["code"] in (
+                        "MISSING_PARAMETER",), (path, method, name, body)
+            r = await api.client.request(method.upper(), url, params={**query, "zzz": "1"},
+                                         content=b"{}")
+            assert r.status_code == 400, (path, method, r.text)
+            assert r.json()["code"] == "UNKNOWN_PARAMETER", (path, method, r.text)
