@@ -185,13 +185,10 @@ def _search(
     }[query.sort]
     hits: tuple[Any, ...]
     if query.sort == "relevance":
-        # occurrences from the index's term instances: cost follows the words' postings
-        hits = (
-            "WITH h(seq, score) AS (SELECT doc, sum(CASE col WHEN 'title' THEN 3 ELSE 1 END)"
-            f" FROM catalogue_terms WHERE term IN ({_in(ws)}) GROUP BY doc"
-            " HAVING count(DISTINCT term) = ?)",
-            *ws, len(ws),
-        )
+        found = _relevance(conn, ws)
+        if found is None:
+            return Page([], 0)
+        hits = found
     else:
         # membership only: the full-text index intersects the words' document lists
         hits = (
@@ -209,6 +206,48 @@ def _search(
         return Page([], 0)
     total = conn.execute(f"{hits[0]} SELECT count(*) {tail}", (*hits[1:], *params)).fetchone()
     return Page([], int(total[0]))
+
+
+# Relevance is counted one of two ways, whichever reads less: from the index's term instances
+# (work ∝ every occurrence of the query's words in the catalogue), or in the stored words of the
+# heads that hold every query word (work ∝ those candidates × their length).  A candidate costs
+# about as much as this many term instances.
+CANDIDATE_COST = 12
+
+
+def _relevance(conn: sqlite3.Connection, ws: list[str]) -> tuple[Any, ...] | None:
+    """The ``h(seq, score)`` CTE and its parameters; None when some word occurs nowhere."""
+    stats = conn.execute(
+        f"SELECT doc, cnt FROM catalogue_vocab WHERE term IN ({_in(ws)})", ws
+    ).fetchall()
+    if len(stats) < len(ws):
+        return None
+    occurrences = sum(cnt for _doc, cnt in stats)
+    candidates = min(doc for doc, _cnt in stats)
+    if candidates * CANDIDATE_COST >= occurrences:
+        return (
+            "WITH h(seq, score) AS (SELECT doc, sum(CASE col WHEN 'title' THEN 3 ELSE 1 END)"
+            f" FROM catalogue_terms WHERE term IN ({_in(ws)}) GROUP BY doc"
+            " HAVING count(DISTINCT term) = ?)",
+            *ws, len(ws),
+        )
+    # words are separated by one space; doubling the spaces makes " word " occurrences disjoint
+    terms: list[str] = []
+    params: list[Any] = [" AND ".join(f'"{w}"' for w in ws)]
+    for column, weight in (("title", 3), ("body", 1)):
+        padded = f"(' ' || replace(w.{column}, ' ', '  ') || ' ')"
+        for word in ws:
+            terms.append(
+                f"{weight} * ((length({padded}) - length(replace({padded}, ?, ''))) / ?)"
+            )
+            params += [f" {word} ", len(word) + 2]
+    # the count parameters come before MATCH's in the statement
+    params = params[1:] + params[:1]
+    return (
+        f"WITH h(seq, score) AS (SELECT t.rowid, {' + '.join(terms)} FROM catalogue_text t"
+        " JOIN catalogue_words w ON w.seq = t.rowid WHERE catalogue_text MATCH ?)",
+        *params,
+    )
 
 
 def summaries(conn: sqlite3.Connection, sequences: list[int]) -> list[dict[str, Any]]:

@@ -14,8 +14,10 @@ the full-text index holds):
 - ``catalogue_counts``: how many heads each (kind, facet, author) holds, so ``total`` is a few
   lookups rather than a count;
 - ``catalogue_text``: a contentless FTS5 index of the heads' normalised title and human text,
-  rowid = head sequence; ``catalogue_terms`` exposes its term instances, from which relevance
-  (title occurrences × 3 + body occurrences) is counted;
+  rowid = head sequence; ``catalogue_terms`` exposes its term instances and ``catalogue_vocab``
+  each term's document and occurrence counts; ``catalogue_words`` keeps the indexed words of
+  each head (what the index needs to forget it, and what relevance counts in when a query's
+  candidates are fewer than its words' occurrences);
 - ``vote_values``: every vote object's current value; ``vote_totals``: per actor, the votes
   received on their objects and the number of current votes they cast.
 """
@@ -32,7 +34,7 @@ from alexandria.records import Record
 from alexandria.rules import Verdict
 from alexandria.search_text import human_text, indexed
 
-INDEX_VERSION = f"catalogue/1 unicode/{unicodedata.unidata_version}"
+INDEX_VERSION = f"catalogue/2 unicode/{unicodedata.unidata_version}"
 LISTED_KINDS = (
     "space", "discussion", "claim", "document", "evidence", "assessment", "relationship",
     "proposal", "reply",
@@ -61,6 +63,10 @@ CREATE TABLE IF NOT EXISTS catalogue_counts(
 CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_text
     USING fts5(title, body, content='', tokenize='ascii');
 CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_terms USING fts5vocab(catalogue_text, 'instance');
+CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_vocab USING fts5vocab(catalogue_text, 'row');
+CREATE TABLE IF NOT EXISTS catalogue_words(
+    seq INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS vote_values(
     vote_root TEXT PRIMARY KEY,
     author_id INTEGER NOT NULL,
@@ -79,7 +85,10 @@ CREATE TABLE IF NOT EXISTS vote_totals(
 );
 """
 
-_DERIVED = ("catalogue_actors", "catalogue", "catalogue_counts", "vote_values", "vote_totals")
+_DERIVED = (
+    "catalogue_actors", "catalogue", "catalogue_words", "catalogue_counts", "vote_values",
+    "vote_totals",
+)
 
 
 def ensure(conn: sqlite3.Connection) -> None:
@@ -163,24 +172,21 @@ def _admit(
     score = 0
     if previous:
         old = conn.execute(
-            "SELECT c.seq, c.score, r.record_length, l.leaf FROM revisions r"
-            " JOIN catalogue c ON c.seq = r.sequence JOIN log l ON l.sequence = r.sequence"
+            "SELECT c.seq, c.score, w.title, w.body FROM revisions r"
+            " JOIN catalogue c ON c.seq = r.sequence JOIN catalogue_words w ON w.seq = c.seq"
             " WHERE r.id = ?",
             (previous,),
         ).fetchone()
         if old is not None:
-            old_seq, score, length, leaf = old
-            old_record = orjson.loads(bytes(leaf)[10 : 10 + length])
-            old_title, old_text = _texts(
-                kind, old_record["title"], old_record["body"],
-                None if kind == "reply" else orjson.loads(old_record["body"]),
-            )
+            old_seq, score, old_title, old_text = old
+            # a contentless index forgets a row given exactly the values it indexed
             conn.execute(
                 "INSERT INTO catalogue_text(catalogue_text, rowid, title, body)"
                 " VALUES ('delete', ?, ?, ?)",
                 (old_seq, old_title, old_text),
             )
             conn.execute("DELETE FROM catalogue WHERE seq = ?", (old_seq,))
+            conn.execute("DELETE FROM catalogue_words WHERE seq = ?", (old_seq,))
     facet = facet_of(kind, decoded)
     conn.execute(
         "INSERT INTO catalogue(seq, kind, author_id, facet, score) VALUES (?, ?, ?, ?, ?)",
@@ -188,6 +194,9 @@ def _admit(
     )
     conn.execute(
         "INSERT INTO catalogue_text(rowid, title, body) VALUES (?, ?, ?)", (sequence, title, text)
+    )
+    conn.execute(
+        "INSERT INTO catalogue_words(seq, title, body) VALUES (?, ?, ?)", (sequence, title, text)
     )
     if not previous:  # a revision keeps its kind, author and (immutable kinds) facet
         keys = [(kind, "", 0), (kind, "", author)]

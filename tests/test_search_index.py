@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from typing import Any
 
@@ -134,3 +135,40 @@ async def test_pages_without_q_read_an_index_in_order(
 
     await api.library.storage.read(read)
     assert any("FROM catalogue " in sql for sql in captured)
+
+
+async def test_relevance_both_ways_equals_a_reference(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting from term instances and counting in the candidates' words give the same pages,
+    and both equal a brute-force reference: every word present, 3 × title + body, ties newest."""
+    rng = random.Random(5)
+    vocab = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
+    docs: list[tuple[int, str, str]] = []
+    for i in range(70):
+        title = " ".join(rng.choices(vocab, k=rng.randint(1, 3)))
+        body = " ".join(rng.choices(vocab, k=rng.randint(1, 12)))
+        signed = await api.publish("owner" if i % 2 else "peer", document(title.title(), body))
+        docs.append((signed["admission"]["sequence"], title, body))
+
+    def reference(ws: list[str]) -> list[int]:
+        scored = []
+        for seq, title, body in docs:
+            t, b = title.split(), body.split()
+            if all(w in t or w in b for w in ws):
+                scored.append((sum(3 * t.count(w) + b.count(w) for w in ws), seq))
+        return [seq for _score, seq in sorted(scored, reverse=True)]
+
+    queries = [[w] for w in vocab] + [[a, b] for a in vocab for b in vocab if a < b]
+    queries += [["alpha", "beta", "gamma"], ["missing"], ["alpha", "missing"]]
+    for cost in (0, 10**9):
+        monkeypatch.setattr(catalogue, "CANDIDATE_COST", cost)
+        for ws in queries:
+            expected = reference(ws)
+            for offset in (0, 50):
+                page = await api.library.storage.read(
+                    lambda conn, ws=ws, offset=offset: catalogue.find(
+                        conn, CatalogueQuery(q=" ".join(ws).upper(), sort="relevance",
+                                             offset=offset)))
+                assert page.total == len(expected), (cost, ws)
+                assert page.sequences == expected[offset : offset + 50], (cost, ws, offset)
