@@ -24,7 +24,7 @@ import orjson
 from alexandria import log
 from alexandria.canonical import canonical
 from alexandria.checkpoint import parse_checkpoint
-from alexandria.errors import AlexandriaError, BadRequest, ServiceError
+from alexandria.errors import BadRequest, ServiceError
 
 EXPORT_FORMAT = "alexandria.log-export/1"
 _DB_WINDOW = 1000
@@ -120,26 +120,14 @@ def _server_checkpoints(fetch: Fetch, upto: int) -> Iterator[tuple[int, str]]:
         after = page["next"]
 
 
-def http_fetcher(url: str, timeout: float = 60.0) -> tuple[Fetch, Callable[[], None]]:
-    """A ``fetch`` over HTTP for ``url`` and a function that closes its connection."""
-    import httpx
+def http_fetcher(url: str) -> tuple[Fetch, Callable[[], None]]:
+    """A ``fetch`` over HTTP for the library at ``url`` (the CLI's typed ``client.Client``)
+    and a function that closes its connection."""
+    from alexandria.client import Client
 
-    client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout)
+    client = Client(url)
 
     def fetch(path: str) -> bytes:
-        try:
-            r = client.get(path)
-        except httpx.HTTPError as exc:
-            raise ServiceError(f"{url}{path}: {exc}", "SERVER_UNREACHABLE") from exc
-        if r.status_code != 200:
-            try:
-                err = r.json()
-                message, code = str(err["error"]), str(err["code"])
-            except (ValueError, KeyError, TypeError):
-                message, code = r.text[:200], "HTTP_ERROR"
-            raise AlexandriaError(
-                f"{path} answered {r.status_code}: {message}", code, status=r.status_code
-            )
-        return r.content
+        return client.request("GET", path).content
 
     return fetch, client.close

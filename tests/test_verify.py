@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from alexandria import export, merkle, verify
+from alexandria import export, merkle, replay, verify
 from alexandria.app import create_app
 from alexandria.bootstrap import Founding, found_library, resolve_refs
 from alexandria.canonical import canonical
@@ -183,16 +183,16 @@ async def test_the_replay_ends_in_the_servers_state(exported: Exported) -> None:
     """The in-memory ledger keeps the same facts as the server's tables."""
     genesis, _size = verify.read_header(exported.lines[0].rstrip(b"\n"), exported.pin)
     with tempfile.TemporaryDirectory() as tmp:
-        ledger = verify.Ledger(genesis, Path(tmp) / "r.db")
-        replay = verify._Replay(ledger)
+        ledger = replay.Ledger(genesis, Path(tmp) / "r.db")
+        steps = verify._Replay(ledger)
         position = 0
         for line in exported.lines[1:]:
             line = line.rstrip(b"\n")
             if line.startswith(b'{"checkpoint"'):
-                replay.checkpoint_line(verify._prepare_checkpoint(line, position, genesis.origin))
+                steps.checkpoint_line(verify._prepare_checkpoint(line, position, genesis.origin))
             else:
                 position += 1
-                replay.entry(verify._prepare_entry(line, position, genesis))
+                steps.entry(verify._prepare_entry(line, position, genesis))
         objects = sorted((o.root, o.kind, o.author, o.head, o.depth)
                          for o in ledger._objects.values())
         votes = sorted((a, t, r) for (a, t), r in ledger._votes.items())
