@@ -50,7 +50,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         library = Library.from_files(args.genesis, args.db, args.log_key)
     else:
         data = DataDir(Path(args.data_dir))
-        library, created = default_library(data)
+        log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
+        if data.genesis.exists() and log_key is None:
+            # made by `alexandria genesis init`: no checkpoints until `alexandria authority
+            # issue --roles log` creates and certifies DIR/log.key and the server restarts
+            library, created = Library.from_files(data.genesis, data.db), False
+            print(f"no log key in {data.root}/: serving without signed checkpoints",
+                  file=sys.stderr)
+        else:
+            library, created = default_library(data)
         if args.log_key:
             library = Library.from_files(data.genesis, data.db, args.log_key)
         if created:
@@ -61,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.genesis:
         files = (args.genesis, args.db, args.log_key)
     else:
-        files = (str(data.genesis), str(data.db), args.log_key or str(data.log_key))
+        files = (str(data.genesis), str(data.db), log_key)
     run(library, args.host, args.port, args.workers, files)
     return 0
 

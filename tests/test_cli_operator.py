@@ -128,3 +128,42 @@ def test_demo_serves_the_worked_example(tmp_path: Path) -> None:
             proc.stderr.close()
     with pytest.raises(httpx.TransportError):  # the demo's server stopped with it
         httpx.get(f"http://127.0.0.1:{port}/api/genesis", timeout=2)
+
+
+def test_operator_flow_in_the_default_directory(tmp_path: Path) -> None:
+    """``genesis init`` and ``authority issue`` default to ./alexandria-data/, the directory
+    ``alexandria serve`` uses with no arguments: the server runs before the log key exists and
+    signs checkpoints once it is certified and the server restarted."""
+    pin = cli("genesis", "init", "--library", "flow", "--origin", "flow.example/log",
+              cwd=tmp_path).stdout.strip()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def serve() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([*CLI, "serve", "--port", str(port)], cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{url}/api/genesis", timeout=2)
+                return proc
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise AssertionError("server did not start")
+
+    proc = serve()
+    try:
+        assert httpx.get(f"{url}/api/genesis").json()["pin"] == pin
+        cli("authority", "issue", "--library", url, cwd=tmp_path)
+        cli("authority", "issue", "--roles", "log", "--library", url, cwd=tmp_path)
+        assert httpx.get(f"{url}/api/log/checkpoint").status_code != 200
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    proc = serve()
+    try:
+        note = httpx.get(f"{url}/api/log/checkpoint")
+        assert note.status_code == 200 and note.text.startswith("flow.example/log\n2\n")
+    finally:
+        proc.terminate()
+        proc.wait(20)
