@@ -38,15 +38,16 @@ authority certificates involved) in that checkpoint's tree.
 
 from __future__ import annotations
 
+import gc
 import re
 import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -61,7 +62,8 @@ from alexandria.replay import Ledger
 from alexandria.timestamps import parse_ms
 from alexandria.trust import AuthorityCertificate, Genesis, parse_revocation
 
-AHEAD = 1024  # lines checked ahead of the replay
+AHEAD = 2048  # lines checked ahead of the replay
+CHUNK = 128  # lines per task of the worker threads
 _TAIL = re.compile(
     rb',"sequence":(0|[1-9][0-9]{0,15}),"type":"(contribution|certificate|revocation)"}'
 )
@@ -401,15 +403,21 @@ def verify_export(
     with tempfile.TemporaryDirectory(prefix="alexandria-verify-", dir=workdir) as tmp:
         ledger = Ledger(genesis, Path(tmp) / "replay.db")
         replay = _Replay(ledger)
+        collecting = gc.isenabled()
+        gc.disable()  # millions of live facts, no cycles: full collections only cost time
         try:
-            with ThreadPoolExecutor(max(1, workers), thread_name_prefix="verify") as pool:
-                _drive(lines, genesis, size, pool.submit if workers else _inline, replay,
-                       progress)
+            if workers:
+                with ThreadPoolExecutor(workers, thread_name_prefix="verify") as pool:
+                    _drive(lines, genesis, size, pool, replay, progress)
+            else:
+                _drive(lines, genesis, size, None, replay, progress)
             summary = replay.summary
             summary.size = ledger.size
             summary.root = merkle.root_hash(ledger.size, ledger.nodes()).hex()
         finally:
             ledger.close()
+            if collecting:
+                gc.enable()
     summary.checkpoints = replay.checkpoint.count
     summary.checkpoint_size = replay.checkpoint.size
     summary.log_keys = sorted(replay.checkpoint.keys)
@@ -417,44 +425,80 @@ def verify_export(
     return summary
 
 
-def _inline(fn: Callable[..., _Entry | _CheckpointLine], *args: Any) -> Future[Any]:
-    """``submit`` without threads (``workers=0``): everything on the calling thread."""
-    fut: Future[Any] = Future()
-    fut.set_result(fn(*args))
-    return fut
+Item = _Entry | _CheckpointLine | VerificationFailed
+"""A line after its stateless checks, or a failure to raise when its turn comes."""
+
+
+class _Pending(Protocol):
+    def result(self) -> list[Item]: ...
+
+    def cancel(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class _Ready:
+    """A chunk checked on the calling thread (``workers=0``)."""
+
+    items: list[Item]
+
+    def result(self) -> list[Item]:
+        return self.items
+
+    def cancel(self) -> bool:
+        return False
+
+
+def _prepare_chunk(chunk: list[tuple[bytes, int]], genesis: Genesis) -> list[Item]:
+    """Steps 2a, 2c and 3a (stateless) for ``(line, position)`` pairs; a checkpoint's
+    position is the number of entry lines before it."""
+    return [
+        _prepare_checkpoint(line, position, genesis.origin)
+        if line.startswith(b'{"checkpoint"') else _prepare_entry(line, position, genesis)
+        for line, position in chunk
+    ]
 
 
 def _drive(
-    lines: Iterator[bytes], genesis: Genesis, size: int,
-    submit: Callable[..., Future[Any]], replay: _Replay, progress: Progress | None,
+    lines: Iterator[bytes], genesis: Genesis, size: int, pool: ThreadPoolExecutor | None,
+    replay: _Replay, progress: Progress | None,
 ) -> None:
-    """Submit the stateless checks of up to ``AHEAD`` lines ahead, consume them in order."""
-    ahead: deque[Future[_Entry | _CheckpointLine]] = deque()
+    """Check chunks of lines ahead (on the pool, or here), replay them in order; at most
+    ``AHEAD`` lines in flight, so memory stays bounded."""
+    ahead: deque[_Pending] = deque()
     position = 0  # entry lines read so far
-    origin = genesis.origin
+    chunk: list[tuple[bytes, int]] = []
+    tail: list[Item] = []  # a failure found while reading, raised in its turn
     ledger = replay.ledger
+
+    def submit() -> None:
+        if pool is None:
+            ahead.append(_Ready(_prepare_chunk(chunk, genesis)))
+        else:
+            ahead.append(pool.submit(_prepare_chunk, list(chunk), genesis))
+        chunk.clear()
+
     try:
         for line in lines:
-            if line.startswith(b'{"checkpoint"'):
-                ahead.append(submit(_prepare_checkpoint, line, position, origin))
-            else:
+            if not line.startswith(b'{"checkpoint"'):
                 position += 1
-                if position > size:  # raised in order, after what comes before it
-                    too_long: Future[Any] = Future()
-                    too_long.set_exception(ExportIncomplete(
+                if position > size:
+                    tail.append(ExportIncomplete(
                         position, "4", f"more entries than the {size} the header announces",
                         "EXPORT_TOO_LONG"))
-                    ahead.append(too_long)
                     break
-                ahead.append(submit(_prepare_entry, line, position, genesis))
-            if len(ahead) >= AHEAD:
-                _consume(replay, ahead, AHEAD // 2)
-                if progress is not None:
-                    progress(ledger.size, size)
+            chunk.append((line, position))
+            if len(chunk) >= CHUNK:
+                submit()
+                if len(ahead) * CHUNK >= AHEAD:
+                    _consume(replay, ahead, len(ahead) // 2)
+                    if progress is not None:
+                        progress(ledger.size, size)
+        submit()
+        ahead.append(_Ready(tail))
         _consume(replay, ahead, 0)
     finally:
-        for fut in ahead:
-            fut.cancel()
+        for pending in ahead:
+            pending.cancel()
     if progress is not None:
         progress(ledger.size, size)
     # 4
@@ -463,13 +507,15 @@ def _drive(
                                f" the {size} entries its header announces")
 
 
-def _consume(replay: _Replay, ahead: deque[Future[_Entry | _CheckpointLine]], keep: int) -> None:
+def _consume(replay: _Replay, ahead: deque[_Pending], keep: int) -> None:
     while len(ahead) > keep:
-        item = ahead.popleft().result()
-        if isinstance(item, _Entry):
-            replay.entry(item)
-        else:
-            replay.checkpoint_line(item)
+        for item in ahead.popleft().result():
+            if isinstance(item, _Entry):
+                replay.entry(item)
+            elif isinstance(item, _CheckpointLine):
+                replay.checkpoint_line(item)
+            else:
+                raise item
     replay.ledger.flush()
 
 
