@@ -190,8 +190,8 @@ LEAVES = st.one_of(
     st.integers(-3, 3),
     st.booleans(),
     st.none(),
-    st.just([]),
-    st.just({}),
+    st.builds(list),  # fresh objects: mutations must not leak between examples
+    st.builds(dict),
     st.lists(st.sampled_from(["a" * 64, "b" * 64, "x", 1]), max_size=4),
 )
 
