@@ -8,6 +8,7 @@ the same bytes (the signed test vectors rely on that).
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,10 +117,22 @@ def found_library(
     )
 
 
+_REF = re.compile(r"\$([A-Za-z0-9_][A-Za-z0-9_.-]{0,63})\Z")
+
+
 def resolve_refs(value: Any, names: dict[str, str]) -> Any:
-    """Replace ``$name`` strings with the ids published under those names."""
-    if isinstance(value, str) and value.startswith("$"):
-        key = value[1:]
+    """Replace strings that are exactly ``$name`` with the ids published under those names.
+
+    Any other string is kept, so prose such as ``"$5 is too much"`` needs no escaping; a string
+    that would read as a reference but is meant literally is written with ``$$``
+    (``"$$claim"`` → ``"$claim"``)."""
+    if isinstance(value, str):
+        if value.startswith("$$"):
+            return value[1:]
+        match = _REF.match(value)
+        if match is None:
+            return value
+        key = match.group(1)
         if key not in names:
             raise KeyError(f"unknown reference ${key}")
         return names[key]

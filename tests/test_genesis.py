@@ -63,3 +63,15 @@ def test_seeded_founding_is_reproducible() -> None:
     b = found_library(seed=b"x", created_at="2026-01-01T00:00:00.000Z")
     assert a.genesis_document == b.genesis_document
     assert a.authority_certificate == b.authority_certificate
+
+
+def test_references_are_whole_dollar_names_and_dollar_dollar_escapes() -> None:
+    from alexandria.bootstrap import resolve_refs
+
+    names = {"claim": "c" * 64}
+    content = {"body": "$5 is too much", "links": [{"target": "$claim"}], "title": "$$claim"}
+    assert resolve_refs(content, names) == {
+        "body": "$5 is too much", "links": [{"target": "c" * 64}], "title": "$claim",
+    }
+    with pytest.raises(KeyError):
+        resolve_refs({"target": "$missing"}, names)
