@@ -122,8 +122,9 @@ def rebuild(conn: sqlite3.Connection) -> None:
         _admit(conn, record, root, record["previous"], target, sequence, replay=True)
     # scores last: during the replay ``objects`` already names each target's final head
     conn.execute(
-        "UPDATE catalogue SET score = coalesce((SELECT sum(v.value) FROM vote_values v"
-        " WHERE v.target = (SELECT root FROM revisions r WHERE r.sequence = catalogue.seq)), 0)"
+        "UPDATE catalogue SET score = t.score FROM (SELECT o.head_sequence AS seq,"
+        " sum(v.value) AS score FROM vote_values v JOIN objects o ON o.root = v.target"
+        " GROUP BY o.head_sequence) AS t WHERE catalogue.seq = t.seq"
     )
 
 
