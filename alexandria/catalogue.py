@@ -153,7 +153,7 @@ def _list(
     facet = query.facet
     # the index that yields rows in order with the fewest skipped
     if author is not None:
-        index = "INDEXED BY catalogue_author"
+        index = "INDEXED BY catalogue_author_score" if top else "INDEXED BY catalogue_author"
     elif facet is not None:
         index = "INDEXED BY catalogue_facet_score" if top else "INDEXED BY catalogue_facet"
     elif len(kinds) == 1:

@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS catalogue(
 );
 CREATE INDEX IF NOT EXISTS catalogue_kind ON catalogue(kind, seq);
 CREATE INDEX IF NOT EXISTS catalogue_author ON catalogue(author_id, seq);
+CREATE INDEX IF NOT EXISTS catalogue_author_score ON catalogue(author_id, score, seq);
 CREATE INDEX IF NOT EXISTS catalogue_facet ON catalogue(facet, seq) WHERE facet IS NOT NULL;
 CREATE INDEX IF NOT EXISTS catalogue_score ON catalogue(score, seq);
 CREATE INDEX IF NOT EXISTS catalogue_kind_score ON catalogue(kind, score, seq);
