@@ -127,7 +127,7 @@ def _refused(sequence: int, step: str, exc: AlexandriaError) -> EntryRefused:
 # --- lines -----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     """One entry line after its stateless checks (2a–2c); ``error`` is raised in order."""
 
@@ -141,7 +141,7 @@ class _Entry:
     error: VerificationFailed | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _CheckpointLine:
     note: str
     size: int = -1
