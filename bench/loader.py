@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import os
 import random
 import sys
 import time
@@ -449,5 +448,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     sys.exit(main())
