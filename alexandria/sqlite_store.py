@@ -17,6 +17,7 @@ import contextlib
 import json
 import secrets
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ import orjson
 from alexandria import merkle, search_index
 from alexandria.admission import Candidate, decide
 from alexandria.canonical import canonical
-from alexandria.errors import BadRequest, Forbidden, ServiceError
+from alexandria.errors import AlexandriaError, BadRequest, Forbidden, ServiceError
 from alexandria.log import SCHEMA as LOG_SCHEMA
 from alexandria.personal_store import SCHEMA as PERSONAL_SCHEMA
 from alexandria.records import admission_bytes, signed_record_bytes
@@ -199,8 +200,20 @@ class _StateView:
 
 @dataclass
 class _Job:
+    """``checks_first``: ``fn`` raises its refusals (typed errors other than ServiceError)
+    before it writes anything, so it needs no savepoint; any other failure of such a job aborts
+    the whole batch (nothing in it was acknowledged, so nothing is lost)."""
+
     fn: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
+    checks_first: bool = False
+
+
+class _BatchAborted(Exception):
+    pass
+
+
+BUSY_TIMEOUT_S = 30.0
 
 
 class SqliteStorage(Storage):
@@ -224,10 +237,11 @@ class SqliteStorage(Storage):
             await db.execute("PRAGMA page_size = 8192")
         await db.execute("PRAGMA journal_mode = WAL")
         await db.execute("PRAGMA synchronous = FULL")
-        await db.execute("PRAGMA busy_timeout = 30000")
+        await db.execute("PRAGMA busy_timeout = 30000")  # opening; _begin waits for writes
         await db.executescript(SCHEMA)
         await db.executescript(PERSONAL_SCHEMA)
         await db.executescript(LOG_SCHEMA)
+        await db.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting
         self._writer_db = db
         await self.write(self._init_meta)
         await self.write(search_index.ensure)
@@ -276,14 +290,14 @@ class SqliteStorage(Storage):
 
     # --- the writer --------------------------------------------------------------------------
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def write(self, fn: Callable[[sqlite3.Connection], T], checks_first: bool = False) -> T:
         """Run ``fn`` inside the next group-commit write transaction (its own savepoint) and
         return its result once the transaction is durable.  An exception rolls back ``fn``'s
         writes only and is raised here."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._writer_loop())
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Job(fn, fut))
+        self._queue.put_nowait(_Job(fn, fut, checks_first))
         return await fut
 
     async def _writer_loop(self) -> None:
@@ -306,14 +320,43 @@ class SqliteStorage(Storage):
                     job.future.set_result(res)
 
     @staticmethod
+    def _begin(conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE``, waiting for another process's write transaction with short
+        sleeps: SQLite's own busy handler backs off to 100 ms sleeps, which starves a
+        multi-process server of throughput."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        pause = 0.0002
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.002)
+
+    @staticmethod
     def _run_batch(conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
         results: list[Any] = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            SqliteStorage._begin(conn)
         except sqlite3.Error as exc:
             return [ServiceError(f"database is busy: {exc}", "STORAGE_BUSY")] * len(batch)
         try:
             for job in batch:
+                if job.checks_first:
+                    try:
+                        results.append(job.fn(conn))
+                    except AlexandriaError as exc:
+                        if isinstance(exc, ServiceError):
+                            raise _BatchAborted(exc) from exc
+                        results.append(exc)
+                    except Exception as exc:
+                        raise _BatchAborted(exc) from exc
+                    continue
                 conn.execute("SAVEPOINT job")
                 try:
                     results.append(job.fn(conn))
@@ -323,16 +366,16 @@ class SqliteStorage(Storage):
                     conn.execute("RELEASE job")
                     results.append(exc)
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, _BatchAborted) as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            return [ServiceError(f"commit failed: {exc}", "STORAGE_FAILED")] * len(batch)
+            return [ServiceError(f"storage failed: {exc}", "STORAGE_FAILED")] * len(batch)
         return results
 
     # --- admission ---------------------------------------------------------------------------
 
     async def admit(self, cand: Candidate, dry_run: bool = False) -> Admitted | DryRun:
-        return await self.write(lambda conn: self._admit(conn, cand, dry_run))
+        return await self.write(lambda conn: self._admit(conn, cand, dry_run), checks_first=True)
 
     async def admit_many(self, cands: Sequence[Candidate]) -> list[Admitted | DryRun | Exception]:
         """The bulk path (loaders): each candidate exactly as ``admit`` would, in order, all in
@@ -375,8 +418,11 @@ class SqliteStorage(Storage):
             return DryRun(verdict.id, verdict.root, False)
         sequence, admitted_at = self._append_leaf(conn, "contribution", cand.leaf, now)
         self._store_contribution(conn, view, cand, verdict, sequence, admitted_at)
-        signed = self._signed_sync(conn, sequence)
-        assert signed is not None
+        authority = self._authority_document_bytes(conn, verdict.authority_sequence)
+        signed = signed_record_bytes(
+            cand.leaf, cand.record_length, verdict.id, verdict.root,
+            admission_bytes(sequence, admitted_at, authority),
+        )
         return Admitted(True, verdict.id, verdict.root, sequence, signed)
 
     def _append_leaf(
