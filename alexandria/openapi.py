@@ -349,7 +349,10 @@ PATHS: dict[str, Any] = {
             "parameters": [],
             "responses": {"200": {"description": "signed note",
                                   "content": {"text/plain": {"schema": {"type": "string"}}}},
-                          **ERROR_RESPONSES},
+                          **ERROR_RESPONSES,
+                          "503": _json(_ref("Error"), "the tree grew and the log cannot sign"
+                                       " it: LOG_KEY_MISSING, LOG_KEY_NOT_CERTIFIED, ..."
+                                       " (docs/log.md)")},
         }
     },
     "/api/log/checkpoints": _get(
