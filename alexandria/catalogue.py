@@ -22,7 +22,7 @@ import orjson
 
 from alexandria.errors import BadRequest
 from alexandria.records import OBJECT_KINDS
-from alexandria.search_index import LISTED_KINDS, actor_id
+from alexandria.search_index import LEVEL_MARK, LISTED_KINDS, actor_id
 from alexandria.search_text import snippet, words
 
 PAGE_SIZE = 50
@@ -183,6 +183,8 @@ def _search(
         "new": "h.seq DESC",
         "top": "c.score DESC, h.seq DESC",
     }[query.sort]
+    if query.sort == "relevance" and len(ws) == 1 and not where and LEVELS:
+        return _levels(conn, ws[0], query.offset)
     hits: tuple[Any, ...]
     if query.sort == "relevance":
         found = _relevance(conn, ws)
@@ -248,6 +250,35 @@ def _relevance(conn: sqlite3.Connection, ws: list[str]) -> tuple[Any, ...] | Non
         " JOIN catalogue_words w ON w.seq = t.rowid WHERE catalogue_text MATCH ?)",
         *params,
     )
+
+
+# One word, no filter: read the word's score levels best first (``search_index.levels``).
+LEVELS = True
+
+
+def _levels(conn: sqlite3.Connection, word: str, offset: int) -> Page:
+    prefix = word + LEVEL_MARK
+    found = conn.execute(
+        "SELECT term, doc FROM catalogue_level_terms WHERE term >= ? AND term < ?",
+        (prefix, word + chr(ord(LEVEL_MARK) + 1)),
+    ).fetchall()
+    levels = sorted(((int(term[len(prefix):]), docs) for term, docs in found), reverse=True)
+    total = sum(docs for _score, docs in levels)
+    out: list[int] = []
+    skip = offset
+    for score, docs in levels:
+        if skip >= docs:
+            skip -= docs
+            continue
+        out += [r[0] for r in conn.execute(
+            "SELECT rowid FROM catalogue_levels WHERE catalogue_levels MATCH ?"
+            " ORDER BY rowid DESC LIMIT ? OFFSET ?",
+            (f'"{prefix}{score}"', PAGE_SIZE - len(out), skip),
+        )]
+        skip = 0
+        if len(out) >= PAGE_SIZE:
+            break
+    return Page(out, total)
 
 
 def summaries(conn: sqlite3.Connection, sequences: list[int]) -> list[dict[str, Any]]:

@@ -17,7 +17,9 @@ the full-text index holds):
   rowid = head sequence; ``catalogue_terms`` exposes its term instances and ``catalogue_vocab``
   each term's document and occurrence counts; ``catalogue_words`` keeps the indexed words of
   each head (what the index needs to forget it, and what relevance counts in when a query's
-  candidates are fewer than its words' occurrences);
+  candidates are fewer than its words' occurrences); ``catalogue_levels`` indexes each head's
+  distinct words as ``word·score`` tokens, so one word's heads can be read score level by score
+  level, best first, without scoring them all;
 - ``vote_values``: every vote object's current value; ``vote_totals``: per actor, the votes
   received on their objects and the number of current votes they cast.
 """
@@ -34,7 +36,8 @@ from alexandria.records import Record
 from alexandria.rules import Verdict
 from alexandria.search_text import human_text, indexed
 
-INDEX_VERSION = f"catalogue/2 unicode/{unicodedata.unidata_version}"
+INDEX_VERSION = f"catalogue/3 unicode/{unicodedata.unidata_version}"
+LEVEL_MARK = "\u00b7"  # "·": not a word character, so "word·score" names one word's level
 LISTED_KINDS = (
     "space", "discussion", "claim", "document", "evidence", "assessment", "relationship",
     "proposal", "reply",
@@ -65,6 +68,10 @@ CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_text
     USING fts5(title, body, content='', tokenize='ascii');
 CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_terms USING fts5vocab(catalogue_text, 'instance');
 CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_vocab USING fts5vocab(catalogue_text, 'row');
+CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_levels
+    USING fts5(levels, content='', tokenize='ascii');
+CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_level_terms
+    USING fts5vocab(catalogue_levels, 'row');
 CREATE TABLE IF NOT EXISTS catalogue_words(
     seq INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL
 );
@@ -113,6 +120,7 @@ def rebuild(conn: sqlite3.Connection) -> None:
     for table in _DERIVED:
         conn.execute(f"DELETE FROM {table}")
     conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
+    conn.execute("INSERT INTO catalogue_levels(catalogue_levels) VALUES ('delete-all')")
     rows = conn.execute(
         "SELECT r.sequence, r.id, r.root, r.record_length, l.leaf FROM revisions r"
         " JOIN log l ON l.sequence = r.sequence ORDER BY r.sequence"
@@ -153,6 +161,17 @@ def facet_of(kind: str, decoded: Any) -> str | None:
     return None
 
 
+def levels(title: str, body: str) -> str:
+    """Each distinct word of a head once, with its relevance for a one-word query:
+    ``word·(3 × title occurrences + body occurrences)``."""
+    score: dict[str, int] = {}
+    for word in title.split():
+        score[word] = score.get(word, 0) + 3
+    for word in body.split():
+        score[word] = score.get(word, 0) + 1
+    return " ".join(f"{w}{LEVEL_MARK}{n}" for w, n in score.items())
+
+
 def _texts(kind: str, title: str, body: str, decoded: Any) -> tuple[str, str]:
     return indexed(title), indexed(human_text(kind, body, decoded))
 
@@ -187,6 +206,11 @@ def _admit(
                 " VALUES ('delete', ?, ?, ?)",
                 (old_seq, old_title, old_text),
             )
+            conn.execute(
+                "INSERT INTO catalogue_levels(catalogue_levels, rowid, levels)"
+                " VALUES ('delete', ?, ?)",
+                (old_seq, levels(old_title, old_text)),
+            )
             conn.execute("DELETE FROM catalogue WHERE seq = ?", (old_seq,))
             conn.execute("DELETE FROM catalogue_words WHERE seq = ?", (old_seq,))
     facet = facet_of(kind, decoded)
@@ -199,6 +223,10 @@ def _admit(
     )
     conn.execute(
         "INSERT INTO catalogue_words(seq, title, body) VALUES (?, ?, ?)", (sequence, title, text)
+    )
+    conn.execute(
+        "INSERT INTO catalogue_levels(rowid, levels) VALUES (?, ?)",
+        (sequence, levels(title, text)),
     )
     if not previous:  # a revision keeps its kind, author and (immutable kinds) facet
         keys = [(kind, "", 0), (kind, "", author)]

@@ -51,7 +51,8 @@ async def _tables(api: Api) -> dict[str, Any]:
         for table, order in (("catalogue", "seq"), ("catalogue_counts", "kind, facet, author_id"),
                              ("vote_values", "vote_root"), ("vote_totals", "author_id"),
                              ("catalogue_actors", "id"),
-                             ("catalogue_terms", "term, doc, col, offset")):
+                             ("catalogue_terms", "term, doc, col, offset"),
+                             ("catalogue_level_terms", "term"), ("catalogue_words", "seq")):
             out[table] = conn.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()
         return out
 
@@ -143,8 +144,9 @@ async def test_pages_without_q_read_an_index_in_order(
 async def test_relevance_both_ways_equals_a_reference(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Counting from term instances and counting in the candidates' words give the same pages,
-    and both equal a brute-force reference: every word present, 3 × title + body, ties newest."""
+    """Counting from term instances, counting in the candidates' words and reading one word's
+    score levels give the same pages, and all equal a brute-force reference: every word
+    present, 3 × title + body, ties newest."""
     rng = random.Random(5)
     vocab = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
     docs: list[tuple[int, str, str]] = []
@@ -164,11 +166,12 @@ async def test_relevance_both_ways_equals_a_reference(
 
     queries = [[w] for w in vocab] + [[a, b] for a in vocab for b in vocab if a < b]
     queries += [["alpha", "beta", "gamma"], ["missing"], ["alpha", "missing"]]
-    for cost in (0, 10**9):
+    for cost, levels in ((0, False), (10**9, False), (0, True)):
         monkeypatch.setattr(catalogue, "CANDIDATE_COST", cost)
+        monkeypatch.setattr(catalogue, "LEVELS", levels)
         for ws in queries:
             expected = reference(ws)
-            for offset in (0, 50):
+            for offset in (0, 3, 50):
                 page = await api.library.storage.read(
                     lambda conn, ws=ws, offset=offset: catalogue.find(
                         conn, CatalogueQuery(q=" ".join(ws).upper(), sort="relevance",
