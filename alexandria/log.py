@@ -60,7 +60,6 @@ PAGE_ENTRIES = 50
 PAGE_BYTES = 393_216
 PAGE_CHECKPOINTS = 1000
 SIGN_INTERVAL_MS = 1000
-ENTRY_TYPES = ("contribution", "certificate", "revocation")
 
 _log = logging.getLogger("alexandria.log")
 
@@ -111,10 +110,6 @@ def node_reader(conn: sqlite3.Connection) -> merkle.GetNode:
 def tree_size(conn: sqlite3.Connection) -> int:
     row = conn.execute("SELECT max(sequence) FROM log").fetchone()
     return int(row[0] or 0)
-
-
-def tree_root(conn: sqlite3.Connection, size: int) -> bytes:
-    return merkle.root_hash(size, node_reader(conn))
 
 
 def inclusion_proof(conn: sqlite3.Connection, index: int, size: int) -> list[bytes]:
