@@ -288,7 +288,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--entries", type=int, default=100_000)
-    ap.add_argument("--dir", default="bench-data/verify-export")
+    ap.add_argument("--dir", default="bench/out/verify-export")
     ap.add_argument("--source", choices=("loader", "own"),
                     default="loader" if (Path(__file__).parent / "loader.py").exists() else "own",
                     help="bench.loader's library (default when present) or this module's")
