@@ -412,7 +412,7 @@ class SqliteStorage(Storage):
             assert signed is not None
             return Admitted(False, rec.id, row[1], row[0], signed)
         view = self._view(conn)
-        now = self.clock()
+        now = self._admission_clock(conn)
         verdict = decide(view, cand, now)
         if dry_run:
             return DryRun(verdict.id, verdict.root, False)
@@ -425,15 +425,24 @@ class SqliteStorage(Storage):
         )
         return Admitted(True, verdict.id, verdict.root, sequence, signed)
 
+    def _admission_clock(self, conn: sqlite3.Connection) -> int:
+        """The admission time: the server clock, but never before the last admission, so that
+        ``admitted_at`` never decreases along the log.  The rules are checked at exactly the
+        time that is recorded, so an offline replay at the recorded times reaches the same
+        verdicts."""
+        last = conn.execute(
+            "SELECT admitted_at FROM log ORDER BY sequence DESC LIMIT 1"
+        ).fetchone()
+        last_ms = parse_ms(last[0]) if last is not None else None
+        return max(self.clock(), last_ms or 0)
+
     def _append_leaf(
         self, conn: sqlite3.Connection, kind: str, leaf: bytes, now: int
     ) -> tuple[int, str]:
-        last = conn.execute(
-            "SELECT sequence, admitted_at FROM log ORDER BY sequence DESC LIMIT 1"
-        ).fetchone()
-        sequence = 1 if last is None else last[0] + 1
-        last_ms = parse_ms(last[1]) if last is not None else None
-        admitted_at = format_ms(max(now, last_ms or 0))
+        """Append ``leaf`` at admission time ``now`` (from ``_admission_clock``)."""
+        last = conn.execute("SELECT max(sequence) FROM log").fetchone()
+        sequence = (last[0] or 0) + 1
+        admitted_at = format_ms(now)
         leaf_hash = merkle.leaf_hash(leaf)
         conn.execute(
             "INSERT INTO log(sequence, type, leaf, leaf_hash, admitted_at) VALUES (?, ?, ?, ?, ?)",
@@ -519,7 +528,7 @@ class SqliteStorage(Storage):
     def _admit_authority(self, conn: sqlite3.Connection, document: Any) -> AuthorityAdmitted:
         name = document_name(document)
         view = self._view(conn)
-        now = self.clock()
+        now = self._admission_clock(conn)
         if name == "certificate":
             payload = document["certificate"]
             if isinstance(payload, dict) and payload.get("format") != AUTHORITY_FORMAT:
