@@ -44,8 +44,13 @@ def build(n: int, tmp: Path) -> tuple[Path, Path, list[bytes]]:
     for i, p in enumerate(people):  # one space each, published first
         env = p.envelope(
             f.genesis,
-            {"kind": "space", "title": f"Space {i}", "body": {"summary": f"Space number {i}"},
-             "links": [], "previous": ""},
+            {
+                "kind": "space",
+                "title": f"Space {i}",
+                "body": {"summary": f"Space number {i}"},
+                "links": [],
+                "previous": "",
+            },
             format_ms(base),
         )
         spaces.append(sha256_hex(canonical(env["record"])))
@@ -56,14 +61,22 @@ def build(n: int, tmp: Path) -> tuple[Path, Path, list[bytes]]:
         kind = ("claim", "document", "discussion")[i % 3]
         body: dict[str, Any]
         if kind == "claim":
-            body = {"statement": f"Statement {i} about arithmetic and its domain " * 3,
-                    "scope": "Natural numbers", "assumptions": ["Peano axioms"]}
+            body = {
+                "statement": f"Statement {i} about arithmetic and its domain " * 3,
+                "scope": "Natural numbers",
+                "assumptions": ["Peano axioms"],
+            }
         else:
             body = {"text": f"Text {i}: a synthesis of the domain and its definitions. " * 10}
         env = p.envelope(
             f.genesis,
-            {"kind": kind, "title": f"{kind.title()} {i}", "body": body,
-             "links": [{"relation": "contained_in", "target": space}], "previous": ""},
+            {
+                "kind": kind,
+                "title": f"{kind.title()} {i}",
+                "body": body,
+                "links": [{"relation": "contained_in", "target": space}],
+                "previous": "",
+            },
             format_ms(base + 1 + i),
         )
         bodies.append(json.dumps(env).encode())
@@ -84,8 +97,15 @@ def floor(bodies: list[bytes]) -> float:
         cert = env["signature"]["certificate"]["certificate"]
         assert verify(cert["worker"], env["signature"]["proof"], data)
         body = json.loads(rec["body"]) if rec["kind"] not in ("reply", "vote") else rec["body"]
-        validate_content({"kind": rec["kind"], "title": rec["title"], "body": body,
-                          "links": rec["links"], "previous": rec["previous"]})
+        validate_content(
+            {
+                "kind": rec["kind"],
+                "title": rec["title"],
+                "body": body,
+                "links": rec["links"],
+                "previous": rec["previous"],
+            }
+        )
         batch.append((rid, canonical(env)))
         if len(batch) == 100:
             conn.executemany("INSERT INTO t VALUES (?, ?)", batch)
@@ -175,9 +195,20 @@ def main() -> None:
         genesis, log_key, bodies = build(args.envelopes, tmp)
         rate_floor = floor(bodies[:5000])
         port = free_port()
-        cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis", str(genesis),
-               "--db", str(tmp / "library.db"), "--log-key", str(log_key),
-               "--port", str(port)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "alexandria.cli",
+            "serve",
+            "--genesis",
+            str(genesis),
+            "--db",
+            str(tmp / "library.db"),
+            "--log-key",
+            str(log_key),
+            "--port",
+            str(port),
+        ]
         if args.workers > 1:
             cmd += ["--workers", str(args.workers)]
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=os.environ.copy())
@@ -210,11 +241,15 @@ def main() -> None:
     rate = ok / elapsed
     print(f"envelopes             {len(statuses)} ({ok} admitted, 201)")
     print(f"floor (1 core)        {rate_floor:8.0f} envelopes/s  ({1e6 / rate_floor:.0f} µs each)")
-    print(f"HTTP admission        {rate:8.0f} admissions/s ({args.connections} connections,"
-          f" {args.workers} server process{'es' if args.workers > 1 else ''})")
+    print(
+        f"HTTP admission        {rate:8.0f} admissions/s ({args.connections} connections,"
+        f" {args.workers} server process{'es' if args.workers > 1 else ''})"
+    )
     print(f"HTTP + rules cost     {rate_floor / rate:8.2f} × the floor")
-    print(f"server CPU            {cpu / max(ok, 1) * 1e6:8.0f} µs per admission"
-          f" ({cpu / elapsed:.2f} cores busy)")
+    print(
+        f"server CPU            {cpu / max(ok, 1) * 1e6:8.0f} µs per admission"
+        f" ({cpu / elapsed:.2f} cores busy)"
+    )
 
 
 if __name__ == "__main__":

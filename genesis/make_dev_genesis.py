@@ -24,8 +24,12 @@ DEV_CREATED_AT = "2026-01-01T00:00:00.000Z"
 
 def dev_genesis_bytes() -> bytes:
     founding = found_library(
-        library="alexandria-dev", origin="localhost/alexandria-dev/log",
-        created_at=DEV_CREATED_AT, seed=DEV_SEED, roots=3, threshold=2,
+        library="alexandria-dev",
+        origin="localhost/alexandria-dev/log",
+        created_at=DEV_CREATED_AT,
+        seed=DEV_SEED,
+        roots=3,
+        threshold=2,
     )
     return orjson.dumps(founding.genesis_document, option=orjson.OPT_INDENT_2) + b"\n"
 

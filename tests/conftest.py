@@ -56,14 +56,17 @@ def clock() -> Clock:
 class Api:
     """A black-box client of the real app, with helpers to publish as participants."""
 
-    def __init__(self, client: httpx.AsyncClient, founding: Founding, clock: Clock,
-                 library: Library) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, founding: Founding, clock: Clock, library: Library
+    ) -> None:
         self.client = client
         self.founding = founding
         self.clock = clock
         self.library = library
 
-    def envelope(self, who: str, content: dict[str, Any], authored_at: str | None = None) -> dict[str, Any]:
+    def envelope(
+        self, who: str, content: dict[str, Any], authored_at: str | None = None
+    ) -> dict[str, Any]:
         p = self.founding.participants[who]
         return p.envelope(self.founding.genesis, content, authored_at or self.clock.tick())
 
@@ -85,9 +88,11 @@ async def api(tmp_path: Path, founding: Founding, clock: Clock) -> AsyncIterator
     library = Library(founding.genesis, storage, founding.log_key)
     app = create_app(library)
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
-            for doc in founding.authority_documents():
-                r = await client.post("/api/authority", json=doc)
-                assert r.status_code == 201, r.text
-            yield Api(client, founding, clock, library)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://testserver") as client,
+    ):
+        for doc in founding.authority_documents():
+            r = await client.post("/api/authority", json=doc)
+            assert r.status_code == 201, r.text
+        yield Api(client, founding, clock, library)

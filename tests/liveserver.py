@@ -34,18 +34,37 @@ def write_library_files(founding: Founding, directory: Path) -> tuple[Path, Path
 
 
 class Server:
-    def __init__(self, genesis: Path, db: Path, log_key: Path | None = None,
-                 port: int | None = None, workers: int = 1) -> None:
+    def __init__(
+        self,
+        genesis: Path,
+        db: Path,
+        log_key: Path | None = None,
+        port: int | None = None,
+        workers: int = 1,
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis", str(genesis),
-               "--db", str(db), "--port", str(self.port)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "alexandria.cli",
+            "serve",
+            "--genesis",
+            str(genesis),
+            "--db",
+            str(db),
+            "--port",
+            str(self.port),
+        ]
         if log_key is not None:
             cmd += ["--log-key", str(log_key)]
         if workers > 1:
             cmd += ["--workers", str(workers)]
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.wait_ready()
@@ -81,7 +100,9 @@ class Server:
 
 
 @contextmanager
-def serving(genesis: Path, db: Path, log_key: Path | None = None, workers: int = 1) -> Iterator[Server]:
+def serving(
+    genesis: Path, db: Path, log_key: Path | None = None, workers: int = 1
+) -> Iterator[Server]:
     server = Server(genesis, db, log_key, workers=workers)
     try:
         yield server

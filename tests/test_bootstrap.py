@@ -16,7 +16,9 @@ def test_references_are_whole_dollar_names_and_dollar_dollar_escapes() -> None:
     names = {"claim": "c" * 64}
     content = {"body": "$5 is too much", "links": [{"target": "$claim"}], "title": "$$claim"}
     assert resolve_refs(content, names) == {
-        "body": "$5 is too much", "links": [{"target": "c" * 64}], "title": "$claim",
+        "body": "$5 is too much",
+        "links": [{"target": "c" * 64}],
+        "title": "$claim",
     }
     with pytest.raises(KeyError):
         resolve_refs({"target": "$missing"}, names)

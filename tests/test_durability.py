@@ -41,7 +41,9 @@ def _post_at(url: str, body: bytes, start: float, out: Any) -> None:
     out.put((r.status_code, r.json()))
 
 
-def test_concurrent_revisions_of_one_head_across_processes(tmp_path: Path, founding: Founding) -> None:
+def test_concurrent_revisions_of_one_head_across_processes(
+    tmp_path: Path, founding: Founding
+) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
     db = tmp_path / "library.db"
     owner = founding.participants["owner"]
@@ -55,7 +57,9 @@ def test_concurrent_revisions_of_one_head_across_processes(tmp_path: Path, found
         head = r.json()["id"]
         n = 12
         bodies = [
-            json.dumps(owner.envelope(founding.genesis, _claim(i, head), format_ms(base + i))).encode()
+            json.dumps(
+                owner.envelope(founding.genesis, _claim(i, head), format_ms(base + i))
+            ).encode()
             for i in range(1, n + 1)
         ]
         q: Any = multiprocessing.Queue()

@@ -55,4 +55,3 @@ def test_genesis_pin_mismatch_and_tampering() -> None:
     with pytest.raises(Forbidden) as info:
         Genesis.from_document(extra)
     assert info.value.code == "CERTIFICATE_FIELDS"
-

@@ -8,7 +8,10 @@ from tests.conftest import Api
 
 def _claim(title: str) -> dict[str, object]:
     return {
-        "kind": "claim", "title": title, "links": [], "previous": "",
+        "kind": "claim",
+        "title": title,
+        "links": [],
+        "previous": "",
         "body": {"statement": title, "scope": "Tests", "assumptions": []},
     }
 
