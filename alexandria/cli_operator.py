@@ -51,16 +51,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         data = DataDir(Path(args.data_dir))
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
-        if data.genesis.exists() and log_key is None:
+        if data.genesis_path.exists() and log_key is None:
             # made by `alexandria genesis init`: no checkpoints until `alexandria authority
             # issue --roles log` creates and certifies DIR/log.key and the server restarts
-            library, created = Library.from_files(data.genesis, data.db), False
+            library, created = Library.from_files(data.genesis_path, data.db), False
             print(f"no log key in {data.root}/: serving without signed checkpoints",
                   file=sys.stderr)
         else:
             library, created = default_library(data)
         if args.log_key:
-            library = Library.from_files(data.genesis, data.db, args.log_key)
+            library = Library.from_files(data.genesis_path, data.db, args.log_key)
         if created:
             print(f"created a new library in {data.root}/", file=sys.stderr)
     url = f"http://{args.host}:{args.port}"
@@ -69,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.genesis:
         files = (args.genesis, args.db, args.log_key)
     else:
-        files = (str(data.genesis), str(data.db), log_key)
+        files = (str(data.genesis_path), str(data.db), log_key)
     run(library, args.host, args.port, args.workers, files)
     return 0
 

@@ -12,12 +12,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
 from alexandria.bootstrap import Founding, found_library
-from alexandria.canonical import canonical
-from alexandria.keys import SigningKey
-from alexandria.library import Library, load_genesis
+from alexandria.config import write_json
+from alexandria.library import Library
+from alexandria.operator_dir import OperatorDir
 from alexandria.sqlite_store import SqliteStorage
 from alexandria.timestamps import now
 
@@ -25,14 +23,9 @@ DEFAULT_DIR = Path("alexandria-data")
 
 
 @dataclass(frozen=True)
-class DataDir:
-    """The embedded default's files."""
-
-    root: Path
-
-    @property
-    def genesis(self) -> Path:
-        return self.root / "genesis.json"
+class DataDir(OperatorDir):
+    """The embedded default: an operator directory (same file names, so the operator commands
+    work on it as they are) plus the database the server keeps there."""
 
     @property
     def db(self) -> Path:
@@ -51,16 +44,7 @@ class DataDir:
         return self.root / "root.key"
 
     def certificate(self, name: str) -> Path:
-        return self.root / f"{name}-certificate.json"
-
-    def exists(self) -> bool:
-        return self.genesis.exists() and self.db.exists()
-
-
-def write_json(path: Path, value: object) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
-    os.replace(tmp, path)
+        return self.certificate_path(self.root / f"{name}.key")
 
 
 def create_data_dir(data: DataDir, library: str = "alexandria-local",
@@ -84,25 +68,21 @@ def create_data_dir(data: DataDir, library: str = "alexandria-local",
             await storage.close()
 
     asyncio.run(admit())
-    write_json(data.genesis, founding.genesis_document)  # last: its presence marks completion
+    write_json(data.genesis_path, founding.genesis_document)  # last: its presence marks completion
     return founding
 
 
 def default_library(data: DataDir) -> tuple[Library, bool]:
     """The embedded default library, created when absent; True when it was just created."""
     created = False
-    if not data.genesis.exists():
+    if not data.genesis_path.exists():
         create_data_dir(data)
         created = True
-    return Library.from_files(data.genesis, data.db, data.log_key), created
+    return Library.from_files(data.genesis_path, data.db, data.log_key), created
 
 
-def genesis_pin_of(path: Path) -> str:
-    return load_genesis(path).pin
 
 
-def canonical_file(path: Path) -> bytes:
-    return canonical(orjson.loads(path.read_bytes()))
 
 
 _ENV = ("ALEXANDRIA_GENESIS", "ALEXANDRIA_DB", "ALEXANDRIA_LOG_KEY")
@@ -138,7 +118,3 @@ def app_from_env() -> object:
     genesis, db, log_key = (os.environ.get(name) for name in _ENV)
     assert genesis and db
     return create_app(Library.from_files(genesis, db, log_key))
-
-
-def key_or_none(path: str | None) -> SigningKey | None:
-    return SigningKey.load(path) if path else None

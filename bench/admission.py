@@ -26,9 +26,9 @@ from typing import Any
 
 from alexandria.bootstrap import found_library
 from alexandria.canonical import canonical, sha256_hex
+from alexandria.config import write_json
 from alexandria.keys import verify
 from alexandria.schema import validate_content
-from alexandria.serve import write_json
 from alexandria.timestamps import format_ms, now_ms
 
 

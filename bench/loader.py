@@ -43,8 +43,8 @@ import orjson
 from alexandria.admission import Candidate, prepare
 from alexandria.bootstrap import Founding, Participant, found_library
 from alexandria.canonical import canonical, sha256_hex
+from alexandria.config import write_json
 from alexandria.records import make_envelope, make_record
-from alexandria.serve import write_json
 from alexandria.sqlite_store import SqliteStorage
 from alexandria.storage import Admitted
 from alexandria.timestamps import format_ms, parse_ms

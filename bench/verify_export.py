@@ -35,9 +35,9 @@ from alexandria import export, log, verify
 from alexandria.admission import prepare
 from alexandria.bootstrap import Founding, Participant, found_library
 from alexandria.canonical import canonical, sha256_hex
+from alexandria.config import write_json
 from alexandria.keys import SigningKey
 from alexandria.library import load_genesis
-from alexandria.serve import write_json
 from alexandria.sqlite_store import SqliteStorage
 from alexandria.timestamps import format_ms, parse_ms
 

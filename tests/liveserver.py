@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from alexandria.bootstrap import Founding
-from alexandria.serve import write_json
+from alexandria.config import write_json
 
 
 def free_port() -> int:
