@@ -405,6 +405,9 @@ def check_state(state: StateView, rec: Record, authority_sequence: int) -> Verdi
             raise _refuse("only the original author revises an object", "NOT_ORIGINAL_AUTHOR",
                           pointer="/record/author", author=obj.author)
         if obj.head != rec.previous:
+            if counts.get("merges"):
+                raise Conflict("the proposal's base is no longer the current head: a stale base"
+                               " needs a new proposal", "STALE_BASE", head=obj.head, root=obj.root)
             raise Conflict("previous is not the current head", "HEAD_CONFLICT",
                            head=obj.head, root=obj.root)
         if feed_links != obj.feed_links:

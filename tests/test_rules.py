@@ -451,7 +451,7 @@ async def test_only_the_target_author_merges_exactly_the_proposal(api: Api) -> N
     merged = await accept(api, "owner", merge, dry_run=True)
     assert await head_of(api, c) == merged
     # the same proposal cannot be merged again: its base is no longer the head
-    body = await reject(api, "owner", merge, 409, "HEAD_CONFLICT")
+    body = await reject(api, "owner", merge, 409, "STALE_BASE")
     assert body["details"]["head"] == merged
 
 
@@ -462,7 +462,8 @@ async def test_a_merge_revises_the_proposals_base(api: Api) -> None:
     body = await reject(api, "owner", {**merge, "previous": c2}, 422, "MERGE_BASE")
     assert body["details"]["expected"] == c
     # previous = the proposal's base, which is no longer the head: stale
-    await reject(api, "owner", merge, 409, "HEAD_CONFLICT")
+    body = await reject(api, "owner", merge, 409, "STALE_BASE")
+    assert body["details"]["head"] == c2
     other = await accept(api, "owner", claim(s, title="Other"))
     await reject(api, "owner", {**merge, "previous": other}, 422, "MERGE_BASE")
     doc = await accept(api, "owner", document(s))
