@@ -373,17 +373,20 @@ def _section_graph(
     conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool
 ) -> SectionResult:
     """Relationships (immutable records keeping their exact endpoints) incident to the object,
-    to one of its direct children, or to knowledge its item includes: one probe of
-    ``links_target_root`` per endpoint, so the cost follows the number of direct children."""
-    children = [_tree_arm(rel, exact, "r.root") for rel in CHILD_RELATIONS.get(subj.kind, ())]
-    endpoints = [
-        *children,
-        "SELECT target_root FROM links WHERE source_sequence = :item AND relation = 'includes'",
-    ]
+    to one of its direct children, or to knowledge its item includes.  One probe of the small
+    partial index ``links_relationships`` per endpoint, so the cost follows the number of
+    direct children; a space's contained children come straight from ``objects_contents``."""
+    relations = CHILD_RELATIONS.get(subj.kind, ())
+    endpoints = [_tree_arm(rel, exact, "r.root") for rel in relations if rel != "contained_in"]
+    if "contained_in" in relations and (not exact or subj.rev == subj.root):
+        endpoints.append("SELECT root FROM objects WHERE parent = :root AND parent != ''")
+    endpoints.append(
+        "SELECT target_root FROM links WHERE source_sequence = :item AND relation = 'includes'"
+    )
     if not exact:
         endpoints.append("SELECT :root")
     arms = [
-        "SELECT l.source_sequence AS seq FROM links l"
+        "SELECT l.source_sequence AS seq FROM links l INDEXED BY links_relationships"
         f" WHERE l.relation IN {RELATIONSHIP_LINKS}"
         f" AND l.target_root IN ({' UNION ALL '.join(endpoints)})"
     ]

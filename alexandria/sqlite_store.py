@@ -106,6 +106,8 @@ CREATE INDEX IF NOT EXISTS links_related ON links(target_root, source_sequence) 
             'assesses', 'proposes_for', 'votes_on');
 CREATE INDEX IF NOT EXISTS links_incoming ON links(target, source_sequence)
     WHERE relation != 'votes_on';
+CREATE INDEX IF NOT EXISTS links_relationships ON links(target_root, source_sequence)
+    WHERE relation IN ('relates_from', 'relates_to');
 CREATE TABLE IF NOT EXISTS votes(
     author TEXT NOT NULL, target TEXT NOT NULL, vote_root TEXT NOT NULL,
     PRIMARY KEY(author, target)
