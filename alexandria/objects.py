@@ -488,13 +488,13 @@ def discussion(
 def _top(
     conn: sqlite3.Connection, arms: Sequence[str], params: dict[str, Any], offset: int
 ) -> SectionResult:
-    """The conversation ranked by the catalogue's host-projected vote score (``catalogue.score``
-    of each head, kept at admission by ``search_index``), ties newest first: one sort of the
-    conversation, whose size bounds the cost."""
+    """The conversation ranked as the catalogue's ``sort=top`` ranks: the host-projected vote
+    score of each head (``catalogue.score``, kept at admission by ``search_index``), highest
+    first, ties by the newest head.  One sort of the conversation, whose size bounds the cost."""
     sql = (
         "SELECT u.seq FROM (" + " UNION ".join(arms) + ") u"
         " JOIN revisions r ON r.sequence = u.seq JOIN objects o ON o.root = r.root"
         " LEFT JOIN catalogue c ON c.seq = o.head_sequence"
-        " ORDER BY coalesce(c.score, 0) DESC, u.seq DESC"
+        " ORDER BY coalesce(c.score, 0) DESC, o.head_sequence DESC"
     )
     return _page(conn, sql, params, offset)

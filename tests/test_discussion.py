@@ -111,8 +111,12 @@ async def test_top_follows_current_votes(api: Api) -> None:
     await api.publish("third", vote(r3))
     await api.publish("owner", vote(r3))
     assert await listed(api, d, sort="top") == [r3b, r2, r4, r1]
+    # ties go to the newest head, as in the catalogue: an edit is news
+    r1b = (await api.publish("owner", revise(reply(d, "one, edited"), r1)))["id"]
+    assert await listed(api, d, sort="top") == [r3b, r2, r1b, r4]
+    assert await listed(api, d, sort="new") == [r4, r3b, r2, r1b]  # new: by creation
     top = await conversation(api, d, sort="top", offset="1")
-    assert ids(top["items"]) == [r2, r4, r1] and top["total"] == 4
+    assert ids(top["items"]) == [r2, r1b, r4] and top["total"] == 4
 
 
 async def test_paging_a_long_thread(api: Api) -> None:
