@@ -87,7 +87,7 @@ CREATE TABLE IF NOT EXISTS objects(
     created_sequence INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS objects_head_sequence ON objects(head_sequence);
-CREATE INDEX IF NOT EXISTS objects_parent ON objects(parent, kind) WHERE parent != '';
+DROP INDEX IF EXISTS objects_parent;  -- superseded by objects_contents
 CREATE INDEX IF NOT EXISTS objects_contents ON objects(parent, kind, created_sequence)
     WHERE parent != '';
 CREATE TABLE IF NOT EXISTS links(
