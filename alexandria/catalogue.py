@@ -233,14 +233,13 @@ def _relevance(conn: sqlite3.Connection, ws: list[str]) -> tuple[Any, ...] | Non
             " HAVING count(DISTINCT term) = ?)",
             *ws, len(ws),
         )
-    # words are separated by one space; doubling the spaces makes " word " occurrences disjoint
+    # stored words sit each between its own two spaces (``search_index.padded``)
     terms: list[str] = []
     params: list[Any] = [" AND ".join(f'"{w}"' for w in ws)]
     for column, weight in (("title", 3), ("body", 1)):
-        padded = f"(' ' || replace(w.{column}, ' ', '  ') || ' ')"
         for word in ws:
             terms.append(
-                f"{weight} * ((length({padded}) - length(replace({padded}, ?, ''))) / ?)"
+                f"{weight} * ((length(w.{column}) - length(replace(w.{column}, ?, ''))) / ?)"
             )
             params += [f" {word} ", len(word) + 2]
     # the count parameters come before MATCH's in the statement

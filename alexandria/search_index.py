@@ -36,7 +36,7 @@ from alexandria.records import Record
 from alexandria.rules import Verdict
 from alexandria.search_text import human_text, indexed
 
-INDEX_VERSION = f"catalogue/3 unicode/{unicodedata.unidata_version}"
+INDEX_VERSION = f"catalogue/4 unicode/{unicodedata.unidata_version}"
 LEVEL_MARK = "\u00b7"  # "·": not a word character, so "word·score" names one word's level
 LISTED_KINDS = (
     "space", "discussion", "claim", "document", "evidence", "assessment", "relationship",
@@ -161,6 +161,16 @@ def facet_of(kind: str, decoded: Any) -> str | None:
     return None
 
 
+def padded(words: str) -> str:
+    """Stored words: `` w1  w2 `` — each word between its own two spaces, so that counting
+    `` word `` occurrences never overlaps two neighbours."""
+    return f" {'  '.join(words.split())} "
+
+
+def unpadded(stored: str) -> str:
+    return " ".join(stored.split())
+
+
 def levels(title: str, body: str) -> str:
     """Each distinct word of a head once, with its relevance for a one-word query:
     ``word·(3 × title occurrences + body occurrences)``."""
@@ -200,6 +210,7 @@ def _admit(
         ).fetchone()
         if old is not None:
             old_seq, score, old_title, old_text = old
+            old_title, old_text = unpadded(old_title), unpadded(old_text)
             # a contentless index forgets a row given exactly the values it indexed
             conn.execute(
                 "INSERT INTO catalogue_text(catalogue_text, rowid, title, body)"
@@ -222,7 +233,8 @@ def _admit(
         "INSERT INTO catalogue_text(rowid, title, body) VALUES (?, ?, ?)", (sequence, title, text)
     )
     conn.execute(
-        "INSERT INTO catalogue_words(seq, title, body) VALUES (?, ?, ?)", (sequence, title, text)
+        "INSERT INTO catalogue_words(seq, title, body) VALUES (?, ?, ?)",
+        (sequence, padded(title), padded(text)),
     )
     conn.execute(
         "INSERT INTO catalogue_levels(rowid, levels) VALUES (?, ?)",
