@@ -64,7 +64,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_ready(port: int, timeout: float = 60) -> None:
+def wait_ready(port: int, timeout: float = 900) -> None:
+    """Long: the first start on a loader database may migrate it (new indexes of newer code)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
