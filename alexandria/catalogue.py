@@ -301,7 +301,7 @@ def summaries(conn: sqlite3.Connection, sequences: list[int]) -> list[dict[str, 
                 "kind": record["kind"],
                 "author": record["author"],
                 "authored_at": record["authored_at"],
-                "snippet": snippet(record["kind"], record["body"]),
+                "snippet": snippet(record["body"]),
             }
         )
     return out

@@ -115,6 +115,8 @@ def human_text(kind: str, body: str, decoded: Any = None) -> str:
     return "\n".join(parts)
 
 
-def snippet(kind: str, body: str, decoded: Any = None) -> str:
-    """The first 280 characters of the human text."""
-    return human_text(kind, body, decoded)[:SNIPPET_CHARACTERS]
+def snippet(body: str) -> str:
+    """The contract's snippet: the first 280 characters of the record's ``body`` string, as
+    signed (for object kinds that is the canonical JSON encoding).  Literal, so that any
+    implementation of the contract derives the same hint from the same record."""
+    return body[:SNIPPET_CHARACTERS]
