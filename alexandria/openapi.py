@@ -14,7 +14,7 @@ from alexandria.catalogue import METHODS, PAGE_SIZE, PROJECTIONS, SORTS, VERDICT
 from alexandria.search_index import LISTED_KINDS
 
 HEX64 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
-OFFSET = {"type": "integer", "minimum": 0, "default": 0}
+OFFSET = {"type": "integer", "minimum": 0, "maximum": 2**53 - 1, "default": 0}
 NEXT_OFFSET = {"type": ["integer", "null"], "minimum": 0}
 PERSONAL_STATE = {
     "type": "object", "required": ["state"],
@@ -253,10 +253,10 @@ PATHS: dict[str, Any] = {
         _json(_ref("SignedRecord"), "the current head's signed record"), NOT_FOUND),
     "/api/entries/{revision}/connections": _get(
         "Outgoing links, incoming links and the revision history of an object",
-        [REVISION, _q("offset", OFFSET, "history offset")],
+        [REVISION, _q("offset", OFFSET, "pages incoming and history together")],
         _json(_ref("Connections"), "connections"), NOT_FOUND),
     "/api/entries/{revision}/discussion": _get(
-        "Replies and branches under a discussion or reply",
+        "The thread under a discussion or reply (replies and branches), or a claim's or space's debates",
         [REVISION, _q("sort", {"enum": ["old", "new", "top"], "default": "old"}, "order"),
          _q("offset", OFFSET, "page offset")],
         _json(_ref("RecordPage"), "a page of signed records"), NOT_FOUND),
@@ -267,7 +267,8 @@ PATHS: dict[str, Any] = {
                                  "discussions", "knowledge"], "default": "all"}, "section"),
          _q("offset", OFFSET, "section offset"),
          _q("exact", {"enum": ["true", "false"], "default": "false"},
-            "item is the exact revision rather than the current head")],
+            "item is the exact revision rather than the current head, and links from other"
+            " objects count only when they name exactly that revision")],
         _json(_ref("ObjectView"), "the object view"), NOT_FOUND),
     "/api/catalogue": _get(
         "Discover current heads: filter, search and rank (docs/read-api.md)",
