@@ -256,7 +256,8 @@ PATHS: dict[str, Any] = {
         [REVISION, _q("offset", OFFSET, "pages incoming and history together")],
         _json(_ref("Connections"), "connections"), NOT_FOUND),
     "/api/entries/{revision}/discussion": _get(
-        "The thread under a discussion or reply (replies and branches), or a claim's or space's debates",
+        "The thread under a discussion or reply (replies and branches), or the debates about a"
+        " claim or space",
         [REVISION, _q("sort", {"enum": ["old", "new", "top"], "default": "old"}, "order"),
          _q("offset", OFFSET, "page offset")],
         _json(_ref("RecordPage"), "a page of signed records"), NOT_FOUND),
