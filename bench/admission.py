@@ -15,7 +15,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from alexandria.config import write_json
 from alexandria.keys import verify
 from alexandria.schema import validate_content
 from alexandria.timestamps import format_ms, now_ms
+from bench.serving import free_port, process_cpu, wait_ready
 
 
 def build(n: int, tmp: Path) -> tuple[Path, Path, list[bytes]]:
@@ -116,27 +116,8 @@ def floor(bodies: list[bytes]) -> float:
     return len(envs) / (time.perf_counter() - start)
 
 
-def server_cpu(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its children (worker processes)."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    pids = [pid]
-    children = Path(f"/proc/{pid}/task/{pid}/children")
-    if children.exists():
-        pids += [int(c) for c in children.read_text().split()]
-    for p in pids:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _post_all(port: int, bodies: list[bytes], connections: int) -> list[int]:
@@ -173,15 +154,6 @@ def client_process(port: int, bodies: list[bytes], connections: int, out: Any) -
     out.put((time.perf_counter() - t, statuses))
 
 
-def wait_ready(port: int, timeout: float = 20) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("server did not start")
 
 
 def main() -> None:
@@ -213,7 +185,7 @@ def main() -> None:
             cmd += ["--workers", str(args.workers)]
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=os.environ.copy())
         try:
-            wait_ready(port)
+            wait_ready(port, 20)
             from alexandria.bootstrap import found_library as again
 
             f = again(seed=b"bench-admission", created_at="2026-01-01T00:00:00.000Z")
@@ -225,7 +197,7 @@ def main() -> None:
             for b in bodies[:4]:
                 r = httpx.post(f"http://127.0.0.1:{port}/api/entries", content=b)
                 assert r.status_code == 201, r.text
-            cpu_before = server_cpu(server.pid)
+            cpu_before = process_cpu(server.pid)
             q: Any = multiprocessing.Queue()
             proc = multiprocessing.Process(
                 target=client_process, args=(port, bodies[4:], args.connections, q)
@@ -233,7 +205,7 @@ def main() -> None:
             proc.start()
             elapsed, statuses = q.get()
             proc.join()
-            cpu = server_cpu(server.pid) - cpu_before
+            cpu = process_cpu(server.pid) - cpu_before
         finally:
             server.terminate()
             server.wait()

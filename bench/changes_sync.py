@@ -26,8 +26,6 @@ import argparse
 import http.client
 import itertools
 import json
-import os
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -42,6 +40,7 @@ import orjson
 from alexandria import changes
 from alexandria.library import load_genesis
 from alexandria.sqlite_store import SqliteStorage
+from bench.serving import free_port, process_cpu, wait_ready
 
 
 @dataclass
@@ -58,27 +57,10 @@ class Sync:
         return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
-def wait_ready(port: int, timeout: float = 900) -> None:
-    """Long: the first start on a loader database may migrate it (new indexes of newer code)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("server did not start")
 
 
-def process_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def feed_count(db: Path, root: str, hi: int) -> int:
@@ -199,7 +181,7 @@ def bench_library(directory: Path, runs: int, members: int | None) -> dict[str, 
         cmd += ["--log-key", str(directory / "log.key")]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     try:
-        wait_ready(port)
+        wait_ready(port, 900)  # the first start on a loader database may migrate it
         syncs = []
         for i in range(runs):
             sync, hi = follow_http(port, root, server.pid)

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bench.serving import free_port
 
 RELEVANCE_TARGET_MS = 50.0
 READ_TARGET_MS = 10.0
@@ -94,10 +95,6 @@ def sample_inputs(directory: Path, rng: random.Random, n: int = 400) -> Inputs:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_server(directory: Path, port: int) -> subprocess.Popen[bytes]:
