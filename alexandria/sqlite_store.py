@@ -419,7 +419,7 @@ class SqliteStorage(Storage):
         if dry_run:
             return DryRun(verdict.id, verdict.root, False)
         sequence, admitted_at = self._append_leaf(conn, "contribution", cand.leaf, now)
-        self._store_contribution(conn, view, cand, verdict, sequence, admitted_at)
+        self._store_contribution(conn, cand, verdict, sequence)
         authority = self._authority_document_bytes(conn, verdict.authority_sequence)
         signed = signed_record_bytes(
             cand.leaf, cand.record_length, verdict.id, verdict.root,
@@ -466,8 +466,7 @@ class SqliteStorage(Storage):
         return sequence, admitted_at
 
     def _store_contribution(
-        self, conn: sqlite3.Connection, view: _StateView, cand: Candidate, v: Verdict,
-        sequence: int, admitted_at: str,
+        self, conn: sqlite3.Connection, cand: Candidate, v: Verdict, sequence: int
     ) -> None:
         rec = cand.record
         conn.execute(
