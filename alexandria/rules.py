@@ -34,7 +34,8 @@ storage's write transaction, against a ``StateView`` that only answers questions
     f. a revision names an existing previous of the same kind, by the original author; previous
        must be the current head (409); feed relations (parentage) do not change;
     g. a merge is a revision by the target author whose title, body and links are exactly the
-       proposal's, followed by one merges link to the proposal, with previous = its base;
+       proposal's, followed by one merges link to the proposal, with previous = its base
+       (409 STALE_BASE once the base is no longer the head);
  9. timestamp rules (422): authored_at at most 60 s ahead of the server clock, inside the
     worker certificate's window, and not before the previous revision's authored_at.
 """
