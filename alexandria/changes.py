@@ -44,6 +44,7 @@ from typing import Protocol
 
 from alexandria import merkle
 from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
+from alexandria.log import node_reader
 
 CURSOR_VERSION = 1
 MAX_LIMIT = 50
@@ -261,15 +262,7 @@ def _meta(conn: sqlite3.Connection, key: str) -> str:
 
 
 def _log_root(conn: sqlite3.Connection, size: int) -> bytes:
-    def get(level: int, idx: int) -> bytes:
-        row = conn.execute(
-            "SELECT hash FROM merkle WHERE level = ? AND idx = ?", (level, idx)
-        ).fetchone()
-        if row is None:
-            raise ServiceError(f"merkle node ({level}, {idx}) is missing", "LOG_CORRUPT")
-        return bytes(row[0])
-
-    return merkle.root_hash(size, get)
+    return merkle.root_hash(size, node_reader(conn))
 
 
 def _check_followable(conn: sqlite3.Connection, root: str) -> None:

@@ -31,6 +31,7 @@ from alexandria.admission import Candidate, decide
 from alexandria.canonical import canonical
 from alexandria.errors import AlexandriaError, BadRequest, Forbidden, ServiceError
 from alexandria.log import SCHEMA as LOG_SCHEMA
+from alexandria.log import node_reader
 from alexandria.personal_store import SCHEMA as PERSONAL_SCHEMA
 from alexandria.records import admission_bytes, signed_record_bytes
 from alexandria.rules import ObjectFacts, RevisionFacts, Verdict
@@ -450,18 +451,9 @@ class SqliteStorage(Storage):
             "INSERT INTO log(sequence, type, leaf, leaf_hash, admitted_at) VALUES (?, ?, ?, ?, ?)",
             (sequence, kind, leaf, leaf_hash, admitted_at),
         )
-
-        def get(level: int, idx: int) -> bytes:
-            r = conn.execute(
-                "SELECT hash FROM merkle WHERE level = ? AND idx = ?", (level, idx)
-            ).fetchone()
-            if r is None:
-                raise ServiceError(f"merkle node ({level}, {idx}) is missing", "LOG_CORRUPT")
-            return bytes(r[0])
-
         conn.executemany(
             "INSERT INTO merkle(level, idx, hash) VALUES (?, ?, ?)",
-            merkle.append_nodes(sequence - 1, leaf_hash, get),
+            merkle.append_nodes(sequence - 1, leaf_hash, node_reader(conn)),
         )
         return sequence, admitted_at
 
