@@ -11,14 +11,11 @@ from typing import Any
 
 import httpx
 
-from alexandria.app import create_app
 from alexandria.bootstrap import Founding
 from alexandria.canonical import canonical
 from alexandria.errors import AlexandriaError
-from alexandria.library import Library
 from alexandria.records import revision_id
-from alexandria.sqlite_store import SqliteStorage
-from tests.conftest import Api, Clock
+from tests.conftest import Api, Clock, serve_library
 
 # --- content builders ------------------------------------------------------------------------
 
@@ -184,16 +181,5 @@ def raw(envelope: dict[str, Any]) -> bytes:
 async def serve(tmp_path: Path, founding: Founding, clock: Clock,
                 documents: list[dict[str, Any]] | None = None) -> AsyncIterator[Api]:
     """Like the ``api`` fixture, for a library of any founding (e.g. a 2-of-3 genesis)."""
-    storage = SqliteStorage(tmp_path / "lib.db", founding.genesis)
-    storage.clock = clock
-    library = Library(founding.genesis, storage, founding.log_key)
-    app = create_app(library)
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://testserver") as client,
-    ):
-        for doc in founding.authority_documents() if documents is None else documents:
-            r = await client.post("/api/authority", json=doc)
-            assert r.status_code == 201, r.text
-        yield Api(client, founding, clock, library)
+    async for api in serve_library(tmp_path, founding, clock, documents):
+        yield api

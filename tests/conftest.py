@@ -81,8 +81,12 @@ class Api:
         return out
 
 
-@pytest.fixture
-async def api(tmp_path: Path, founding: Founding, clock: Clock) -> AsyncIterator[Api]:
+async def serve_library(
+    tmp_path: Path, founding: Founding, clock: Clock,
+    documents: list[dict[str, Any]] | None = None,
+) -> AsyncIterator[Api]:
+    """The real app over a fresh database, its authority documents admitted (by default the
+    founding's own)."""
     storage = SqliteStorage(tmp_path / "lib.db", founding.genesis)
     storage.clock = clock
     library = Library(founding.genesis, storage, founding.log_key)
@@ -92,7 +96,13 @@ async def api(tmp_path: Path, founding: Founding, clock: Clock) -> AsyncIterator
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=transport, base_url="http://testserver") as client,
     ):
-        for doc in founding.authority_documents():
+        for doc in founding.authority_documents() if documents is None else documents:
             r = await client.post("/api/authority", json=doc)
             assert r.status_code == 201, r.text
         yield Api(client, founding, clock, library)
+
+
+@pytest.fixture
+async def api(tmp_path: Path, founding: Founding, clock: Clock) -> AsyncIterator[Api]:
+    async for a in serve_library(tmp_path, founding, clock):
+        yield a
