@@ -23,7 +23,6 @@ in PROTOCOL §4 order (status codes of §6):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -32,6 +31,7 @@ import orjson
 
 from alexandria.admission import Candidate
 from alexandria.errors import Conflict, Unprocessable
+from alexandria.keys import HEX64
 from alexandria.records import Record
 from alexandria.rules import CLOCK_SKEW_MS, StateView, check_authority
 from alexandria.timestamps import format_ms
@@ -42,7 +42,6 @@ LISTS = ("following", "saved")
 MAX_ROOTS = 128
 WINDOW_MS = 5 * 60 * 1000
 TARGET_KINDS = ("claim", "discussion", "document", "space")
-_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class PersonalViolation(Unprocessable):
@@ -134,7 +133,7 @@ def check_shape(rec: Record) -> None:
         if rec.previous:
             raise _violation('a personal-read has previous ""', "PERSONAL_SHAPE",
                              pointer="/record/previous", expected="")
-        if not isinstance(body["nonce"], str) or not _HEX64.match(body["nonce"]):
+        if not isinstance(body["nonce"], str) or not HEX64.match(body["nonce"]):
             raise _violation("nonce is 64 lowercase hex characters (32 random bytes)",
                              "PERSONAL_SHAPE", pointer="/body/nonce")
         return
@@ -150,7 +149,7 @@ def check_shape(rec: Record) -> None:
             )
         seen: set[str] = set()
         for i, item in enumerate(items):
-            if not isinstance(item, str) or not _HEX64.match(item):
+            if not isinstance(item, str) or not HEX64.match(item):
                 raise _violation("a root id is 64 lowercase hex characters", "PERSONAL_SHAPE",
                                  pointer=f"/body/{name}/{i}")
             if item in seen:

@@ -24,9 +24,10 @@ from typing import Any
 
 import orjson
 
+from alexandria.keys import HEX64
+
 SNIPPET_CHARACTERS = 280
 MAX_WORD_CHARACTERS = 64
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
 # ASCII capitals can survive NFKC(casefold(...)) only in odd corners; the index folds them too
 _FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ_", "abcdefghijklmnopqrstuvwxyz ")
@@ -88,7 +89,7 @@ def indexed(text: str) -> str:
 
 def _strings(value: Any) -> Iterator[str]:
     if isinstance(value, str):
-        if not _HEX64.match(value):
+        if not HEX64.match(value):
             yield value
     elif isinstance(value, list):
         for item in value:
