@@ -137,12 +137,28 @@ def rebuild(conn: sqlite3.Connection) -> None:
     )
 
 
-def on_admitted(conn: sqlite3.Connection, record: Record, v: Verdict, sequence: int) -> None:
-    """Called by storage for each admitted contribution, inside the admission transaction."""
-    _admit(conn, record.raw, v.root, v.previous, v.vote_target, sequence, record.decoded_body)
+def on_admitted(
+    conn: sqlite3.Connection, record: Record, v: Verdict, sequence: int,
+    actors: dict[str, int] | None = None,
+) -> None:
+    """Called by storage for each admitted contribution, inside the admission transaction.
+    ``actors``: the writer's memory of catalogue actor ids (see ``writer_memory``)."""
+    _admit(conn, record.raw, v.root, v.previous, v.vote_target, sequence, record.decoded_body,
+           actors=actors)
 
 
-def actor_id(conn: sqlite3.Connection, actor: str, create: bool = False) -> int | None:
+def actor_id(
+    conn: sqlite3.Connection, actor: str, create: bool = False,
+    actors: dict[str, int] | None = None,
+) -> int | None:
+    if actors is not None:
+        known = actors.get(actor)
+        if known is not None:
+            return known
+        found = actor_id(conn, actor, create)
+        if found is not None:
+            actors[actor] = found
+        return found
     row = conn.execute("SELECT id FROM catalogue_actors WHERE actor = ?", (actor,)).fetchone()
     if row is not None:
         return int(row[0])
@@ -189,12 +205,13 @@ def _texts(kind: str, title: str, body: str, decoded: Any) -> tuple[str, str]:
 def _admit(
     conn: sqlite3.Connection, record: Any, root: str, previous: str, vote_target: str,
     sequence: int, decoded: Any = None, replay: bool = False,
+    actors: dict[str, int] | None = None,
 ) -> None:
     kind: str = record["kind"]
-    author = actor_id(conn, record["author"], create=True)
+    author = actor_id(conn, record["author"], create=True, actors=actors)
     assert author is not None
     if kind == "vote":
-        _vote(conn, author, root, vote_target, int(record["body"]), sequence, replay)
+        _vote(conn, author, root, vote_target, int(record["body"]), sequence, replay, actors)
         return
     body: str = record["body"]
     if decoded is None and kind != "reply":
@@ -256,7 +273,7 @@ _TALLY = {1: "up", -1: "down", 0: "neutral"}
 
 def _vote(
     conn: sqlite3.Connection, author: int, vote_root: str, target: str, value: int,
-    sequence: int, replay: bool,
+    sequence: int, replay: bool, actors: dict[str, int] | None = None,
 ) -> None:
     old = conn.execute(
         "SELECT value FROM vote_values WHERE vote_root = ?", (vote_root,)
@@ -276,7 +293,7 @@ def _vote(
             (delta, target),
         )
     owner_row = conn.execute("SELECT author FROM objects WHERE root = ?", (target,)).fetchone()
-    owner = actor_id(conn, owner_row[0], create=True)
+    owner = actor_id(conn, owner_row[0], create=True, actors=actors)
     changes = {"score": delta, "up": 0, "down": 0, "neutral": 0}
     changes[_TALLY[value]] += 1
     if old_value is not None:

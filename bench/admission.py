@@ -29,7 +29,7 @@ from alexandria.config import write_json
 from alexandria.keys import verify
 from alexandria.schema import validate_content
 from alexandria.timestamps import format_ms, now_ms
-from bench.serving import free_port, process_cpu, wait_ready
+from bench.serving import free_port, process_cpu, thread_cpu, wait_ready
 
 
 def build(n: int, tmp: Path) -> tuple[Path, Path, list[bytes]]:
@@ -198,6 +198,7 @@ def main() -> None:
                 r = httpx.post(f"http://127.0.0.1:{port}/api/entries", content=b)
                 assert r.status_code == 201, r.text
             cpu_before = process_cpu(server.pid)
+            threads_before = thread_cpu(server.pid)
             q: Any = multiprocessing.Queue()
             proc = multiprocessing.Process(
                 target=client_process, args=(port, bodies[4:], args.connections, q)
@@ -206,6 +207,9 @@ def main() -> None:
             elapsed, statuses = q.get()
             proc.join()
             cpu = process_cpu(server.pid) - cpu_before
+            threads = {
+                k: v - threads_before.get(k, 0.0) for k, v in thread_cpu(server.pid).items()
+            }
         finally:
             server.terminate()
             server.wait()
@@ -221,6 +225,11 @@ def main() -> None:
     print(
         f"server CPU            {cpu / max(ok, 1) * 1e6:8.0f} µs per admission"
         f" ({cpu / elapsed:.2f} cores busy)"
+    )
+    busiest = sorted(threads.items(), key=lambda kv: -kv[1])[:4]
+    print(
+        "  busiest threads     "
+        + ", ".join(f"{pid}/{tid} {t / max(ok, 1) * 1e6:.0f} µs" for (pid, tid), t in busiest)
     )
 
 

@@ -27,18 +27,38 @@ def wait_ready(port: int, timeout: float = 30) -> None:
     raise RuntimeError("server did not start")
 
 
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its direct children (worker processes)."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
+def _pids(pid: int) -> list[int]:
+    """``pid`` and its direct children (worker processes)."""
     pids = [pid]
     children = Path(f"/proc/{pid}/task/{pid}/children")
     if children.exists():
         pids += [int(c) for c in children.read_text().split()]
-    for p in pids:
+    return pids
+
+
+def _cpu(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its direct children (worker processes)."""
+    total = 0.0
+    for p in _pids(pid):
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += _cpu(Path(f"/proc/{p}/stat"))
         except FileNotFoundError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / tick
     return total
+
+
+def thread_cpu(pid: int) -> dict[tuple[int, int], float]:
+    """CPU seconds of every thread of ``pid`` and of its direct children, by (pid, tid)."""
+    out: dict[tuple[int, int], float] = {}
+    for p in _pids(pid):
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                out[(p, int(task.name))] = _cpu(task / "stat")
+            except FileNotFoundError:
+                continue
+    return out

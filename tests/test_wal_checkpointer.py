@@ -1,0 +1,53 @@
+"""WAL checkpoints run beside the writer, not inside its commits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from alexandria.admission import prepare
+from alexandria.bootstrap import Founding
+from alexandria.sqlite_store import SqliteStorage
+from tests.conftest import Clock
+
+
+def _claim(i: int) -> dict[str, Any]:
+    return {
+        "kind": "claim", "title": f"Claim {i}", "links": [], "previous": "",
+        "body": {"statement": f"Statement {i} " * 40, "scope": "Tests", "assumptions": []},
+    }
+
+
+async def test_admitted_pages_reach_the_database_file(
+    tmp_path: Path, founding: Founding, clock: Clock
+) -> None:
+    db = tmp_path / "lib.db"
+    storage = SqliteStorage(db, founding.genesis)
+    storage.clock = clock
+    await storage.open()
+    try:
+        for doc in founding.authority_documents():
+            await storage.admit_authority(doc)
+        writer = storage._writer_db
+        assert writer is not None
+        async with writer.execute("PRAGMA wal_autocheckpoint") as cur:
+            assert (await cur.fetchone()) == (0,)  # the commits themselves never checkpoint
+        await asyncio.sleep(0.3)
+        before = db.stat().st_size
+        owner = founding.participants["owner"]
+        for i in range(60):
+            env = owner.envelope(founding.genesis, _claim(i), clock.tick())
+            await storage.admit(prepare(json.dumps(env).encode(), founding.genesis))
+        for _ in range(100):  # the checkpointer copies the new pages into the database file
+            if db.stat().st_size > before:
+                break
+            await asyncio.sleep(0.05)
+        assert db.stat().st_size > before
+    finally:
+        await storage.close()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM log").fetchone()[0] == 62
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
