@@ -68,7 +68,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"serving {library.genesis.library} on {url}", flush=True)
     if args.genesis:
         files = (args.genesis, args.db, args.log_key)
-    else:
+    else:  # the log key may have been created just now, with the library
+        log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
     run(library, args.host, args.port, args.workers, files)
     return 0

@@ -9,9 +9,12 @@ from typing import Any
 
 import orjson
 
+from alexandria.admission import Candidate
 from alexandria.keys import SigningKey
 from alexandria.sqlite_store import SqliteStorage
+from alexandria.storage import Admitted, DryRun
 from alexandria.trust import Genesis
+from alexandria.writer_service import WriterClient
 
 
 @dataclass
@@ -20,6 +23,7 @@ class Library:
     storage: SqliteStorage
     log_key: SigningKey | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    writer: WriterClient | None = None  # the writer process of a multi-process server
 
     @classmethod
     def from_files(
@@ -31,9 +35,19 @@ class Library:
 
     async def open(self) -> None:
         await self.storage.open()
+        if self.writer is not None:
+            await self.writer.connect()
 
     async def close(self) -> None:
+        if self.writer is not None:
+            await self.writer.close()
         await self.storage.close()
+
+    async def admit(self, cand: Candidate, dry_run: bool = False) -> Admitted | DryRun:
+        """Admit (or dry-run) a prepared envelope: here, or in the writer process."""
+        if self.writer is not None:
+            return await self.writer.admit(cand, dry_run)
+        return await self.storage.admit(cand, dry_run)
 
 
 def load_genesis(path: str | Path) -> Genesis:

@@ -8,16 +8,23 @@ their certificates admitted) and reused afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import multiprocessing
 import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from alexandria.bootstrap import Founding, found_library
 from alexandria.config import write_json
-from alexandria.library import Library
+from alexandria.library import Library, load_genesis
 from alexandria.operator_dir import OperatorDir
 from alexandria.sqlite_store import SqliteStorage
 from alexandria.timestamps import now
+from alexandria.writer_service import WriterClient, WriterServer
 
 DEFAULT_DIR = Path("alexandria-data")
 
@@ -86,12 +93,17 @@ def default_library(data: DataDir) -> tuple[Library, bool]:
 
 
 _ENV = ("ALEXANDRIA_GENESIS", "ALEXANDRIA_DB", "ALEXANDRIA_LOG_KEY")
+_WRITER_ENV = "ALEXANDRIA_WRITER"
+# the server answers 127.0.0.1 by default and uses no client addresses: no proxy headers, no
+# access log (each costs the admission path a few per cent)
+_UVICORN = {"log_level": "warning", "server_header": False, "date_header": False,
+            "access_log": False, "proxy_headers": False}
 
 
 def run(library: Library, host: str, port: int, workers: int = 1,
         files: tuple[str, str, str | None] | None = None) -> None:
-    """Serve ``library``.  With several workers, each process opens the same database; the
-    write transactions serialise them (``files`` names the genesis, database and log key)."""
+    """Serve ``library``.  With several workers (``files`` names the genesis, database and log
+    key), N HTTP processes share one admission writer process (``writer_service``)."""
     import uvicorn
 
     from alexandria.app import create_app
@@ -100,15 +112,14 @@ def run(library: Library, host: str, port: int, workers: int = 1,
         for name, value in zip(_ENV, files, strict=True):
             if value:
                 os.environ[name] = str(value)
-        uvicorn.run(
-            "alexandria.serve:app_from_env", factory=True, workers=workers, host=host, port=port,
-            log_level="warning", server_header=False, date_header=False,
-        )
+        with writer_process(files[0], files[1]) as socket_path:
+            os.environ[_WRITER_ENV] = socket_path
+            uvicorn.run(
+                "alexandria.serve:app_from_env", factory=True, workers=workers, host=host,
+                port=port, **_UVICORN,  # type: ignore[arg-type]
+            )
     else:
-        uvicorn.run(
-            create_app(library), host=host, port=port, log_level="warning", server_header=False,
-            date_header=False,
-        )
+        uvicorn.run(create_app(library), host=host, port=port, **_UVICORN)  # type: ignore[arg-type]
 
 
 def app_from_env() -> object:
@@ -117,4 +128,58 @@ def app_from_env() -> object:
 
     genesis, db, log_key = (os.environ.get(name) for name in _ENV)
     assert genesis and db
-    return create_app(Library.from_files(genesis, db, log_key))
+    library = Library.from_files(genesis, db, log_key)
+    writer = os.environ.get(_WRITER_ENV)
+    if writer:
+        library.writer = WriterClient(writer)
+    return create_app(library)
+
+
+@contextlib.contextmanager
+def writer_process(genesis: str, db: str) -> Iterator[str]:
+    """Run the admission writer process for as long as the block runs; yields its socket."""
+    directory = tempfile.mkdtemp(prefix="alexandria-writer-")  # mode 0700: ours only
+    socket_path = os.path.join(directory, "writer.sock")
+    process = multiprocessing.get_context("spawn").Process(
+        target=writer_main, args=(genesis, db, socket_path), name="alexandria-writer"
+    )
+    process.start()
+    try:
+        yield socket_path
+    finally:
+        process.terminate()
+        process.join(30)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def writer_main(genesis: str, db: str, socket_path: str) -> None:
+    """The writer process: admissions from the workers, until SIGTERM or its parent is gone."""
+
+    # Ctrl-C reaches the whole process group: the writer stays until the workers have
+    # drained their requests and the parent sends SIGTERM
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    async def main() -> None:
+        from alexandria.sqlite_store import SqliteStorage
+
+        storage = SqliteStorage(db, load_genesis(genesis))
+        await storage.open()
+        server = WriterServer(storage.submit, socket_path)
+        await server.start()
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        parent = os.getppid()
+        try:
+            while not stop.is_set() and os.getppid() == parent:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+        finally:
+            await server.close()
+            await storage.close()
+
+    try:
+        import uvloop
+    except ImportError:  # uvicorn[standard] brings it where it builds
+        asyncio.run(main())
+    else:
+        uvloop.run(main())

@@ -23,7 +23,7 @@ async def post_entry(request: Request) -> Response:
     dry_run = bool_param(query_params(request, ("dry_run",)), "dry_run")
     body = await read_body(request)
     cand = prepare(body, lib.genesis)
-    result = await lib.storage.admit(cand, dry_run=dry_run)
+    result = await lib.admit(cand, dry_run=dry_run)
     if isinstance(result, DryRun):
         return json_response(
             {"dry_run": True, "id": result.id, "root": result.root,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from alexandria.bootstrap import Founding
 from alexandria.timestamps import format_ms, now_ms
@@ -41,15 +42,17 @@ def _post_at(url: str, body: bytes, start: float, out: Any) -> None:
     out.put((r.status_code, r.json()))
 
 
+# workers=2: server a is itself two HTTP processes and a writer process
+@pytest.mark.parametrize("workers", [1, 2])
 def test_concurrent_revisions_of_one_head_across_processes(
-    tmp_path: Path, founding: Founding
+    tmp_path: Path, founding: Founding, workers: int
 ) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
     db = tmp_path / "library.db"
     owner = founding.participants["owner"]
     base = now_ms() - 60_000
-    # two independent server processes on the same database file
-    with serving(genesis, db, log_key) as a, serving(genesis, db, log_key) as b:
+    # two independent servers on the same database file
+    with serving(genesis, db, log_key, workers) as a, serving(genesis, db, log_key) as b:
         _admit_authorities(a.url, founding)
         first = owner.envelope(founding.genesis, _claim(0), format_ms(base))
         r = httpx.post(f"{a.url}/api/entries", content=json.dumps(first).encode())
@@ -88,7 +91,10 @@ def test_concurrent_revisions_of_one_head_across_processes(
         assert len(sequences) == 2 + 1 + 1
 
 
-def test_acknowledged_admissions_survive_sigkill(tmp_path: Path, founding: Founding) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_acknowledged_admissions_survive_sigkill(
+    tmp_path: Path, founding: Founding, workers: int
+) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
     db = tmp_path / "library.db"
     peer = founding.participants["peer"]
@@ -99,7 +105,7 @@ def test_acknowledged_admissions_survive_sigkill(tmp_path: Path, founding: Found
     ]
     acknowledged: list[str] = []
     lock = threading.Lock()
-    server = Server(genesis, db, log_key)
+    server = Server(genesis, db, log_key, workers=workers)
     try:
         _admit_authorities(server.url, founding)
         stop = threading.Event()

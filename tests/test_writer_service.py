@@ -1,0 +1,125 @@
+"""The writer process of a multi-process server: admissions over its socket answer exactly as
+the in-process writer does, typed errors included, and a lost writer is a typed 503."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from alexandria.admission import Candidate, prepare
+from alexandria.bootstrap import Founding
+from alexandria.errors import AlexandriaError, Conflict, ServiceError, status_of
+from alexandria.records import RecordInvalid
+from alexandria.sqlite_store import SqliteStorage
+from alexandria.storage import Admitted, DryRun
+from alexandria.writer_service import WriterClient, WriterServer, WriterUnavailable
+from tests.conftest import Clock
+from tests.liveserver import serving, write_library_files
+
+
+def _claim(title: str, previous: str = "") -> dict[str, Any]:
+    return {
+        "kind": "claim", "title": title, "links": [], "previous": previous,
+        "body": {"statement": title, "scope": "Tests", "assumptions": []},
+    }
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        Conflict("previous is not the current head", "HEAD_CONFLICT", head="ab" * 32, root="cd"),
+        RecordInvalid("bad title", pointer="/record/title"),
+        WriterUnavailable("gone"),
+        ServiceError("storage failed", "STORAGE_FAILED"),
+    ],
+)
+def test_errors_cross_processes_whole(error: AlexandriaError) -> None:
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert again.to_json() == error.to_json()
+    assert status_of(again) == status_of(error)
+
+
+class Setup:
+    def __init__(self, founding: Founding, clock: Clock, client: WriterClient,
+                 server: WriterServer) -> None:
+        self.founding, self.clock, self.client, self.server = founding, clock, client, server
+
+    def candidate(self, content: dict[str, Any]) -> Candidate:
+        env = self.founding.participants["owner"].envelope(
+            self.founding.genesis, content, self.clock.tick()
+        )
+        return prepare(json.dumps(env).encode(), self.founding.genesis)
+
+
+@pytest.fixture
+async def setup(tmp_path: Path, founding: Founding, clock: Clock) -> AsyncIterator[Setup]:
+    storage = SqliteStorage(tmp_path / "lib.db", founding.genesis)
+    storage.clock = clock
+    await storage.open()
+    for doc in founding.authority_documents():
+        await storage.admit_authority(doc)
+    server = WriterServer(storage.submit, tmp_path / "writer.sock")
+    await server.start()
+    client = WriterClient(tmp_path / "writer.sock")
+    await client.connect()
+    try:
+        yield Setup(founding, clock, client, server)
+    finally:
+        await client.close()
+        await server.close(drain=1)
+        await storage.close()
+
+
+async def test_admissions_through_the_writer_socket(setup: Setup) -> None:
+    first = setup.candidate(_claim("First"))
+    created = await setup.client.admit(first)
+    assert isinstance(created, Admitted) and created.created
+    retry = await setup.client.admit(first)
+    assert isinstance(retry, Admitted) and not retry.created and retry.signed == created.signed
+    dry = await setup.client.admit(setup.candidate(_claim("Second", created.id)), dry_run=True)
+    assert isinstance(dry, DryRun) and dry.root == created.id and not dry.admitted
+    await setup.client.admit(setup.candidate(_claim("Second", created.id)))
+    with pytest.raises(Conflict) as refused:
+        await setup.client.admit(setup.candidate(_claim("Stale", created.id)))
+    assert refused.value.code == "HEAD_CONFLICT" and refused.value.details["root"] == created.id
+
+
+async def test_a_lost_writer_is_a_typed_503(setup: Setup) -> None:
+    await setup.client.admit(setup.candidate(_claim("Before")))
+    await setup.server.close(drain=0)
+    # the server stops listening but the connection is up: closing it is what the worker sees
+    await setup.client.close()
+    with pytest.raises(WriterUnavailable) as lost:
+        await setup.client.admit(setup.candidate(_claim("After")))
+    assert status_of(lost.value) == 503
+
+
+def test_a_multi_process_server_admits_through_its_writer(
+    tmp_path: Path, founding: Founding
+) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    owner = founding.participants["owner"]
+    with (
+        serving(genesis, tmp_path / "library.db", log_key, workers=2) as server,
+        httpx.Client(base_url=server.url, timeout=30) as http,
+    ):
+        for doc in founding.authority_documents():
+            assert http.post("/api/authority", json=doc).status_code == 201
+        env = owner.envelope(founding.genesis, _claim("Served"), "2026-01-01T00:00:01.000Z")
+        body = json.dumps(env).encode()
+        first = http.post("/api/entries", content=body)
+        assert first.status_code == 201, first.text
+        assert http.post("/api/entries", content=body).content == first.content
+        rev = first.json()["id"]
+        for _ in range(6):  # whichever worker answers, it reads what the writer committed
+            assert http.get(f"/api/entries/{rev}").content == first.content
+        bad = dict(env, signature={**env["signature"], "proof": "00" * 64})
+        refused = http.post("/api/entries", content=json.dumps(bad).encode())
+        assert refused.status_code == 403 and refused.json()["code"] == "PROOF_INVALID"
