@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import queue
 import secrets
 import sqlite3
 import time
@@ -251,8 +252,8 @@ class SqliteStorage(Storage):
         self.genesis = genesis
         self._writer_db: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._writing: asyncio.Task[None] | None = None
         self._authority_cache: dict[int, AuthorityCertificate] = {}
         self._authority_bytes: dict[int, bytes] = {}
         self._memory = WriterMemory()
@@ -305,11 +306,11 @@ class SqliteStorage(Storage):
             )
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        if self._writing is not None:
+            self._jobs.put(None)  # after the jobs already queued
+            with contextlib.suppress(Exception):
+                await self._writing
+            self._writing = None
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
@@ -339,30 +340,52 @@ class SqliteStorage(Storage):
     def _enqueue(
         self, fn: Callable[[sqlite3.Connection], T], checks_first: bool
     ) -> asyncio.Future[T]:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._writer_loop())
-        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Job(fn, fut, checks_first))
+        loop = asyncio.get_running_loop()
+        if self._writing is None:
+            db = self._writer_db
+            assert db is not None, "storage is not open"
+            # the writer loop occupies the writer connection's own thread until close()
+            self._writing = loop.create_task(db._execute(self._write_forever, db._conn, loop))  # type: ignore[no-untyped-call]
+        fut: asyncio.Future[T] = loop.create_future()
+        self._jobs.put(_Job(fn, fut, checks_first))
         return fut
 
-    async def _writer_loop(self) -> None:
-        db = self._writer_db
-        assert db is not None
+    def _write_forever(self, conn: sqlite3.Connection, loop: asyncio.AbstractEventLoop) -> None:
+        """The writer thread: take everything queued, run it as one batch, hand the results to
+        the event loop, and go straight on with whatever queued meanwhile (no round trip
+        through the event loop between two batches)."""
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < BATCH_LIMIT and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            first = self._jobs.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < BATCH_LIMIT:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    stop = True
+                    break
+                batch.append(job)
             try:
-                results = await db._execute(self._run_batch, db._conn, batch)  # type: ignore[no-untyped-call]
+                results = self._run_batch(conn, batch)
             except Exception as exc:  # the connection itself failed
                 results = [ServiceError(f"storage failed: {exc}")] * len(batch)
-            for job, res in zip(batch, results, strict=True):
-                if job.future.done():
-                    continue
-                if isinstance(res, BaseException):
-                    job.future.set_exception(res)
-                else:
-                    job.future.set_result(res)
+            loop.call_soon_threadsafe(self._resolve, batch, results)
+            if stop:
+                return
+
+    @staticmethod
+    def _resolve(batch: list[_Job], results: list[Any]) -> None:
+        for job, res in zip(batch, results, strict=True):
+            if job.future.done():
+                continue
+            if isinstance(res, BaseException):
+                job.future.set_exception(res)
+            else:
+                job.future.set_result(res)
 
     @staticmethod
     def _begin(conn: sqlite3.Connection) -> None:

@@ -31,10 +31,10 @@ async def test_admitted_pages_reach_the_database_file(
     try:
         for doc in founding.authority_documents():
             await storage.admit_authority(doc)
-        writer = storage._writer_db
-        assert writer is not None
-        async with writer.execute("PRAGMA wal_autocheckpoint") as cur:
-            assert (await cur.fetchone()) == (0,)  # the commits themselves never checkpoint
+        autocheckpoint = await storage.write(
+            lambda conn: conn.execute("PRAGMA wal_autocheckpoint").fetchone()
+        )
+        assert autocheckpoint == (0,)  # the commits themselves never checkpoint
         await asyncio.sleep(0.3)
         before = db.stat().st_size
         owner = founding.participants["owner"]
