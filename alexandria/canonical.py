@@ -148,6 +148,27 @@ def parse_json(data: bytes | str) -> Any:
 
 def find_float(value: Any, pointer: str = "") -> str | None:
     """JSON pointer of the first float marker or unsafe integer in ``value``, else None."""
+    return _locate(value, pointer) if _unsafe(value) else None
+
+
+def _unsafe(value: Any) -> bool:
+    """Whether ``value`` holds a float marker or an unsafe integer (no pointers built: this is
+    the common, negative case on every admission)."""
+    if isinstance(value, str):
+        return False
+    if isinstance(value, (dict, list)):
+        for v in value.values() if isinstance(value, dict) else value:
+            if not isinstance(v, str) and _unsafe(v):
+                return True
+        return False
+    if isinstance(value, (_Float, float)):
+        return True
+    if isinstance(value, int) and not isinstance(value, bool):
+        return not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    return False
+
+
+def _locate(value: Any, pointer: str) -> str | None:
     if isinstance(value, (_Float, float)):
         return pointer
     if isinstance(value, bool):
@@ -156,12 +177,12 @@ def find_float(value: Any, pointer: str = "") -> str | None:
         return None if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else pointer
     if isinstance(value, dict):
         for k, v in value.items():
-            found = find_float(v, f"{pointer}/{_escape(k)}")
+            found = _locate(v, f"{pointer}/{_escape(k)}")
             if found is not None:
                 return found
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            found = find_float(v, f"{pointer}/{i}")
+            found = _locate(v, f"{pointer}/{i}")
             if found is not None:
                 return found
     return None

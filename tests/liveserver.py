@@ -41,6 +41,7 @@ class Server:
         log_key: Path | None = None,
         port: int | None = None,
         workers: int = 1,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -60,6 +61,7 @@ class Server:
             cmd += ["--log-key", str(log_key)]
         if workers > 1:
             cmd += ["--workers", str(workers)]
+        cmd += extra
         self.proc = subprocess.Popen(
             cmd,
             stdout=subprocess.DEVNULL,
@@ -101,9 +103,10 @@ class Server:
 
 @contextmanager
 def serving(
-    genesis: Path, db: Path, log_key: Path | None = None, workers: int = 1
+    genesis: Path, db: Path, log_key: Path | None = None, workers: int = 1,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[Server]:
-    server = Server(genesis, db, log_key, workers=workers)
+    server = Server(genesis, db, log_key, workers=workers, extra=extra)
     try:
         yield server
     finally:

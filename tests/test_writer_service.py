@@ -101,13 +101,16 @@ async def test_a_lost_writer_is_a_typed_503(setup: Setup) -> None:
     assert status_of(lost.value) == 503
 
 
+@pytest.mark.parametrize(
+    ("workers", "extra"), [(2, ()), (1, ("--writer-process",))], ids=["workers-2", "writer"]
+)
 def test_a_multi_process_server_admits_through_its_writer(
-    tmp_path: Path, founding: Founding
+    tmp_path: Path, founding: Founding, workers: int, extra: tuple[str, ...]
 ) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
     owner = founding.participants["owner"]
     with (
-        serving(genesis, tmp_path / "library.db", log_key, workers=2) as server,
+        serving(genesis, tmp_path / "library.db", log_key, workers, extra) as server,
         httpx.Client(base_url=server.url, timeout=30) as http,
     ):
         for doc in founding.authority_documents():
