@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alexandria import search_index
 from alexandria.errors import AlexandriaError, Forbidden
 from alexandria.keys import verify
 from alexandria.records import (
@@ -29,6 +30,7 @@ from alexandria.rules import (
     check_timestamps,
 )
 from alexandria.schema import validate_content
+from alexandria.search_index import IndexText
 from alexandria.trust import Genesis, WorkerCertificate, parse_worker_certificate
 
 
@@ -38,14 +40,19 @@ class Candidate:
     certificate: WorkerCertificate
     leaf: bytes
     deferred: AlexandriaError | None
+    index_text: IndexText | None = None  # precomputed for the catalogue, when asked for
 
     @property
     def record_length(self) -> int:
         return len(self.record.canonical)
 
 
-def prepare(body: bytes, genesis: Genesis, kinds: tuple[str, ...] = PUBLIC_KINDS) -> Candidate:
-    """Steps 1–3 of the rules, plus 5–7 deferred."""
+def prepare(
+    body: bytes, genesis: Genesis, kinds: tuple[str, ...] = PUBLIC_KINDS,
+    index_text: bool = False,
+) -> Candidate:
+    """Steps 1–3 of the rules, plus 5–7 deferred.  ``index_text``: also compute what the
+    catalogue's full-text indexes will hold (for admissions: the writer then need not)."""
     env = parse_envelope_bytes(body)
     record = parse_record(env.record_value, genesis.pin, kinds)
     cert = parse_worker_certificate(env.certificate, genesis)
@@ -63,7 +70,8 @@ def prepare(body: bytes, genesis: Genesis, kinds: tuple[str, ...] = PUBLIC_KINDS
                 validate_content(record.content)
         except AlexandriaError as exc:
             deferred = exc
-    return Candidate(record, cert, leaf, deferred)
+    text = search_index.index_text(record) if index_text and deferred is None else None
+    return Candidate(record, cert, leaf, deferred, text)
 
 
 def decide(state: StateView, cand: Candidate, now_ms: int) -> Verdict:

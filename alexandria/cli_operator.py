@@ -34,7 +34,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--workers", type=int, default=1,
-                   help="server processes sharing the database (default 1)")
+                   help="HTTP server processes (default 1); with more than one, they share one"
+                   " admission writer process")
+    p.add_argument("--writer-process", action="store_true",
+                   help="admit in a dedicated writer process, beside the HTTP process(es): uses"
+                   " a second core")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)
     register_operator(sub)
@@ -71,7 +75,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:  # the log key may have been created just now, with the library
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
-    run(library, args.host, args.port, args.workers, files)
+    run(library, args.host, args.port, args.workers, files, args.writer_process)
     return 0
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import sqlite3
 import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -139,12 +140,13 @@ def rebuild(conn: sqlite3.Connection) -> None:
 
 def on_admitted(
     conn: sqlite3.Connection, record: Record, v: Verdict, sequence: int,
-    actors: dict[str, int] | None = None,
+    actors: dict[str, int] | None = None, text: IndexText | None = None,
 ) -> None:
     """Called by storage for each admitted contribution, inside the admission transaction.
-    ``actors``: the writer's memory of catalogue actor ids (see ``writer_memory``)."""
+    ``actors``: the writer's memory of catalogue actor ids (see ``writer_memory``); ``text``:
+    the record's ``index_text`` when it was computed beforehand."""
     _admit(conn, record.raw, v.root, v.previous, v.vote_target, sequence, record.decoded_body,
-           actors=actors)
+           actors=actors, text=text)
 
 
 def actor_id(
@@ -198,6 +200,25 @@ def levels(title: str, body: str) -> str:
     return " ".join(f"{w}{LEVEL_MARK}{n}" for w, n in score.items())
 
 
+@dataclass(frozen=True)
+class IndexText:
+    """What the full-text indexes hold for one head: its normalised title and human text and
+    their one-word relevance levels.  A pure function of the record, so the HTTP worker computes
+    it before the write transaction (``admission.prepare(index_text=True)``)."""
+
+    title: str
+    text: str
+    levels: str
+
+
+def index_text(record: Record) -> IndexText | None:
+    """``None`` for votes, which the catalogue counts but does not index."""
+    if record.kind == "vote":
+        return None
+    title, text = _texts(record.kind, record.title, record.body, record.decoded_body)
+    return IndexText(title, text, levels(title, text))
+
+
 def _texts(kind: str, title: str, body: str, decoded: Any) -> tuple[str, str]:
     return indexed(title), indexed(human_text(kind, body, decoded))
 
@@ -205,7 +226,7 @@ def _texts(kind: str, title: str, body: str, decoded: Any) -> tuple[str, str]:
 def _admit(
     conn: sqlite3.Connection, record: Any, root: str, previous: str, vote_target: str,
     sequence: int, decoded: Any = None, replay: bool = False,
-    actors: dict[str, int] | None = None,
+    actors: dict[str, int] | None = None, text: IndexText | None = None,
 ) -> None:
     kind: str = record["kind"]
     author = actor_id(conn, record["author"], create=True, actors=actors)
@@ -216,7 +237,9 @@ def _admit(
     body: str = record["body"]
     if decoded is None and kind != "reply":
         decoded = orjson.loads(body)
-    title, text = _texts(kind, record["title"], body, decoded)
+    if text is None:
+        title, words = _texts(kind, record["title"], body, decoded)
+        text = IndexText(title, words, levels(title, words))
     score = 0
     if previous:
         old = conn.execute(
@@ -247,15 +270,16 @@ def _admit(
         (sequence, kind, author, facet, score),
     )
     conn.execute(
-        "INSERT INTO catalogue_text(rowid, title, body) VALUES (?, ?, ?)", (sequence, title, text)
+        "INSERT INTO catalogue_text(rowid, title, body) VALUES (?, ?, ?)",
+        (sequence, text.title, text.text),
     )
     conn.execute(
         "INSERT INTO catalogue_words(seq, title, body) VALUES (?, ?, ?)",
-        (sequence, padded(title), padded(text)),
+        (sequence, padded(text.title), padded(text.text)),
     )
     conn.execute(
         "INSERT INTO catalogue_levels(rowid, levels) VALUES (?, ?)",
-        (sequence, levels(title, text)),
+        (sequence, text.levels),
     )
     if not previous:  # a revision keeps its kind, author and (immutable kinds) facet
         keys = [(kind, "", 0), (kind, "", author)]

@@ -101,14 +101,15 @@ _UVICORN = {"log_level": "warning", "server_header": False, "date_header": False
 
 
 def run(library: Library, host: str, port: int, workers: int = 1,
-        files: tuple[str, str, str | None] | None = None) -> None:
-    """Serve ``library``.  With several workers (``files`` names the genesis, database and log
-    key), N HTTP processes share one admission writer process (``writer_service``)."""
+        files: tuple[str, str, str | None] | None = None, dedicated_writer: bool = False) -> None:
+    """Serve ``library``.  With several workers or ``dedicated_writer`` (``files`` names the
+    genesis, database and log key), N HTTP processes share one admission writer process
+    (``writer_service``)."""
     import uvicorn
 
     from alexandria.app import create_app
 
-    if workers > 1 and files is not None:
+    if (workers > 1 or dedicated_writer) and files is not None:
         for name, value in zip(_ENV, files, strict=True):
             if value:
                 os.environ[name] = str(value)

@@ -583,7 +583,7 @@ class SqliteStorage(Storage):
                 for i, (lk, target_root) in enumerate(zip(rec.links, v.link_roots, strict=True))
             ],
         )
-        search_index.on_admitted(conn, rec, v, sequence, memory.actors)
+        search_index.on_admitted(conn, rec, v, sequence, memory.actors, cand.index_text)
 
     # --- authority documents -----------------------------------------------------------------
 

@@ -22,7 +22,7 @@ async def post_entry(request: Request) -> Response:
     lib = _library(request)
     dry_run = bool_param(query_params(request, ("dry_run",)), "dry_run")
     body = await read_body(request)
-    cand = prepare(body, lib.genesis)
+    cand = prepare(body, lib.genesis, index_text=True)
     result = await lib.admit(cand, dry_run=dry_run)
     if isinstance(result, DryRun):
         return json_response(

@@ -162,7 +162,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--envelopes", type=int, default=20_000)
     ap.add_argument("--connections", type=int, default=32)
-    ap.add_argument("--workers", type=int, default=1, help="server processes")
+    ap.add_argument("--workers", type=int, default=1, help="HTTP server processes")
+    ap.add_argument("--writer-process", action="store_true",
+                    help="serve with a dedicated admission writer process")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -185,6 +187,8 @@ def main() -> None:
         ]
         if args.workers > 1:
             cmd += ["--workers", str(args.workers)]
+        if args.writer_process:
+            cmd += ["--writer-process"]
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=os.environ.copy())
         try:
             wait_ready(port, 20)
@@ -221,7 +225,8 @@ def main() -> None:
     print(f"floor (1 core)        {rate_floor:8.0f} envelopes/s  ({1e6 / rate_floor:.0f} µs each)")
     print(
         f"HTTP admission        {rate:8.0f} admissions/s ({args.connections} connections,"
-        f" {args.workers} server process{'es' if args.workers > 1 else ''})"
+        f" {args.workers} HTTP process{'es' if args.workers > 1 else ''}"
+        f"{' + 1 writer process' if args.workers > 1 or args.writer_process else ''})"
     )
     print(f"HTTP + rules cost     {rate_floor / rate:8.2f} × the floor")
     print(
