@@ -58,6 +58,8 @@ WRITE_ERRORS = {
                   " personal-state compare-and-set conflict; details name the current head"),
     "413": _error("request body over 65,536 bytes"),
     "422": _error("record shape, content schema, state rule or timestamp rule"),
+    "503": _error("storage unavailable (STORAGE_BUSY, STORAGE_FAILED) or the writer process is"
+                  " gone (WRITER_UNAVAILABLE): nothing was acknowledged; retrying is safe"),
 }
 
 
