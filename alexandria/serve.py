@@ -13,7 +13,9 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,16 +140,31 @@ def app_from_env() -> object:
 
 @contextlib.contextmanager
 def writer_process(genesis: str, db: str) -> Iterator[str]:
-    """Run the admission writer process for as long as the block runs; yields its socket."""
+    """Run the admission writer process for as long as the block runs; yields its socket.
+
+    A server whose writer died would answer every admission 503 while looking healthy, so if
+    the writer exits on its own the whole server is stopped (SIGTERM to this process) and says
+    why: whatever supervises it can restart it."""
     directory = tempfile.mkdtemp(prefix="alexandria-writer-")  # mode 0700: ours only
     socket_path = os.path.join(directory, "writer.sock")
     process = multiprocessing.get_context("spawn").Process(
         target=writer_main, args=(genesis, db, socket_path), name="alexandria-writer"
     )
     process.start()
+    stopping = threading.Event()
+
+    def watch() -> None:
+        process.join()
+        if not stopping.is_set():
+            print(f"the admission writer process exited ({process.exitcode}): stopping the"
+                  " server", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="writer-watch", daemon=True).start()
     try:
         yield socket_path
     finally:
+        stopping.set()
         process.terminate()
         process.join(30)
         shutil.rmtree(directory, ignore_errors=True)

@@ -4,7 +4,9 @@ the in-process writer does, typed errors included, and a lost writer is a typed 
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from alexandria.sqlite_store import SqliteStorage
 from alexandria.storage import Admitted, DryRun
 from alexandria.writer_service import WriterClient, WriterServer, WriterUnavailable
 from tests.conftest import Clock
-from tests.liveserver import serving, write_library_files
+from tests.liveserver import Server, serving, write_library_files
 
 
 def _claim(title: str, previous: str = "") -> dict[str, Any]:
@@ -126,3 +128,21 @@ def test_a_multi_process_server_admits_through_its_writer(
         bad = dict(env, signature={**env["signature"], "proof": "00" * 64})
         refused = http.post("/api/entries", content=json.dumps(bad).encode())
         assert refused.status_code == 403 and refused.json()["code"] == "PROOF_INVALID"
+
+
+def test_a_server_whose_writer_dies_stops_and_says_why(tmp_path: Path, founding: Founding) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    server = Server(genesis, tmp_path / "library.db", log_key, extra=("--writer-process",))
+    try:
+        children = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children")
+        writers = [
+            int(pid) for pid in children.read_text().split()
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        assert len(writers) == 1
+        os.kill(writers[0], signal.SIGKILL)
+        server.proc.wait(timeout=20)
+        assert server.proc.stderr is not None
+        assert "admission writer process exited" in server.proc.stderr.read().decode()
+    finally:
+        server.stop()
