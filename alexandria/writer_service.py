@@ -53,6 +53,25 @@ def _frame(request: int, value: Any) -> bytes:
     return _HEADER.pack(request, len(payload)) + payload
 
 
+class _Outbox:
+    """Frames written in one event-loop iteration leave in one write: a batch's answers, or the
+    requests of the HTTP requests parsed together, cost one system call instead of one each."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._frames: list[bytes] = []
+
+    def send(self, frame: bytes) -> None:
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._frames.append(frame)
+
+    def _flush(self) -> None:
+        if not self._writer.is_closing():
+            self._writer.write(b"".join(self._frames))
+        self._frames.clear()
+
+
 # --- the writer's side -----------------------------------------------------------------------
 
 Submit = Callable[[Candidate, bool], "asyncio.Future[Admitted | DryRun]"]
@@ -87,11 +106,11 @@ class WriterServer:
                 exc = fut.exception()
                 if exc is not None and not isinstance(exc, AlexandriaError):
                     exc = ServiceError(f"storage failed: {exc}", "STORAGE_FAILED")
-                if not writer.is_closing():
-                    writer.write(_frame(request, exc if exc is not None else fut.result()))
+                outbox.send(_frame(request, exc if exc is not None else fut.result()))
 
             return reply
 
+        outbox = _Outbox(writer)
         self._connections += 1
         self._idle.clear()
         try:
@@ -114,6 +133,7 @@ class WriterClient:
     def __init__(self, path: str | Path) -> None:
         self._path = str(path)
         self._writer: asyncio.StreamWriter | None = None
+        self._outbox: _Outbox | None = None
         self._task: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._next = 0
@@ -125,6 +145,7 @@ class WriterClient:
         while True:
             try:
                 reader, self._writer = await asyncio.open_unix_connection(self._path)
+                self._outbox = _Outbox(self._writer)
                 break
             except OSError:
                 if asyncio.get_running_loop().time() > deadline:
@@ -141,13 +162,13 @@ class WriterClient:
                 await self._task
 
     async def admit(self, cand: Candidate, dry_run: bool = False) -> Admitted | DryRun:
-        if self._lost is not None or self._writer is None:
+        if self._lost is not None or self._outbox is None:
             raise WriterUnavailable(f"the writer process is gone: {self._lost}")
         self._next = (self._next + 1) & 0xFFFFFFFF
         request = self._next
         fut: asyncio.Future[Admitted | DryRun] = asyncio.get_running_loop().create_future()
         self._pending[request] = fut
-        self._writer.write(_frame(request, (cand, dry_run)))
+        self._outbox.send(_frame(request, (cand, dry_run)))
         return await fut
 
     async def _receive(self, reader: asyncio.StreamReader) -> None:
