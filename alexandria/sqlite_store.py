@@ -432,8 +432,10 @@ class SqliteStorage(Storage):
                 except Exception as exc:
                     conn.execute("ROLLBACK TO job")
                     conn.execute("RELEASE job")
-                    self._memory.forget()
                     results.append(exc)
+                # any other write (authority documents, personal lists, checkpoints, an index
+                # rebuild) may have changed what the memory holds, or been rolled back
+                self._memory.forget()
             conn.execute("COMMIT")
         except (sqlite3.Error, _BatchAborted) as exc:
             self._memory.forget()

@@ -123,3 +123,18 @@ def test_bounded_caches_empty_instead_of_growing() -> None:
     assert len(cache) == LIMIT
     cache[LIMIT] = LIMIT
     assert dict(cache) == {LIMIT: LIMIT}
+
+
+
+async def test_other_writes_make_the_memory_forget(two: Two) -> None:
+    first = await two.admit(two.a, _claim("v1"))
+    second = await two.admit(two.a, _claim("v2", first.id))  # a remembers the object's head
+
+    def move_head_back(conn: sqlite3.Connection) -> None:
+        # any write job other than an admission stands for state the memory cannot follow
+        conn.execute("UPDATE objects SET head = ? WHERE root = ?", (first.id, first.id))
+
+    await two.a.write(move_head_back)
+    with pytest.raises(Conflict) as refused:
+        await two.a.admit(two.candidate("owner", _claim("v3", second.id)))
+    assert refused.value.details["head"] == first.id
