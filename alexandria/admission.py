@@ -30,7 +30,6 @@ from alexandria.rules import (
     check_timestamps,
 )
 from alexandria.schema import validate_content
-from alexandria.search_index import IndexText
 from alexandria.trust import Genesis, WorkerCertificate, parse_worker_certificate
 
 
@@ -40,7 +39,7 @@ class Candidate:
     certificate: WorkerCertificate
     leaf: bytes
     deferred: AlexandriaError | None
-    index_text: IndexText | None = None  # precomputed for the catalogue, when asked for
+    index_text: search_index.IndexText | None = None  # precomputed for the catalogue
 
     @property
     def record_length(self) -> int:

@@ -53,8 +53,8 @@ class WriterMemory:
     def forget(self) -> None:
         self._tail: tuple[int, int] | None = None  # (log size, last admitted_at in ms)
         self._newest: dict[int, tuple[int, bytes]] = {}  # level -> (index, hash)
-        self.authorities: dict[str, list[tuple[int, AuthorityCertificate]]] = {}
-        self.revoked: dict[tuple[str, str], bool] = {}
+        self.authorities: Bounded[str, list[tuple[int, AuthorityCertificate]]] = Bounded()
+        self.revoked: Bounded[tuple[str, str], bool] = Bounded()
         self.actors: Bounded[str, int] = Bounded()
         self.revisions: Bounded[str, RevisionFacts] = Bounded()
         self.objects: Bounded[str, ObjectFacts] = Bounded()
