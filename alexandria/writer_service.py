@@ -103,6 +103,9 @@ class WriterServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         def replier(request: int) -> Callable[[asyncio.Future[Admitted | DryRun]], None]:
             def reply(fut: asyncio.Future[Admitted | DryRun]) -> None:
+                if fut.cancelled():  # the storage is closing: nothing was acknowledged
+                    outbox.send(_frame(request, WriterUnavailable("the writer is stopping")))
+                    return
                 exc = fut.exception()
                 if exc is not None and not isinstance(exc, AlexandriaError):
                     exc = ServiceError(f"storage failed: {exc}", "STORAGE_FAILED")
