@@ -215,12 +215,13 @@ def index_text(record: Record) -> IndexText | None:
     """``None`` for votes, which the catalogue counts but does not index."""
     if record.kind == "vote":
         return None
-    title, text = _texts(record.kind, record.title, record.body, record.decoded_body)
-    return IndexText(title, text, levels(title, text))
+    return _index_text(record.kind, record.title, record.body, record.decoded_body)
 
 
-def _texts(kind: str, title: str, body: str, decoded: Any) -> tuple[str, str]:
-    return indexed(title), indexed(human_text(kind, body, decoded))
+def _index_text(kind: str, title: str, body: str, decoded: Any) -> IndexText:
+    words_of_title = indexed(title)
+    words = indexed(human_text(kind, body, decoded))
+    return IndexText(words_of_title, words, levels(words_of_title, words))
 
 
 def _admit(
@@ -238,8 +239,7 @@ def _admit(
     if decoded is None and kind != "reply":
         decoded = orjson.loads(body)
     if text is None:
-        title, words = _texts(kind, record["title"], body, decoded)
-        text = IndexText(title, words, levels(title, words))
+        text = _index_text(kind, record["title"], body, decoded)
     score = 0
     if previous:
         old = conn.execute(
