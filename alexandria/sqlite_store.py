@@ -200,9 +200,9 @@ class _StateView:
         return None if row is None else self.object(row[0])
 
     def authorities(self, key: str) -> Sequence[tuple[int, AuthorityCertificate]]:
-        found = self.memory.authorities.get(key)
-        if found is None:
-            found = self.memory.authorities[key] = self._authorities(key)
+        found: list[tuple[int, AuthorityCertificate]] = self.memory.cached(
+            self.memory.authorities, key, lambda: self._authorities(key)
+        )
         return found
 
     def _authorities(self, key: str) -> list[tuple[int, AuthorityCertificate]]:
@@ -218,12 +218,13 @@ class _StateView:
         return out
 
     def revoked(self, key: str, issuer: str | None) -> bool:
-        found = self.memory.revoked.get((key, issuer or "root"))
-        if found is None:
-            found = self.memory.revoked[(key, issuer or "root")] = self.conn.execute(
+        by = issuer or "root"
+        found: bool = self.memory.cached(
+            self.memory.revoked, (key, by), lambda: self.conn.execute(
                 "SELECT 1 FROM revocations WHERE key = ? AND (issuer = 'root' OR issuer = ?)",
-                (key, issuer or "root"),
-            ).fetchone() is not None
+                (key, by),
+            ).fetchone() is not None,
+        )
         return found
 
 

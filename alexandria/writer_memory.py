@@ -13,7 +13,8 @@ looked", so it forgets everything when that may no longer be true:
 - at the start of every write transaction, when ``PRAGMA data_version`` moved: another
   connection (another server process, an operator command) committed in between;
 - whenever a transaction or savepoint of this connection is rolled back, since facts learnt or
-  written inside it may never have been committed (``SqliteStorage`` calls ``forget``).
+  written inside it may never have been committed, and after every write job that is not an
+  admission, since it may change what is remembered (``SqliteStorage`` calls ``forget``).
 
 Caches of unbounded key sets are bounded by ``LIMIT`` entries each and simply emptied when full:
 the hot entries (the spaces and discussions everyone links to) come back at once.
@@ -113,9 +114,8 @@ class WriterMemory:
             self.ancestors[root] = found
         return found
 
-    def cached(
-        self, cache: dict[str, Any], key: str, load: Callable[[], Any]
-    ) -> Any:
+    @staticmethod
+    def cached(cache: dict[Any, Any], key: Any, load: Callable[[], Any]) -> Any:
         """``cache[key]``, loading (and remembering) it when absent; ``None`` is not kept."""
         found = cache.get(key)
         if found is None:
