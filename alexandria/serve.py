@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from alexandria.bootstrap import Founding, found_library
 from alexandria.config import write_json
@@ -99,7 +100,7 @@ _WRITER_ENV = "ALEXANDRIA_WRITER"
 WRITER_SWITCH_INTERVAL = 0.0003  # seconds, in the writer process only
 # the server answers 127.0.0.1 by default and uses no client addresses: no proxy headers, no
 # access log (each costs the admission path a few per cent)
-_UVICORN = {"log_level": "warning", "server_header": False, "date_header": False,
+_UVICORN: dict[str, Any] = {"log_level": "warning", "server_header": False, "date_header": False,
             "access_log": False, "proxy_headers": False}
 
 
@@ -120,10 +121,10 @@ def run(library: Library, host: str, port: int, workers: int = 1,
             os.environ[_WRITER_ENV] = socket_path
             uvicorn.run(
                 "alexandria.serve:app_from_env", factory=True, workers=workers, host=host,
-                port=port, **_UVICORN,  # type: ignore[arg-type]
+                port=port, **_UVICORN,
             )
     else:
-        uvicorn.run(create_app(library), host=host, port=port, **_UVICORN)  # type: ignore[arg-type]
+        uvicorn.run(create_app(library), host=host, port=port, **_UVICORN)
 
 
 def app_from_env() -> object:
