@@ -1,9 +1,11 @@
 """The changes feed of one root (PROTOCOL §5): snapshot cursors that never skip, repeat or rewind.
 
-Membership is maintained at admission (``sqlite_store``: tables ``closure`` and ``feed``): for
-every object root R, ``feed(R, sequence)`` lists the global sequence of every revision of every
-member of R.  A page is therefore one index range read on ``feed`` over ``(after, hi]`` plus the
-signed records of what it found — never a graph walk, and never a scan of non-members.
+Membership is maintained at admission (``sqlite_store``: ``objects.ancestors`` and ``feed``):
+for every object root R, ``feed(R, sequence)`` lists the global sequence of every revision of
+every member strictly below R, and R's own revisions are indexed by root (``objects``,
+``revisions_later``).  A page is therefore a merge of three index ranges over ``(after, hi]``
+plus the signed records of what it found — never a graph walk, and never a scan of
+non-members.
 
 Rules, in the order a call applies them:
 
@@ -265,6 +267,20 @@ def _log_root(conn: sqlite3.Connection, size: int) -> bytes:
     return merkle.root_hash(size, node_reader(conn))
 
 
+# The items of a root in (after, hi], in admission order: the object's first revision
+# (objects), its later revisions (revisions_later) and every revision of every member below it
+# (feed), three ordered index ranges that SQLite merges, stopping at the limit.
+_MEMBER_SEQUENCES = (
+    "SELECT created_sequence AS s FROM objects"
+    " WHERE root = :root AND created_sequence > :after AND created_sequence <= :hi"
+    " UNION ALL SELECT sequence FROM revisions"
+    " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
+    " UNION ALL SELECT sequence FROM feed"
+    " WHERE root = :root AND sequence > :after AND sequence <= :hi"
+    " ORDER BY s LIMIT :n"
+)
+
+
 def _check_followable(conn: sqlite3.Connection, root: str) -> None:
     if conn.execute("SELECT 1 FROM objects WHERE root = ?", (root,)).fetchone() is not None:
         return
@@ -290,9 +306,9 @@ def read_changes(
         _check_followable(conn, root)
         scanned = [
             int(r[0]) for r in conn.execute(
-                "SELECT sequence FROM feed WHERE root = ? AND sequence > ? AND sequence <= ?"
-                " ORDER BY sequence LIMIT ?",
-                (root, win.after, win.hi, scan_count(limit, limits)),
+                _MEMBER_SEQUENCES,
+                {"root": root, "after": win.after, "hi": win.hi,
+                 "n": scan_count(limit, limits)},
             )
         ]
 

@@ -165,6 +165,20 @@ def _contained_arm(kind: str) -> str:
     )
 
 
+# Every revision of :root, oldest first: the first one (``objects``), then the later ones
+# (``revisions_later``): two ordered ranges that SQLite merges without sorting.
+_HISTORY_SEQUENCES = (
+    "SELECT created_sequence AS sequence FROM objects WHERE root = :root"
+    " UNION ALL SELECT sequence FROM revisions WHERE root = :root AND id != root"
+    " ORDER BY sequence"
+)
+_HISTORY_IDS = (
+    "SELECT root AS id, created_sequence AS sequence FROM objects WHERE root = :root"
+    " UNION ALL SELECT id, sequence FROM revisions WHERE root = :root AND id != root"
+    " ORDER BY sequence"
+)
+
+
 def _merged(arms: Sequence[str], descending: bool = False) -> str:
     """One ordered stream of first-revision sequences: SQLite merges the ordered arms."""
     return " UNION ".join(arms) + (" ORDER BY seq DESC" if descending else " ORDER BY seq")
@@ -241,13 +255,18 @@ def object_view(
 def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
     """Heads of the spaces above the object in its tree, outermost first.
 
-    ``closure`` holds every tree ancestor (written at admission); its spaces are the containment
-    chain, plus the space a debate is about or a proposal is for.  One range read."""
+    ``objects.ancestors`` names every tree ancestor (written at admission); its spaces are the
+    containment chain, plus the space a debate is about or a proposal is for."""
+    row = conn.execute("SELECT ancestors FROM objects WHERE root = ?", (subj.root,)).fetchone()
+    roots = row[0].split() if row is not None else []
+    if not roots:
+        return []
     return [
         r[0] for r in conn.execute(
-            "SELECT o.head_sequence FROM closure c JOIN objects o ON o.root = c.ancestor"
-            " WHERE c.member = ? AND o.kind = 'space' ORDER BY o.depth, o.created_sequence",
-            (subj.root,),
+            "SELECT head_sequence FROM objects WHERE root IN"
+            f" ({', '.join('?' * len(roots))}) AND kind = 'space'"
+            " ORDER BY depth, created_sequence",
+            roots,
         )
     ]
 
@@ -278,11 +297,8 @@ def _section_children(
 def _section_history(
     conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool
 ) -> SectionResult:
-    """Every revision, oldest first (``revisions_root``)."""
-    return _page(
-        conn, "SELECT sequence FROM revisions WHERE root = :root ORDER BY sequence",
-        {"root": subj.root}, offset,
-    )
+    """Every revision, oldest first."""
+    return _page(conn, _HISTORY_SEQUENCES, {"root": subj.root}, offset)
 
 
 def _discussion_arms(subj: Subject, exact: bool) -> list[str]:
@@ -431,10 +447,7 @@ def connections(conn: sqlite3.Connection, rev: str, offset: int) -> Connections 
         " ORDER BY l.source_sequence, l.position LIMIT :limit OFFSET :offset",
         {"rev": rev, "limit": PAGE_SIZE + 1, "offset": offset},
     ).fetchall()
-    history, more_history = _page(
-        conn, "SELECT id FROM revisions WHERE root = :root ORDER BY sequence",
-        {"root": subj.root}, offset,
-    )
+    history, more_history = _page(conn, _HISTORY_IDS, {"root": subj.root}, offset)
     return Connections(
         outgoing=[{"relation": r, "target": t} for r, t in _links_of(conn, subj.sequence)],
         incoming=[Incoming(*row) for row in rows[:PAGE_SIZE]],

@@ -6,7 +6,7 @@ perfect nodes and the record bytes in a temporary SQLite file, so memory stays s
 runs the server's own functions (``admission.decide`` → ``rules.py``, ``trust.py``); what is
 stored afterwards mirrors ``SqliteStorage._store_contribution`` and ``_admit_authority`` for
 those facts only.  The server's write path also maintains projections the rules never read
-(feeds, closure, links, search and score indexes) and costs about a millisecond per entry.
+(feeds, ancestors, links, search and score indexes) and costs about a millisecond per entry.
 """
 
 from __future__ import annotations

@@ -78,7 +78,11 @@ CREATE TABLE IF NOT EXISTS revisions(
     record_length INTEGER NOT NULL,
     authority_seq INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS revisions_root ON revisions(root, sequence);
+-- an object's first revision is found by its root (objects.created_sequence); only the later
+-- ones are indexed by root, so creating an object writes no page of this index
+DROP INDEX IF EXISTS revisions_root;
+CREATE INDEX IF NOT EXISTS revisions_later ON revisions(root, sequence) WHERE id != root;
+-- ancestors: the roots whose feeds include the object's (feed parents and theirs), space-separated
 CREATE TABLE IF NOT EXISTS objects(
     root TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
@@ -90,7 +94,8 @@ CREATE TABLE IF NOT EXISTS objects(
     parent TEXT NOT NULL,
     vote_target TEXT NOT NULL,
     feed_links TEXT NOT NULL,
-    created_sequence INTEGER NOT NULL
+    created_sequence INTEGER NOT NULL,
+    ancestors TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS objects_head_sequence ON objects(head_sequence);
 DROP INDEX IF EXISTS objects_parent;  -- superseded by objects_contents
@@ -129,13 +134,35 @@ CREATE TABLE IF NOT EXISTS revocations(
     sequence INTEGER PRIMARY KEY, key TEXT NOT NULL, issuer TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS revocations_key ON revocations(key);
-CREATE TABLE IF NOT EXISTS closure(
-    member TEXT NOT NULL, ancestor TEXT NOT NULL, PRIMARY KEY(member, ancestor)
-) WITHOUT ROWID;
+-- one row per revision and ancestor of its object (the object's own revisions are found
+-- through objects and revisions_later: no page keyed by a fresh root is written twice)
 CREATE TABLE IF NOT EXISTS feed(
     root TEXT NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(root, sequence)
 ) WITHOUT ROWID;
 """
+
+
+def _migrate_layout(conn: sqlite3.Connection) -> None:
+    """Bring a database written by an earlier layout to this one, in one transaction: tree
+    ancestors move from the ``closure`` table into ``objects.ancestors``, and ``feed`` loses the
+    rows of each object's own revisions (read through ``objects`` and ``revisions_later``)."""
+    old = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'closure'"
+    ).fetchone()
+    if old is None:
+        return
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(objects)")}
+    if "ancestors" not in columns:
+        conn.execute("ALTER TABLE objects ADD COLUMN ancestors TEXT NOT NULL DEFAULT ''")
+    conn.execute(
+        "UPDATE objects SET ancestors = coalesce((SELECT group_concat(ancestor, ' ')"
+        " FROM closure WHERE member = objects.root), '')"
+    )
+    conn.execute(
+        "DELETE FROM feed WHERE EXISTS (SELECT 1 FROM revisions r"
+        " WHERE r.sequence = feed.sequence AND r.root = feed.root)"
+    )
+    conn.execute("DROP TABLE closure")
 
 
 class _StateView:
@@ -282,6 +309,7 @@ class SqliteStorage(Storage):
         await db.execute("PRAGMA wal_autocheckpoint = 0")  # see wal_checkpointer
         self._checkpointer = WalCheckpointer(self.path)
         self._writer_db = db
+        await self.write(_migrate_layout)
         await self.write(self._init_meta)
         await self.write(search_index.ensure)
         self._reader = await aiosqlite.connect(self.path, isolation_level=None)
@@ -553,30 +581,25 @@ class SqliteStorage(Storage):
             ancestors = memory.ancestors_of(conn, v.root)
         else:
             parent = next((t for r, t in v.feed_links if r == "contained_in"), "")
+            # ancestors of a new object: its feed parents and their ancestors
+            ancestors = tuple(dict.fromkeys(
+                a for p in v.parent_roots for a in (p, *memory.ancestors_of(conn, p))
+            ))
             conn.execute(
                 "INSERT INTO objects(root, kind, author, head, head_sequence, revisions, depth,"
-                " parent, vote_target, feed_links, created_sequence)"
-                " VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                " parent, vote_target, feed_links, created_sequence, ancestors)"
+                " VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)",
                 (v.root, v.kind, v.author, v.id, sequence, v.depth, parent, v.vote_target,
-                 json.dumps([list(x) for x in v.feed_links]), sequence),
+                 json.dumps([list(x) for x in v.feed_links]), sequence, " ".join(ancestors)),
             )
             if v.vote_target:
                 conn.execute(
                     "INSERT INTO votes(author, target, vote_root) VALUES (?, ?, ?)",
                     (v.author, v.vote_target, v.root),
                 )
-            # ancestors of a new object: its feed parents and their ancestors
-            ancestors = tuple(dict.fromkeys(
-                a for p in v.parent_roots for a in (p, *memory.ancestors_of(conn, p))
-            ))
-            conn.executemany(
-                "INSERT INTO closure(member, ancestor) VALUES (?, ?)",
-                [(v.root, a) for a in ancestors],
-            )
             memory.ancestors[v.root] = ancestors
         conn.executemany(
-            "INSERT INTO feed(root, sequence) VALUES (?, ?)",
-            [(r, sequence) for r in (v.root, *ancestors)],
+            "INSERT INTO feed(root, sequence) VALUES (?, ?)", [(r, sequence) for r in ancestors]
         )
         conn.executemany(
             "INSERT INTO links(source_sequence, position, relation, target, target_root)"

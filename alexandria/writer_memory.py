@@ -105,12 +105,11 @@ class WriterMemory:
     # --- derived facts -----------------------------------------------------------------------
 
     def ancestors_of(self, conn: sqlite3.Connection, root: str) -> tuple[str, ...]:
-        """The objects whose feeds include ``root``'s (its ``closure`` rows)."""
+        """The objects whose feeds include ``root``'s (``objects.ancestors``)."""
         found = self.ancestors.get(root)
         if found is None:
-            found = tuple(
-                r[0] for r in conn.execute("SELECT ancestor FROM closure WHERE member = ?", (root,))
-            )
+            row = conn.execute("SELECT ancestors FROM objects WHERE root = ?", (root,)).fetchone()
+            found = tuple(row[0].split()) if row is not None else ()
             self.ancestors[root] = found
         return found
 

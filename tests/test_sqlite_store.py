@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
+import orjson
+
+from alexandria.bootstrap import Founding
+from alexandria.objects import SECTIONS
 from alexandria.timestamps import parse_ms
-from tests.conftest import Api
+from tests import objects_support
+from tests.conftest import Api, Clock, serve_library
+from tests.objects_support import publish_example
 
 
 def _claim(title: str) -> dict[str, object]:
@@ -34,3 +43,77 @@ async def test_signed_record_from_memory_equals_the_stored_one(api: Api) -> None
     assert r.status_code == 201
     stored = await api.client.get(f"/api/entries/{r.json()['id']}")
     assert stored.content == r.content
+
+
+async def _reads(api: Api, revisions: list[str]) -> list[bytes]:
+    """Every read that the layout of feeds, ancestors and histories serves, for each revision."""
+    out = []
+    for rev in revisions:
+        for section in SECTIONS:
+            r = await api.client.get(f"/api/objects/{rev}", params={"section": section})
+            out.append(r.content)
+        for path in (f"/api/entries/{rev}/connections", f"/api/entries/{rev}/discussion"):
+            out.append((await api.client.get(path)).content)
+        root = (await api.client.get(f"/api/entries/{rev}")).json()["root"]
+        cursor: str | None = None
+        while True:  # the whole changes feed of the root, two items a page
+            params = {"root": root, "limit": "2", **({"cursor": cursor} if cursor else {})}
+            page = (await api.client.get("/api/changes", params=params)).json()
+            out.append(orjson.dumps(page))
+            cursor = page["cursor"]
+            if not page["has_more"]:
+                break
+    return out
+
+
+def _downgrade(path: Path) -> None:
+    """Rewrite a database into the previous layout: tree ancestors in a ``closure`` table, a
+    ``feed`` row for each object's own revisions, every revision indexed by root."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    rows = conn.execute("SELECT root, ancestors FROM objects").fetchall()
+    conn.executescript(
+        "BEGIN;"
+        "CREATE TABLE closure(member TEXT NOT NULL, ancestor TEXT NOT NULL,"
+        " PRIMARY KEY(member, ancestor)) WITHOUT ROWID;"
+        "INSERT INTO feed(root, sequence) SELECT root, sequence FROM revisions;"
+        "ALTER TABLE objects DROP COLUMN ancestors;"
+        "DROP INDEX revisions_later;"
+        "CREATE INDEX revisions_root ON revisions(root, sequence);"
+    )
+    conn.executemany(
+        "INSERT INTO closure(member, ancestor) VALUES (?, ?)",
+        [(root, a) for root, ancestors in rows for a in ancestors.split()],
+    )
+    conn.execute("COMMIT")
+    conn.close()
+
+
+async def test_a_database_of_the_previous_layout_is_migrated_and_reads_the_same(
+    tmp_path: Path, founding: Founding, clock: Clock
+) -> None:
+    async for api in serve_library(tmp_path, founding, clock):
+        names = await publish_example(api)
+        first = await api.publish("owner", _claim("Revised later"))
+        revised = await api.publish("owner", {**_claim("Revised"), "previous": first["id"]})
+        revisions = [*names.values(), first["id"], revised["id"]]
+        before = await _reads(api, revisions)
+    _downgrade(tmp_path / "lib.db")
+
+    async for api in serve_library(tmp_path, founding, clock, documents=[]):
+        assert await _reads(api, revisions) == before
+        conn = sqlite3.connect(tmp_path / "lib.db")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert "closure" not in tables and "revisions_root" not in tables
+        assert "revisions_later" in tables
+        own = conn.execute(
+            "SELECT count(*) FROM feed f JOIN revisions r ON r.sequence = f.sequence"
+            " WHERE r.root = f.root"
+        ).fetchone()[0]
+        assert own == 0
+        conn.close()
+        # and the migrated database goes on admitting: a reply deep in the example's thread
+        reply = await api.publish("peer", objects_support.reply(names["reply"], "Afterwards"))
+        feed = (await api.client.get("/api/changes", params={"root": reply["root"]})).json()
+        assert [item["id"] for item in feed["items"]] == [reply["id"]]
+        feed = (await api.client.get("/api/changes", params={"root": names["space"]})).json()
+        assert feed["items"][-1]["id"] == reply["id"]
