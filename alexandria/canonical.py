@@ -113,11 +113,13 @@ class _Float:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise NotCanonical(f"duplicate object key {k!r}")
-        out[k] = v
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _v in pairs:
+            if k in seen:
+                raise NotCanonical(f"duplicate object key {k!r}")
+            seen.add(k)
     return out
 
 

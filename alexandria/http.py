@@ -91,6 +91,8 @@ def not_found(rev: str) -> NotFound:
 
 def query_params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
     """Query parameters, refusing unknown and repeated ones."""
+    if not request.scope.get("query_string"):  # most requests: nothing to parse
+        return {}
     params = request.query_params
     out: dict[str, str] = {}
     for key in params:

@@ -217,7 +217,7 @@ class _StateView:
             return None
         return ObjectFacts(
             row[0], row[1], row[2], row[3], row[4],
-            tuple((a, b) for a, b in json.loads(row[5])),
+            tuple((a, b) for a, b in orjson.loads(row[5])),
         )
 
     def vote_of(self, author: str, target_root: str) -> ObjectFacts | None:
@@ -590,7 +590,7 @@ class SqliteStorage(Storage):
                 " parent, vote_target, feed_links, created_sequence, ancestors)"
                 " VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)",
                 (v.root, v.kind, v.author, v.id, sequence, v.depth, parent, v.vote_target,
-                 json.dumps([list(x) for x in v.feed_links]), sequence, " ".join(ancestors)),
+                 orjson.dumps(v.feed_links).decode(), sequence, " ".join(ancestors)),
             )
             if v.vote_target:
                 conn.execute(
