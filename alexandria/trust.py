@@ -328,6 +328,33 @@ class WorkerCertificate:
     def valid_at(self, ms: int) -> bool:
         return self.not_before <= ms <= self.not_after
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (to the writer process, ``writer_service``) as the document's bytes: the
+        receiving side rebuilds each distinct certificate once and then reuses it."""
+        return _worker_from_wire, (
+            orjson.dumps(self.document), self.actor, self.worker, self.scopes, self.authority,
+            self.not_before, self.not_after,
+        )
+
+
+def _worker_from_wire(
+    document: bytes, actor: str, worker: str, scopes: tuple[str, ...], authority: str,
+    not_before: int, not_after: int,
+) -> WorkerCertificate:
+    fields = (actor, worker, scopes, authority, not_before, not_after)
+    found = _WIRE_CACHE.get(document)
+    if found is None or (found.actor, found.worker, found.scopes, found.authority,
+                         found.not_before, found.not_after) != fields:
+        if len(_WIRE_CACHE) >= 4096:
+            _WIRE_CACHE.clear()
+        found = _WIRE_CACHE[document] = WorkerCertificate(
+            actor, worker, scopes, authority, not_before, not_after, orjson.loads(document)
+        )
+    return found
+
+
+_WIRE_CACHE: dict[bytes, WorkerCertificate] = {}
+
 
 def parse_worker_certificate(doc: Any, genesis: Genesis) -> WorkerCertificate:
     """Stateless checks of a worker certificate, including the authority's signature.  Whether
