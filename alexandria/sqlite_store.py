@@ -44,7 +44,7 @@ from alexandria.trust import (
     document_name,
     parse_revocation,
 )
-from alexandria.wal_checkpointer import WalCheckpointer
+from alexandria.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
 from alexandria.writer_memory import WriterMemory
 
 T = TypeVar("T")
@@ -307,6 +307,7 @@ class SqliteStorage(Storage):
         await db.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting
         await db.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         await db.execute("PRAGMA wal_autocheckpoint = 0")  # see wal_checkpointer
+        await db.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
         self._checkpointer = WalCheckpointer(self.path)
         self._writer_db = db
         await self.write(_migrate_layout)
@@ -403,6 +404,8 @@ class SqliteStorage(Storage):
             except Exception as exc:  # the connection itself failed
                 results = [ServiceError(f"storage failed: {exc}")] * len(batch)
             loop.call_soon_threadsafe(self._resolve, batch, results)
+            if self._checkpointer is not None and self._checkpointer.catch_up:
+                self._checkpointer.catch_up_on(conn)  # after the answers: see wal_checkpointer
             if stop:
                 return
 

@@ -8,6 +8,14 @@ which runs ``PRAGMA wal_checkpoint(PASSIVE)`` on its own connection at most ever
 seconds.  A passive checkpoint never blocks writers or readers, and SQLite releases the GIL
 while it copies, so the work moves to the other core.  Durability is unchanged: a commit is
 durable once its WAL frames are synced (``synchronous=FULL``), checkpointed or not.
+
+A checkpoint beside a busy writer never quite catches up: by the time it has copied the frames
+it saw, newer ones have been committed, and SQLite starts the log over from its beginning only
+when a write transaction begins with every frame copied.  Left alone, the log grows for as long
+as admissions keep coming (hundreds of megabytes a minute under load, each commit appending to
+an ever longer file).  So when a checkpoint finds more than ``RESTART_FRAMES`` frames in the
+log it sets ``catch_up``, and the writer, between two transactions, copies the few frames
+still left itself (``catch_up_on``): its next transaction then starts the log over.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import threading
 import time
 
 PERIOD = 0.05  # seconds between two checkpoints, at most one per kick
+RESTART_FRAMES = 4096  # a log this long (16 MiB of 4 KiB pages) is started over
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024  # a log file left longer is truncated to this
 
 
 class WalCheckpointer:
@@ -25,6 +35,7 @@ class WalCheckpointer:
         self._path = path
         self._kick = threading.Event()
         self._stop = False
+        self.catch_up = False  # the log is long: the writer should finish a checkpoint
         self._thread = threading.Thread(target=self._run, name="wal-checkpointer", daemon=True)
         self._thread.start()
 
@@ -36,6 +47,19 @@ class WalCheckpointer:
         self._kick.set()
         self._thread.join()
 
+    def catch_up_on(self, conn: sqlite3.Connection) -> None:
+        """Run by the writer on its own connection, outside any transaction, when ``catch_up``
+        is set: with no write in progress a passive checkpoint copies every frame, and the
+        writer's next transaction starts the log over.  Busy (this thread is checkpointing):
+        the writer tries again after its next transaction."""
+        try:
+            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error as exc:
+            logging.getLogger(__name__).warning("WAL checkpoint failed: %s", exc)
+            return
+        if not busy and frames == copied:
+            self.catch_up = False
+
     def _run(self) -> None:
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         try:
@@ -46,7 +70,10 @@ class WalCheckpointer:
                     return
                 self._kick.clear()
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    _busy, frames, _copied = conn.execute(
+                        "PRAGMA wal_checkpoint(PASSIVE)"
+                    ).fetchone()
+                    self.catch_up = frames >= RESTART_FRAMES
                 except sqlite3.Error as exc:  # e.g. another process is checkpointing
                     logging.getLogger(__name__).warning("WAL checkpoint failed: %s", exc)
                 if not self._stop:  # let the next batches' frames gather before copying again

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -19,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,27 @@ def floor(bodies: list[bytes]) -> float:
 
 
 
+class WalWatch:
+    """The largest size the database's write-ahead log reaches while the load runs (it must
+    stay bounded however long admissions keep coming: see ``wal_checkpointer``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.largest = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.1):
+            with contextlib.suppress(OSError):
+                self.largest = max(self.largest, self.path.stat().st_size)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 async def _post_all(port: int, bodies: list[bytes], connections: int) -> list[int]:
     """A minimal keep-alive HTTP/1.1 client: the load generator must cost far less than the
     server, on the same 2 cores."""
@@ -210,7 +233,9 @@ def main() -> None:
                 target=client_process, args=(port, bodies[4:], args.connections, q)
             )
             proc.start()
+            wal = WalWatch(tmp / "library.db-wal")
             elapsed, client_cpu, statuses = q.get()
+            wal.stop()
             proc.join()
             cpu = process_cpu(server.pid) - cpu_before
             threads = {
@@ -237,6 +262,7 @@ def main() -> None:
         f"load generator CPU    {client_cpu / max(len(statuses), 1) * 1e6:8.0f} µs per request"
         f" ({client_cpu / elapsed:.2f} cores busy)"
     )
+    print(f"write-ahead log       {wal.largest / 2**20:8.1f} MiB at most during the run")
     busiest = sorted(threads.items(), key=lambda kv: -kv[1])[:4]
     print(
         "  busiest threads     "
