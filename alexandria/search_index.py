@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import sqlite3
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,12 +193,11 @@ def unpadded(stored: str) -> str:
 def levels(title: str, body: str) -> str:
     """Each distinct word of a head once, with its relevance for a one-word query:
     ``word·(3 × title occurrences + body occurrences)``."""
-    score: dict[str, int] = {}
-    for word in title.split():
-        score[word] = score.get(word, 0) + 3
-    for word in body.split():
-        score[word] = score.get(word, 0) + 1
-    return " ".join(f"{w}{LEVEL_MARK}{n}" for w, n in score.items())
+    score = Counter(title.split())  # counted in C, in order of first occurrence
+    for word in score:
+        score[word] *= 3
+    score.update(body.split())
+    return " ".join([f"{w}{LEVEL_MARK}{n}" for w, n in score.items()])
 
 
 @dataclass(frozen=True)

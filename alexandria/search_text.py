@@ -79,6 +79,8 @@ def words(text: str) -> list[str]:
         found = _ASCII_WORD.findall(text.lower())
     else:
         found = _word_pattern().findall(text.translate(_FOLD))
+    if max(map(len, found), default=0) <= MAX_WORD_CHARACTERS:  # almost always
+        return found
     return [w if len(w) <= MAX_WORD_CHARACTERS else w[:MAX_WORD_CHARACTERS] for w in found]
 
 

@@ -7,6 +7,8 @@ import sqlite3
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from alexandria import catalogue, search_index
 from alexandria.catalogue import CatalogueQuery
@@ -179,3 +181,23 @@ async def test_relevance_both_ways_equals_a_reference(
                                              offset=offset)))
                 assert page.total == len(expected), (cost, ws)
                 assert page.sequences == expected[offset : offset + 50], (cost, ws, offset)
+
+
+@given(st.lists(st.sampled_from(["a", "b", "cc", "déjà", "x" * 70]), max_size=12),
+       st.lists(st.sampled_from(["a", "b", "cc", "d", "x" * 70]), max_size=40))
+def test_levels_score_each_distinct_word_once_in_order_of_first_occurrence(
+    title: list[str], body: list[str]
+) -> None:
+    expected: dict[str, int] = {}
+    for word in title:
+        expected[word] = expected.get(word, 0) + 3
+    for word in body:
+        expected[word] = expected.get(word, 0) + 1
+    assert search_index.levels(" ".join(title), " ".join(body)) == " ".join(
+        f"{w}{search_index.LEVEL_MARK}{n}" for w, n in expected.items()
+    )
+
+
+@given(st.lists(st.text(alphabet="abcxyz", min_size=1, max_size=100), max_size=20))
+def test_words_are_cut_at_64_characters(ws: list[str]) -> None:
+    assert words(" ".join(ws)) == [w[:64] for w in ws]
