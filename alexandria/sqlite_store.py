@@ -50,6 +50,33 @@ from alexandria.writer_memory import WriterMemory
 T = TypeVar("T")
 BATCH_LIMIT = 256
 
+# One row per object, in creation order: the rowid is the sequence of its first revision, so a
+# new object appends to the table instead of splitting a page of rows keyed by a random root
+# (the root index holds 64 hex characters and a rowid per entry).  ``ancestors``: the roots
+# whose feeds include the object's (its feed parents and theirs), space-separated.
+_OBJECTS = """
+CREATE TABLE IF NOT EXISTS {name}(
+    created_sequence INTEGER PRIMARY KEY,
+    root TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL,
+    author TEXT NOT NULL,
+    head TEXT NOT NULL,
+    head_sequence INTEGER NOT NULL,
+    revisions INTEGER NOT NULL,
+    depth INTEGER NOT NULL,
+    parent TEXT NOT NULL,
+    vote_target TEXT NOT NULL,
+    feed_links TEXT NOT NULL,
+    ancestors TEXT NOT NULL DEFAULT ''
+);
+"""
+_OBJECT_INDEXES = """
+CREATE INDEX IF NOT EXISTS objects_head_sequence ON objects(head_sequence);
+DROP INDEX IF EXISTS objects_parent;  -- superseded by objects_contents
+CREATE INDEX IF NOT EXISTS objects_contents ON objects(parent, kind, created_sequence)
+    WHERE parent != '';
+"""
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS log(
@@ -82,26 +109,7 @@ CREATE TABLE IF NOT EXISTS revisions(
 -- ones are indexed by root, so creating an object writes no page of this index
 DROP INDEX IF EXISTS revisions_root;
 CREATE INDEX IF NOT EXISTS revisions_later ON revisions(root, sequence) WHERE id != root;
--- ancestors: the roots whose feeds include the object's (feed parents and theirs), space-separated
-CREATE TABLE IF NOT EXISTS objects(
-    root TEXT PRIMARY KEY,
-    kind TEXT NOT NULL,
-    author TEXT NOT NULL,
-    head TEXT NOT NULL,
-    head_sequence INTEGER NOT NULL,
-    revisions INTEGER NOT NULL,
-    depth INTEGER NOT NULL,
-    parent TEXT NOT NULL,
-    vote_target TEXT NOT NULL,
-    feed_links TEXT NOT NULL,
-    created_sequence INTEGER NOT NULL,
-    ancestors TEXT NOT NULL DEFAULT ''
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS objects_head_sequence ON objects(head_sequence);
-DROP INDEX IF EXISTS objects_parent;  -- superseded by objects_contents
-CREATE INDEX IF NOT EXISTS objects_contents ON objects(parent, kind, created_sequence)
-    WHERE parent != '';
-CREATE TABLE IF NOT EXISTS links(
+""" + _OBJECTS.format(name="objects") + _OBJECT_INDEXES + """CREATE TABLE IF NOT EXISTS links(
     source_sequence INTEGER NOT NULL,
     position INTEGER NOT NULL,
     relation TEXT NOT NULL,
@@ -144,25 +152,41 @@ CREATE TABLE IF NOT EXISTS feed(
 
 def _migrate_layout(conn: sqlite3.Connection) -> None:
     """Bring a database written by an earlier layout to this one, in one transaction: tree
-    ancestors move from the ``closure`` table into ``objects.ancestors``, and ``feed`` loses the
-    rows of each object's own revisions (read through ``objects`` and ``revisions_later``)."""
-    old = conn.execute(
+    ancestors move from the ``closure`` table into ``objects.ancestors``; ``feed`` loses the
+    rows of each object's own revisions (read through ``objects`` and ``revisions_later``);
+    ``objects`` keyed by root becomes a table in creation order."""
+    if conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'closure'"
+    ).fetchone() is not None:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(objects)")}
+        if "ancestors" not in columns:
+            conn.execute("ALTER TABLE objects ADD COLUMN ancestors TEXT NOT NULL DEFAULT ''")
+        conn.execute(
+            "UPDATE objects SET ancestors = coalesce((SELECT group_concat(ancestor, ' ')"
+            " FROM closure WHERE member = objects.root), '')"
+        )
+        conn.execute(
+            "DELETE FROM feed WHERE EXISTS (SELECT 1 FROM revisions r"
+            " WHERE r.sequence = feed.sequence AND r.root = feed.root)"
+        )
+        conn.execute("DROP TABLE closure")
+    keyed_by_root = conn.execute(
+        "SELECT 1 FROM pragma_table_info('objects') WHERE name = 'root' AND pk = 1"
     ).fetchone()
-    if old is None:
-        return
-    columns = {r[1] for r in conn.execute("PRAGMA table_info(objects)")}
-    if "ancestors" not in columns:
-        conn.execute("ALTER TABLE objects ADD COLUMN ancestors TEXT NOT NULL DEFAULT ''")
-    conn.execute(
-        "UPDATE objects SET ancestors = coalesce((SELECT group_concat(ancestor, ' ')"
-        " FROM closure WHERE member = objects.root), '')"
-    )
-    conn.execute(
-        "DELETE FROM feed WHERE EXISTS (SELECT 1 FROM revisions r"
-        " WHERE r.sequence = feed.sequence AND r.root = feed.root)"
-    )
-    conn.execute("DROP TABLE closure")
+    if keyed_by_root is not None:
+        conn.execute(_OBJECTS.format(name="objects_by_creation"))
+        columns_text = (
+            "created_sequence, root, kind, author, head, head_sequence, revisions, depth,"
+            " parent, vote_target, feed_links, ancestors"
+        )
+        conn.execute(
+            f"INSERT INTO objects_by_creation({columns_text}) SELECT {columns_text} FROM objects"
+        )
+        conn.execute("DROP TABLE objects")  # and its indexes
+        conn.execute("ALTER TABLE objects_by_creation RENAME TO objects")
+        for statement in _OBJECT_INDEXES.split(";"):
+            if statement.strip():
+                conn.execute(statement)
 
 
 class _StateView:

@@ -68,17 +68,32 @@ async def _reads(api: Api, revisions: list[str]) -> list[bytes]:
 
 def _downgrade(path: Path) -> None:
     """Rewrite a database into the previous layout: tree ancestors in a ``closure`` table, a
-    ``feed`` row for each object's own revisions, every revision indexed by root."""
+    ``feed`` row for each object's own revisions, every revision indexed by root, ``objects``
+    keyed by root."""
     conn = sqlite3.connect(path, isolation_level=None)
     rows = conn.execute("SELECT root, ancestors FROM objects").fetchall()
+    columns = (
+        "root, kind, author, head, head_sequence, revisions, depth, parent, vote_target,"
+        " feed_links, created_sequence"
+    )
     conn.executescript(
         "BEGIN;"
         "CREATE TABLE closure(member TEXT NOT NULL, ancestor TEXT NOT NULL,"
         " PRIMARY KEY(member, ancestor)) WITHOUT ROWID;"
         "INSERT INTO feed(root, sequence) SELECT root, sequence FROM revisions;"
-        "ALTER TABLE objects DROP COLUMN ancestors;"
         "DROP INDEX revisions_later;"
         "CREATE INDEX revisions_root ON revisions(root, sequence);"
+        "CREATE TABLE objects_old(root TEXT PRIMARY KEY, kind TEXT NOT NULL,"
+        " author TEXT NOT NULL, head TEXT NOT NULL, head_sequence INTEGER NOT NULL,"
+        " revisions INTEGER NOT NULL, depth INTEGER NOT NULL, parent TEXT NOT NULL,"
+        " vote_target TEXT NOT NULL, feed_links TEXT NOT NULL,"
+        " created_sequence INTEGER NOT NULL) WITHOUT ROWID;"
+        f"INSERT INTO objects_old({columns}) SELECT {columns} FROM objects;"
+        "DROP TABLE objects;"
+        "ALTER TABLE objects_old RENAME TO objects;"
+        "CREATE INDEX objects_head_sequence ON objects(head_sequence);"
+        "CREATE INDEX objects_contents ON objects(parent, kind, created_sequence)"
+        " WHERE parent != '';"
     )
     conn.executemany(
         "INSERT INTO closure(member, ancestor) VALUES (?, ?)",
@@ -104,7 +119,11 @@ async def test_a_database_of_the_previous_layout_is_migrated_and_reads_the_same(
         conn = sqlite3.connect(tmp_path / "lib.db")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "closure" not in tables and "revisions_root" not in tables
-        assert "revisions_later" in tables
+        assert "revisions_later" in tables and "objects_contents" in tables
+        assert "objects_head_sequence" in tables
+        keyed = conn.execute("SELECT name FROM pragma_table_info('objects') WHERE pk = 1")
+        assert keyed.fetchall() == [("created_sequence",)]
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         own = conn.execute(
             "SELECT count(*) FROM feed f JOIN revisions r ON r.sequence = f.sequence"
             " WHERE r.root = f.root"
