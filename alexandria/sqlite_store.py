@@ -555,11 +555,11 @@ class SqliteStorage(Storage):
         sequence, admitted_at = self._append_leaf(conn, "contribution", cand.leaf, now)
         self._store_contribution(conn, cand, verdict, sequence)
         authority = self._authority_document_bytes(conn, verdict.authority_sequence)
+        admission = admission_bytes(sequence, admitted_at, authority)
         signed = signed_record_bytes(
-            cand.leaf, cand.record_length, verdict.id, verdict.root,
-            admission_bytes(sequence, admitted_at, authority),
+            cand.leaf, cand.record_length, verdict.id, verdict.root, admission
         )
-        return Admitted(True, verdict.id, verdict.root, sequence, signed)
+        return Admitted(True, verdict.id, verdict.root, sequence, signed, admission)
 
     def _admission_clock(self, conn: sqlite3.Connection) -> int:
         """The admission time: the server clock, but never before the last admission, so that

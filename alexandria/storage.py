@@ -10,7 +10,7 @@ class with ``SELECT … FOR UPDATE`` / serialisable transactions and leaves the 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from alexandria.admission import Candidate
@@ -19,13 +19,16 @@ from alexandria.trust import Genesis
 
 @dataclass(frozen=True)
 class Admitted:
-    """An admission's outcome: ``created`` is False for an exact retry (HTTP 200)."""
+    """An admission's outcome: ``created`` is False for an exact retry (HTTP 200).
+    ``admission``: for a new admission, its canonical ``admission`` object as spliced into
+    ``signed`` (``records.signed_record_bytes``)."""
 
     created: bool
     id: str
     root: str
     sequence: int
     signed: bytes
+    admission: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)

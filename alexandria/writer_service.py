@@ -17,6 +17,11 @@ are this package, started together by the operator, talking through a socket onl
 open.  Writes other than admissions (authority documents, personal lists) are rare and stay on
 the worker's own connection: SQLite's write lock serialises them with the writer's.
 
+A new admission's answer does not carry its signed record back: the worker holds the
+envelope, so the writer sends the admission object alone and the worker splices the signed
+record from the same pieces the writer would have used (``records.signed_record_bytes``) — a
+few hundred bytes a request instead of the whole record.
+
 If the writer process dies, every waiting request and every later one is answered 503
 ``WRITER_UNAVAILABLE``; nothing is acknowledged that was not committed.
 """
@@ -29,14 +34,26 @@ import os
 import pickle
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from alexandria.admission import Candidate
 from alexandria.errors import AlexandriaError, ServiceError
+from alexandria.records import signed_record_bytes
 from alexandria.storage import Admitted, DryRun
 
 _HEADER = struct.Struct(">II")
+
+
+@dataclass(frozen=True)
+class _Created:
+    """A new admission on the wire: ``Admitted`` without its signed record."""
+
+    id: str
+    root: str
+    sequence: int
+    admission: bytes
 
 
 class WriterUnavailable(ServiceError):
@@ -109,7 +126,10 @@ class WriterServer:
                 exc = fut.exception()
                 if exc is not None and not isinstance(exc, AlexandriaError):
                     exc = ServiceError(f"storage failed: {exc}", "STORAGE_FAILED")
-                outbox.send(_frame(request, exc if exc is not None else fut.result()))
+                answer: Any = exc if exc is not None else fut.result()
+                if isinstance(answer, Admitted) and answer.created:
+                    answer = _Created(answer.id, answer.root, answer.sequence, answer.admission)
+                outbox.send(_frame(request, answer))
 
             return reply
 
@@ -169,10 +189,19 @@ class WriterClient:
             raise WriterUnavailable(f"the writer process is gone: {self._lost}")
         self._next = (self._next + 1) & 0xFFFFFFFF
         request = self._next
-        fut: asyncio.Future[Admitted | DryRun] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Admitted | DryRun | _Created] = (
+            asyncio.get_running_loop().create_future()
+        )
         self._pending[request] = fut
         self._outbox.send(_frame(request, (cand, dry_run)))
-        return await fut
+        answer = await fut
+        if isinstance(answer, _Created):
+            signed = signed_record_bytes(
+                cand.leaf, cand.record_length, answer.id, answer.root, answer.admission
+            )
+            return Admitted(True, answer.id, answer.root, answer.sequence, signed,
+                            answer.admission)
+        return answer
 
     async def _receive(self, reader: asyncio.StreamReader) -> None:
         try:
