@@ -36,7 +36,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from alexandria.admission import Candidate
 from alexandria.errors import AlexandriaError, ServiceError
@@ -60,33 +60,53 @@ class WriterUnavailable(ServiceError):
     default_code = "WRITER_UNAVAILABLE"
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, Any]:
-    request, length = _HEADER.unpack(await reader.readexactly(_HEADER.size))
-    return request, pickle.loads(await reader.readexactly(length))
-
-
 def _frame(request: int, value: Any) -> bytes:
     payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     return _HEADER.pack(request, len(payload)) + payload
 
 
-class _Outbox:
-    """Frames written in one event-loop iteration leave in one write: a batch's answers, or the
-    requests of the HTTP requests parsed together, cost one system call instead of one each."""
+class _Frames(asyncio.Protocol):
+    """One end of the socket.  Incoming bytes are cut into frames as they arrive (a burst of
+    them in one call, no coroutine per frame); frames sent in one event-loop iteration leave in
+    one write — a batch's answers, or the requests of the HTTP requests parsed together, cost
+    one system call instead of one each."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self._writer = writer
-        self._frames: list[bytes] = []
+    def __init__(self, on_frame: Callable[[int, Any], None],
+                 on_lost: Callable[[Exception | None], None]) -> None:
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self._buffer = bytearray()
+        self._outgoing: list[bytes] = []
+        self.transport: asyncio.Transport | None = None
 
-    def send(self, frame: bytes) -> None:
-        if not self._frames:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        start, end = 0, len(buffer)
+        while end - start >= _HEADER.size:
+            request, length = _HEADER.unpack_from(buffer, start)
+            if end - start - _HEADER.size < length:
+                break
+            payload = bytes(buffer[start + _HEADER.size : start + _HEADER.size + length])
+            start += _HEADER.size + length
+            self._on_frame(request, pickle.loads(payload))
+        del buffer[:start]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_lost(exc)
+
+    def send(self, request: int, value: Any) -> None:
+        if not self._outgoing:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._frames.append(frame)
+        self._outgoing.append(_frame(request, value))
 
     def _flush(self) -> None:
-        if not self._writer.is_closing():
-            self._writer.write(b"".join(self._frames))
-        self._frames.clear()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self._outgoing))
+        self._outgoing.clear()
 
 
 # --- the writer's side -----------------------------------------------------------------------
@@ -106,7 +126,9 @@ class WriterServer:
         self._idle.set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._serve, self._path)
+        self._server = await asyncio.get_running_loop().create_unix_server(
+            self._connection, self._path
+        )
         os.chmod(self._path, 0o600)
 
     async def close(self, drain: float = 10.0) -> None:
@@ -117,11 +139,15 @@ class WriterServer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), drain)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _connection(self) -> _Frames:
+        def on_frame(request: int, value: Any) -> None:
+            cand, dry_run = value
+            self._submit(cand, dry_run).add_done_callback(replier(request))
+
         def replier(request: int) -> Callable[[asyncio.Future[Admitted | DryRun]], None]:
             def reply(fut: asyncio.Future[Admitted | DryRun]) -> None:
                 if fut.cancelled():  # the storage is closing: nothing was acknowledged
-                    outbox.send(_frame(request, WriterUnavailable("the writer is stopping")))
+                    frames.send(request, WriterUnavailable("the writer is stopping"))
                     return
                 exc = fut.exception()
                 if exc is not None and not isinstance(exc, AlexandriaError):
@@ -129,23 +155,19 @@ class WriterServer:
                 answer: Any = exc if exc is not None else fut.result()
                 if isinstance(answer, Admitted) and answer.created:
                     answer = _Created(answer.id, answer.root, answer.sequence, answer.admission)
-                outbox.send(_frame(request, answer))
+                frames.send(request, answer)
 
             return reply
 
-        outbox = _Outbox(writer)
-        self._connections += 1
-        self._idle.clear()
-        try:
-            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-                while True:
-                    request, (cand, dry_run) = await _read_frame(reader)
-                    self._submit(cand, dry_run).add_done_callback(replier(request))
-        finally:
-            writer.close()
+        def on_lost(_exc: Exception | None) -> None:
             self._connections -= 1
             if not self._connections:
                 self._idle.set()
+
+        frames = _Frames(on_frame, on_lost)
+        self._connections += 1
+        self._idle.clear()
+        return frames
 
 
 # --- a worker's side -------------------------------------------------------------------------
@@ -155,37 +177,55 @@ class WriterClient:
 
     def __init__(self, path: str | Path) -> None:
         self._path = str(path)
-        self._writer: asyncio.StreamWriter | None = None
-        self._outbox: _Outbox | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._frames: _Frames | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._next = 0
         self._lost: str | None = None
 
     async def connect(self, timeout: float = 30.0) -> None:
         """Connect, waiting for the writer process to start listening."""
-        deadline = asyncio.get_running_loop().time() + timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         while True:
             try:
-                reader, self._writer = await asyncio.open_unix_connection(self._path)
-                self._outbox = _Outbox(self._writer)
-                break
+                _transport, self._frames = await loop.create_unix_connection(
+                    lambda: _Frames(self._answered, self._gone), self._path
+                )
+                return
             except OSError:
-                if asyncio.get_running_loop().time() > deadline:
+                if loop.time() > deadline:
                     raise
                 await asyncio.sleep(0.05)
-        self._task = asyncio.get_running_loop().create_task(self._receive(reader))
 
     async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if self._frames is not None and self._frames.transport is not None:
+            self._frames.transport.close()
+        self._gone(None)
+
+    def _answered(self, request: int, value: Any) -> None:
+        fut = self._pending.pop(request, None)
+        if fut is None or fut.done():
+            return
+        if isinstance(value, BaseException):
+            fut.set_exception(value)
+        else:
+            fut.set_result(value)
+
+    def _gone(self, exc: Exception | None) -> None:
+        if self._lost is None:
+            self._lost = "connection closed" if exc is None else (
+                f"connection lost ({type(exc).__name__})"
+            )
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(WriterUnavailable(
+                    f"the writer process is gone ({self._lost}); this admission may or may"
+                    " not have been committed: retry it (a retry is idempotent)"
+                ))
+        self._pending.clear()
 
     async def admit(self, cand: Candidate, dry_run: bool = False) -> Admitted | DryRun:
-        if self._lost is not None or self._outbox is None:
+        if self._lost is not None or self._frames is None:
             raise WriterUnavailable(f"the writer process is gone: {self._lost}")
         self._next = (self._next + 1) & 0xFFFFFFFF
         request = self._next
@@ -193,7 +233,7 @@ class WriterClient:
             asyncio.get_running_loop().create_future()
         )
         self._pending[request] = fut
-        self._outbox.send(_frame(request, (cand, dry_run)))
+        self._frames.send(request, (cand, dry_run))
         answer = await fut
         if isinstance(answer, _Created):
             signed = signed_record_bytes(
@@ -202,26 +242,3 @@ class WriterClient:
             return Admitted(True, answer.id, answer.root, answer.sequence, signed,
                             answer.admission)
         return answer
-
-    async def _receive(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while True:
-                request, value = await _read_frame(reader)
-                fut = self._pending.pop(request, None)
-                if fut is None or fut.done():
-                    continue
-                if isinstance(value, BaseException):
-                    fut.set_exception(value)
-                else:
-                    fut.set_result(value)
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            self._lost = f"connection lost ({type(exc).__name__})"
-        finally:
-            self._lost = self._lost or "connection closed"
-            for fut in self._pending.values():
-                if not fut.done():
-                    fut.set_exception(WriterUnavailable(
-                        f"the writer process is gone ({self._lost}); this admission may or may"
-                        " not have been committed: retry it (a retry is idempotent)"
-                    ))
-            self._pending.clear()
