@@ -26,8 +26,8 @@ import threading
 import time
 
 PERIOD = 0.05  # seconds between two checkpoints, at most one per kick
-RESTART_FRAMES = 4096  # a log this long (16 MiB of 4 KiB pages) is started over
-JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024  # a log file left longer is truncated to this
+RESTART_FRAMES = 16_384  # a log this long (64 MiB of 4 KiB pages) is started over
+JOURNAL_SIZE_LIMIT = 128 * 1024 * 1024  # a log file left longer is truncated to this
 
 
 class WalCheckpointer:
