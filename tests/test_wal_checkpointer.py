@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +26,25 @@ def _claim(i: int) -> dict[str, Any]:
     }
 
 
-async def test_admitted_pages_reach_the_database_file(
-    tmp_path: Path, founding: Founding, clock: Clock
-) -> None:
-    db = tmp_path / "lib.db"
+@contextlib.asynccontextmanager
+async def _library(db: Path, founding: Founding, clock: Clock) -> AsyncIterator[SqliteStorage]:
+    """An open storage with the founding's authority documents admitted."""
     storage = SqliteStorage(db, founding.genesis)
     storage.clock = clock
     await storage.open()
     try:
         for doc in founding.authority_documents():
             await storage.admit_authority(doc)
+        yield storage
+    finally:
+        await storage.close()
+
+
+async def test_admitted_pages_reach_the_database_file(
+    tmp_path: Path, founding: Founding, clock: Clock
+) -> None:
+    db = tmp_path / "lib.db"
+    async with _library(db, founding, clock) as storage:
         autocheckpoint = await storage.write(
             lambda conn: conn.execute("PRAGMA wal_autocheckpoint").fetchone()
         )
@@ -49,8 +60,6 @@ async def test_admitted_pages_reach_the_database_file(
                 break
             await asyncio.sleep(0.05)
         assert db.stat().st_size > before
-    finally:
-        await storage.close()
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM log").fetchone()[0] == 62
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -64,12 +73,7 @@ async def test_the_log_is_started_over_under_sustained_admissions(
     monkeypatch.setattr(wal_checkpointer, "RESTART_FRAMES", 256)  # 1 MiB
     db = tmp_path / "lib.db"
     wal = Path(f"{db}-wal")
-    storage = SqliteStorage(db, founding.genesis)
-    storage.clock = clock
-    await storage.open()
-    try:
-        for doc in founding.authority_documents():
-            await storage.admit_authority(doc)
+    async with _library(db, founding, clock) as storage:
         owner = founding.participants["owner"]
         cands = [
             prepare(json.dumps(owner.envelope(founding.genesis, _claim(i), clock.tick())).encode(),
@@ -84,8 +88,6 @@ async def test_the_log_is_started_over_under_sustained_admissions(
                 _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 largest = max(largest, wal.stat().st_size)
         await asyncio.gather(*pending)
-    finally:
-        await storage.close()
     # ~15 MiB of frames went through the log (all of it stays there without the catch-up);
     # with it the log stays near RESTART_FRAMES plus what one checkpoint period adds (~5 MiB)
     assert largest < 10 * 2**20, largest
