@@ -98,7 +98,7 @@ def node_reader(conn: sqlite3.Connection) -> merkle.GetNode:
 
     def get(level: int, idx: int) -> bytes:
         row = conn.execute(
-            "SELECT hash FROM merkle WHERE level = ? AND idx = ?", (level, idx)
+            "SELECT hash FROM merkle_nodes WHERE position = ?", (merkle.position(level, idx),)
         ).fetchone()
         if row is None:
             raise LogCorrupt(f"merkle node ({level}, {idx}) is missing", level=level, index=idx)

@@ -176,6 +176,14 @@ class TreeBuilder:
 # Perfect-node storage
 
 
+def position(level: int, index: int) -> int:
+    """The in-order position of the perfect node ``(level, index)``: leaf ``i`` at ``2i``, every
+    node between its two halves.  The nodes a new leaf completes all sit just before the leaf's
+    own position, so a table keyed by position grows at its end (one page written per batch
+    of leaves, not one per level)."""
+    return (index << (level + 1)) | ((1 << level) - 1)
+
+
 def append_nodes(size_before: int, leaf: bytes, get: GetNode) -> list[Node]:
     """The perfect nodes that become complete when ``leaf`` (a leaf *hash*) is appended.
 

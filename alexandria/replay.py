@@ -53,8 +53,7 @@ class Ledger:
         self.db.executescript(
             "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;"
             " CREATE TABLE records(sequence INTEGER PRIMARY KEY, record BLOB NOT NULL);"
-            " CREATE TABLE merkle(level INTEGER NOT NULL, idx INTEGER NOT NULL,"
-            " hash BLOB NOT NULL, PRIMARY KEY(level, idx)) WITHOUT ROWID;"
+            " CREATE TABLE merkle_nodes(position INTEGER PRIMARY KEY, hash BLOB NOT NULL);"
         )
 
     def close(self) -> None:
@@ -171,8 +170,8 @@ class Ledger:
     def flush(self) -> None:
         """Write the pending nodes and records (once per batch)."""
         self.db.execute("BEGIN")
-        self.db.executemany("INSERT INTO merkle(level, idx, hash) VALUES (?, ?, ?)",
-                            self._nodes)
+        self.db.executemany("INSERT INTO merkle_nodes(position, hash) VALUES (?, ?)",
+                            [(merkle.position(lv, i), h) for lv, i, h in self._nodes])
         self.db.executemany("INSERT INTO records(sequence, record) VALUES (?, ?)",
                             self._records.items())
         self.db.execute("COMMIT")

@@ -90,10 +90,8 @@ CREATE TABLE IF NOT EXISTS log(
 -- indexing their (random) leaf hashes too would only cost a B-tree page per admission
 DROP INDEX IF EXISTS log_leaf_hash;
 CREATE UNIQUE INDEX IF NOT EXISTS log_document_hash ON log(leaf_hash) WHERE type != 'contribution';
-CREATE TABLE IF NOT EXISTS merkle(
-    level INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL,
-    PRIMARY KEY(level, idx)
-) WITHOUT ROWID;
+-- the perfect Merkle nodes, keyed by their in-order position (merkle.position)
+CREATE TABLE IF NOT EXISTS merkle_nodes(position INTEGER PRIMARY KEY, hash BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS revisions(
     sequence INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
@@ -154,7 +152,16 @@ def _migrate_layout(conn: sqlite3.Connection) -> None:
     """Bring a database written by an earlier layout to this one, in one transaction: tree
     ancestors move from the ``closure`` table into ``objects.ancestors``; ``feed`` loses the
     rows of each object's own revisions (read through ``objects`` and ``revisions_later``);
-    ``objects`` keyed by root becomes a table in creation order."""
+    ``objects`` keyed by root becomes a table in creation order; Merkle nodes keyed by
+    ``(level, idx)`` are keyed by their in-order position."""
+    if conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'merkle'"
+    ).fetchone() is not None:
+        conn.execute(
+            "INSERT INTO merkle_nodes(position, hash)"
+            " SELECT (idx << (level + 1)) | ((1 << level) - 1), hash FROM merkle"
+        )
+        conn.execute("DROP TABLE merkle")
     if conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'closure'"
     ).fetchone() is not None:
@@ -581,7 +588,10 @@ class SqliteStorage(Storage):
             (sequence, kind, leaf, leaf_hash, admitted_at),
         )
         nodes = merkle.append_nodes(sequence - 1, leaf_hash, memory.node_getter(conn))
-        conn.executemany("INSERT INTO merkle(level, idx, hash) VALUES (?, ?, ?)", nodes)
+        conn.executemany(
+            "INSERT INTO merkle_nodes(position, hash) VALUES (?, ?)",
+            [(merkle.position(level, index), h) for level, index, h in nodes],
+        )
         memory.appended(sequence, now, nodes)
         return sequence, admitted_at
 

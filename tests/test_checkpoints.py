@@ -85,7 +85,8 @@ def tamper(db: Path, sql: str, *args: object) -> None:
     ("sql", "code"),
     [
         # a stored node inside the signed tree no longer matches the signed root
-        ("UPDATE merkle SET hash = zeroblob(32) WHERE level = 2 AND idx = 0", "LOG_INCONSISTENT"),
+        # the perfect node (level 2, index 0), at in-order position 3
+        ("UPDATE merkle_nodes SET hash = zeroblob(32) WHERE position = 3", "LOG_INCONSISTENT"),
         # leaves the last checkpoint covered are gone: sizes would shrink
         ("DELETE FROM log WHERE sequence >= 5", "LOG_TRUNCATED"),
     ],

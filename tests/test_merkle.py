@@ -375,3 +375,22 @@ def test_exhaustive_small_trees(hashes: list[bytes]) -> None:
             verify_inclusion(index, n, hashes[index], inclusion_proof(index, n, get), roots[n])
         for old in range(1, n + 1):
             verify_consistency(old, n, roots[old], roots[n], consistency_proof(old, n, get))
+
+
+def test_node_positions_are_in_order_unique_and_grow_at_the_end() -> None:
+    """Stored nodes are keyed by in-order position: distinct for every node, invertible, and
+    the nodes each leaf completes sit between the previous end and the leaf's own position."""
+    stored: dict[tuple[int, int], bytes] = {}
+    seen: set[int] = set()
+    for n in range(600):
+        new = merkle.append_nodes(n, merkle.leaf_hash(str(n).encode()),
+                                  lambda lv, i: stored[(lv, i)])
+        for level, index, h in new:
+            stored[(level, index)] = h
+            pos = merkle.position(level, index)
+            assert pos not in seen
+            seen.add(pos)
+            ones = (~pos & (pos + 1)).bit_length() - 1  # trailing 1-bits
+            assert (ones, pos >> (ones + 1)) == (level, index)
+            assert 2 * n - (1 << level) < pos <= 2 * n
+    assert seen == {merkle.position(lv, i) for lv, i in stored}

@@ -25,7 +25,7 @@ from alexandria.timestamps import format_ms
 from alexandria.trust import make_revocation
 from tests.conftest import CONTRACT, Api
 
-PUBLIC_TABLES = ("log", "merkle", "revisions", "objects", "links", "feed", "votes")
+PUBLIC_TABLES = ("log", "merkle_nodes", "revisions", "objects", "links", "feed", "votes")
 
 
 def nonce() -> str:

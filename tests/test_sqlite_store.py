@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 
+from alexandria import log
 from alexandria.bootstrap import Founding
 from alexandria.objects import SECTIONS
 from alexandria.timestamps import parse_ms
@@ -63,15 +64,27 @@ async def _reads(api: Api, revisions: list[str]) -> list[bytes]:
             cursor = page["cursor"]
             if not page["has_more"]:
                 break
+    size = await api.library.storage.read(log.tree_size)
+    assert size > 10
+    for index in range(size):  # every inclusion and consistency proof of the log
+        for path, params in (("inclusion", {"index": index, "size": size}),
+                             ("consistency", {"old": index + 1, "new": size})):
+            r = await api.client.get(f"/api/log/proof/{path}", params=params)
+            assert r.status_code == 200, r.text
+            out.append(r.content)
     return out
 
 
 def _downgrade(path: Path) -> None:
     """Rewrite a database into the previous layout: tree ancestors in a ``closure`` table, a
     ``feed`` row for each object's own revisions, every revision indexed by root, ``objects``
-    keyed by root."""
+    keyed by root, Merkle nodes keyed by ``(level, idx)``."""
     conn = sqlite3.connect(path, isolation_level=None)
     rows = conn.execute("SELECT root, ancestors FROM objects").fetchall()
+    nodes = []
+    for position, h in conn.execute("SELECT position, hash FROM merkle_nodes"):
+        level = (~position & (position + 1)).bit_length() - 1  # trailing 1-bits
+        nodes.append((level, position >> (level + 1), h))
     columns = (
         "root, kind, author, head, head_sequence, revisions, depth, parent, vote_target,"
         " feed_links, created_sequence"
@@ -94,7 +107,11 @@ def _downgrade(path: Path) -> None:
         "CREATE INDEX objects_head_sequence ON objects(head_sequence);"
         "CREATE INDEX objects_contents ON objects(parent, kind, created_sequence)"
         " WHERE parent != '';"
+        "DROP TABLE merkle_nodes;"
+        "CREATE TABLE merkle(level INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL,"
+        " PRIMARY KEY(level, idx)) WITHOUT ROWID;"
     )
+    conn.executemany("INSERT INTO merkle(level, idx, hash) VALUES (?, ?, ?)", nodes)
     conn.executemany(
         "INSERT INTO closure(member, ancestor) VALUES (?, ?)",
         [(root, a) for root, ancestors in rows for a in ancestors.split()],
@@ -119,6 +136,7 @@ async def test_a_database_of_the_previous_layout_is_migrated_and_reads_the_same(
         conn = sqlite3.connect(tmp_path / "lib.db")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "closure" not in tables and "revisions_root" not in tables
+        assert "merkle" not in tables and "merkle_nodes" in tables
         assert "revisions_later" in tables and "objects_contents" in tables
         assert "objects_head_sequence" in tables
         keyed = conn.execute("SELECT name FROM pragma_table_info('objects') WHERE pk = 1")
