@@ -23,9 +23,10 @@ Rules, in the order a call applies them:
    same snapshot); a cursor with ``after == hi`` (what ``has_more: false`` returns) →
    ``(hi, latest]``, a new snapshot.  Strictly ``after < sequence <= hi``.
 5. The page: member revisions in the window, ascending, at most ``limit`` items and at most
-   393,216 bytes of items, but at least one item when any remains.  "Scanned" means feed index
-   entries read: a call reads at most ``min(limit + 1, scan)`` entries (``scan`` = 10,000), each
-   one a member revision — non-members are never read, because they are not in the index.
+   393,216 bytes of items, but at least one item when any remains.  "Scanned" means index
+   entries read from the merged member ranges: a call reads at most ``min(limit + 1, scan)``
+   entries (``scan`` = 10,000), each one a member revision — non-members are never read,
+   because they are in none of the ranges.
    When the scan bound is what stops the call, it returns what it read with ``has_more: true``
    (unless the last entry read is ``hi`` itself) and a cursor just past the scanned range.
 6. ``has_more: false`` exactly when nothing of the window remains; its cursor has
@@ -210,7 +211,7 @@ class Page:
 
 
 def scan_count(limit: int, limits: Limits) -> int:
-    """How many feed index entries a call reads: one more than ``limit`` tells whether any
+    """How many member entries a call reads: one more than ``limit`` tells whether any
     remain, and never more than the scan bound."""
     return min(limit + 1, limits.scan)
 
