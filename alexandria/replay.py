@@ -22,13 +22,12 @@ import orjson
 from alexandria import log, merkle
 from alexandria.admission import Candidate, decide
 from alexandria.errors import AlexandriaError, BadRequest, Forbidden
-from alexandria.rules import ObjectFacts, RevisionFacts
+from alexandria.rules import ObjectFacts, RevisionFacts, check_revocation
 from alexandria.trust import (
     AUTHORITY_FORMAT,
     AuthorityCertificate,
     Genesis,
     document_name,
-    parse_revocation,
 )
 
 
@@ -147,14 +146,7 @@ class Ledger:
             seq = self._append(leaf, now)
             self._authorities.setdefault(cert.key, []).append((seq, cert))
         elif name == "revocation":
-
-            def is_authority(key: str) -> bool:
-                return not self.revoked(key, None) and any(
-                    "native-application" in a.roles and a.valid_at(now)
-                    for _seq, a in self.authorities(key)
-                )
-
-            rev = parse_revocation(document, self.genesis, is_authority)
+            rev = check_revocation(self, document, self.genesis, now)
             if leaf in self._authority_leaves:
                 raise AlreadyAdmitted(0)
             self._append(leaf, now)

@@ -50,7 +50,13 @@ from alexandria.canonical import parse_json
 from alexandria.errors import Conflict, Forbidden, Unprocessable
 from alexandria.records import Link, Record
 from alexandria.schema import validate_content
-from alexandria.trust import AuthorityCertificate, WorkerCertificate
+from alexandria.trust import (
+    AuthorityCertificate,
+    Genesis,
+    Revocation,
+    WorkerCertificate,
+    parse_revocation,
+)
 
 FEED_RELATIONS = (
     "contained_in", "replies_to", "answers", "branches_from", "about", "evidence_for",
@@ -204,6 +210,24 @@ def check_authority(
     if state.revoked(cert.worker, cert.authority):
         raise AuthorityRefused("the worker key was revoked", "WORKER_REVOKED", worker=cert.worker)
     return valid[-1]
+
+
+def check_revocation(state: StateView, document: Any, genesis: Genesis, now_ms: int) -> Revocation:
+    """A revocation submitted to ``POST /api/authority``, authorised against the ledger: an
+    authority key (one holding an admitted authority certificate) is revoked by the root
+    threshold; any other key, a worker key, by one authority that may sign worker certificates
+    now (PROTOCOL §2.5–2.6).  It takes effect for the certificates its signer issued
+    (``StateView.revoked``)."""
+
+    def may_sign(key: str) -> bool:
+        return not state.revoked(key, None) and any(
+            "native-application" in a.roles and a.valid_at(now_ms)
+            for _seq, a in state.authorities(key)
+        )
+
+    return parse_revocation(
+        document, genesis, may_sign, lambda key: bool(state.authorities(key))
+    )
 
 
 def check_scope(record: Record, cert: WorkerCertificate) -> None:

@@ -34,7 +34,7 @@ from alexandria.errors import AlexandriaError, BadRequest, Forbidden, ServiceErr
 from alexandria.log import SCHEMA as LOG_SCHEMA
 from alexandria.personal_store import SCHEMA as PERSONAL_SCHEMA
 from alexandria.records import admission_bytes, signed_record_bytes
-from alexandria.rules import ObjectFacts, RevisionFacts, Verdict
+from alexandria.rules import ObjectFacts, RevisionFacts, Verdict, check_revocation
 from alexandria.storage import Admitted, AuthorityAdmitted, DryRun, Storage
 from alexandria.timestamps import format_ms, now_ms, parse_ms
 from alexandria.trust import (
@@ -42,7 +42,6 @@ from alexandria.trust import (
     AuthorityCertificate,
     Genesis,
     document_name,
-    parse_revocation,
 )
 from alexandria.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
 from alexandria.writer_memory import WriterMemory
@@ -682,14 +681,7 @@ class SqliteStorage(Storage):
             self._memory.authorities.clear()
             return AuthorityAdmitted(True, sequence, admitted_at, dict(cert.document))
         if name == "revocation":
-
-            def is_authority(key: str) -> bool:
-                return not view.revoked(key, None) and any(
-                    "native-application" in a.roles and a.valid_at(now)
-                    for _seq, a in view.authorities(key)
-                )
-
-            rev = parse_revocation(document, self.genesis, is_authority)
+            rev = check_revocation(view, document, self.genesis, now)
             leaf = canonical(rev.document)
             existing = self._existing_leaf(conn, leaf)
             if existing is not None:

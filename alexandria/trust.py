@@ -445,9 +445,15 @@ class Revocation:
 
 
 def parse_revocation(
-    doc: Any, genesis: Genesis, is_authority: Callable[[str], bool]
+    doc: Any, genesis: Genesis, is_authority: Callable[[str], bool],
+    is_authority_key: Callable[[str], bool],
 ) -> Revocation:
-    """``is_authority(key)``: the key holds an admitted, valid native-application certificate."""
+    """A revocation is signed like the certificate that certified the key (PROTOCOL §2.6):
+    by the root threshold when the revoked key is an authority key, by one native-application
+    authority (not the key itself) when it is a worker key.  ``is_authority_key(key)``: the key
+    holds an admitted authority certificate, of any role; any other key is a worker key.
+    ``is_authority(key)``: the key may sign now (an admitted native-application certificate,
+    valid, not revoked)."""
     signed = parse_signed(doc, "revocation")
     p = signed.payload
     _fields(
@@ -457,17 +463,26 @@ def parse_revocation(
     if p["format"] != REVOCATION_FORMAT:
         raise DocumentShape(f"format must be {REVOCATION_FORMAT}", "BAD_FORMAT")
     _genesis_of(p, genesis, "revocation")
+    authority_key = is_authority_key(p["key"])
     roots = signed.valid_signers(genesis.root_keys)
-    if len(roots) >= genesis.threshold:
-        return Revocation(p["key"], p["reason"], "root", signed.to_json())
+    if authority_key:
+        if len(roots) >= genesis.threshold:
+            return Revocation(p["key"], p["reason"], "root", signed.to_json())
+        raise CertificateInvalid(
+            f"{p['key']} is an authority key: its revocation must be signed by"
+            f" {genesis.threshold} root keys, and {len(roots)} valid root signatures were found",
+            "REVOCATION_SIGNATURES", key=p["key"], threshold=genesis.threshold,
+            root_signatures=len(roots),
+        )
     if len(signed.signatures) == 1:
         key = signed.signatures[0][0]
         if key != p["key"] and is_authority(key) and signed.valid_signers([key]):
             return Revocation(p["key"], p["reason"], key, signed.to_json())
     raise CertificateInvalid(
-        f"revocation signed by {len(roots)}/{genesis.threshold} root keys and by no"
-        " valid native-application authority",
-        "REVOCATION_SIGNATURES",
+        f"{p['key']} holds no authority certificate, so it is revoked as a worker key: by the"
+        " signature of the native-application authority that issued its certificate (root"
+        " revokes authority keys)",
+        "REVOCATION_SIGNATURES", key=p["key"],
     )
 
 

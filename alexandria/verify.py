@@ -579,9 +579,10 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
             certs.setdefault(c.key, []).append((item["sequence"], c))
         elif item["type"] == "revocation":
             try:
-                r = parse_revocation(item["document"], genesis, lambda _k: False)
+                r = parse_revocation(item["document"], genesis, lambda _k: False,
+                                     lambda k: k in certs)
             except AlexandriaError:
-                continue  # signed by an authority: it revokes worker keys, never a log key
+                continue  # not a root revocation of a certified key: never a log key's
             root_revoked.add(r.key)
     ids = {kid for kid, _sig in sigs}
     signer = next(

@@ -16,9 +16,10 @@ from alexandria.app import create_app
 from alexandria.bootstrap import Founding
 from alexandria.canonical import canonical
 from alexandria.checkpoint import parse_checkpoint, verify_checkpoint
+from alexandria.keys import SigningKey
 from alexandria.library import Library
 from alexandria.sqlite_store import SqliteStorage
-from alexandria.trust import make_revocation
+from alexandria.trust import make_authority_certificate, make_revocation
 from tests.conftest import Api, Clock
 
 
@@ -236,9 +237,12 @@ async def test_an_expired_log_certificate_signs_no_more(api: Api) -> None:
     await publish_many(api, 1)
     f = api.founding
     api.clock.tick(20 * 366 * 24 * 3600 * 1000)  # beyond the certificate's ten years
-    revocation = make_revocation(f.genesis, f.participants["peer"].worker.public_hex, "gone",
-                                 f.roots)
-    assert (await api.client.post("/api/authority", json=revocation)).status_code == 201
+    # the log grows: root certifies a new authority (no other key is valid any more)
+    newcomer = SigningKey(b"n" * 32).public_hex
+    cert = make_authority_certificate(f.genesis, newcomer, ["native-application"],
+                                      "2040-01-01T00:00:00.000Z", "2050-01-01T00:00:00.000Z",
+                                      f.roots)
+    assert (await api.client.post("/api/authority", json=cert)).status_code == 201
     r = await api.client.get("/api/log/checkpoint")
     assert r.status_code == 503 and r.json()["code"] == "LOG_KEY_EXPIRED"
 

@@ -388,6 +388,34 @@ async def test_revocations_must_be_signed_by_root_or_an_authority(api: Api) -> N
     await admitted(api, api.envelope("owner", space()))
 
 
+async def test_a_revocation_is_signed_like_the_certificate_of_the_key(api: Api) -> None:
+    """PROTOCOL §2.6: root revokes authority keys, an authority revokes worker keys; neither
+    revokes the other kind, and a refused revocation is not admitted."""
+    f = api.founding
+    second = stranger("second authority")
+    cert = make_authority_certificate(f.genesis, second.public_hex, ["native-application"],
+                                      T0, FAR, f.roots)
+    assert (await post_authority(api, cert)).status_code == 201
+    # an authority revokes neither another authority's key nor the log key
+    for key in (f.authority.public_hex, f.log_key.public_hex):
+        body = await authority_refused(
+            api, make_revocation(f.genesis, key, "r", [second]), 403, "REVOCATION_SIGNATURES")
+        assert body["details"]["key"] == key and body["details"]["threshold"] == 1
+    # root does not revoke a worker key (a key with no authority certificate)
+    worker = f.participants["owner"].worker.public_hex
+    body = await authority_refused(
+        api, make_revocation(f.genesis, worker, "r", f.roots), 403, "REVOCATION_SIGNATURES")
+    assert body["details"]["key"] == worker
+    await admitted(api, api.envelope("owner", space(title="Still certified")))
+    # the first authority still signs; the issuing authority revokes the worker
+    assert (await post_authority(
+        api, make_revocation(f.genesis, worker, "r", [f.authority]))).status_code == 201
+    await refused(api, api.envelope("owner", space(title="After")), 403, "WORKER_REVOKED")
+    # root revokes the second authority's key
+    assert (await post_authority(
+        api, make_revocation(f.genesis, second.public_hex, "r", f.roots))).status_code == 201
+
+
 async def test_root_revokes_an_authority_with_the_threshold(api3: Api) -> None:
     f = api3.founding
     cert = make_authority_certificate(f.genesis, f.authority.public_hex, ["native-application"],
