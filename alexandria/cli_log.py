@@ -102,6 +102,10 @@ def register(sub: Sub) -> None:
                    " cores)")
     v.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
+    v.add_argument("--allow-uncovered", action="store_true",
+                   help="accept entries after the last checkpoint (or an export with no"
+                   " checkpoint): their signatures and rules are checked, but nothing signed"
+                   " says the export is complete (default: refuse, NOT_COVERED)")
     v.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
     v.set_defaults(func=cmd_verify)
 
@@ -170,7 +174,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         else:
             source = _lines(stack.enter_context(open(args.export, "rb", buffering=1 << 20)))
         summary = verify.verify_export(source, args.genesis_pin, workers=args.workers,
-                                       progress=bar)
+                                       progress=bar, covered=not args.allow_uncovered)
     if _json_wanted(args):
         sys.stdout.buffer.write(orjson.dumps(summary.to_json()) + b"\n")
         return 0

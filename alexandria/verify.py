@@ -388,12 +388,14 @@ def _lines(source: Iterable[bytes]) -> Iterator[bytes]:
 
 def verify_export(
     source: Iterable[bytes], pin: str, *, workers: int = 2, progress: Progress | None = None,
-    workdir: str | None = None,
+    workdir: str | None = None, covered: bool = False,
 ) -> Summary:
     """Verify an export (an iterable of its lines); raise ``VerificationFailed`` at the first
     failure, return a summary when everything holds.  ``workers`` threads run the stateless
     checks ahead of the replay (Ed25519 verification releases the GIL); 0 runs everything on
-    the calling thread."""
+    the calling thread.  ``covered``: also require the last checkpoint to cover every leaf
+    (``NOT_COVERED``): without it, leaves dropped from the end, with the checkpoints that
+    covered them, leave no trace."""
     started = time.perf_counter()
     lines = _lines(source)
     first = next(lines, None)
@@ -422,6 +424,15 @@ def verify_export(
     summary.checkpoint_size = replay.checkpoint.size
     summary.log_keys = sorted(replay.checkpoint.keys)
     summary.seconds = time.perf_counter() - started
+    if covered and summary.uncovered:
+        raise ExportIncomplete(
+            summary.checkpoint_size + 1, "4",
+            f"the last {summary.uncovered} of {summary.size} entries are covered by no"
+            " checkpoint, so nothing signed says the export is complete (export from the"
+            " server with --url, which covers every leaf; or verify with --allow-uncovered)",
+            "NOT_COVERED", size=summary.size, checkpoint_size=summary.checkpoint_size,
+            uncovered=summary.uncovered,
+        )
     return summary
 
 

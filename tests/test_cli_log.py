@@ -14,6 +14,7 @@ import pytest
 
 from alexandria import export, verify
 from alexandria.bootstrap import Founding, found_library
+from alexandria.canonical import canonical
 from alexandria.errors import AlexandriaError
 from alexandria.timestamps import format_ms, now_ms
 from tests.conftest import SEED, T0
@@ -107,6 +108,26 @@ def test_verify_names_the_first_bad_sequence_and_exits_1(live: Live) -> None:
                    stdin=b"".join(lines))
     err = orjson.loads(r.stdout)
     assert err["code"] == "CHECKPOINT_PLACE" and err["details"]["sequence"] == 5
+
+
+def test_verify_refuses_an_export_no_checkpoint_covers_to_its_end(live: Live) -> None:
+    """Entries dropped from the end, with the checkpoints that covered them, would leave no
+    trace: an export whose last leaves no checkpoint covers is refused unless asked for."""
+    pin = live.founding.genesis.pin
+    lines = alexandria("export", "--db", str(live.db)).stdout.splitlines(keepends=True)
+    header = orjson.loads(lines[0])
+    entries = [line for line in lines[1:] if not line.startswith(b'{"checkpoint"')]
+    stripped = canonical({**header, "size": 6}) + b"\n" + b"".join(entries[:6])
+    r = alexandria("--json", "verify", "--genesis-pin", pin, "-", stdin=stripped)
+    assert r.returncode == 1
+    err = orjson.loads(r.stdout)
+    assert err["code"] == "NOT_COVERED"
+    details = err["details"]
+    assert (details["size"], details["checkpoint_size"], details["uncovered"]) == (6, 0, 6)
+    r = alexandria("verify", "--genesis-pin", pin, "-", "--allow-uncovered", stdin=stripped)
+    assert r.returncode == 0, r.stderr
+    assert b"no checkpoint in the export" in r.stdout
+    assert b"warning: the last 6 entries are verified but no checkpoint" in r.stderr
 
 
 def test_verify_one_entry_against_a_checkpoint(live: Live) -> None:
