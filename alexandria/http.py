@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import orjson
 from starlette.exceptions import HTTPException
@@ -91,8 +92,16 @@ def not_found(rev: str) -> NotFound:
 
 def query_params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
     """Query parameters, refusing unknown and repeated ones."""
-    if not request.scope.get("query_string"):  # most requests: nothing to parse
+    raw = request.scope.get("query_string")
+    if not raw:  # most requests: nothing to parse
         return {}
+    try:  # Starlette would put U+FFFD for bytes that are not UTF-8
+        unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(
+            "query parameters are percent-encoded UTF-8", "BAD_PARAMETER",
+            offset=exc.start,
+        ) from exc
     params = request.query_params
     out: dict[str, str] = {}
     for key in params:

@@ -231,6 +231,8 @@ async def test_paging_over_generated_data(api: Api) -> None:
         ("author=" + "A" * 64, "BAD_PARAMETER"),
         ("limit=5", "UNKNOWN_PARAMETER"),
         ("kind=claim&kind=space", "REPEATED_PARAMETER"),
+        ("q=%FF", "BAD_PARAMETER"),
+        ("q=caf%C3", "BAD_PARAMETER"),
         ("q=" + "a" * 501, "QUERY_TOO_LONG"),
         ("q=" + "+".join(f"w{i}" for i in range(17)), "QUERY_TOO_LONG"),
     ],
@@ -241,6 +243,12 @@ async def test_malformed_parameters_are_typed_400s(api: Api, query: str, code: s
     body = r.json()
     assert body["code"] == code and body["error"]
     assert isinstance(body["details"], dict)
+
+
+async def test_percent_encoded_utf8_queries_are_read_as_text(api: Api) -> None:
+    for query in ("q=caf%C3%A9", "q=caf\u00e9", "q=%E2%80%94+x"):
+        r = await api.client.get(f"/api/catalogue?{query}")
+        assert r.status_code == 200, r.text
 
 
 async def test_pages_are_json_with_exactly_the_contract_keys(api: Api) -> None:
