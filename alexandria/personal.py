@@ -9,7 +9,8 @@ in PROTOCOL §4 order (status codes of §6):
  1. body size (413), envelope shape (400), record shape with a personal kind (422) — prepare()
  2. worker certificate, authority chain, validity now, revocations (403)    — rules.check_authority
  3. proof and scope ``library.publish`` (403)                               — prepare(), deferred
- 4. personal shape (422): title "", links [], a read's previous "", the body's exact keys;
+ 4. personal shape (422): links [], a read's previous "", the body's exact keys (the title
+    is any string: the contract names none);
     nonce 64-hex; each list at most 128 unique 64-hex ids
  5. an exact retry (record id already accepted) skips to step 8 and returns the current state:
     retries stay idempotent only while the authorization and the time window still hold
@@ -116,9 +117,7 @@ def _violation(message: str, code: str, **details: Any) -> PersonalViolation:
 
 
 def check_shape(rec: Record) -> None:
-    if rec.title != "":
-        raise _violation(f'a {rec.kind} has an empty title ""', "PERSONAL_SHAPE",
-                         pointer="/record/title", expected="")
+    # the title is not read: the contract's personal_lists names no title (the CLI sends "")
     if rec.links:
         raise _violation(f"a {rec.kind} carries no links", "PERSONAL_SHAPE",
                          pointer="/record/links", expected=[])

@@ -225,7 +225,6 @@ async def test_only_space_discussion_claim_and_document_roots(
 
 async def test_record_shape_of_personal_kinds(api: Api, ids: dict[str, str]) -> None:
     cases = [
-        (record(api, "owner", "personal-read", {"nonce": nonce()}, title="t"), "/record/title"),
         (record(api, "owner", "personal-read", {"nonce": nonce()},
                 links=[{"relation": "cites", "target": ids["claim"]}]), "/record/links"),
         (record(api, "owner", "personal-read", {"nonce": nonce()}, previous=ids["claim"]),
@@ -241,6 +240,14 @@ async def test_record_shape_of_personal_kinds(api: Api, ids: dict[str, str]) -> 
     for rec, where in cases:
         out = refused(await send(api, seal(api, "owner", rec)), 422, "PERSONAL_SHAPE")
         assert out["details"]["pointer"] == where, (rec, out)
+    # the contract names no title for personal records: any string is accepted, and kept
+    titled = record(api, "owner", "personal-state", {"following": [ids["claim"]], "saved": []},
+                    title="My lists")
+    answer = await send(api, seal(api, "owner", titled))
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["state"]["record"]["title"] == "My lists"
+    reading = record(api, "owner", "personal-read", {"nonce": nonce()}, title="Read")
+    assert (await send(api, seal(api, "owner", reading))).status_code == 200
     rec = record(api, "owner", "personal-read", {"nonce": nonce()})
     rec["body"] = json.dumps({"nonce": nonce()})  # '{"nonce": "…"}' with a space
     refused(await send(api, seal(api, "owner", rec)), 422, "NON_CANONICAL_BODY")
