@@ -30,7 +30,7 @@ storage's write transaction, against a ``StateView`` that only answers questions
        actor and target (a second is 409), changed by revising that vote;
     e. a proposal pins the current head (409 when stale) of a space, claim or document, and
        what it proposes is valid content of that kind that keeps the object's parentage and
-       links only to existing revisions;
+       whose links pass a and b as that kind's (so that its merge can be admitted);
     f. a revision names an existing previous of the same kind, by the original author; previous
        must be the current head (409); feed relations (parentage) do not change;
     g. a merge is a revision by the target author whose title, body and links are exactly the
@@ -259,18 +259,122 @@ def _exact_links(rec: Record, expected: list[tuple[str, str]]) -> None:
         )
 
 
-def check_state(state: StateView, rec: Record, authority_sequence: int) -> Verdict:
-    body = rec.decoded_body
+@dataclass(frozen=True)
+class _Links:
+    """What steps a and b learn about a list of links: their targets' facts, how many of each
+    relation, and the depth of the containing space (-1: none)."""
+
+    targets: dict[str, RevisionFacts]
+    counts: dict[str, int]
+    parent_depth: int
+
+
+def _check_links(
+    state: StateView, kind: str, links: Sequence[Link], revising: bool, base: str
+) -> _Links:
+    """Steps a and b for ``links`` as an object of ``kind`` carries them (``revising``: with a
+    previous revision): a record's own links (``base`` = "/record/links") or the links a
+    proposal proposes for its base (``base`` = "/body/links")."""
     targets: dict[str, RevisionFacts] = {}
     # a. every link target exists
-    for i, lk in enumerate(rec.links):
+    for i, lk in enumerate(links):
         found = state.revision(lk.target)
         if found is None:
             raise _refuse(
                 f"link target {lk.target} does not exist", "LINK_TARGET_MISSING",
-                pointer=_link_ptr(i) + "/target", target=lk.target,
+                pointer=f"{base}/{i}/target", target=lk.target,
             )
         targets[lk.target] = found
+
+    def kind_of(i: int, allowed: frozenset[str] | tuple[str, ...], what: str) -> RevisionFacts:
+        t = targets[links[i].target]
+        if t.kind not in allowed:
+            raise _refuse(
+                f"{links[i].relation} must target {what}, not a {t.kind}", "LINK_TARGET_KIND",
+                pointer=f"{base}/{i}/target", allowed=sorted(allowed), actual=t.kind,
+            )
+        return t
+
+    # b. relations by kind
+    counts: dict[str, int] = {}
+    parent_depth = -1
+    for i, lk in enumerate(links):
+        rel = lk.relation
+        counts[rel] = counts.get(rel, 0) + 1
+        at = f"{base}/{i}/relation"
+        if rel not in RULE_RELATIONS:
+            if kind not in CITING:
+                raise _refuse(f"a {kind} carries no citation links", "RELATION_NOT_ALLOWED",
+                              pointer=at, relation=rel)
+            continue
+        if rel == "contained_in":
+            if kind not in CONTAINABLE:
+                raise _refuse(f"a {kind} cannot be contained_in a space",
+                              "RELATION_NOT_ALLOWED", pointer=at)
+            t = kind_of(i, ("space",), "a space root")
+            if t.id != t.root:
+                raise _refuse("contained_in must target the root id of a space",
+                              "LINK_TARGET_NOT_ROOT", pointer=f"{base}/{i}/target", root=t.root)
+            parent = state.object(t.root)
+            assert parent is not None
+            parent_depth = parent.depth
+        elif rel == "includes":
+            if kind != "space":
+                raise _refuse("only spaces use includes links", "RELATION_NOT_ALLOWED",
+                              pointer=at)
+            kind_of(i, ("claim", "document"), "a claim or document")
+        elif rel in ("replies_to", "answers"):
+            if kind != "reply":
+                raise _refuse(f"only replies use {rel}", "RELATION_NOT_ALLOWED", pointer=at)
+            kind_of(i, ("discussion", "reply"), "a discussion or reply")
+        elif rel == "branches_from":
+            if kind != "discussion":
+                raise _refuse("only discussions use branches_from", "RELATION_NOT_ALLOWED",
+                              pointer=at)
+            kind_of(i, ("discussion", "reply"), "a discussion or reply")
+        elif rel == "about":
+            if kind != "discussion":
+                raise _refuse("only discussions use about", "RELATION_NOT_ALLOWED", pointer=at)
+            kind_of(i, ("claim", "space"), "a claim or space")
+        elif rel == "merges":
+            if kind not in MERGEABLE or not revising:
+                raise _refuse("merges is only the last link of a revision of a space, claim"
+                              " or document", "RELATION_NOT_ALLOWED", pointer=at)
+            kind_of(i, ("proposal",), "a proposal")
+        else:
+            expected_kind = {
+                "evidence_for": "evidence", "assesses": "assessment",
+                "relates_from": "relationship", "relates_to": "relationship",
+                "proposes_for": "proposal", "votes_on": "vote",
+            }[rel]
+            if kind != expected_kind:
+                raise _refuse(f"only a {expected_kind} uses {rel}", "RELATION_NOT_ALLOWED",
+                              pointer=at)
+
+    for rel, most in (("contained_in", 1), ("branches_from", 1), ("about", 1), ("merges", 1)):
+        if counts.get(rel, 0) > most:
+            raise _refuse(f"at most {most} {rel} link", "TOO_MANY_LINKS", relation=rel)
+    if kind == "reply" and counts.get("replies_to", 0) + counts.get("answers", 0) != 1:
+        raise _refuse("a reply carries exactly one replies_to or answers link",
+                      "REPLY_PARENT", pointer=base)
+    # "each to a unique claim or document": two revisions of one claim are the same claim
+    included = [targets[lk.target].root for lk in links if lk.relation == "includes"]
+    if len(set(included)) != len(included):
+        raise _refuse("each includes link targets a distinct claim or document",
+                      "DUPLICATE_INCLUDE", pointer=base)
+    if counts.get("merges") and links[-1].relation != "merges":
+        raise _refuse("the merges link comes last", "MERGE_LINKS", pointer=base)
+    if parent_depth + 1 > MAX_DEPTH:
+        raise _refuse(f"containment is nested at most {MAX_DEPTH} deep", "TOO_DEEP",
+                      limit=MAX_DEPTH)
+    return _Links(targets, counts, parent_depth)
+
+
+def check_state(state: StateView, rec: Record, authority_sequence: int) -> Verdict:
+    body = rec.decoded_body
+    checked = _check_links(state, rec.kind, rec.links, bool(rec.previous), "/record/links")
+    targets, counts = checked.targets, checked.counts
+    depth = checked.parent_depth + 1
 
     def kind_of(i: int, allowed: frozenset[str] | tuple[str, ...], what: str) -> RevisionFacts:
         t = targets[rec.links[i].target]
@@ -280,84 +384,6 @@ def check_state(state: StateView, rec: Record, authority_sequence: int) -> Verdi
                 pointer=_link_ptr(i) + "/target", allowed=sorted(allowed), actual=t.kind,
             )
         return t
-
-    # b. relations by kind
-    counts: dict[str, int] = {}
-    parent_depth = -1
-    for i, lk in enumerate(rec.links):
-        rel = lk.relation
-        counts[rel] = counts.get(rel, 0) + 1
-        if rel not in RULE_RELATIONS:
-            if rec.kind not in CITING:
-                raise _refuse(
-                    f"a {rec.kind} carries no citation links", "RELATION_NOT_ALLOWED",
-                    pointer=_link_ptr(i) + "/relation", relation=rel,
-                )
-            continue
-        if rel == "contained_in":
-            if rec.kind not in CONTAINABLE:
-                raise _refuse(f"a {rec.kind} cannot be contained_in a space",
-                              "RELATION_NOT_ALLOWED", pointer=_link_ptr(i) + "/relation")
-            t = kind_of(i, ("space",), "a space root")
-            if t.id != t.root:
-                raise _refuse("contained_in must target the root id of a space",
-                              "LINK_TARGET_NOT_ROOT", pointer=_link_ptr(i) + "/target", root=t.root)
-            parent = state.object(t.root)
-            assert parent is not None
-            parent_depth = parent.depth
-        elif rel == "includes":
-            if rec.kind != "space":
-                raise _refuse("only spaces use includes links", "RELATION_NOT_ALLOWED",
-                              pointer=_link_ptr(i) + "/relation")
-            kind_of(i, ("claim", "document"), "a claim or document")
-        elif rel in ("replies_to", "answers"):
-            if rec.kind != "reply":
-                raise _refuse(f"only replies use {rel}", "RELATION_NOT_ALLOWED",
-                              pointer=_link_ptr(i) + "/relation")
-            kind_of(i, ("discussion", "reply"), "a discussion or reply")
-        elif rel == "branches_from":
-            if rec.kind != "discussion":
-                raise _refuse("only discussions use branches_from", "RELATION_NOT_ALLOWED",
-                              pointer=_link_ptr(i) + "/relation")
-            kind_of(i, ("discussion", "reply"), "a discussion or reply")
-        elif rel == "about":
-            if rec.kind != "discussion":
-                raise _refuse("only discussions use about", "RELATION_NOT_ALLOWED",
-                              pointer=_link_ptr(i) + "/relation")
-            kind_of(i, ("claim", "space"), "a claim or space")
-        elif rel == "merges":
-            if rec.kind not in MERGEABLE or not rec.previous:
-                raise _refuse("merges is only the last link of a revision of a space, claim"
-                              " or document", "RELATION_NOT_ALLOWED",
-                              pointer=_link_ptr(i) + "/relation")
-            kind_of(i, ("proposal",), "a proposal")
-        else:
-            expected_kind = {
-                "evidence_for": "evidence", "assesses": "assessment",
-                "relates_from": "relationship", "relates_to": "relationship",
-                "proposes_for": "proposal", "votes_on": "vote",
-            }[rel]
-            if rec.kind != expected_kind:
-                raise _refuse(f"only a {expected_kind} uses {rel}", "RELATION_NOT_ALLOWED",
-                              pointer=_link_ptr(i) + "/relation")
-
-    for rel, most in (("contained_in", 1), ("branches_from", 1), ("about", 1), ("merges", 1)):
-        if counts.get(rel, 0) > most:
-            raise _refuse(f"at most {most} {rel} link", "TOO_MANY_LINKS", relation=rel)
-    if rec.kind == "reply" and counts.get("replies_to", 0) + counts.get("answers", 0) != 1:
-        raise _refuse("a reply carries exactly one replies_to or answers link",
-                      "REPLY_PARENT", pointer="/record/links")
-    # "each to a unique claim or document": two revisions of one claim are the same claim
-    included = [targets[t].root for t in rec.targets("includes")]
-    if len(set(included)) != len(included):
-        raise _refuse("each includes link targets a distinct claim or document",
-                      "DUPLICATE_INCLUDE", pointer="/record/links")
-    if counts.get("merges") and rec.links[-1].relation != "merges":
-        raise _refuse("the merges link comes last", "MERGE_LINKS", pointer="/record/links")
-    depth = parent_depth + 1
-    if depth > MAX_DEPTH:
-        raise _refuse(f"containment is nested at most {MAX_DEPTH} deep", "TOO_DEEP",
-                      limit=MAX_DEPTH)
 
     vote_target = ""
     # c. immutable kinds and their exact links
@@ -480,12 +506,9 @@ def _check_proposal(state: StateView, base: RevisionFacts, body: Mapping[str, An
     if any(lk.relation == "merges" for lk in links):
         raise _refuse("proposed links carry no merges link", "RELATION_NOT_ALLOWED",
                       pointer="/body/links")
-    # "All link targets must already exist": a proposed link to nothing could never be merged
-    for i, lk in enumerate(links):
-        if state.revision(lk.target) is None:
-            raise _refuse(f"proposed link target {lk.target} does not exist",
-                          "LINK_TARGET_MISSING", pointer=f"/body/links/{i}/target",
-                          target=lk.target)
+    # links a revision of the base could not carry would make a proposal nobody can merge:
+    # every target exists, and the base's kind may use each relation (rules a and b)
+    _check_links(state, base.kind, links, True, "/body/links")
 
 
 def _check_merge(state: StateView, rec: Record, proposal: RevisionFacts) -> None:

@@ -430,6 +430,20 @@ async def test_proposed_content_must_be_valid_for_the_base(api: Api) -> None:
     body = await reject(api, "peer", proposal(c, "T", good, [*keep, link("cites", "9" * 64)]),
                         422, "LINK_TARGET_MISSING")
     assert body["details"]["pointer"] == "/body/links/1/target"
+    # links the base's kind may not carry would make a proposal nobody could merge
+    body = await reject(api, "peer", proposal(c, "T", good, [*keep, link("includes", c)]), 422,
+                        "RELATION_NOT_ALLOWED")
+    assert body["details"]["pointer"] == "/body/links/1/relation"
+    d = await accept(api, "owner", {"kind": "discussion", "title": "Talk",
+                                    "body": {"text": "About it"}, "links": [], "previous": ""})
+    body = await reject(api, "peer", proposal(s, "S", {"summary": "s"}, [link("includes", d)]),
+                        422, "LINK_TARGET_KIND")
+    assert body["details"]["pointer"] == "/body/links/0/target"
+    await reject(api, "peer", proposal(s, "S", {"summary": "s"},
+                                       [link("includes", c), link("includes", c)]),
+                 422, "DUPLICATE_INCLUDE")
+    await accept(api, "peer", proposal(s, "S", {"summary": "s"}, [link("includes", c)]),
+                 dry_run=True)
 
 
 async def test_only_the_target_author_merges_exactly_the_proposal(api: Api) -> None:
