@@ -259,6 +259,20 @@ def _exact_links(rec: Record, expected: list[tuple[str, str]]) -> None:
         )
 
 
+def _target_of_kind(
+    targets: Mapping[str, RevisionFacts], links: Sequence[Link], i: int,
+    allowed: frozenset[str] | tuple[str, ...], what: str, base: str,
+) -> RevisionFacts:
+    """The facts of link ``i``'s target, refused unless its kind is ``allowed``."""
+    t = targets[links[i].target]
+    if t.kind not in allowed:
+        raise _refuse(
+            f"{links[i].relation} must target {what}, not a {t.kind}", "LINK_TARGET_KIND",
+            pointer=f"{base}/{i}/target", allowed=sorted(allowed), actual=t.kind,
+        )
+    return t
+
+
 @dataclass(frozen=True)
 class _Links:
     """What steps a and b learn about a list of links: their targets' facts, how many of each
@@ -287,13 +301,7 @@ def _check_links(
         targets[lk.target] = found
 
     def kind_of(i: int, allowed: frozenset[str] | tuple[str, ...], what: str) -> RevisionFacts:
-        t = targets[links[i].target]
-        if t.kind not in allowed:
-            raise _refuse(
-                f"{links[i].relation} must target {what}, not a {t.kind}", "LINK_TARGET_KIND",
-                pointer=f"{base}/{i}/target", allowed=sorted(allowed), actual=t.kind,
-            )
-        return t
+        return _target_of_kind(targets, links, i, allowed, what, base)
 
     # b. relations by kind
     counts: dict[str, int] = {}
@@ -377,13 +385,7 @@ def check_state(state: StateView, rec: Record, authority_sequence: int) -> Verdi
     depth = checked.parent_depth + 1
 
     def kind_of(i: int, allowed: frozenset[str] | tuple[str, ...], what: str) -> RevisionFacts:
-        t = targets[rec.links[i].target]
-        if t.kind not in allowed:
-            raise _refuse(
-                f"{rec.links[i].relation} must target {what}, not a {t.kind}", "LINK_TARGET_KIND",
-                pointer=_link_ptr(i) + "/target", allowed=sorted(allowed), actual=t.kind,
-            )
-        return t
+        return _target_of_kind(targets, rec.links, i, allowed, what, "/record/links")
 
     vote_target = ""
     # c. immutable kinds and their exact links
