@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from alexandria.bootstrap import found_library
-from alexandria.canonical import canonical, sha256_hex
-from alexandria.config import write_json
-from alexandria.keys import verify
-from alexandria.schema import validate_content
-from alexandria.timestamps import format_ms, now_ms
+from alexandria.cli.config import write_json
+from alexandria.core.canonical import canonical, sha256_hex
+from alexandria.core.keys import verify
+from alexandria.core.schema import validate_content
+from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.service.bootstrap import found_library
 from bench.serving import free_port, process_cpu, thread_cpu, wait_ready
 
 
@@ -215,7 +215,7 @@ def main() -> None:
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=os.environ.copy())
         try:
             wait_ready(port, 20)
-            from alexandria.bootstrap import found_library as again
+            from alexandria.service.bootstrap import found_library as again
 
             f = again(seed=b"bench-admission", created_at="2026-01-01T00:00:00.000Z")
             import httpx

@@ -38,9 +38,9 @@ from urllib.parse import urlencode
 
 import orjson
 
-from alexandria import changes
-from alexandria.library import load_genesis
-from alexandria.sqlite_store import SqliteStorage
+from alexandria.reads import changes
+from alexandria.service.library import load_genesis
+from alexandria.store.sqlite import SqliteStorage
 from bench.serving import free_port, process_cpu, wait_ready
 
 

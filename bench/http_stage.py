@@ -24,13 +24,13 @@ from typing import Any
 
 import uvicorn
 
-from alexandria import write_api
-from alexandria.admission import Candidate, prepare
-from alexandria.app import create_app
-from alexandria.library import Library
-from alexandria.records import signed_record_bytes
-from alexandria.storage import Admitted
-from alexandria.timestamps import format_ms, now_ms, parse_ms
+from alexandria.api import write as write_api
+from alexandria.api.app import create_app
+from alexandria.core.records import signed_record_bytes
+from alexandria.core.timestamps import format_ms, now_ms, parse_ms
+from alexandria.rules.admission import Candidate, prepare
+from alexandria.service.library import Library
+from alexandria.store.interface import Admitted
 from bench.admission import build, client_process
 from bench.serving import free_port, wait_ready
 

@@ -40,14 +40,14 @@ from typing import Any
 
 import orjson
 
-from alexandria.admission import Candidate, prepare
-from alexandria.bootstrap import Founding, Participant, found_library
-from alexandria.canonical import canonical, sha256_hex
-from alexandria.config import write_json
-from alexandria.records import make_envelope, make_record
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.storage import Admitted
-from alexandria.timestamps import format_ms, parse_ms
+from alexandria.cli.config import write_json
+from alexandria.core.canonical import canonical, sha256_hex
+from alexandria.core.records import make_envelope, make_record
+from alexandria.core.timestamps import format_ms, parse_ms
+from alexandria.rules.admission import Candidate, prepare
+from alexandria.service.bootstrap import Founding, Participant, found_library
+from alexandria.store.interface import Admitted
+from alexandria.store.sqlite import SqliteStorage
 
 CREATED_AT = "2026-01-01T00:00:00.000Z"
 START = "2026-01-02T00:00:00.000Z"  # first authored_at; then 10 ms apart

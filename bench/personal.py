@@ -21,13 +21,13 @@ from typing import Any
 
 import httpx
 
-from alexandria.app import create_app
-from alexandria.bootstrap import Participant, found_library
-from alexandria.canonical import canonical, sha256_hex
-from alexandria.library import Library
-from alexandria.personal import MAX_ROOTS
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.timestamps import now
+from alexandria.api.app import create_app
+from alexandria.core.canonical import canonical, sha256_hex
+from alexandria.core.timestamps import now
+from alexandria.rules.personal import MAX_ROOTS
+from alexandria.service.bootstrap import Participant, found_library
+from alexandria.service.library import Library
+from alexandria.store.sqlite import SqliteStorage
 
 
 def _personal(f: Any, p: Participant, kind: str, body: Any, previous: str = "") -> bytes:

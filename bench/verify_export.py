@@ -31,15 +31,16 @@ from typing import Any
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from alexandria import export, log, verify
-from alexandria.admission import prepare
-from alexandria.bootstrap import Founding, Participant, found_library
-from alexandria.canonical import canonical, sha256_hex
-from alexandria.config import write_json
-from alexandria.keys import SigningKey
-from alexandria.library import load_genesis
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.timestamps import format_ms, parse_ms
+from alexandria.audit import export, verify
+from alexandria.cli.config import write_json
+from alexandria.core.canonical import canonical, sha256_hex
+from alexandria.core.keys import SigningKey
+from alexandria.core.timestamps import format_ms, parse_ms
+from alexandria.reads import log
+from alexandria.rules.admission import prepare
+from alexandria.service.bootstrap import Founding, Participant, found_library
+from alexandria.service.library import load_genesis
+from alexandria.store.sqlite import SqliteStorage
 
 SEED = b"bench-verify-export"
 T0 = "2026-01-01T00:00:00.000Z"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from alexandria.bootstrap import found_library
+from alexandria.service.bootstrap import found_library
 
 HERE = Path(__file__).resolve().parent
 DEV_SEED = b"alexandria-dev"

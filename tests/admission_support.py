@@ -11,10 +11,10 @@ from typing import Any
 
 import httpx
 
-from alexandria.bootstrap import Founding
-from alexandria.canonical import canonical
+from alexandria.core.canonical import canonical
+from alexandria.core.records import revision_id
 from alexandria.errors import AlexandriaError
-from alexandria.records import revision_id
+from alexandria.service.bootstrap import Founding
 from tests.conftest import Api, Clock, serve_library
 
 # --- content builders ------------------------------------------------------------------------

@@ -8,11 +8,11 @@ from typing import Any
 import httpx
 import pytest
 
-from alexandria.app import create_app
-from alexandria.bootstrap import Founding, found_library
-from alexandria.library import Library
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.timestamps import format_ms, parse_ms
+from alexandria.api.app import create_app
+from alexandria.core.timestamps import format_ms, parse_ms
+from alexandria.service.bootstrap import Founding, found_library
+from alexandria.service.library import Library
+from alexandria.store.sqlite import SqliteStorage
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

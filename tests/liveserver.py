@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from alexandria.bootstrap import Founding
-from alexandria.config import write_json
+from alexandria.cli.config import write_json
+from alexandria.service.bootstrap import Founding
 
 
 def free_port() -> int:

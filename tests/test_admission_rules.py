@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from alexandria.bootstrap import ALL_SCOPES
-from alexandria.canonical import canonical
-from alexandria.records import make_envelope, make_record
-from alexandria.rules import SCOPE_OF_KIND
+from alexandria.core.canonical import canonical
+from alexandria.core.records import make_envelope, make_record
+from alexandria.rules.state import SCOPE_OF_KIND
+from alexandria.service.bootstrap import ALL_SCOPES
 from tests.admission_support import (
     accept,
     admitted,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from alexandria.bootstrap import found_library, resolve_refs
+from alexandria.service.bootstrap import found_library, resolve_refs
 
 
 def test_seeded_founding_is_reproducible() -> None:

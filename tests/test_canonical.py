@@ -12,7 +12,7 @@ import rfc8785
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from alexandria.canonical import (
+from alexandria.core.canonical import (
     MAX_SAFE_INTEGER,
     canonical,
     canonical_parsed,

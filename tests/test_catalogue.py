@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from alexandria.search_text import SNIPPET_CHARACTERS
+from alexandria.core.search_text import SNIPPET_CHARACTERS
 from tests.catalogue_support import (
     catalogue,
     document,

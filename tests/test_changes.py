@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alexandria import changes
-from alexandria.bootstrap import resolve_refs
-from alexandria.canonical import canonical
-from alexandria.changes import LIMITS_KEY, Cursor, Limits
-from alexandria.sqlite_store import SqliteStorage
+from alexandria.core.canonical import canonical
+from alexandria.reads import changes
+from alexandria.reads.changes import LIMITS_KEY, Cursor, Limits
+from alexandria.service.bootstrap import resolve_refs
+from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, Api
 
 # --- helpers ---------------------------------------------------------------------------------

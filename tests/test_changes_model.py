@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from alexandria.canonical import canonical
-from alexandria.changes import LIMITS_KEY, Limits
-from alexandria.keys import SigningKey
-from alexandria.trust import make_authority_certificate
+from alexandria.core.canonical import canonical
+from alexandria.core.keys import SigningKey
+from alexandria.core.trust import make_authority_certificate
+from alexandria.reads.changes import LIMITS_KEY, Limits
 from tests.conftest import Api
 
 # Written out from PROTOCOL §5 rather than imported, so that the model is independent.

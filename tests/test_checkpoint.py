@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alexandria.checkpoint import (
+from alexandria.core.checkpoint import (
     MAX_SIGNATURES,
     Checkpoint,
     CheckpointError,
@@ -20,7 +20,7 @@ from alexandria.checkpoint import (
     sign_note,
     verify_checkpoint,
 )
-from alexandria.keys import SigningKey
+from alexandria.core.keys import SigningKey
 
 KEY = SigningKey(bytes(range(32)))
 OTHER = SigningKey(bytes(range(1, 33)))

@@ -11,12 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from alexandria import log, merkle
-from alexandria.app import create_app
-from alexandria.bootstrap import Founding
-from alexandria.checkpoint import verify_checkpoint
-from alexandria.library import Library
-from alexandria.sqlite_store import SqliteStorage
+from alexandria.api.app import create_app
+from alexandria.core import merkle
+from alexandria.core.checkpoint import verify_checkpoint
+from alexandria.reads import log
+from alexandria.service.bootstrap import Founding
+from alexandria.service.library import Library
+from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import Api, Clock
 from tests.test_log_api import discussion
 

@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from alexandria import cli_personal
+from alexandria.cli import personal as cli_personal
+from alexandria.cli.config import Home
+from alexandria.cli.session import Session
 from alexandria.client import ServerError
-from alexandria.config import Home
-from alexandria.participant import Session
 from tests.cli_support import CLI, Library, cli, cli_env, cli_json, write_content
 from tests.conftest import CONTRACT
 

@@ -12,11 +12,11 @@ import httpx
 import orjson
 import pytest
 
-from alexandria import export, verify
-from alexandria.bootstrap import Founding, found_library
-from alexandria.canonical import canonical
+from alexandria.audit import export, verify
+from alexandria.core.canonical import canonical
+from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.errors import AlexandriaError
-from alexandria.timestamps import format_ms, now_ms
+from alexandria.service.bootstrap import Founding, found_library
 from tests.conftest import SEED, T0
 from tests.liveserver import Server, serving, write_library_files
 
@@ -159,7 +159,7 @@ def test_verify_entry_refuses_what_does_not_hold(live: Live) -> None:
             verify.verify_entry(fetch, live.founding.genesis.pin, "ab" * 32)
         assert info.value.code == "UNKNOWN_REVISION"
         # a checkpoint of the right size whose root is not this log's
-        from alexandria.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
+        from alexandria.core.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
 
         cp = parse_checkpoint(live.early_note)[0]
         forged = sign_checkpoint(Checkpoint(cp.origin, cp.size, bytes(32)),

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from alexandria.trust import Genesis
+from alexandria.core.trust import Genesis
 from tests.cli_support import CLI, cli, cli_json
 from tests.conftest import CONTRACT
 from tests.liveserver import Server, free_port

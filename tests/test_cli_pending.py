@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from alexandria.canonical import canonical
+from alexandria.core.canonical import canonical
 from tests.cli_support import Library, cli, cli_json, copy_db
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from alexandria import changes
-from alexandria.served_contract import enforced_limits
+from alexandria.api.served_contract import enforced_limits
+from alexandria.reads import changes
 from tests.conftest import ROOT, Api
 
 GIVEN = json.loads((ROOT / "contracts" / "read-contract.json").read_text())

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from alexandria.bootstrap import Founding
-from alexandria.timestamps import format_ms, now_ms
+from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.service.bootstrap import Founding
 from tests.liveserver import Server, serving, write_library_files
 
 

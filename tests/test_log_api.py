@@ -10,16 +10,17 @@ from typing import Any
 import httpx
 import pytest
 
-from alexandria import log, merkle
-from alexandria.admission import prepare
-from alexandria.app import create_app
-from alexandria.bootstrap import Founding
-from alexandria.canonical import canonical
-from alexandria.checkpoint import parse_checkpoint, verify_checkpoint
-from alexandria.keys import SigningKey
-from alexandria.library import Library
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.trust import make_authority_certificate, make_revocation
+from alexandria.api.app import create_app
+from alexandria.core import merkle
+from alexandria.core.canonical import canonical
+from alexandria.core.checkpoint import parse_checkpoint, verify_checkpoint
+from alexandria.core.keys import SigningKey
+from alexandria.core.trust import make_authority_certificate, make_revocation
+from alexandria.reads import log
+from alexandria.rules.admission import prepare
+from alexandria.service.bootstrap import Founding
+from alexandria.service.library import Library
+from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import Api, Clock
 
 

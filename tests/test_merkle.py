@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alexandria import merkle
-from alexandria.errors import BadRequest, Unprocessable
-from alexandria.merkle import (
+from alexandria.core import merkle
+from alexandria.core.merkle import (
     EMPTY_ROOT,
     MerkleError,
     MerkleRangeError,
@@ -31,6 +30,7 @@ from alexandria.merkle import (
     verify_consistency,
     verify_inclusion,
 )
+from alexandria.errors import BadRequest, Unprocessable
 
 # The vectors live outside the repository (../shared relative to its root), read-only in CI.
 VECTOR_DIR = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "merkle"

@@ -8,7 +8,7 @@ from typing import Any
 import jsonschema
 from starlette.routing import Route
 
-from alexandria.app import create_app
+from alexandria.api.app import create_app
 from tests.conftest import Api
 
 METHODS = ("get", "post", "put", "patch", "delete")

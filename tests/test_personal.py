@@ -13,16 +13,16 @@ from typing import Any
 import httpx
 import pytest
 
-from alexandria.app import create_app
-from alexandria.bootstrap import resolve_refs
-from alexandria.canonical import canonical, sha256_hex
-from alexandria.library import Library
-from alexandria.personal import MAX_ROOTS, WINDOW_MS
-from alexandria.personal_store import RETENTION_MS
-from alexandria.records import make_envelope, make_record
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.timestamps import format_ms
-from alexandria.trust import make_revocation
+from alexandria.api.app import create_app
+from alexandria.core.canonical import canonical, sha256_hex
+from alexandria.core.records import make_envelope, make_record
+from alexandria.core.timestamps import format_ms
+from alexandria.core.trust import make_revocation
+from alexandria.rules.personal import MAX_ROOTS, WINDOW_MS
+from alexandria.service.bootstrap import resolve_refs
+from alexandria.service.library import Library
+from alexandria.store.personal import RETENTION_MS
+from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, Api
 
 PUBLIC_TABLES = ("log", "merkle_nodes", "revisions", "objects", "links", "feed", "votes")

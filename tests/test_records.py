@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from alexandria.canonical import canonical
-from alexandria.keys import verify
-from alexandria.records import MAX_BODY_CHARACTERS, MAX_ENVELOPE_BYTES, revision_id
+from alexandria.core.canonical import canonical
+from alexandria.core.keys import verify
+from alexandria.core.records import MAX_BODY_CHARACTERS, MAX_ENVELOPE_BYTES, revision_id
 from tests.admission_support import admitted, claim, refused, reply, space
 from tests.conftest import Api
 

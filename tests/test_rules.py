@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from alexandria.rules import MAX_DEPTH
-from alexandria.timestamps import format_ms
+from alexandria.core.timestamps import format_ms
+from alexandria.rules.state import MAX_DEPTH
 from tests.admission_support import (
     accept,
     admitted,

@@ -15,9 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from alexandria.bootstrap import resolve_refs
-from alexandria.errors import AlexandriaError
-from alexandria.schema import (
+from alexandria.core.schema import (
     SchemaViolation,
     content_schema,
     ecma_regex,
@@ -27,6 +25,8 @@ from alexandria.schema import (
     reference_errors,
     validate_content,
 )
+from alexandria.errors import AlexandriaError
+from alexandria.service.bootstrap import resolve_refs
 from tests.conftest import CONTRACT
 
 # --- formats -------------------------------------------------------------------------------------

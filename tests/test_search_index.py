@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alexandria import catalogue, search_index
-from alexandria.catalogue import CatalogueQuery
-from alexandria.search_text import human_text, normalise, snippet, words
+from alexandria.core.search_text import human_text, normalise, snippet, words
+from alexandria.reads import catalogue
+from alexandria.reads.catalogue import CatalogueQuery
+from alexandria.store import search_index
 from tests.catalogue_support import catalogue as get_catalogue
 from tests.catalogue_support import content, document, publish_example, vote
 from tests.conftest import Api

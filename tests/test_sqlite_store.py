@@ -7,10 +7,10 @@ from pathlib import Path
 
 import orjson
 
-from alexandria import log
-from alexandria.bootstrap import Founding
-from alexandria.objects import SECTIONS
-from alexandria.timestamps import parse_ms
+from alexandria.core.timestamps import parse_ms
+from alexandria.reads import log
+from alexandria.reads.objects import SECTIONS
+from alexandria.service.bootstrap import Founding
 from tests import objects_support
 from tests.conftest import Api, Clock, serve_library
 from tests.objects_support import publish_example

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alexandria.timestamps import format_ms, parse_ms
+from alexandria.core.timestamps import format_ms, parse_ms
 
 # 0001-01-01 .. 9999-12-31, the years the four-digit shape can hold
 _FIRST = -62_135_596_800_000

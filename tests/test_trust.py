@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 
-from alexandria.bootstrap import Founding, found_library
-from alexandria.canonical import canonical, sha256_hex
-from alexandria.errors import AlexandriaError
-from alexandria.keys import SigningKey
-from alexandria.records import make_envelope, make_record
-from alexandria.timestamps import parse_ms
-from alexandria.trust import (
+from alexandria.core.canonical import canonical, sha256_hex
+from alexandria.core.keys import SigningKey
+from alexandria.core.records import make_envelope, make_record
+from alexandria.core.timestamps import parse_ms
+from alexandria.core.trust import (
     Genesis,
     make_authority_certificate,
     make_genesis,
@@ -25,6 +23,8 @@ from alexandria.trust import (
     make_worker_certificate,
     sign_document,
 )
+from alexandria.errors import AlexandriaError
+from alexandria.service.bootstrap import Founding, found_library
 from tests.admission_support import admitted, check_error_body, refused, serve, space
 from tests.conftest import SEED, T0, Api, Clock
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import httpx
 
-from alexandria.app import create_app
-from alexandria.canonical import canonical
-from alexandria.library import Library
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.trust import Genesis
+from alexandria.api.app import create_app
+from alexandria.core.canonical import canonical
+from alexandria.core.trust import Genesis
+from alexandria.service.library import Library
+from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, Clock
 from tests.vectors import generate
 

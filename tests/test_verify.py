@@ -13,15 +13,16 @@ import httpx
 import orjson
 import pytest
 
-from alexandria import export, merkle, replay, verify
-from alexandria.app import create_app
-from alexandria.bootstrap import Founding, found_library, resolve_refs
-from alexandria.canonical import canonical
-from alexandria.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
-from alexandria.library import Library
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.trust import make_revocation
-from alexandria.verify import VerificationFailed, verify_export
+from alexandria.api.app import create_app
+from alexandria.audit import export, replay, verify
+from alexandria.audit.verify import VerificationFailed, verify_export
+from alexandria.core import merkle
+from alexandria.core.canonical import canonical
+from alexandria.core.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
+from alexandria.core.trust import make_revocation
+from alexandria.service.bootstrap import Founding, found_library, resolve_refs
+from alexandria.service.library import Library
+from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, SEED, T0, Api, Clock
 
 

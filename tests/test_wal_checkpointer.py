@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from alexandria import wal_checkpointer
-from alexandria.admission import prepare
-from alexandria.bootstrap import Founding
-from alexandria.sqlite_store import SqliteStorage
+from alexandria.rules.admission import prepare
+from alexandria.service.bootstrap import Founding
+from alexandria.store import wal_checkpointer
+from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import Clock
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from alexandria.bootstrap import resolve_refs
+from alexandria.service.bootstrap import resolve_refs
 from tests.conftest import CONTRACT, Api
 
 

@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest
 
-from alexandria import merkle, search_index
-from alexandria.admission import Candidate, prepare
-from alexandria.bootstrap import Founding
+from alexandria.core import merkle
 from alexandria.errors import Conflict
-from alexandria.log import node_reader
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.storage import Admitted
-from alexandria.writer_memory import LIMIT, Bounded
+from alexandria.reads.log import node_reader
+from alexandria.rules.admission import Candidate, prepare
+from alexandria.service.bootstrap import Founding
+from alexandria.store import search_index
+from alexandria.store.interface import Admitted
+from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.writer_memory import LIMIT, Bounded
 from tests.conftest import Clock
 
 

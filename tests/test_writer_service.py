@@ -15,14 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from alexandria.admission import Candidate, prepare
-from alexandria.bootstrap import Founding
+from alexandria.core.records import PERSONAL_KINDS, PUBLIC_KINDS, RecordInvalid
+from alexandria.core.trust import Genesis
 from alexandria.errors import AlexandriaError, Conflict, ServiceError, status_of
-from alexandria.records import PERSONAL_KINDS, PUBLIC_KINDS, RecordInvalid
-from alexandria.sqlite_store import SqliteStorage
-from alexandria.storage import Admitted, DryRun
-from alexandria.trust import Genesis
-from alexandria.writer_service import WriterClient, WriterServer, WriterUnavailable
+from alexandria.rules.admission import Candidate, prepare
+from alexandria.service.bootstrap import Founding
+from alexandria.service.writer_service import WriterClient, WriterServer, WriterUnavailable
+from alexandria.store.interface import Admitted, DryRun
+from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import Clock
 from tests.liveserver import Server, serving, write_library_files
 from tests.vectors import generate

@@ -18,14 +18,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from alexandria.bootstrap import Founding, Participant, derive_key, found_library, resolve_refs
-from alexandria.canonical import canonical
-from alexandria.records import make_envelope, make_record, revision_id
-from alexandria.timestamps import format_ms, parse_ms
-from alexandria.trust import (
+from alexandria.core.canonical import canonical
+from alexandria.core.records import make_envelope, make_record, revision_id
+from alexandria.core.timestamps import format_ms, parse_ms
+from alexandria.core.trust import (
     make_authority_certificate,
     make_revocation,
     make_worker_certificate,
+)
+from alexandria.service.bootstrap import (
+    Founding,
+    Participant,
+    derive_key,
+    found_library,
+    resolve_refs,
 )
 
 SEED = b"alexandria-test-vectors/1"

@@ -1,0 +1,45 @@
+"""The Starlette application: routes from the API modules, one table of error handlers."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+
+from alexandria.api import catalogue as catalogue_api
+from alexandria.api import changes as changes_api
+from alexandria.api import contract as contract_api
+from alexandria.api import log as log_api
+from alexandria.api import objects as object_api
+from alexandria.api import personal as personal_api
+from alexandria.api import read as read_api
+from alexandria.api import write as write_api
+from alexandria.api.http import EXCEPTION_HANDLERS
+from alexandria.reads import log
+from alexandria.service.library import Library
+
+
+def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
+    """``manage_lifecycle``: open the storage on startup and close it on shutdown."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        if manage_lifecycle:
+            await library.open()
+        try:
+            async with log.background_signer(library):
+                yield
+        finally:
+            if manage_lifecycle:
+                await library.close()
+
+    app = Starlette(
+        routes=[*write_api.routes, *read_api.routes, *personal_api.routes,
+                *changes_api.routes, *log_api.routes,
+                *catalogue_api.routes, *object_api.routes, *contract_api.routes],
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=lifespan,
+    )
+    app.state.library = library
+    return app

@@ -1,0 +1,36 @@
+"""Self-description routes: ``GET /api/contract`` and ``GET /api/openapi.json``."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from alexandria.api import openapi
+from alexandria.api.http import json_response, query_params
+from alexandria.api.served_contract import served_contract
+from alexandria.reads import changes
+from alexandria.service.library import Library
+
+
+def origin_of(request: Request) -> str:
+    """The origin the reader reached this server at: scheme, host and port of the request."""
+    return f"{request.url.scheme}://{request.url.netloc}"
+
+
+async def get_contract(request: Request) -> Response:
+    query_params(request, ())
+    lib: Library = request.app.state.library
+    limits = lib.extras.get(changes.LIMITS_KEY, changes.DEFAULT_LIMITS)
+    return json_response(served_contract(origin_of(request), limits))
+
+
+async def get_openapi(request: Request) -> Response:
+    query_params(request, ())
+    return json_response(openapi.document(origin_of(request)))
+
+
+routes = [
+    Route("/api/contract", get_contract, methods=["GET"]),
+    Route("/api/openapi.json", get_openapi, methods=["GET"]),
+]

@@ -1,0 +1,415 @@
+"""The OpenAPI 3.1 description of every route, written by hand as one table.
+
+``tests/test_openapi.py`` checks it against the routes ``create_app`` mounts, both ways, and that
+every documented parameter is one the handler accepts.  The wire shapes follow PROTOCOL.md and
+the contract; docs/read-api.md explains the read routes' decisions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alexandria import __version__
+from alexandria.reads.catalogue import METHODS, PAGE_SIZE, PROJECTIONS, SORTS, VERDICTS, VIEWS
+from alexandria.store.search_index import LISTED_KINDS
+
+HEX64 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+OFFSET = {"type": "integer", "minimum": 0, "maximum": 2**53 - 1, "default": 0}
+NEXT_OFFSET = {"type": ["integer", "null"], "minimum": 0}
+PERSONAL_STATE = {
+    "type": "object", "required": ["state"],
+    "properties": {"state": {"oneOf": [{"$ref": "#/components/schemas/SignedRecord"},
+                                       {"type": "null"}]}},
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _q(name: str, schema: dict[str, Any], description: str, required: bool = False
+       ) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": required, "schema": schema,
+            "description": description}
+
+
+REVISION = {
+    "name": "revision", "in": "path", "required": True, "schema": HEX64,
+    "description": "an exact revision id (64 lowercase hex); malformed → 400, unknown → 404",
+}
+ERROR_RESPONSES = {
+    "400": {"$ref": "#/components/responses/BadRequest"},
+}
+NOT_FOUND = {"404": {"$ref": "#/components/responses/NotFound"}}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+WRITE_ERRORS = {
+    "400": _error("body not JSON or not an envelope/document shape; bad query parameter"),
+    "403": _error("certificate, authority, revocation, validity window, proof or scope failure"),
+    "409": _error("previous is not the current head, second vote, stale proposal base, or a"
+                  " personal-state compare-and-set conflict; details name the current head"),
+    "413": _error("request body over 65,536 bytes"),
+    "422": _error("record shape, content schema, state rule or timestamp rule"),
+    "503": _error("storage unavailable (STORAGE_BUSY, STORAGE_FAILED) or the writer process is"
+                  " gone (WRITER_UNAVAILABLE): nothing was acknowledged; retrying is safe"),
+}
+
+
+def _get(summary: str, params: list[dict[str, Any]], ok: dict[str, Any],
+         errors: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": summary,
+            "parameters": params,
+            "responses": {"200": ok, **ERROR_RESPONSES, **(errors or {})},
+        }
+    }
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error", "code", "details"],
+        "properties": {
+            "error": {"type": "string", "description": "a human sentence"},
+            "code": {"type": "string", "pattern": "^[A-Z][A-Z0-9_]*$"},
+            "details": {"type": "object"},
+            "resync_required": {"const": True},
+        },
+    },
+    "Signature": {
+        "type": "object", "required": ["key", "signature"],
+        "properties": {"key": HEX64,
+                       "signature": {"type": "string", "pattern": "^[0-9a-f]{128}$"}},
+        "additionalProperties": False,
+    },
+    "SignedDocument": {
+        "type": "object",
+        "description": "{NAME: PAYLOAD, signatures: [...]} (PROTOCOL §2)",
+        "required": ["signatures"],
+        "properties": {"signatures": {"type": "array", "items": _ref("Signature")}},
+    },
+    "Record": {
+        "type": "object",
+        "required": ["format", "genesis", "author", "authored_at", "kind", "title", "body",
+                     "links", "previous"],
+        "properties": {
+            "format": {"const": "alexandria.contribution/3"},
+            "genesis": HEX64, "author": HEX64,
+            "authored_at": {"type": "string", "format": "date-time"},
+            "kind": {"type": "string"}, "title": {"type": "string"},
+            "body": {"type": "string", "maxLength": 48000},
+            "links": {"type": "array", "items": {
+                "type": "object", "required": ["relation", "target"],
+                "properties": {"relation": {"type": "string"}, "target": HEX64},
+                "additionalProperties": False}},
+            "previous": {"type": "string"},
+        },
+        "additionalProperties": False,
+    },
+    "Envelope": {
+        "type": "object", "required": ["record", "signature"],
+        "properties": {
+            "record": _ref("Record"),
+            "signature": {"type": "object", "required": ["certificate", "proof"],
+                          "properties": {"certificate": _ref("SignedDocument"),
+                                         "proof": {"type": "string"}},
+                          "additionalProperties": False},
+        },
+        "additionalProperties": False,
+    },
+    "SignedRecord": {
+        "type": "object",
+        "description": "a signed record served from its stored canonical bytes",
+        "required": ["id", "root", "record", "signature", "admission"],
+        "properties": {
+            "id": HEX64, "root": HEX64, "record": _ref("Record"),
+            "signature": {"type": "object"},
+            "admission": {"type": "object", "required": ["sequence", "admitted_at", "authority"],
+                          "properties": {"sequence": {"type": "integer", "minimum": 1},
+                                         "admitted_at": {"type": "string"},
+                                         "authority": _ref("SignedDocument")}},
+        },
+    },
+    "Summary": {
+        "type": "object",
+        "description": "unsigned discovery hint: fetch the exact entry before verifying",
+        "required": ["id", "root", "title", "kind", "author", "authored_at", "snippet"],
+        "properties": {
+            "id": HEX64, "root": HEX64, "title": {"type": "string"},
+            "kind": {"enum": list(LISTED_KINDS)}, "author": HEX64,
+            "authored_at": {"type": "string"},
+            "snippet": {"type": "string", "maxLength": 280},
+        },
+        "additionalProperties": False,
+    },
+    "Catalogue": {
+        "type": "object", "required": ["items", "library", "total", "next_offset"],
+        "properties": {
+            "items": {"type": "array", "maxItems": PAGE_SIZE,
+                      "items": {"oneOf": [_ref("SignedRecord"), _ref("Summary")]}},
+            "library": {"type": "string", "description": "the genesis library namespace"},
+            "total": {"type": "integer", "minimum": 0},
+            "next_offset": NEXT_OFFSET,
+        },
+    },
+    "Scores": {
+        "type": "object",
+        "required": ["author", "received", "votes", "votes_total", "next_offset"],
+        "properties": {
+            "author": HEX64,
+            "received": {"type": "object", "required": ["score", "up", "down", "neutral"],
+                         "properties": {k: {"type": "integer"}
+                                        for k in ("score", "up", "down", "neutral")}},
+            "votes": {"type": "array", "maxItems": PAGE_SIZE, "items": {
+                "type": "object",
+                "required": ["target", "value", "vote", "vote_root", "target_score"],
+                "properties": {"target": HEX64, "value": {"enum": [-1, 0, 1]}, "vote": HEX64,
+                               "vote_root": HEX64, "target_score": {"type": "integer"}}}},
+            "votes_total": {"type": "integer", "minimum": 0},
+            "next_offset": NEXT_OFFSET,
+        },
+    },
+    "ObjectView": {
+        "type": "object",
+        "required": ["item", "head", "original", "ancestors", "items", "revisions",
+                     "next_offset"],
+        "properties": {
+            "item": _ref("SignedRecord"), "head": HEX64, "original": _ref("SignedRecord"),
+            "ancestors": {"type": "array", "items": _ref("SignedRecord"),
+                          "description": "signed containing spaces, root first"},
+            "items": {"type": "array", "maxItems": PAGE_SIZE, "items": _ref("SignedRecord")},
+            "revisions": {"type": "integer", "minimum": 1},
+            "next_offset": NEXT_OFFSET,
+        },
+    },
+    "Connections": {
+        "type": "object",
+        "required": ["outgoing", "incoming", "history", "history_total", "next_offset"],
+        "properties": {
+            "outgoing": {"type": "array", "items": {"type": "object"}},
+            "incoming": {"type": "array", "items": {
+                "type": "object", "required": ["source", "relation", "title"],
+                "properties": {"source": HEX64, "relation": {"type": "string"},
+                               "title": {"type": "string"}}}},
+            "history": {"type": "array", "items": HEX64},
+            "history_total": {"type": "integer", "minimum": 1},
+            "next_offset": NEXT_OFFSET,
+        },
+    },
+    "RecordPage": {
+        "type": "object", "required": ["items", "total", "next_offset"],
+        "properties": {"items": {"type": "array", "maxItems": PAGE_SIZE,
+                                 "items": _ref("SignedRecord")},
+                       "total": {"type": "integer", "minimum": 0}, "next_offset": NEXT_OFFSET},
+    },
+    "Changes": {
+        "type": "object", "required": ["items", "cursor", "has_more", "snapshot"],
+        "properties": {
+            "items": {"type": "array", "maxItems": 50, "items": _ref("SignedRecord")},
+            "cursor": {"type": "string", "description": "opaque resume cursor"},
+            "has_more": {"type": "boolean"},
+            "snapshot": {"type": "integer", "minimum": 0,
+                         "description": "the log size this page's snapshot is bounded by"},
+        },
+    },
+    "AuthorityAdmission": {
+        "type": "object", "required": ["sequence", "admitted_at", "document"],
+        "properties": {"sequence": {"type": "integer", "minimum": 1},
+                       "admitted_at": {"type": "string"}, "document": _ref("SignedDocument")},
+    },
+}
+
+PATHS: dict[str, Any] = {
+    "/api/entries": {
+        "post": {
+            "summary": "Admit a signed contribution envelope",
+            "parameters": [_q("dry_run", {"enum": ["true", "false"], "default": "false"},
+                              "run every check against the current state and store nothing")],
+            "requestBody": {"required": True,
+                            "content": {"application/json": {"schema": _ref("Envelope")}}},
+            "responses": {
+                "200": _json({"oneOf": [_ref("SignedRecord"), {
+                    "type": "object", "required": ["dry_run", "id", "root", "already_admitted"],
+                    "properties": {"dry_run": {"const": True}, "id": HEX64, "root": HEX64,
+                                   "already_admitted": {"type": "boolean"}}}]},
+                    "an exact retry (the stored signed record), or a dry run's verdict"),
+                "201": _json(_ref("SignedRecord"), "admitted: the signed record"),
+                **WRITE_ERRORS,
+            },
+        }
+    },
+    "/api/entries/{revision}": _get(
+        "One exact revision", [REVISION], _json(_ref("SignedRecord"), "the signed record"),
+        NOT_FOUND),
+    "/api/entries/{revision}/head": _get(
+        "The operator's current head of the revision's object", [REVISION],
+        _json(_ref("SignedRecord"), "the current head's signed record"), NOT_FOUND),
+    "/api/entries/{revision}/connections": _get(
+        "Outgoing links, incoming links and the revision history of an object",
+        [REVISION, _q("offset", OFFSET, "pages incoming and history together")],
+        _json(_ref("Connections"), "connections"), NOT_FOUND),
+    "/api/entries/{revision}/discussion": _get(
+        "The thread under a discussion or reply (replies and branches), or the debates about a"
+        " claim or space",
+        [REVISION, _q("sort", {"enum": ["old", "new", "top"], "default": "old"}, "order"),
+         _q("offset", OFFSET, "page offset")],
+        _json(_ref("RecordPage"), "a page of signed records"), NOT_FOUND),
+    "/api/objects/{revision}": _get(
+        "An object in context: head, original, ancestors and one section",
+        [REVISION,
+         _q("section", {"enum": ["all", "children", "related", "history", "graph",
+                                 "discussions", "knowledge"], "default": "all"}, "section"),
+         _q("offset", OFFSET, "section offset"),
+         _q("exact", {"enum": ["true", "false"], "default": "false"},
+            "item is the exact revision rather than the current head, and links from other"
+            " objects count only when they name exactly that revision")],
+        _json(_ref("ObjectView"), "the object view"), NOT_FOUND),
+    "/api/catalogue": _get(
+        "Discover current heads: filter, search and rank (docs/read-api.md)",
+        [
+            _q("q", {"type": "string", "maxLength": 500},
+               "search words; every word must occur in the title or body (NFKC, case folded)"),
+            _q("kind", {"enum": list(LISTED_KINDS)}, "one kind (votes are never listed)"),
+            _q("sort", {"enum": list(SORTS)},
+               "new (default without q), top (vote score), relevance (default with q)"),
+            _q("offset", OFFSET, f"page offset; pages hold {PAGE_SIZE}"),
+            _q("author", HEX64, "the 64-hex actor who created the object"),
+            _q("method", {"enum": list(METHODS)}, "evidence of this method only"),
+            _q("verdict", {"enum": list(VERDICTS)}, "assessments with this verdict only"),
+            _q("projection", {"enum": list(PROJECTIONS), "default": "full"},
+               "signed records or unsigned summaries"),
+            _q("view", {"enum": list(VIEWS), "default": "all"},
+               "all non-vote heads, current (no replies) or feed kinds"),
+        ],
+        _json(_ref("Catalogue"), "a page of heads")),
+    "/api/scores": _get(
+        "Host-projected vote totals of an actor and the votes they currently hold",
+        [_q("author", HEX64, "the 64-hex actor", required=True),
+         _q("offset", OFFSET, "offset into the actor's votes")],
+        _json(_ref("Scores"), "scores")),
+    "/api/changes": _get(
+        "Every revision of a root's members in admission order, by snapshot cursor",
+        [_q("root", HEX64, "contribution root id", required=True),
+         _q("cursor", {"type": "string"}, "opaque cursor from the previous page"),
+         _q("limit", {"type": "integer", "minimum": 1, "maximum": 50, "default": 50},
+            "items per page")],
+        _json(_ref("Changes"), "a page of the feed"),
+        {"409": _error("cursor cannot be honoured: resync_required is true")}),
+    "/api/personal": {
+        "post": {
+            "summary": "Read or compare-and-set the signer's private lists",
+            "parameters": [],
+            "requestBody": {"required": True,
+                            "content": {"application/json": {"schema": _ref("Envelope")}}},
+            "responses": {
+                "200": _json(PERSONAL_STATE,
+                             "the signer's current state (or null), or an exact retry"),
+                "201": _json(PERSONAL_STATE, "the new state was stored"),
+                **WRITE_ERRORS,
+            },
+        }
+    },
+    "/api/authority": {
+        **_get("Admitted authority certificates and revocations, in admission order", [],
+               _json({"type": "object", "required": ["items"],
+                      "properties": {"items": {"type": "array", "items": {
+                          "type": "object",
+                          "required": ["sequence", "type", "admitted_at", "document"]}}}},
+                     "authority documents")),
+        "post": {
+            "summary": "Admit an authority certificate or a revocation",
+            "parameters": [],
+            "requestBody": {"required": True, "content": {
+                "application/json": {"schema": _ref("SignedDocument")}}},
+            "responses": {
+                "200": _json(_ref("AuthorityAdmission"), "already admitted"),
+                "201": _json(_ref("AuthorityAdmission"), "admitted"),
+                **{k: v for k, v in WRITE_ERRORS.items() if k != "409"},
+            },
+        },
+    },
+    "/api/genesis": _get(
+        "The genesis document and its pin", [],
+        _json({"type": "object", "required": ["pin", "document"],
+               "properties": {"pin": HEX64, "document": _ref("SignedDocument")}}, "genesis")),
+    "/api/contract": _get(
+        "The agent read contract as this server enforces it (its origin and limits)", [],
+        _json({"type": "object", "required": ["format", "origin", "limits", "routes"]},
+              "alexandria.agent-read-contract/1")),
+    "/api/openapi.json": _get(
+        "This document", [], _json({"type": "object"}, "OpenAPI 3.1")),
+    "/api/log/checkpoint": {
+        "get": {
+            "summary": "The latest signed checkpoint (C2SP signed note)",
+            "parameters": [],
+            "responses": {"200": {"description": "signed note",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}},
+                          **ERROR_RESPONSES,
+                          "503": _json(_ref("Error"), "the tree grew and the log cannot sign"
+                                       " it: LOG_KEY_MISSING, LOG_KEY_NOT_CERTIFIED, ..."
+                                       " (docs/log.md)")},
+        }
+    },
+    "/api/log/checkpoints": _get(
+        "Every signed checkpoint after a tree size, oldest first",
+        [_q("after", OFFSET, "only checkpoints of larger trees")],
+        _json({"type": "object", "required": ["checkpoints", "next"], "properties": {
+            "checkpoints": {"type": "array", "items": {
+                "type": "object", "required": ["note", "size"]}},
+            "next": NEXT_OFFSET}}, "checkpoints")),
+    "/api/log/entries": _get(
+        "Log leaves [start, end), at most 50 or 393,216 bytes, at least one",
+        [_q("start", {"type": "integer", "minimum": 0}, "first leaf index", required=True),
+         _q("end", {"type": "integer", "minimum": 1}, "end leaf index (exclusive)",
+            required=True)],
+        _json({"type": "object", "required": ["entries", "next"], "properties": {
+            "entries": {"type": "array", "items": {
+                "type": "object", "required": ["admitted_at", "leaf", "sequence", "type"]}},
+            "next": NEXT_OFFSET}}, "entries")),
+    "/api/log/proof/inclusion": _get(
+        "RFC 9162 inclusion proof of leaf index in a tree of size",
+        [_q("index", {"type": "integer", "minimum": 0}, "leaf index", required=True),
+         _q("size", {"type": "integer", "minimum": 1}, "tree size", required=True)],
+        _json({"type": "object", "required": ["index", "size", "proof"], "properties": {
+            "index": {"type": "integer"}, "size": {"type": "integer"},
+            "proof": {"type": "array", "items": HEX64}}}, "inclusion proof")),
+    "/api/log/proof/consistency": _get(
+        "RFC 9162 consistency proof between two tree sizes",
+        [_q("old", {"type": "integer", "minimum": 0}, "older tree size", required=True),
+         _q("new", {"type": "integer", "minimum": 0}, "newer tree size", required=True)],
+        _json({"type": "object", "required": ["old", "new", "proof"], "properties": {
+            "old": {"type": "integer"}, "new": {"type": "integer"},
+            "proof": {"type": "array", "items": HEX64}}}, "consistency proof")),
+}
+
+
+def document(server_url: str | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Alexandria ledger",
+            "version": __version__,
+            "description": "A signed, append-only contribution ledger for a public knowledge"
+            " library. Wire decisions: PROTOCOL.md; read routes: docs/read-api.md.",
+        },
+        "paths": PATHS,
+        "components": {
+            "schemas": SCHEMAS,
+            "responses": {
+                "BadRequest": _error("malformed parameter or path revision (typed error)"),
+                "NotFound": _error("unknown revision"),
+            },
+        },
+    }
+    if server_url:
+        doc["servers"] = [{"url": server_url}]
+    return doc

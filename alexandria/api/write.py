@@ -1,0 +1,48 @@
+"""Write routes: ``POST /api/entries`` (with ``?dry_run=true``) and ``POST /api/authority``."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from alexandria.api.http import bool_param, json_response, query_params, raw_json, read_body
+from alexandria.core.canonical import parse_json
+from alexandria.rules.admission import prepare
+from alexandria.service.library import Library
+from alexandria.store.interface import DryRun
+
+
+def _library(request: Request) -> Library:
+    lib: Library = request.app.state.library
+    return lib
+
+
+async def post_entry(request: Request) -> Response:
+    lib = _library(request)
+    dry_run = bool_param(query_params(request, ("dry_run",)), "dry_run")
+    body = await read_body(request)
+    cand = prepare(body, lib.genesis, index_text=True)
+    result = await lib.admit(cand, dry_run=dry_run)
+    if isinstance(result, DryRun):
+        return json_response(
+            {"dry_run": True, "id": result.id, "root": result.root,
+             "already_admitted": result.admitted}
+        )
+    return raw_json(result.signed, 201 if result.created else 200,
+                    headers={"Location": f"/api/entries/{result.id}"})
+
+
+async def post_authority(request: Request) -> Response:
+    lib = _library(request)
+    query_params(request, ())
+    body = await read_body(request)
+    document = parse_json(body)
+    result = await lib.storage.admit_authority(document)
+    return json_response(result.to_json(), 201 if result.created else 200)
+
+
+routes = [
+    Route("/api/entries", post_entry, methods=["POST"]),
+    Route("/api/authority", post_authority, methods=["POST"]),
+]

@@ -1,0 +1,133 @@
+"""``alexandria export``: every leaf and every checkpoint of a log, as JSON Lines (docs/log.md).
+
+Each line is the RFC 8785 canonical form of one JSON object, then a newline:
+
+1. a header ``{"format": "alexandria.log-export/1", "genesis": GENESIS_DOCUMENT, "size": N}``;
+2. for every leaf, in order, ``{"admitted_at", "leaf", "sequence", "type"}`` — exactly the
+   objects ``GET /api/log/entries`` returns, the leaf's canonical bytes spliced in verbatim;
+3. right after the leaf with ``sequence == S``, the checkpoint of size ``S`` if one was signed:
+   ``{"checkpoint": SIGNED_NOTE}``.
+
+An export is a stream: from a database it reads a bounded window at a time, from a server one
+page at a time, and the same log gives the same bytes either way.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from alexandria.core.canonical import canonical
+from alexandria.core.checkpoint import parse_checkpoint
+from alexandria.errors import BadRequest, ServiceError
+from alexandria.reads import log
+
+EXPORT_FORMAT = "alexandria.log-export/1"
+_DB_WINDOW = 1000
+
+Fetch = Callable[[str], bytes]
+"""``fetch(path_and_query) -> response body`` of a server; raises on a non-200 answer."""
+
+
+def header_line(genesis_document: Any, size: int) -> bytes:
+    return canonical({"format": EXPORT_FORMAT, "genesis": genesis_document, "size": size}) + b"\n"
+
+
+def checkpoint_line(note: str) -> bytes:
+    return canonical({"checkpoint": note}) + b"\n"
+
+
+def iter_db(path: str | Path) -> Iterator[bytes]:
+    """The export of the database at ``path`` (opened read-only; a server may keep writing):
+    every leaf admitted when the export starts and every checkpoint up to that size."""
+    if not Path(path).exists():
+        raise BadRequest(f"{path}: no such database", "NO_DATABASE")
+    conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
+        if row is None:
+            raise ServiceError(f"{path} is not an Alexandria database", "NOT_A_LIBRARY")
+        size = log.tree_size(conn)
+        yield header_line(orjson.loads(row[0]), size)
+        checkpoints = _db_checkpoints(conn, size)
+        pending = next(checkpoints, None)
+        done = 0
+        while done < size:
+            rows = conn.execute(
+                "SELECT sequence, type, admitted_at, leaf FROM log WHERE sequence > ?"
+                " AND sequence <= ? ORDER BY sequence LIMIT ?",
+                (done, size, _DB_WINDOW),
+            ).fetchall()
+            if not rows:
+                raise ServiceError(f"leaf {done + 1} is missing", "LOG_CORRUPT")
+            for seq, kind, admitted_at, leaf in rows:
+                yield log.entry_bytes(seq, kind, admitted_at, bytes(leaf)) + b"\n"
+                while pending is not None and pending.size == seq:
+                    yield checkpoint_line(pending.note)
+                    pending = next(checkpoints, None)
+                done = seq
+    finally:
+        conn.close()
+
+
+def _db_checkpoints(conn: sqlite3.Connection, upto: int) -> Iterator[log.StoredCheckpoint]:
+    after = 0
+    while True:
+        page = log.checkpoints_after(conn, after, upto)
+        yield from page
+        if len(page) < log.PAGE_CHECKPOINTS:
+            return
+        after = page[-1].size
+
+
+def iter_server(fetch: Fetch) -> Iterator[bytes]:
+    """The export of a running server, up to the checkpoint it signs (or serves) first, so
+    that every leaf exported is covered by a signed checkpoint."""
+    genesis = orjson.loads(fetch("/api/genesis"))["document"]
+    latest, _sigs = parse_checkpoint(fetch("/api/log/checkpoint"))
+    size = latest.size
+    yield header_line(genesis, size)
+    checkpoints = _server_checkpoints(fetch, size)
+    pending = next(checkpoints, None)
+    start = 0
+    while start < size:
+        page = orjson.loads(fetch(f"/api/log/entries?start={start}&end={size}"))
+        entries = page["entries"]
+        if not entries:
+            raise ServiceError("the server returned an empty page of entries", "BAD_PAGE")
+        for entry in entries:
+            yield canonical(entry) + b"\n"
+            seq = entry.get("sequence") if isinstance(entry, dict) else None
+            while pending is not None and pending[0] == seq:
+                yield checkpoint_line(pending[1])
+                pending = next(checkpoints, None)
+        start += len(entries)
+
+
+def _server_checkpoints(fetch: Fetch, upto: int) -> Iterator[tuple[int, str]]:
+    """``(size, note)`` of the server's persisted checkpoints up to ``upto``, page by page."""
+    after: int | None = 0
+    while after is not None:
+        page = orjson.loads(fetch(f"/api/log/checkpoints?after={after}"))
+        for c in page["checkpoints"]:
+            if c["size"] > upto:
+                return
+            yield c["size"], c["note"]
+        after = page["next"]
+
+
+def http_fetcher(url: str) -> tuple[Fetch, Callable[[], None]]:
+    """A ``fetch`` over HTTP for the library at ``url`` (the CLI's typed ``client.Client``)
+    and a function that closes its connection."""
+    from alexandria.client import Client
+
+    client = Client(url)
+
+    def fetch(path: str) -> bytes:
+        return client.request("GET", path).content
+
+    return fetch, client.close

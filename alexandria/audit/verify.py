@@ -1,0 +1,648 @@
+"""Offline verification of a log export, and of one entry against a checkpoint (PROTOCOL §7).
+
+A verifier holds nothing but the pinned genesis.  ``verify_export`` checks, in order, and stops
+at the first failure, a typed :class:`VerificationFailed` naming the sequence and the reason:
+
+1. header: the export format, a genesis document whose pin is the pinned one and that is
+   signed by ``threshold`` of its root keys;
+2. every entry, in order (expected sequence ``p = 1, 2, ...``):
+   a. the line is the canonical form of ``{admitted_at, leaf, sequence, type}`` with
+      ``sequence == p`` and a known type (a dropped, duplicated or reordered line fails here);
+   b. ``admitted_at`` is a timestamp not before the previous entry's;
+   c. signatures and certificate chain, stateless (run ahead on worker threads): for a
+      contribution ``admission.prepare`` — envelope and record shape, the worker certificate
+      signed by its authority, the proof over ``JCS(record)``, scope, content schema; the leaf
+      must be the canonical form of what was parsed (a flipped byte fails here);
+   d. replay: the server's admission rules (``admission.decide`` → ``rules.py``, the very
+      functions the server runs) against a ledger replayed from empty (``replay.Ledger``), with
+      the recorded ``admitted_at`` as the clock: authority certificates and revocations against
+      the pinned genesis, the authority chain of every contribution (admitted
+      native-application authority, validity windows, revocations), every state rule, the
+      timestamp rules; the entry must be new (not a duplicate) and of the recorded type;
+   e. its leaf hash extends the recomputed RFC 6962 tree (the same nodes the server stores);
+3. every checkpoint, where it stands (right after leaf ``S``):
+   a. the line is canonical, the note parses, its origin is the genesis origin, its size is
+      ``S`` (else the first leaf they disagree about is named: a missing leaf or a misplaced
+      checkpoint) and larger than the previous checkpoint's;
+   b. it is signed by a key that holds a ``log`` certificate admitted in the first ``S``
+      leaves, valid when leaf ``S`` was admitted, and not revoked (``log.check_log_key``);
+   c. its root is the recomputed root of the first ``S`` leaves;
+   d. an RFC 9162 consistency proof from the previous checkpoint, computed from the
+      recomputed tree, verifies against both signed roots;
+4. the end: exactly the number of leaves the header announces.
+
+``verify_entry`` checks one revision on a live server: its signatures and certificate chain
+against the genesis, a signed checkpoint, and an inclusion proof of its leaf (and of the
+authority certificates involved) in that checkpoint's tree.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from alexandria.audit.export import EXPORT_FORMAT, Fetch
+from alexandria.audit.replay import Ledger
+from alexandria.core import merkle
+from alexandria.core.canonical import canonical, parse_json
+from alexandria.core.checkpoint import CheckpointError, key_id, parse_checkpoint, verify_checkpoint
+from alexandria.core.records import revision_id
+from alexandria.core.timestamps import parse_ms
+from alexandria.core.trust import AuthorityCertificate, Genesis, parse_revocation
+from alexandria.errors import AlexandriaError
+from alexandria.reads import log
+from alexandria.rules.admission import Candidate, prepare
+
+AHEAD = 2048  # lines checked ahead of the replay
+CHUNK = 128  # lines per task of the worker threads
+_TAIL = re.compile(
+    rb',"sequence":(0|[1-9][0-9]{0,15}),"type":"(contribution|certificate|revocation)"}'
+)
+_ENTRY_HEAD = b'{"admitted_at":"'
+
+Progress = Callable[[int, int], None]
+"""``progress(leaves_done, leaves_total)``."""
+
+
+# --- failures --------------------------------------------------------------------------------
+
+
+class VerificationFailed(AlexandriaError):
+    """The first thing that does not hold.  ``sequence`` names the entry (or, for a
+    checkpoint, the leaf it stands after); 0 for the header."""
+
+    default_code = "VERIFICATION_FAILED"
+
+    def __init__(self, sequence: int, step: str, reason: str, code: str | None = None,
+                 **details: Any) -> None:
+        where = f"sequence {sequence}" if sequence else "header"
+        super().__init__(f"{where}: {reason}", code, sequence=sequence, step=step,
+                         reason=reason, **details)
+        self.sequence = sequence
+        self.step = step
+        self.reason = reason
+
+
+class HeaderInvalid(VerificationFailed):
+    default_code = "EXPORT_HEADER"
+
+
+class EntryMalformed(VerificationFailed):
+    default_code = "EXPORT_LINE"
+
+
+class EntryOutOfOrder(VerificationFailed):
+    default_code = "SEQUENCE_MISMATCH"
+
+
+class EntryRefused(VerificationFailed):
+    """The entry fails a signature, certificate chain or state rule check; ``code`` is the
+    code the server's admission gives it."""
+
+    default_code = "ENTRY_REFUSED"
+
+
+class CheckpointFailed(VerificationFailed):
+    default_code = "CHECKPOINT_INVALID"
+
+
+class ExportIncomplete(VerificationFailed):
+    default_code = "EXPORT_TRUNCATED"
+
+
+def _refused(sequence: int, step: str, exc: AlexandriaError) -> EntryRefused:
+    return EntryRefused(sequence, step, f"{exc.message} [{exc.code}]", exc.code,
+                        status=exc.status, error=exc.details)
+
+
+# --- lines -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One entry line after its stateless checks (2a–2c); ``error`` is raised in order."""
+
+    sequence: int
+    kind: str
+    admitted_at: str
+    admitted_ms: int
+    leaf: bytes
+    candidate: Candidate | None = None
+    document: Any = None
+    error: VerificationFailed | None = None
+
+
+@dataclass(slots=True)
+class _CheckpointLine:
+    note: str
+    size: int = -1
+    root: bytes = b""
+    error: VerificationFailed | None = None
+
+
+def _split_entry(line: bytes, position: int) -> _Entry:
+    """2a: the one canonical form of an entry line, read without a JSON parser (the leaf's
+    own canonical form is checked in 2c)."""
+    m = _TAIL.search(line, len(line) - 64) if len(line) > 49 else None
+    if (
+        m is None
+        or m.end() != len(line)
+        or not line.startswith(_ENTRY_HEAD)
+        or line[40:49] != b'","leaf":'
+    ):
+        raise EntryMalformed(position, "2a", "the line is not a canonical entry object")
+    admitted_at = line[16:40].decode("ascii", "replace")
+    ms = parse_ms(admitted_at)
+    if ms is None:
+        raise EntryMalformed(position, "2a", "admitted_at is not a timestamp")
+    return _Entry(int(m.group(1)), m.group(2).decode(), admitted_at, ms, line[49 : m.start()])
+
+
+def _prepare_entry(line: bytes, position: int, genesis: Genesis) -> _Entry:
+    """Steps 2a and 2c for one line (thread-safe, no state)."""
+    entry = _split_entry(line, position)
+    seq = position
+    try:
+        if entry.kind == "contribution":
+            entry.candidate = prepare(entry.leaf, genesis)
+            if entry.candidate.leaf != entry.leaf:
+                raise EntryMalformed(seq, "2c", "the leaf is not in canonical form",
+                                     "LEAF_NOT_CANONICAL")
+        else:
+            entry.document = parse_json(entry.leaf)
+            if canonical(entry.document) != entry.leaf:
+                raise EntryMalformed(seq, "2c", "the leaf is not in canonical form",
+                                     "LEAF_NOT_CANONICAL")
+    except VerificationFailed as exc:
+        entry.error = exc
+    except AlexandriaError as exc:
+        entry.error = _refused(seq, "2c", exc)
+    return entry
+
+
+def _prepare_checkpoint(line: bytes, position: int, origin: str) -> _CheckpointLine:
+    """Step 3a, stateless part."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        value = None
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"checkpoint"}
+        or not isinstance(value["checkpoint"], str)
+        or canonical(value) != line
+    ):
+        return _CheckpointLine("", error=EntryMalformed(
+            position, "3a", "the line is not a canonical checkpoint object"))
+    out = _CheckpointLine(value["checkpoint"])
+    try:
+        cp, _sigs = parse_checkpoint(out.note)
+    except CheckpointError as exc:
+        out.error = CheckpointFailed(position, "3a", exc.message, exc.code)
+        return out
+    if cp.origin != origin:
+        out.error = CheckpointFailed(position, "3a", f"the checkpoint is for origin"
+                                     f" {cp.origin!r}, not {origin!r}", "CHECKPOINT_ORIGIN")
+    out.size, out.root = cp.size, cp.root
+    return out
+
+
+def read_header(line: bytes, pin: str) -> tuple[Genesis, int]:
+    """Step 1."""
+    try:
+        value = parse_json(line)
+    except AlexandriaError:
+        value = None
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"format", "genesis", "size"}
+        or value["format"] != EXPORT_FORMAT
+        or not isinstance(value["size"], int)
+        or isinstance(value["size"], bool)
+        or value["size"] < 0
+    ):
+        raise HeaderInvalid(0, "1", f"the first line is not an {EXPORT_FORMAT} header")
+    try:
+        genesis = Genesis.from_document(value["genesis"], pin)
+    except AlexandriaError as exc:
+        raise HeaderInvalid(0, "1", f"genesis: {exc.message}", exc.code) from exc
+    return genesis, int(value["size"])
+
+
+# --- the replay ------------------------------------------------------------------------------
+
+
+@dataclass
+class _CheckpointState:
+    size: int = 0
+    root: bytes = b""
+    count: int = 0
+    keys: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Summary:
+    size: int = 0
+    root: str = ""
+    contributions: int = 0
+    certificates: int = 0
+    revocations: int = 0
+    checkpoints: int = 0
+    checkpoint_size: int = 0
+    log_keys: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def uncovered(self) -> int:
+        """Leaves after the last checkpoint: verified, but their completeness is not signed."""
+        return self.size - self.checkpoint_size
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verified": True, "size": self.size, "root": self.root,
+            "contributions": self.contributions, "certificates": self.certificates,
+            "revocations": self.revocations, "checkpoints": self.checkpoints,
+            "checkpoint_size": self.checkpoint_size, "uncovered": self.uncovered,
+            "log_keys": self.log_keys, "seconds": round(self.seconds, 3),
+            "entries_per_second": round(self.size / self.seconds) if self.seconds else None,
+        }
+
+
+class _Replay:
+    """Steps 2a (order), 2b, 2d, 2e and 3 on the replayed ledger, in log order."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.checkpoint = _CheckpointState()
+        self.summary = Summary()
+
+    def entry(self, e: _Entry) -> None:
+        ledger = self.ledger
+        expected = ledger.size + 1
+        # 2a
+        if e.sequence != expected:
+            raise EntryOutOfOrder(
+                expected, "2a", f"expected sequence {expected}, the line says {e.sequence}",
+                found=e.sequence,
+            )
+        # 2b
+        if e.admitted_ms < ledger.last_ms:
+            raise EntryOutOfOrder(expected, "2b", "admitted_at is before the previous entry's",
+                                  "ADMITTED_AT_ORDER")
+        # 2c
+        if e.error is not None:
+            raise e.error
+        # 2d, 2e
+        try:
+            if e.candidate is not None:
+                ledger.admit_contribution(e.candidate, e.leaf, e.admitted_ms)
+                self.summary.contributions += 1
+            else:
+                name = ledger.admit_authority(e.document, e.leaf, e.admitted_ms)
+                if name != e.kind:
+                    raise EntryMalformed(expected, "2d", f"a {name} recorded as a {e.kind}",
+                                         "TYPE_MISMATCH")
+                if name == "certificate":
+                    self.summary.certificates += 1
+                else:
+                    self.summary.revocations += 1
+        except VerificationFailed:
+            raise
+        except AlexandriaError as exc:
+            raise _refused(expected, "2d", exc) from exc
+
+    def checkpoint_line(self, c: _CheckpointLine) -> None:
+        ledger = self.ledger
+        at = ledger.size
+        if c.error is not None:
+            raise c.error
+        prev = self.checkpoint
+        # 3a
+        if c.size != at:  # named by the first leaf the two disagree about
+            raise CheckpointFailed(min(c.size, at) + 1, "3a", f"a checkpoint of size {c.size}"
+                                   f" stands after leaf {at}", "CHECKPOINT_PLACE", size=c.size)
+        if c.size <= prev.size:
+            raise CheckpointFailed(at, "3a", f"a second checkpoint of size {c.size}",
+                                   "CHECKPOINT_DUPLICATE")
+        # 3b
+        signer = self._signer(c)
+        # 3c
+        get = ledger.nodes()
+        root = merkle.root_hash(at, get)
+        if root != c.root:
+            raise CheckpointFailed(
+                at, "3c", f"the signed root of size {at} is not the root of the exported leaves"
+                f" 1..{at}", "CHECKPOINT_ROOT", signed=c.root.hex(), computed=root.hex(),
+            )
+        # 3d
+        if prev.size:
+            try:
+                proof = merkle.consistency_proof(prev.size, at, get)
+                merkle.verify_consistency(prev.size, at, prev.root, c.root, proof)
+            except merkle.MerkleError as exc:
+                raise CheckpointFailed(at, "3d", f"not consistent with checkpoint {prev.size}:"
+                                       f" {exc.reason}", "CHECKPOINT_INCONSISTENT") from exc
+        prev.size, prev.root = at, c.root
+        prev.count += 1
+        prev.keys.add(signer)
+
+    def _signer(self, c: _CheckpointLine) -> str:
+        """3b: the log key that signed ``c``, certified as of leaf ``c.size``."""
+        ledger = self.ledger
+        at, origin = ledger.size, ledger.genesis.origin
+        _cp, sigs = parse_checkpoint(c.note)
+        ids = {kid for kid, _sig in sigs}
+        for key in ledger.log_keys():
+            if key_id(origin, bytes.fromhex(key)) not in ids:
+                continue
+            try:
+                verify_checkpoint(c.note, origin, key)
+            except CheckpointError as exc:
+                raise CheckpointFailed(at, "3b", exc.message, "CHECKPOINT_SIGNATURE") from exc
+            try:
+                log.check_log_key(ledger.authorities(key), ledger.revoked(key, None), key,
+                                  ledger.last_ms)
+            except AlexandriaError as exc:
+                raise CheckpointFailed(at, "3b", exc.message, exc.code, key=key) from exc
+            return key
+        raise CheckpointFailed(at, "3b", "signed by no key that holds a log certificate among"
+                               f" the first {at} leaves", "CHECKPOINT_KEY_UNKNOWN")
+
+
+# --- driving ---------------------------------------------------------------------------------
+
+
+def _lines(source: Iterable[bytes]) -> Iterator[bytes]:
+    for line in source:
+        yield line[:-1] if line.endswith(b"\n") else line
+
+
+def verify_export(
+    source: Iterable[bytes], pin: str, *, workers: int = 2, progress: Progress | None = None,
+    workdir: str | None = None, covered: bool = False,
+) -> Summary:
+    """Verify an export (an iterable of its lines); raise ``VerificationFailed`` at the first
+    failure, return a summary when everything holds.  ``workers`` threads run the stateless
+    checks ahead of the replay (Ed25519 verification releases the GIL); 0 runs everything on
+    the calling thread.  ``covered``: also require the last checkpoint to cover every leaf
+    (``NOT_COVERED``): without it, leaves dropped from the end, with the checkpoints that
+    covered them, leave no trace."""
+    started = time.perf_counter()
+    lines = _lines(source)
+    first = next(lines, None)
+    if first is None:
+        raise HeaderInvalid(0, "1", "the export is empty")
+    genesis, size = read_header(first, pin)
+    with tempfile.TemporaryDirectory(prefix="alexandria-verify-", dir=workdir) as tmp:
+        ledger = Ledger(genesis, Path(tmp) / "replay.db")
+        replay = _Replay(ledger)
+        collecting = gc.isenabled()
+        gc.disable()  # millions of live facts, no cycles: full collections only cost time
+        try:
+            if workers:
+                with ThreadPoolExecutor(workers, thread_name_prefix="verify") as pool:
+                    _drive(lines, genesis, size, pool, replay, progress)
+            else:
+                _drive(lines, genesis, size, None, replay, progress)
+            summary = replay.summary
+            summary.size = ledger.size
+            summary.root = merkle.root_hash(ledger.size, ledger.nodes()).hex()
+        finally:
+            ledger.close()
+            if collecting:
+                gc.enable()
+    summary.checkpoints = replay.checkpoint.count
+    summary.checkpoint_size = replay.checkpoint.size
+    summary.log_keys = sorted(replay.checkpoint.keys)
+    summary.seconds = time.perf_counter() - started
+    if covered and summary.uncovered:
+        raise ExportIncomplete(
+            summary.checkpoint_size + 1, "4",
+            f"the last {summary.uncovered} of {summary.size} entries are covered by no"
+            " checkpoint, so nothing signed says the export is complete (export from the"
+            " server with --url, which covers every leaf; or verify with --allow-uncovered)",
+            "NOT_COVERED", size=summary.size, checkpoint_size=summary.checkpoint_size,
+            uncovered=summary.uncovered,
+        )
+    return summary
+
+
+Item = _Entry | _CheckpointLine | VerificationFailed
+"""A line after its stateless checks, or a failure to raise when its turn comes."""
+
+
+class _Pending(Protocol):
+    def result(self) -> list[Item]: ...
+
+    def cancel(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class _Ready:
+    """A chunk checked on the calling thread (``workers=0``)."""
+
+    items: list[Item]
+
+    def result(self) -> list[Item]:
+        return self.items
+
+    def cancel(self) -> bool:
+        return False
+
+
+def _prepare_chunk(chunk: list[tuple[bytes, int]], genesis: Genesis) -> list[Item]:
+    """Steps 2a, 2c and 3a (stateless) for ``(line, position)`` pairs; a checkpoint's
+    position is the number of entry lines before it."""
+    return [
+        _prepare_checkpoint(line, position, genesis.origin)
+        if line.startswith(b'{"checkpoint"') else _prepare_entry(line, position, genesis)
+        for line, position in chunk
+    ]
+
+
+def _drive(
+    lines: Iterator[bytes], genesis: Genesis, size: int, pool: ThreadPoolExecutor | None,
+    replay: _Replay, progress: Progress | None,
+) -> None:
+    """Check chunks of lines ahead (on the pool, or here), replay them in order; at most
+    ``AHEAD`` lines in flight, so memory stays bounded."""
+    ahead: deque[_Pending] = deque()
+    position = 0  # entry lines read so far
+    chunk: list[tuple[bytes, int]] = []
+    tail: list[Item] = []  # a failure found while reading, raised in its turn
+    ledger = replay.ledger
+
+    def submit() -> None:
+        if pool is None:
+            ahead.append(_Ready(_prepare_chunk(chunk, genesis)))
+        else:
+            ahead.append(pool.submit(_prepare_chunk, list(chunk), genesis))
+        chunk.clear()
+
+    try:
+        for line in lines:
+            if not line.startswith(b'{"checkpoint"'):
+                position += 1
+                if position > size:
+                    tail.append(ExportIncomplete(
+                        position, "4", f"more entries than the {size} the header announces",
+                        "EXPORT_TOO_LONG"))
+                    break
+            chunk.append((line, position))
+            if len(chunk) >= CHUNK:
+                submit()
+                if len(ahead) * CHUNK >= AHEAD:
+                    _consume(replay, ahead, len(ahead) // 2)
+                    if progress is not None:
+                        progress(ledger.size, size)
+        submit()
+        ahead.append(_Ready(tail))
+        _consume(replay, ahead, 0)
+    finally:
+        for pending in ahead:
+            pending.cancel()
+    if progress is not None:
+        progress(ledger.size, size)
+    # 4
+    if ledger.size != size:
+        raise ExportIncomplete(ledger.size + 1, "4", f"the export ends after {ledger.size} of"
+                               f" the {size} entries its header announces")
+
+
+def _consume(replay: _Replay, ahead: deque[_Pending], keep: int) -> None:
+    while len(ahead) > keep:
+        for item in ahead.popleft().result():
+            if isinstance(item, _Entry):
+                replay.entry(item)
+            elif isinstance(item, _CheckpointLine):
+                replay.checkpoint_line(item)
+            else:
+                raise item
+    replay.ledger.flush()
+
+
+# --- one entry against a checkpoint ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntryVerified:
+    id: str
+    sequence: int
+    checkpoint_size: int
+    root: str
+    log_key: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verified": True, "id": self.id, "sequence": self.sequence,
+                "checkpoint_size": self.checkpoint_size, "root": self.root,
+                "log_key": self.log_key}
+
+
+def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, what: str) -> None:
+    answer = orjson.loads(fetch(f"/api/log/proof/inclusion?index={index}&size={size}"))
+    try:
+        proof = [bytes.fromhex(h) for h in answer["proof"]]
+        merkle.verify_inclusion(index, size, merkle.leaf_hash(leaf), proof, root)
+    except (ValueError, KeyError, TypeError, merkle.MerkleError) as exc:
+        raise EntryRefused(index + 1, "E4", f"{what} is not included in the checkpoint: {exc}",
+                           "INCLUSION_FAILED") from exc
+
+
+def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None) -> EntryVerified:
+    """Check one revision on a server against a signed checkpoint (the server's current one,
+    or ``note``):
+
+    E1. genesis: the server's genesis document has the pinned hash and its threshold signatures;
+    E2. checkpoint: signed by a key whose ``log`` certificate (root-signed, not revoked by
+        root, valid when the checkpoint's last leaf was admitted) is itself included in it;
+    E3. entry: the signed record's id is its record's hash, its worker certificate, proof,
+        scope and content verify (``admission.prepare``), its authority certificate is
+        root-signed with role native-application and both were valid at admission;
+    E4. inclusion: the entry's leaf (and its authority certificate's) is in the checkpoint's tree.
+    """
+    # E1
+    genesis = Genesis.from_document(orjson.loads(fetch("/api/genesis"))["document"], pin)
+    origin = genesis.origin
+    # E2
+    text = note if note is not None else fetch("/api/log/checkpoint").decode("utf-8")
+    cp, sigs = parse_checkpoint(text)
+    if cp.origin != origin:
+        raise CheckpointFailed(cp.size, "E2", f"the checkpoint is for origin {cp.origin!r}",
+                               "CHECKPOINT_ORIGIN")
+    authority = orjson.loads(fetch("/api/authority"))["items"]
+    docs = {canonical(item["document"]): item for item in authority}
+    certs: dict[str, list[tuple[int, AuthorityCertificate]]] = {}
+    root_revoked: set[str] = set()
+    for item in authority:
+        if item["sequence"] > cp.size:
+            continue
+        if item["type"] == "certificate":
+            c = AuthorityCertificate.from_document(item["document"], genesis)
+            certs.setdefault(c.key, []).append((item["sequence"], c))
+        elif item["type"] == "revocation":
+            try:
+                r = parse_revocation(item["document"], genesis, lambda _k: False,
+                                     lambda k: k in certs)
+            except AlexandriaError:
+                continue  # not a root revocation of a certified key: never a log key's
+            root_revoked.add(r.key)
+    ids = {kid for kid, _sig in sigs}
+    signer = next(
+        (k for k in certs if key_id(origin, bytes.fromhex(k)) in ids
+         and any("log" in c.roles for _s, c in certs[k])), None,
+    )
+    if signer is None:
+        raise CheckpointFailed(cp.size, "E2", "signed by no key with a log certificate in the"
+                               " log", "CHECKPOINT_KEY_UNKNOWN")
+    verify_checkpoint(text, origin, signer)
+    last = orjson.loads(fetch(f"/api/log/entries?start={cp.size - 1}&end={cp.size}"))
+    last_ms = parse_ms(last["entries"][0]["admitted_at"]) or 0
+    cert_seq = log.check_log_key(certs[signer], signer in root_revoked, signer, last_ms)
+    cert_doc = next(c.document for s, c in certs[signer] if s == cert_seq)
+    _included(fetch, cert_seq - 1, cp.size, canonical(cert_doc), cp.root, "the log certificate")
+    # E3
+    signed = orjson.loads(fetch(f"/api/entries/{revision}"))
+    record, admission = signed["record"], signed["admission"]
+    if revision_id(record) != revision or signed["id"] != revision:
+        raise EntryRefused(0, "E3", "the record does not hash to the revision asked for",
+                           "REVISION_MISMATCH")
+    sequence = int(admission["sequence"])
+    leaf = canonical({"record": record, "signature": signed["signature"]})
+    try:
+        cand = prepare(leaf, genesis)
+        if cand.deferred is not None:
+            raise cand.deferred
+        auth = AuthorityCertificate.from_document(admission["authority"], genesis)
+    except AlexandriaError as exc:
+        raise _refused(sequence, "E3", exc) from exc
+    admitted_ms = parse_ms(admission["admitted_at"]) or 0
+    if (
+        auth.key != cand.certificate.authority
+        or "native-application" not in auth.roles
+        or not auth.valid_at(admitted_ms)
+        or not cand.certificate.valid_at(admitted_ms)
+    ):
+        raise EntryRefused(sequence, "E3", "the authority certificate does not vouch for the"
+                           " worker certificate at admission", "AUTHORITY_CHAIN")
+    if sequence > cp.size:
+        raise EntryRefused(sequence, "E4", f"the entry is not covered by the checkpoint of size"
+                           f" {cp.size} yet", "NOT_YET_COVERED")
+    # E4
+    _included(fetch, sequence - 1, cp.size, leaf, cp.root, "the entry")
+    auth_item = docs.get(canonical(auth.document))
+    if auth_item is None or auth_item["sequence"] >= sequence:
+        raise EntryRefused(sequence, "E3", "the authority certificate was not admitted before"
+                           " the entry", "AUTHORITY_CHAIN")
+    _included(fetch, auth_item["sequence"] - 1, cp.size, canonical(auth.document), cp.root,
+              "the authority certificate")
+    return EntryVerified(revision, sequence, cp.size, cp.root.hex(), signer)

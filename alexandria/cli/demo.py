@@ -1,0 +1,202 @@
+"""``alexandria demo``: a fresh library seeded with the contract's worked example, then served.
+
+Everything goes through the command line itself, as an operator and two participants would use
+it, so the demo doubles as a check that the documented flow works end to end:
+
+1. ``genesis init`` in DIR/operator; the server (``alexandria serve --genesis --db --log-key``)
+   starts as a child process;
+2. ``authority issue`` for the native application and for the log;
+3. for ``owner`` and ``peer``, each with their own config home (DIR/owner, DIR/peer):
+   ``worker init``, ``authority enroll``, ``authority approve``, ``worker import``;
+4. the twelve steps of the contract's ``object_examples``, each written to DIR/examples/ with its
+   ``$name`` references and published by its actor with ``publish FILE --name NAME``;
+5. the server keeps running until interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+import orjson
+
+from alexandria.cli.config import write_json
+from alexandria.cli.terminal import Progress, note, say
+from alexandria.core.keys import SigningKey
+from alexandria.errors import AlexandriaError, BadRequest
+
+CONTRACT = Path(__file__).resolve().parents[2] / "contracts" / "read-contract.json"
+MARKER = ".alexandria-demo"
+PARTICIPANTS = ("owner", "peer")
+START_TIMEOUT_S = 60.0
+
+
+class DemoFailed(AlexandriaError):
+    default_code = "DEMO_FAILED"
+
+
+def worked_example() -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = orjson.loads(CONTRACT.read_bytes())["object_examples"]["steps"]
+    return steps
+
+
+def cli(argv: list[str], home: Path | None = None) -> Any:
+    """Run one ``alexandria --json …`` command in this process; its JSON output, parsed."""
+    from alexandria.cli import main
+
+    saved = os.environ.get("ALEXANDRIA_HOME")
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        if home is not None:
+            os.environ["ALEXANDRIA_HOME"] = str(home)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(["--json", *argv])
+    finally:
+        if saved is None:
+            os.environ.pop("ALEXANDRIA_HOME", None)
+        else:
+            os.environ["ALEXANDRIA_HOME"] = saved
+    if status != 0:
+        sys.stderr.write(err.getvalue())
+        raise DemoFailed(f"`alexandria {' '.join(argv)}` failed (exit {status})", argv=argv)
+    text = out.getvalue().strip()
+    return orjson.loads(text) if text else None
+
+
+def fresh_directory(directory: Path) -> None:
+    if directory.exists():
+        if (directory / MARKER).exists():
+            shutil.rmtree(directory)
+        elif any(directory.iterdir()):
+            raise BadRequest(f"{directory}/ exists and is not a demo directory: pass --dir",
+                             "DIR_NOT_EMPTY", dir=str(directory))
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text("made by `alexandria demo`; replaced by the next one\n")
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise BadRequest(f"cannot listen on {host}:{port} ({exc.strerror}): pass --port",
+                             "PORT_IN_USE", host=host, port=port) from exc
+
+
+@contextlib.contextmanager
+def server(argv: list[str], url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``alexandria serve …`` as a child process, ready when it answers ``/api/genesis``."""
+    child = subprocess.Popen([sys.executable, "-m", "alexandria.cli", *argv])
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if child.poll() is not None:
+                raise DemoFailed(f"the server exited with status {child.returncode}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/api/genesis", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"the server did not answer on {url} in {START_TIMEOUT_S:.0f} s")
+            time.sleep(0.1)
+        yield child
+    finally:
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
+def seed(directory: Path, url: str, pin: str, progress: Progress) -> dict[str, str]:
+    """Steps 2–4 of the module docstring; the names published, by name."""
+    op = str(directory / "operator")
+    cli(["authority", "issue", "--dir", op, "--library", url])
+    progress.step("native-application authority")
+    cli(["authority", "issue", "--dir", op, "--library", url, "--roles", "log"])
+    progress.step("log authority")
+    for name in PARTICIPANTS:
+        home = directory / name
+        worker = cli(["worker", "init", "--library", url, "--genesis", pin], home)["worker"]
+        cli(["authority", "enroll", name, "--dir", op])
+        cert = home / "approved-certificate.json"
+        cli(["authority", "approve", "--dir", op, "--actor", name, "--worker", worker,
+             "--scopes", "all", "--days", "365", "--out", str(cert)])
+        cli(["worker", "import", str(cert)], home)
+        progress.step(f"participant {name}")
+    names_file = directory / "names"
+    examples = directory / "examples"
+    for i, step in enumerate(worked_example(), 1):
+        path = examples / f"{i:02d}-{step['name']}.json"
+        write_json(path, step["content"])
+        cli(["publish", str(path), "--name", step["name"], "--names", str(names_file)],
+            directory / step["actor"])
+        progress.step(f"{step['actor']} published ${step['name']}")
+    for name in PARTICIPANTS:
+        shutil.copyfile(names_file, directory / name / "names")
+    return dict(line.split() for line in names_file.read_text().splitlines())
+
+
+def _raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run_demo(directory: Path, host: str, port: int) -> int:
+    check_port_free(host, port)
+    fresh_directory(directory)
+    directory = directory.resolve()
+    op = directory / "operator"
+    url = f"http://{host}:{port}"
+    pin = cli(["genesis", "init", "--dir", str(op), "--library", "alexandria-demo",
+               "--origin", f"{host}:{port}/alexandria-demo/log"])["pin"]
+    SigningKey.generate().save(op / "log.key")  # certified by `authority issue --roles log`
+    serve = ["serve", "--genesis", str(op / "genesis.json"), "--db", str(directory / "library.db"),
+             "--log-key", str(op / "log.key"), "--host", host, "--port", str(port)]
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with server(serve, url) as child:
+            progress = Progress(4 + len(worked_example()), "seeding")
+            names = seed(directory, url, pin, progress)
+            _summary(directory, url, pin, names)
+            child.wait()
+            return 0 if child.returncode == 0 else 1
+    except KeyboardInterrupt:
+        note("demo stopped")
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _summary(directory: Path, url: str, pin: str, names: dict[str, str]) -> None:
+    here = Path.cwd()
+    rel = directory.relative_to(here) if directory.is_relative_to(here) else directory
+    say("")
+    say(f"Alexandria demo library: {url}")
+    say(f"genesis pin: {pin}   (also in {rel}/operator/genesis.pin)")
+    say(f"the worked example: {len(names)} contributions by owner and peer ({rel}/examples/)")
+    say("")
+    say("Try, in another terminal:")
+    say(f"  export ALEXANDRIA_HOME=$PWD/{rel}/owner PATH=$PWD/.venv/bin:$PATH")
+    say("  alexandria whoami")
+    say("  alexandria search arithmetic")
+    say("  alexandria get claim --head")
+    say("  alexandria changes --root space        # run it again: only what is new")
+    say(f"  curl -s {url}/api/entries/{names.get('merge', '')}")
+    say("")
+    say(f"Restart later without reseeding: alexandria serve --genesis {rel}/operator/genesis.json"
+        f" --db {rel}/library.db --log-key {rel}/operator/log.key")
+    say("Ctrl-C stops the server.")

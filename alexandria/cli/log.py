@@ -1,0 +1,219 @@
+"""Log commands: ``export`` and ``verify`` (docs/log.md).
+
+``alexandria export (--db FILE | --url URL) [--output FILE]`` writes every leaf and every
+checkpoint as JSON Lines.  ``alexandria verify --genesis-pin PIN (EXPORT | --url URL)`` checks an
+export (``-`` reads stdin) or a live server's log offline, and ``--url URL --entry REV`` checks
+one revision against a signed checkpoint with inclusion proofs.  Exit status 0 only when
+everything holds; otherwise the first failure, named by sequence and reason, on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import orjson
+
+from alexandria.core.keys import HEX64
+from alexandria.errors import BadRequest
+
+if TYPE_CHECKING:
+    Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+JSON_HELP = "machine-readable output (and typed errors) on stdout"
+
+
+class Bar:
+    """``verifying [#####-----] 45,000/100,000 entries 3,812/s`` on stderr, redrawn at most
+    ten times a second; nothing unless enabled (by default: stderr is a terminal)."""
+
+    def __init__(self, what: str, enabled: bool) -> None:
+        self.what = what
+        self.enabled = enabled
+        self.started = time.perf_counter()
+        self.drawn = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if not self.enabled or (now - self.drawn < 0.1 and done < total):
+            return
+        self.drawn = now
+        width = 30
+        filled = width * done // max(total, 1)
+        rate = done / max(now - self.started, 1e-9)
+        sys.stderr.write(
+            f"\r\x1b[2K{self.what} [{'#' * filled}{'-' * (width - filled)}]"
+            f" {done:,}/{total:,} entries {rate:,.0f}/s"
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.drawn:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _json_wanted(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+def _progress_wanted(args: argparse.Namespace) -> bool:
+    return sys.stderr.isatty() if args.progress is None else bool(args.progress)
+
+
+def register(sub: Sub) -> None:
+    p = sub.add_parser(
+        "export", help="write every leaf and every checkpoint of a log as JSON Lines",
+        description="Write the log's export (docs/log.md): a header, every leaf in order and"
+        " every signed checkpoint right after the leaf it ends at. From a live server (--url:"
+        " up to the checkpoint it serves) or directly from a database file (--db: every leaf"
+        " admitted when the export starts).",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--db", metavar="FILE", help="the library's SQLite database")
+    src.add_argument("--url", metavar="URL", help="a running library, e.g. http://127.0.0.1:8080")
+    p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
+    p.set_defaults(func=cmd_export)
+
+    v = sub.add_parser(
+        "verify", help="verify a log export (or a server's log, or one entry) offline",
+        description="Verify with nothing but the pinned genesis: every signature and"
+        " certificate chain, the Merkle root, every checkpoint's signature and consistency, and"
+        " every state rule replayed from an empty ledger. With --entry, check one revision"
+        " against a signed checkpoint with inclusion proofs. Exit 0 only when all of it holds.",
+    )
+    v.add_argument("--genesis-pin", required=True, metavar="PIN",
+                   help="SHA-256 of the genesis payload, obtained out of band")
+    v.add_argument("export", nargs="?", metavar="EXPORT", help="export file, or - for stdin")
+    v.add_argument("--url", metavar="URL", help="verify a running library's log instead")
+    v.add_argument("--entry", metavar="REV", help="with --url: check only this revision")
+    v.add_argument("--checkpoint", metavar="FILE",
+                   help="with --entry: a signed checkpoint to check against (default: the"
+                   " server's current one)")
+    v.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
+                   help="threads for the stateless checks, 0 for none (default: the number of"
+                   " cores)")
+    v.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+    v.add_argument("--allow-uncovered", action="store_true",
+                   help="accept entries after the last checkpoint (or an export with no"
+                   " checkpoint): their signatures and rules are checked, but nothing signed"
+                   " says the export is complete (default: refuse, NOT_COVERED)")
+    v.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
+    v.set_defaults(func=cmd_verify)
+
+
+def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+    yield from stream
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from alexandria.audit import export  # imported here: every other command starts without it
+
+    with ExitStack() as stack:
+        if args.db:
+            lines = export.iter_db(args.db)
+        else:
+            fetch, close = export.http_fetcher(args.url)
+            stack.callback(close)
+            lines = export.iter_server(fetch)
+        if args.output:
+            target = Path(args.output)
+            tmp = target.with_name(target.name + ".part")
+            with tmp.open("wb") as out:
+                count = _write(lines, out)
+            os.replace(tmp, target)
+        else:
+            count = _write(lines, sys.stdout.buffer)
+    if _json_wanted(args) and args.output:
+        sys.stdout.buffer.write(orjson.dumps({"output": args.output, "lines": count}) + b"\n")
+    elif args.output:
+        print(f"wrote {count:,} lines to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _write(lines: Iterator[bytes], out: IO[bytes]) -> int:
+    count = 0
+    for line in lines:
+        out.write(line)
+        count += 1
+    out.flush()
+    return count
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from alexandria.audit import (
+        export,
+        verify,  # the verifier loads the rules and the schema
+    )
+
+    if not HEX64.match(args.genesis_pin):
+        raise BadRequest("--genesis-pin is 64 lowercase hex characters", "USAGE")
+    if bool(args.export) == bool(args.url):
+        raise BadRequest("give an EXPORT file or --url URL (one of them)", "USAGE")
+    if (args.entry or args.checkpoint) and not args.url:
+        raise BadRequest("--entry and --checkpoint check one revision on a server: add --url",
+                         "USAGE")
+    if args.checkpoint and not args.entry:
+        raise BadRequest("--checkpoint goes with --entry", "USAGE")
+    if args.entry:
+        return _verify_entry(args)
+    bar = Bar("verifying", _progress_wanted(args))
+    with ExitStack() as stack:
+        stack.callback(bar.close)
+        if args.url:
+            fetch, close = export.http_fetcher(args.url)
+            stack.callback(close)
+            source: Iterator[bytes] = export.iter_server(fetch)
+        elif args.export == "-":
+            source = _lines(sys.stdin.buffer)
+        else:
+            source = _lines(stack.enter_context(open(args.export, "rb", buffering=1 << 20)))
+        summary = verify.verify_export(source, args.genesis_pin, workers=args.workers,
+                                       progress=bar, covered=not args.allow_uncovered)
+    if _json_wanted(args):
+        sys.stdout.buffer.write(orjson.dumps(summary.to_json()) + b"\n")
+        return 0
+    rate = summary.size / summary.seconds if summary.seconds else 0.0
+    print(f"verified {summary.size:,} entries ({summary.contributions:,} contributions,"
+          f" {summary.certificates} authority certificates, {summary.revocations} revocations)"
+          f" in {summary.seconds:.1f} s, {rate:,.0f} entries/s")
+    print(f"root {summary.root} of size {summary.size}")
+    if summary.checkpoints:
+        plural = "" if summary.checkpoints == 1 else "s"
+        print(f"{summary.checkpoints:,} checkpoint{plural}, each signed by a certified log key,"
+              f" consistent with the one before and with the leaves; the last covers size"
+              f" {summary.checkpoint_size:,}")
+    else:
+        print("no checkpoint in the export")
+    print("every signature, certificate chain and state rule holds, replayed from an empty"
+          " ledger")
+    if summary.uncovered:
+        print(f"warning: the last {summary.uncovered:,} entries are verified but no checkpoint"
+              " covers them yet: their completeness is not signed", file=sys.stderr)
+    return 0
+
+
+def _verify_entry(args: argparse.Namespace) -> int:
+    from alexandria.audit import export, verify
+
+    note = Path(args.checkpoint).read_text("utf-8") if args.checkpoint else None
+    fetch, close = export.http_fetcher(args.url)
+    try:
+        result = verify.verify_entry(fetch, args.genesis_pin, args.entry, note)
+    finally:
+        close()
+    if _json_wanted(args):
+        sys.stdout.buffer.write(orjson.dumps(result.to_json()) + b"\n")
+        return 0
+    print(f"{result.id} verified: sequence {result.sequence}, included in the checkpoint of"
+          f" size {result.checkpoint_size} (root {result.root}) signed by log key"
+          f" {result.log_key}")
+    return 0

@@ -1,0 +1,145 @@
+"""Pending files: the last state rule of the write contract, made durable.
+
+"On timeout or uncertain failure retain pending and retry that exact envelope.  Do not re-sign.
+On a definitive validation rejection correct content and use a new pending file."
+
+1. ``write``: the signed envelope's exact bytes (``JCS(envelope)``) go to ``pending/ID.json``
+   *before* anything is sent; ``ID`` is the revision id, known before sending.  What ``publish``
+   needs afterwards (the name to record) goes to ``pending/ID.meta.json``.
+2. ``deliver`` sends those bytes — the same bytes on every retry, never re-signed.  Then:
+   - admitted (201, or 200 for an envelope the library already holds): the signed record the
+     library returned goes to ``published/ID.json``, the name (if any) is appended to the names
+     file, and only then the pending files go;
+   - ``Unreachable`` (connection error, timeout, 5xx): nothing changes; ``retry`` resends;
+   - a definitive rejection: the envelope moves to ``rejected/ID.json`` with the library's
+     typed error beside it in ``rejected/ID.error.json``; it is never sent again.
+A crash between any two of these steps is harmless: resending an admitted envelope returns 200
+with the same signed record.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from alexandria.cli.config import Home, atomic_write, read_json, write_json
+from alexandria.client import Client, Unreachable, is_definitive
+from alexandria.core.keys import HEX64
+from alexandria.core.timestamps import now
+from alexandria.errors import AlexandriaError
+
+
+@dataclass(frozen=True)
+class Pending:
+    id: str
+    envelope: bytes = field(repr=False)
+    meta: dict[str, Any]
+
+    @property
+    def record(self) -> dict[str, Any]:
+        value: dict[str, Any] = orjson.loads(self.envelope)["record"]
+        return value
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """``status``: ``admitted`` (created or not), ``kept`` (still pending) or ``rejected``."""
+
+    pending: Pending
+    status: str
+    created: bool = False
+    signed: bytes = b""
+    error: AlexandriaError | None = None
+
+
+class Outbox:
+    def __init__(self, home: Home) -> None:
+        self.home = home
+
+    def _path(self, folder: Path, rev: str, suffix: str = ".json") -> Path:
+        return folder / f"{rev}{suffix}"
+
+    def write(self, rev: str, envelope: bytes, meta: dict[str, Any]) -> Pending:
+        meta = {**meta, "written_at": now()}
+        write_json(self._path(self.home.pending_dir, rev, ".meta.json"), meta)
+        atomic_write(self._path(self.home.pending_dir, rev), envelope)
+        return Pending(rev, envelope, meta)
+
+    def load(self, rev: str) -> Pending:
+        path = self._path(self.home.pending_dir, rev)
+        meta_path = self._path(self.home.pending_dir, rev, ".meta.json")
+        meta = read_json(meta_path) if meta_path.exists() else {}
+        return Pending(rev, path.read_bytes(), meta)
+
+    def _ids(self, folder: Path) -> list[str]:
+        if not folder.is_dir():
+            return []
+        ids = [p.name[:-5] for p in folder.iterdir()
+               if p.name.endswith(".json") and HEX64.match(p.name[:-5])]
+        return sorted(ids, key=lambda i: (self._path(folder, i).stat().st_mtime_ns, i))
+
+    def pending(self) -> list[Pending]:
+        """Every pending envelope, oldest first: retries keep the order of publication."""
+        return [self.load(i) for i in self._ids(self.home.pending_dir)]
+
+    def rejected(self) -> list[dict[str, Any]]:
+        out = []
+        for rev in self._ids(self.home.rejected_dir):
+            error_path = self._path(self.home.rejected_dir, rev, ".error.json")
+            out.append({"id": rev, "error": read_json(error_path) if error_path.exists() else None,
+                        "path": str(self._path(self.home.rejected_dir, rev))})
+        return out
+
+    def published(self, rev: str) -> bytes | None:
+        path = self._path(self.home.published_dir, rev)
+        return path.read_bytes() if path.exists() else None
+
+    def deliver(self, pending: Pending, client: Client) -> Outcome:
+        try:
+            answer = client.publish(pending.envelope)
+        except Unreachable as exc:
+            return Outcome(pending, "kept", error=exc)
+        except AlexandriaError as exc:
+            if not is_definitive(exc):
+                raise
+            self._reject(pending, exc, getattr(exc, "http_status", 0))
+            return Outcome(pending, "rejected", error=exc)
+        signed = self._check_answer(pending, answer.content, client)
+        self._admit(pending, answer.content, signed)
+        return Outcome(pending, "admitted", created=answer.status == 201, signed=answer.content)
+
+    def _check_answer(self, pending: Pending, content: bytes, client: Client) -> dict[str, Any]:
+        try:
+            signed: dict[str, Any] = orjson.loads(content)
+            ok = signed["id"] == pending.id and signed["record"] == pending.record
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            raise Unreachable(
+                f"{client.base_url} answered with a record that is not {pending.id}; the"
+                " envelope stays pending", "BAD_RESPONSE", pending=pending.id,
+            )
+        return signed
+
+    def _admit(self, pending: Pending, content: bytes, signed: dict[str, Any]) -> None:
+        atomic_write(self._path(self.home.published_dir, pending.id), content)
+        name, names_file = pending.meta.get("name"), pending.meta.get("names_file")
+        if isinstance(name, str):
+            path = Path(names_file) if isinstance(names_file, str) else None
+            self.home.append_name(name, signed["id"], path)
+        self._remove(pending.id)
+
+    def _reject(self, pending: Pending, exc: AlexandriaError, status: int) -> None:
+        folder = self.home.rejected_dir
+        error = {"status": status, **exc.to_json(), "rejected_at": now(), "meta": pending.meta}
+        write_json(self._path(folder, pending.id, ".error.json"), error)
+        os.replace(self._path(self.home.pending_dir, pending.id), self._path(folder, pending.id))
+        self._path(self.home.pending_dir, pending.id, ".meta.json").unlink(missing_ok=True)
+
+    def _remove(self, rev: str) -> None:
+        self._path(self.home.pending_dir, rev).unlink(missing_ok=True)
+        self._path(self.home.pending_dir, rev, ".meta.json").unlink(missing_ok=True)

@@ -1,0 +1,307 @@
+"""``/api/catalogue``: which heads a query lists, in which order, and how many there are.
+
+Every answer comes from the indexes of ``search_index`` (docs/read-api.md):
+
+- no ``q``: ``total`` is a sum of at most nine maintained counters and the page an index range
+  (by head sequence, or by score then head sequence) skipping ``offset`` entries;
+- with ``q``: each distinct query word is looked up in the full-text index's term instances;
+  a head matches when it holds every word, its relevance is title occurrences × 3 + body
+  occurrences summed over the words, and ``total`` comes from the same pass.
+
+"Newest" is the most recently admitted head (admission order is the host's clock; authored_at
+is the author's claim), so a revised object moves to the front.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from alexandria.core.records import OBJECT_KINDS
+from alexandria.core.search_text import snippet, words
+from alexandria.errors import BadRequest
+from alexandria.store.search_index import LEVEL_MARK, LISTED_KINDS, actor_id
+
+PAGE_SIZE = 50
+MAX_QUERY_CHARACTERS = 500
+MAX_QUERY_WORDS = 16
+SORTS = ("new", "top", "relevance")
+PROJECTIONS = ("full", "summary")
+VIEWS: dict[str, tuple[str, ...]] = {
+    "all": LISTED_KINDS,
+    "current": OBJECT_KINDS,
+    "feed": ("discussion", "claim", "document", "evidence", "proposal"),
+}
+METHODS = ("proof", "example", "experiment", "observation", "source", "counterexample")
+VERDICTS = ("open", "supported", "disputed", "accepted", "refuted")
+
+
+@dataclass(frozen=True)
+class CatalogueQuery:
+    q: str | None = None
+    kind: str | None = None
+    view: str = "all"
+    sort: str = "new"
+    offset: int = 0
+    author: str | None = None
+    method: str | None = None
+    verdict: str | None = None
+    projection: str = "full"
+
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds the view, ``kind``, ``method`` and ``verdict`` leave (possibly none)."""
+        kinds = VIEWS[self.view]
+        if self.kind is not None:
+            kinds = tuple(k for k in kinds if k == self.kind)
+        if self.method is not None:
+            kinds = tuple(k for k in kinds if k == "evidence")
+        if self.verdict is not None:
+            kinds = tuple(k for k in kinds if k == "assessment")
+        return kinds
+
+    @property
+    def facet(self) -> str | None:
+        if self.method is not None:
+            return f"method:{self.method}"
+        if self.verdict is not None:
+            return f"verdict:{self.verdict}"
+        return None
+
+    def query_words(self) -> list[str]:
+        """Distinct normalised words of ``q``, in order of first appearance."""
+        assert self.q is not None
+        return list(dict.fromkeys(w for token in self.q.split() for w in words(token)))
+
+
+def check_query(q: str) -> None:
+    if len(q) > MAX_QUERY_CHARACTERS:
+        raise BadRequest(
+            f"q is {len(q)} characters; at most {MAX_QUERY_CHARACTERS}", "QUERY_TOO_LONG",
+            parameter="q", limit=MAX_QUERY_CHARACTERS, actual=len(q),
+        )
+    count = len(CatalogueQuery(q=q).query_words())
+    if count > MAX_QUERY_WORDS:
+        raise BadRequest(
+            f"q has {count} distinct words; at most {MAX_QUERY_WORDS}", "QUERY_TOO_LONG",
+            parameter="q", limit=MAX_QUERY_WORDS, actual=count,
+        )
+
+
+@dataclass(frozen=True)
+class Page:
+    sequences: list[int]
+    total: int
+
+
+def find(conn: sqlite3.Connection, query: CatalogueQuery) -> Page:
+    """The head sequences of one page, and how many heads the query matches."""
+    kinds = query.kinds()
+    if not kinds:
+        return Page([], 0)
+    author = None
+    if query.author is not None:
+        author = actor_id(conn, query.author)
+        if author is None:
+            return Page([], 0)
+    if query.q is not None:
+        return _search(conn, query, kinds, author)
+    total = _count(conn, kinds, query.facet, author)
+    if total <= query.offset:
+        return Page([], total)
+    return Page(_list(conn, query, kinds, author), total)
+
+
+def _in(values: tuple[str, ...] | list[str]) -> str:
+    return ",".join("?" * len(values))
+
+
+def _count(
+    conn: sqlite3.Connection, kinds: tuple[str, ...], facet: str | None, author: int | None
+) -> int:
+    row = conn.execute(
+        f"SELECT coalesce(sum(n), 0) FROM catalogue_counts WHERE kind IN ({_in(kinds)})"
+        " AND facet = ? AND author_id = ?",
+        (*kinds, facet or "", author or 0),
+    ).fetchone()
+    return int(row[0])
+
+
+def _filters(
+    kinds: tuple[str, ...], facet: str | None, author: int | None, prefix: str = ""
+) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    params: list[Any] = []
+    if author is not None:
+        where.append(f"{prefix}author_id = ?")
+        params.append(author)
+    if facet is not None:
+        where.append(f"{prefix}facet = ?")
+        params.append(facet)
+    if set(kinds) != set(LISTED_KINDS):
+        where.append(f"{prefix}kind IN ({_in(kinds)})")
+        params.extend(kinds)
+    return where, params
+
+
+def _list(
+    conn: sqlite3.Connection, query: CatalogueQuery, kinds: tuple[str, ...], author: int | None
+) -> list[int]:
+    top = query.sort == "top"
+    facet = query.facet
+    # the index that yields rows in order with the fewest skipped
+    if author is not None:
+        index = "INDEXED BY catalogue_author_score" if top else "INDEXED BY catalogue_author"
+    elif facet is not None:
+        index = "INDEXED BY catalogue_facet_score" if top else "INDEXED BY catalogue_facet"
+    elif len(kinds) == 1:
+        index = "INDEXED BY catalogue_kind_score" if top else "INDEXED BY catalogue_kind"
+    else:
+        index = "INDEXED BY catalogue_score" if top else "NOT INDEXED"
+    where, params = _filters(kinds, facet, author)
+    order = "score DESC, seq DESC" if top else "seq DESC"
+    sql = (
+        f"SELECT seq FROM catalogue {index}"
+        f"{' WHERE ' + ' AND '.join(where) if where else ''}"
+        f" ORDER BY {order} LIMIT ? OFFSET ?"
+    )
+    return [r[0] for r in conn.execute(sql, (*params, PAGE_SIZE, query.offset))]
+
+
+def _search(
+    conn: sqlite3.Connection, query: CatalogueQuery, kinds: tuple[str, ...], author: int | None
+) -> Page:
+    ws = query.query_words()
+    if not ws:
+        return Page([], 0)
+    where, params = _filters(kinds, query.facet, author, "c.")
+    join = " JOIN catalogue c ON c.seq = h.seq" if where or query.sort == "top" else ""
+    order = {
+        "relevance": "h.score DESC, h.seq DESC",
+        "new": "h.seq DESC",
+        "top": "c.score DESC, h.seq DESC",
+    }[query.sort]
+    if query.sort == "relevance" and len(ws) == 1 and not where and LEVELS:
+        return _levels(conn, ws[0], query.offset)
+    hits: tuple[Any, ...]
+    if query.sort == "relevance":
+        found = _relevance(conn, ws)
+        if found is None:
+            return Page([], 0)
+        hits = found
+    else:
+        # membership only: the full-text index intersects the words' document lists
+        hits = (
+            "WITH h(seq) AS (SELECT rowid FROM catalogue_text WHERE catalogue_text MATCH ?)",
+            " AND ".join(f'"{w}"' for w in ws),
+        )
+    tail = f"FROM h{join}{' WHERE ' + ' AND '.join(where) if where else ''}"
+    rows = conn.execute(
+        f"{hits[0]} SELECT h.seq, count(*) OVER () {tail} ORDER BY {order} LIMIT ? OFFSET ?",
+        (*hits[1:], *params, PAGE_SIZE, query.offset),
+    ).fetchall()
+    if rows:
+        return Page([r[0] for r in rows], int(rows[0][1]))
+    if query.offset == 0:
+        return Page([], 0)
+    total = conn.execute(f"{hits[0]} SELECT count(*) {tail}", (*hits[1:], *params)).fetchone()
+    return Page([], int(total[0]))
+
+
+# Relevance is counted one of two ways, whichever reads less: from the index's term instances
+# (work ∝ every occurrence of the query's words in the catalogue), or in the stored words of the
+# heads that hold every query word (work ∝ those candidates × their length).  A candidate costs
+# about as much as this many term instances.
+CANDIDATE_COST = 12
+
+
+def _relevance(conn: sqlite3.Connection, ws: list[str]) -> tuple[Any, ...] | None:
+    """The ``h(seq, score)`` CTE and its parameters; None when some word occurs nowhere."""
+    stats = conn.execute(
+        f"SELECT doc, cnt FROM catalogue_vocab WHERE term IN ({_in(ws)})", ws
+    ).fetchall()
+    if len(stats) < len(ws):
+        return None
+    occurrences = sum(cnt for _doc, cnt in stats)
+    candidates = min(doc for doc, _cnt in stats)
+    if candidates * CANDIDATE_COST >= occurrences:
+        return (
+            "WITH h(seq, score) AS (SELECT doc, sum(CASE col WHEN 'title' THEN 3 ELSE 1 END)"
+            f" FROM catalogue_terms WHERE term IN ({_in(ws)}) GROUP BY doc"
+            " HAVING count(DISTINCT term) = ?)",
+            *ws, len(ws),
+        )
+    # stored words sit each between its own two spaces (``search_index.padded``)
+    terms: list[str] = []
+    params: list[Any] = [" AND ".join(f'"{w}"' for w in ws)]
+    for column, weight in (("title", 3), ("body", 1)):
+        for word in ws:
+            terms.append(
+                f"{weight} * ((length(w.{column}) - length(replace(w.{column}, ?, ''))) / ?)"
+            )
+            params += [f" {word} ", len(word) + 2]
+    # the count parameters come before MATCH's in the statement
+    params = params[1:] + params[:1]
+    return (
+        f"WITH h(seq, score) AS (SELECT t.rowid, {' + '.join(terms)} FROM catalogue_text t"
+        " JOIN catalogue_words w ON w.seq = t.rowid WHERE catalogue_text MATCH ?)",
+        *params,
+    )
+
+
+# One word, no filter: read the word's score levels best first (``search_index.levels``).
+LEVELS = True
+
+
+def _levels(conn: sqlite3.Connection, word: str, offset: int) -> Page:
+    prefix = word + LEVEL_MARK
+    found = conn.execute(
+        "SELECT term, doc FROM catalogue_level_terms WHERE term >= ? AND term < ?",
+        (prefix, word + chr(ord(LEVEL_MARK) + 1)),
+    ).fetchall()
+    levels = sorted(((int(term[len(prefix):]), docs) for term, docs in found), reverse=True)
+    total = sum(docs for _score, docs in levels)
+    out: list[int] = []
+    skip = offset
+    for score, docs in levels:
+        if skip >= docs:
+            skip -= docs
+            continue
+        out += [r[0] for r in conn.execute(
+            "SELECT rowid FROM catalogue_levels WHERE catalogue_levels MATCH ?"
+            " ORDER BY rowid DESC LIMIT ? OFFSET ?",
+            (f'"{prefix}{score}"', PAGE_SIZE - len(out), skip),
+        )]
+        skip = 0
+        if len(out) >= PAGE_SIZE:
+            break
+    return Page(out, total)
+
+
+def summaries(conn: sqlite3.Connection, sequences: list[int]) -> list[dict[str, Any]]:
+    """Unsigned discovery hints, in the given order."""
+    out = []
+    for seq in sequences:
+        row = conn.execute(
+            "SELECT r.id, r.root, r.record_length, l.leaf FROM revisions r"
+            " JOIN log l ON l.sequence = r.sequence WHERE r.sequence = ?",
+            (seq,),
+        ).fetchone()
+        if row is None:
+            continue
+        rev, root, length, leaf = row
+        record = orjson.loads(bytes(leaf)[10 : 10 + length])
+        out.append(
+            {
+                "id": rev,
+                "root": root,
+                "title": record["title"],
+                "kind": record["kind"],
+                "author": record["author"],
+                "authored_at": record["authored_at"],
+                "snippet": snippet(record["body"]),
+            }
+        )
+    return out

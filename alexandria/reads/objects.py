@@ -1,0 +1,513 @@
+"""Objects in context: one object with its sections, an entry's connections and its discussion.
+
+Pure reads over the admission tables, run on the reader connection (``storage.read``).  Every
+list is one indexed range read in admission order (several ranges merged by SQLite's ordered
+``UNION``), cut to a page of at most ``PAGE_SIZE``; nothing walks the library.  Which index
+serves which list is noted beside each query and in ``docs/objects.md``, which also gives the
+decisions taken where the contract is terse:
+
+* an object's *children* are the objects whose tree link (a relation ``/api/changes`` follows)
+  names it; ``all`` is its whole tree below it; ``history`` its revisions, oldest first;
+* ``related`` is what it links to (exact targets) and what links to it outside the tree and
+  outside votes (citations, includes, relationships, merges);
+* ``graph`` is the relationships incident to it, its direct children or its included knowledge;
+* ``discussions`` are the discussions about it, contained in it or branching from it;
+* ``knowledge`` is what a space holds (included exact claims and documents, then contained
+  ones) and what judges a claim (its evidence and assessments);
+* ``exact=true`` pins the view to one revision: links from other objects count only when they
+  name that revision;
+* votes are never items: ``/api/scores`` counts them.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from alexandria.rules.state import FEED_RELATIONS
+from alexandria.store.sqlite import SqliteStorage
+
+PAGE_SIZE = 50
+SECTIONS = ("all", "children", "related", "history", "graph", "discussions", "knowledge")
+DISCUSSION_SORTS = ("old", "new", "top")
+
+#: The tree relations that can name an object of each kind (rules.check_state's target kinds).
+CHILD_RELATIONS: dict[str, tuple[str, ...]] = {
+    "space": ("contained_in", "about", "proposes_for"),
+    "claim": ("about", "evidence_for", "assesses", "proposes_for"),
+    "document": ("proposes_for",),
+    "discussion": ("replies_to", "answers", "branches_from"),
+    "reply": ("replies_to", "answers", "branches_from"),
+}
+#: Relations of ``related``: anything but tree links and votes.  The same literal text is the
+#: WHERE clause of the partial index ``links_related``, which SQLite uses only on an exact match.
+NOT_RELATED = "('" + "', '".join((*FEED_RELATIONS, "votes_on")) + "')"
+RELATIONSHIP_LINKS = "('relates_from', 'relates_to')"
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A requested revision and the object it belongs to."""
+
+    rev: str
+    sequence: int
+    root: str
+    kind: str
+    head: str
+    head_sequence: int
+    revisions: int
+    created_sequence: int
+
+
+@dataclass(frozen=True)
+class ObjectView:
+    item: bytes
+    head: str
+    original: bytes
+    ancestors: list[bytes]
+    items: list[bytes]
+    revisions: int
+    next_offset: int | None
+
+
+@dataclass(frozen=True)
+class Incoming:
+    source: str
+    relation: str
+    title: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"source": self.source, "relation": self.relation, "title": self.title}
+
+
+@dataclass(frozen=True)
+class Connections:
+    outgoing: list[dict[str, str]]
+    incoming: list[Incoming]
+    history: list[str]
+    history_total: int
+    next_offset: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outgoing": self.outgoing,
+            "incoming": [i.to_json() for i in self.incoming],
+            "history": self.history,
+            "history_total": self.history_total,
+            "next_offset": self.next_offset,
+        }
+
+
+@dataclass(frozen=True)
+class Discussion:
+    items: list[bytes]
+    total: int
+    next_offset: int | None
+
+
+def snapshot(
+    fn: Callable[Concatenate[sqlite3.Connection, P], T],
+) -> Callable[Concatenate[sqlite3.Connection, P], T]:
+    """Run a read in one read transaction, so that a response's parts (head, lists, counts)
+    come from the same state of the library."""
+
+    @functools.wraps(fn)
+    def read(conn: sqlite3.Connection, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        conn.execute("BEGIN")
+        try:
+            return fn(conn, *args, **kwargs)
+        finally:
+            conn.execute("COMMIT")
+
+    return read
+
+
+def subject(conn: sqlite3.Connection, rev: str) -> Subject | None:
+    row = conn.execute(
+        "SELECT r.sequence, r.root, r.kind, o.head, o.head_sequence, o.revisions,"
+        " o.created_sequence FROM revisions r JOIN objects o ON o.root = r.root WHERE r.id = ?",
+        (rev,),
+    ).fetchone()
+    return None if row is None else Subject(rev, *row)
+
+
+# --- building blocks -------------------------------------------------------------------------
+
+SectionResult = tuple[list[int], bool]  # a page of sequences, and whether more follow
+
+
+def _tree_arm(relation: str, exact: bool, column: str = "l.source_sequence AS seq") -> str:
+    """First revisions of the objects whose ``relation`` tree link names the subject (any of its
+    revisions, or exactly ``:rev``).
+
+    Tree links never change across revisions, so the first revision carries them; the range
+    ``links_target_root(target_root, relation)`` (``links_target`` when exact) is ordered by
+    ``source_sequence``, the primary key suffix, so no sort is needed."""
+    assert relation in FEED_RELATIONS
+    named = "l.target = :rev" if exact else "l.target_root = :root"
+    return (
+        f"SELECT {column} FROM links l"
+        " JOIN revisions r ON r.sequence = l.source_sequence"
+        f" WHERE {named} AND l.relation = '{relation}' AND r.id = r.root"
+    )
+
+
+def _contained_arm(kind: str) -> str:
+    """Objects of ``kind`` contained in the subject space, by creation (``objects_contents``)."""
+    return (
+        "SELECT created_sequence AS seq FROM objects"
+        f" WHERE parent = :root AND parent != '' AND kind = '{kind}'"
+    )
+
+
+# Every revision of :root, oldest first: the first one (``objects``), then the later ones
+# (``revisions_later``): two ordered ranges that SQLite merges without sorting.
+_HISTORY_SEQUENCES = (
+    "SELECT created_sequence AS sequence FROM objects WHERE root = :root"
+    " UNION ALL SELECT sequence FROM revisions WHERE root = :root AND id != root"
+    " ORDER BY sequence"
+)
+_HISTORY_IDS = (
+    "SELECT root AS id, created_sequence AS sequence FROM objects WHERE root = :root"
+    " UNION ALL SELECT id, sequence FROM revisions WHERE root = :root AND id != root"
+    " ORDER BY sequence"
+)
+
+
+def _merged(arms: Sequence[str], descending: bool = False) -> str:
+    """One ordered stream of first-revision sequences: SQLite merges the ordered arms."""
+    return " UNION ".join(arms) + (" ORDER BY seq DESC" if descending else " ORDER BY seq")
+
+
+def _page(
+    conn: sqlite3.Connection, sql: str, params: dict[str, Any], offset: int, limit: int = PAGE_SIZE
+) -> SectionResult:
+    """``limit`` sequences from ``offset`` of an ordered query, and whether more follow."""
+    rows = conn.execute(
+        f"{sql} LIMIT :limit OFFSET :offset", {**params, "limit": limit + 1, "offset": offset}
+    ).fetchall()
+    return [r[0] for r in rows[:limit]], len(rows) > limit
+
+
+def _heads(conn: sqlite3.Connection, first_sequences: Sequence[int]) -> list[int]:
+    """Current head sequences of the objects created at ``first_sequences``."""
+    out = []
+    for seq in first_sequences:
+        row = conn.execute(
+            "SELECT o.head_sequence FROM revisions r JOIN objects o ON o.root = r.root"
+            " WHERE r.sequence = ?", (seq,),
+        ).fetchone()
+        out.append(row[0])
+    return out
+
+
+def _sequences_of(conn: sqlite3.Connection, revs: Sequence[str]) -> list[int]:
+    out = []
+    for rev in revs:
+        row = conn.execute("SELECT sequence FROM revisions WHERE id = ?", (rev,)).fetchone()
+        out.append(row[0])
+    return out
+
+
+def _links_of(conn: sqlite3.Connection, sequence: int) -> list[tuple[str, str]]:
+    return [
+        (r[0], r[1]) for r in conn.execute(
+            "SELECT relation, target FROM links WHERE source_sequence = ? ORDER BY position",
+            (sequence,),
+        )
+    ]
+
+
+def _next(offset: int, count: int, more: bool) -> int | None:
+    return offset + count if more else None
+
+
+# --- /api/objects/{revision} -----------------------------------------------------------------
+
+
+@snapshot
+def object_view(
+    conn: sqlite3.Connection, store: SqliteStorage, rev: str, section: str, offset: int,
+    exact: bool,
+) -> ObjectView | None:
+    subj = subject(conn, rev)
+    if subj is None:
+        return None
+    item_sequence = subj.sequence if exact else subj.head_sequence
+    seqs, more = _SECTIONS[section](conn, subj, item_sequence, offset, exact)
+    item, original = store.signed_many(conn, [item_sequence, subj.created_sequence])
+    return ObjectView(
+        item=item,
+        head=subj.head,
+        original=original,
+        ancestors=store.signed_many(conn, _ancestors(conn, subj)),
+        items=store.signed_many(conn, seqs),
+        revisions=subj.revisions,
+        next_offset=_next(offset, len(seqs), more),
+    )
+
+
+def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
+    """Heads of the spaces above the object in its tree, outermost first.
+
+    ``objects.ancestors`` names every tree ancestor (written at admission); its spaces are the
+    containment chain, plus the space a debate is about or a proposal is for."""
+    row = conn.execute("SELECT ancestors FROM objects WHERE root = ?", (subj.root,)).fetchone()
+    roots = row[0].split() if row is not None else []
+    if not roots:
+        return []
+    return [
+        r[0] for r in conn.execute(
+            "SELECT head_sequence FROM objects WHERE root IN"
+            f" ({', '.join('?' * len(roots))}) AND kind = 'space'"
+            " ORDER BY depth, created_sequence",
+            roots,
+        )
+    ]
+
+
+def _section_all(
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool
+) -> SectionResult:
+    """The whole tree below the object (``feed`` range), by creation, current heads."""
+    firsts, more = _page(
+        conn,
+        "SELECT f.sequence AS seq FROM feed f JOIN revisions r ON r.sequence = f.sequence"
+        " WHERE f.root = :root AND r.id = r.root AND r.root != :root ORDER BY f.sequence",
+        {"root": subj.root}, offset,
+    )
+    return _heads(conn, firsts), more
+
+
+def _section_children(
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool
+) -> SectionResult:
+    arms = [_tree_arm(rel, exact) for rel in CHILD_RELATIONS.get(subj.kind, ())]
+    if not arms:
+        return [], False
+    firsts, more = _page(conn, _merged(arms), {"root": subj.root, "rev": subj.rev}, offset)
+    return _heads(conn, firsts), more
+
+
+def _section_history(
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool
+) -> SectionResult:
+    """Every revision, oldest first."""
+    return _page(conn, _HISTORY_SEQUENCES, {"root": subj.root}, offset)
+
+
+def _discussion_arms(subj: Subject, exact: bool) -> list[str]:
+    arms = []
+    if subj.kind in ("claim", "space"):
+        arms.append(_tree_arm("about", exact))
+    if subj.kind in ("discussion", "reply"):
+        arms.append(_tree_arm("branches_from", exact))
+    if subj.kind == "space" and (not exact or subj.rev == subj.root):
+        arms.append(_contained_arm("discussion"))
+    return arms
+
+
+def _section_discussions(
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool
+) -> SectionResult:
+    arms = _discussion_arms(subj, exact)
+    if not arms:
+        return [], False
+    firsts, more = _page(conn, _merged(arms), {"root": subj.root, "rev": subj.rev}, offset)
+    return _heads(conn, firsts), more
+
+
+def _prefixed(
+    prefix: list[int], offset: int, rest: Callable[[int, int], SectionResult]
+) -> SectionResult:
+    """A bounded list (an item's own links) followed by a paged query ``rest(offset, limit)``."""
+    head = prefix[offset : offset + PAGE_SIZE]
+    room = PAGE_SIZE - len(head)
+    tail: list[int] = []
+    more = False
+    if room > 0:
+        tail, more = rest(max(0, offset - len(prefix)), room)
+    else:
+        more = offset + PAGE_SIZE < len(prefix) or bool(rest(0, 0)[1])
+    return head + tail, more
+
+
+def _section_knowledge(
+    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool
+) -> SectionResult:
+    params = {"root": subj.root, "rev": subj.rev}
+    if subj.kind == "claim":
+        arms = [_tree_arm("evidence_for", exact), _tree_arm("assesses", exact)]
+        return _page(conn, _merged(arms), params, offset)  # immutable: first revision is head
+    if subj.kind != "space":
+        return [], False
+    included = _sequences_of(conn, [t for r, t in _links_of(conn, item) if r == "includes"])
+    if exact and subj.rev != subj.root:
+        return included[offset : offset + PAGE_SIZE], offset + PAGE_SIZE < len(included)
+    sql = _merged([_contained_arm("claim"), _contained_arm("document")])
+
+    def contained(off: int, limit: int) -> SectionResult:
+        firsts, more = _page(conn, sql, params, off, limit)
+        return _heads(conn, firsts), more
+
+    return _prefixed(included, offset, contained)
+
+
+def _section_related(
+    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool
+) -> SectionResult:
+    """Exact targets of the item's links (but its containment: see ``ancestors``), then the
+    current heads of other objects linking to it by citation, includes, relationship or merge
+    (partial indexes ``links_related`` and, exact, ``links_incoming``)."""
+    targets: list[str] = []
+    for relation, target in _links_of(conn, item):
+        if relation != "contained_in" and target not in targets:
+            targets.append(target)
+    outgoing = _sequences_of(conn, targets)
+    where = (
+        "l.target = :rev AND l.relation != 'votes_on'" if exact else "l.target_root = :root"
+    )
+    sql = (
+        "SELECT l.source_sequence AS seq FROM links l"
+        " JOIN objects o ON o.head_sequence = l.source_sequence"
+        f" WHERE {where} AND l.relation NOT IN {NOT_RELATED} AND o.root != :root"
+        " GROUP BY l.source_sequence ORDER BY l.source_sequence"
+    )
+
+    def incoming(off: int, limit: int) -> SectionResult:
+        return _page(conn, sql, {"root": subj.root, "rev": subj.rev}, off, limit)
+
+    return _prefixed(outgoing, offset, incoming)
+
+
+def _section_graph(
+    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool
+) -> SectionResult:
+    """Relationships (immutable records keeping their exact endpoints) incident to the object,
+    to one of its direct children, or to knowledge its item includes.  One probe of the small
+    partial index ``links_relationships`` per endpoint, so the cost follows the number of
+    direct children; a space's contained children come straight from ``objects_contents``."""
+    relations = CHILD_RELATIONS.get(subj.kind, ())
+    endpoints = [_tree_arm(rel, exact, "r.root") for rel in relations if rel != "contained_in"]
+    if "contained_in" in relations and (not exact or subj.rev == subj.root):
+        endpoints.append("SELECT root FROM objects WHERE parent = :root AND parent != ''")
+    endpoints.append(
+        "SELECT target_root FROM links WHERE source_sequence = :item AND relation = 'includes'"
+    )
+    if not exact:
+        endpoints.append("SELECT :root")
+    arms = [
+        "SELECT l.source_sequence AS seq FROM links l INDEXED BY links_relationships"
+        f" WHERE l.relation IN {RELATIONSHIP_LINKS}"
+        f" AND l.target_root IN ({' UNION ALL '.join(endpoints)})"
+    ]
+    if exact:
+        arms.append(
+            "SELECT l.source_sequence AS seq FROM links l"
+            f" WHERE l.target = :rev AND l.relation IN {RELATIONSHIP_LINKS}"
+        )
+    # a relationship between two endpoints has two matching links: DISTINCT keeps it once
+    sql = "SELECT DISTINCT seq FROM (" + " UNION ALL ".join(arms) + ") ORDER BY seq"
+    return _page(conn, sql, {"root": subj.root, "rev": subj.rev, "item": item}, offset)
+
+
+_SECTIONS = {
+    "all": _section_all,
+    "children": _section_children,
+    "related": _section_related,
+    "history": _section_history,
+    "graph": _section_graph,
+    "discussions": _section_discussions,
+    "knowledge": _section_knowledge,
+}
+assert tuple(_SECTIONS) == SECTIONS
+
+
+# --- /api/entries/{revision}/connections -----------------------------------------------------
+
+
+@snapshot
+def connections(conn: sqlite3.Connection, rev: str, offset: int) -> Connections | None:
+    """The entry's own links; the links naming exactly this revision that the current head of
+    another object holds, in admission order (``links_incoming``: votes are not indexed); the
+    object's revision ids, oldest first.  ``offset`` pages incoming and history together."""
+    subj = subject(conn, rev)
+    if subj is None:
+        return None
+    rows = conn.execute(
+        "SELECT r.id, l.relation, r.title FROM links l"
+        " JOIN objects o ON o.head_sequence = l.source_sequence"
+        " JOIN revisions r ON r.sequence = l.source_sequence"
+        " WHERE l.target = :rev AND l.relation != 'votes_on'"
+        " ORDER BY l.source_sequence, l.position LIMIT :limit OFFSET :offset",
+        {"rev": rev, "limit": PAGE_SIZE + 1, "offset": offset},
+    ).fetchall()
+    history, more_history = _page(conn, _HISTORY_IDS, {"root": subj.root}, offset)
+    return Connections(
+        outgoing=[{"relation": r, "target": t} for r, t in _links_of(conn, subj.sequence)],
+        incoming=[Incoming(*row) for row in rows[:PAGE_SIZE]],
+        history=[str(h) for h in history],
+        history_total=subj.revisions,
+        next_offset=offset + PAGE_SIZE if len(rows) > PAGE_SIZE or more_history else None,
+    )
+
+
+# --- /api/entries/{revision}/discussion ------------------------------------------------------
+
+
+def _conversation_arms(subj: Subject) -> list[str]:
+    """First revisions of the conversation around an object.
+
+    A discussion or reply: its thread, every reply and branch below it (the ``feed`` range,
+    which only replies and discussions can enter below a discussion).  A claim or space: the
+    discussions about it, and for a space those contained in it.  Nothing else can be
+    discussed: ``about`` names claims and spaces, replies name discussions and replies."""
+    if subj.kind in ("discussion", "reply"):
+        return [
+            "SELECT f.sequence AS seq FROM feed f JOIN revisions r ON r.sequence = f.sequence"
+            " WHERE f.root = :root AND r.id = r.root AND r.root != :root"
+        ]
+    return _discussion_arms(subj, exact=False) if subj.kind in ("claim", "space") else []
+
+
+@snapshot
+def discussion(
+    conn: sqlite3.Connection, store: SqliteStorage, rev: str, sort: str, offset: int
+) -> Discussion | None:
+    subj = subject(conn, rev)
+    if subj is None:
+        return None
+    arms = _conversation_arms(subj)
+    if not arms:
+        return Discussion([], 0, None)
+    params = {"root": subj.root}
+    total = int(conn.execute(
+        "SELECT count(*) FROM (" + " UNION ".join(arms) + ")", params
+    ).fetchone()[0])
+    if sort == "top":
+        page, more = _top(conn, arms, params, offset)
+    else:
+        page, more = _page(conn, _merged(arms, descending=sort == "new"), params, offset)
+    return Discussion(
+        store.signed_many(conn, _heads(conn, page)), total, _next(offset, len(page), more)
+    )
+
+
+def _top(
+    conn: sqlite3.Connection, arms: Sequence[str], params: dict[str, Any], offset: int
+) -> SectionResult:
+    """The conversation ranked as the catalogue's ``sort=top`` ranks: the host-projected vote
+    score of each head (``catalogue.score``, kept at admission by ``search_index``), highest
+    first, ties by the newest head.  One sort of the conversation, whose size bounds the cost."""
+    sql = (
+        "SELECT u.seq FROM (" + " UNION ".join(arms) + ") u"
+        " JOIN revisions r ON r.sequence = u.seq JOIN objects o ON o.root = r.root"
+        " LEFT JOIN catalogue c ON c.seq = o.head_sequence"
+        " ORDER BY coalesce(c.score, 0) DESC, o.head_sequence DESC"
+    )
+    return _page(conn, sql, params, offset)

@@ -1,0 +1,52 @@
+"""``/api/scores?author=``: the host's projection of votes, for one actor (docs/read-api.md).
+
+A vote object's current value is its head's body (-1, 0 or 1); an object's score is the sum of
+the current values of every vote on it, across the object's revisions.  ``received`` totals the
+votes on the objects ``author`` created; ``votes`` lists the votes ``author`` currently holds,
+most recently cast or changed first, each with the target's current score.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from alexandria.reads.catalogue import PAGE_SIZE
+from alexandria.store.search_index import actor_id
+
+
+def scores(conn: sqlite3.Connection, author: str, offset: int) -> dict[str, Any]:
+    received = {"score": 0, "up": 0, "down": 0, "neutral": 0}
+    votes: list[dict[str, Any]] = []
+    total = 0
+    aid = actor_id(conn, author)
+    if aid is not None:
+        row = conn.execute(
+            "SELECT score, up, down, neutral, cast_votes FROM vote_totals WHERE author_id = ?",
+            (aid,),
+        ).fetchone()
+        if row is not None:
+            received = dict(zip(("score", "up", "down", "neutral"), row[:4], strict=True))
+            total = int(row[4])
+        rows = conn.execute(
+            "SELECT v.vote_root, v.target, v.value, r.id,"
+            " (SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
+            "  WHERE o.root = v.target)"
+            " FROM vote_values v INDEXED BY vote_values_author"
+            " JOIN revisions r ON r.sequence = v.head_sequence"
+            " WHERE v.author_id = ? ORDER BY v.head_sequence DESC LIMIT ? OFFSET ?",
+            (aid, PAGE_SIZE, offset),
+        ).fetchall()
+        votes = [
+            {"target": target, "value": value, "vote": head, "vote_root": root,
+             "target_score": target_score or 0}
+            for root, target, value, head, target_score in rows
+        ]
+    end = offset + len(votes)
+    return {
+        "author": author,
+        "received": received,
+        "votes": votes,
+        "votes_total": total,
+        "next_offset": end if end < total else None,
+    }

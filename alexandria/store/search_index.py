@@ -1,0 +1,335 @@
+"""The catalogue's indexes, maintained inside the admission transaction.
+
+``SqliteStorage`` runs ``ensure`` when it opens a database and ``on_admitted`` for every admitted
+contribution, in the same write transaction as the admission itself, so the catalogue never
+shows a state the ledger does not hold and a crash never leaves the two apart.
+
+Tables (all derived, rebuilt from the ledger by ``rebuild`` when absent or when the index
+version changes — e.g. a Python whose Unicode tables differ, since normalisation decides what
+the full-text index holds):
+
+- ``catalogue``: one row per non-vote object, keyed by its *head* revision's sequence (a
+  revision replaces its object's row), with kind, author, the evidence ``method`` or assessment
+  ``verdict`` as ``facet``, and the host-projected vote ``score``;
+- ``catalogue_counts``: how many heads each (kind, facet, author) holds, so ``total`` is a few
+  lookups rather than a count;
+- ``catalogue_text``: a contentless FTS5 index of the heads' normalised title and human text,
+  rowid = head sequence; ``catalogue_terms`` exposes its term instances and ``catalogue_vocab``
+  each term's document and occurrence counts; ``catalogue_words`` keeps the indexed words of
+  each head (what the index needs to forget it, and what relevance counts in when a query's
+  candidates are fewer than its words' occurrences); ``catalogue_levels`` indexes each head's
+  distinct words as ``word·score`` tokens, so one word's heads can be read score level by score
+  level, best first, without scoring them all;
+- ``vote_values``: every vote object's current value; ``vote_totals``: per actor, the votes
+  received on their objects and the number of current votes they cast.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from alexandria.core.records import Record
+from alexandria.core.search_text import human_text, indexed
+from alexandria.rules.state import Verdict
+
+INDEX_VERSION = f"catalogue/4 unicode/{unicodedata.unidata_version}"
+LEVEL_MARK = "\u00b7"  # "·": not a word character, so "word·score" names one word's level
+LISTED_KINDS = (
+    "space", "discussion", "claim", "document", "evidence", "assessment", "relationship",
+    "proposal", "reply",
+)
+
+DDL = """
+CREATE TABLE IF NOT EXISTS catalogue_actors(id INTEGER PRIMARY KEY, actor TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS catalogue(
+    seq INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    author_id INTEGER NOT NULL,
+    facet TEXT,
+    score INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS catalogue_kind ON catalogue(kind, seq);
+CREATE INDEX IF NOT EXISTS catalogue_author ON catalogue(author_id, seq);
+CREATE INDEX IF NOT EXISTS catalogue_author_score ON catalogue(author_id, score, seq);
+CREATE INDEX IF NOT EXISTS catalogue_facet ON catalogue(facet, seq) WHERE facet IS NOT NULL;
+CREATE INDEX IF NOT EXISTS catalogue_score ON catalogue(score, seq);
+CREATE INDEX IF NOT EXISTS catalogue_kind_score ON catalogue(kind, score, seq);
+CREATE INDEX IF NOT EXISTS catalogue_facet_score ON catalogue(facet, score, seq)
+    WHERE facet IS NOT NULL;
+CREATE TABLE IF NOT EXISTS catalogue_counts(
+    kind TEXT NOT NULL, facet TEXT NOT NULL, author_id INTEGER NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY(kind, facet, author_id)
+) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_text
+    USING fts5(title, body, content='', tokenize='ascii');
+CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_terms USING fts5vocab(catalogue_text, 'instance');
+CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_vocab USING fts5vocab(catalogue_text, 'row');
+CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_levels
+    USING fts5(levels, content='', tokenize='ascii');
+CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_level_terms
+    USING fts5vocab(catalogue_levels, 'row');
+CREATE TABLE IF NOT EXISTS catalogue_words(
+    seq INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS vote_values(
+    vote_root TEXT PRIMARY KEY,
+    author_id INTEGER NOT NULL,
+    target TEXT NOT NULL,
+    value INTEGER NOT NULL,
+    head_sequence INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS vote_values_author ON vote_values(author_id, head_sequence);
+CREATE TABLE IF NOT EXISTS vote_totals(
+    author_id INTEGER PRIMARY KEY,
+    score INTEGER NOT NULL DEFAULT 0,
+    up INTEGER NOT NULL DEFAULT 0,
+    down INTEGER NOT NULL DEFAULT 0,
+    neutral INTEGER NOT NULL DEFAULT 0,
+    cast_votes INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+_DERIVED = (
+    "catalogue_actors", "catalogue", "catalogue_words", "catalogue_counts", "vote_values",
+    "vote_totals",
+)
+
+
+def ensure(conn: sqlite3.Connection) -> None:
+    """Create the tables; rebuild them from the ledger when they are missing or stale."""
+    for statement in DDL.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    row = conn.execute("SELECT value FROM meta WHERE key = 'catalogue_index'").fetchone()
+    if row is not None and row[0] == INDEX_VERSION:
+        return
+    rebuild(conn)
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('catalogue_index', ?)"
+        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (INDEX_VERSION,),
+    )
+
+
+def rebuild(conn: sqlite3.Connection) -> None:
+    """Derive every catalogue table again from the stored revisions, in admission order."""
+    for table in _DERIVED:
+        conn.execute(f"DELETE FROM {table}")
+    conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
+    conn.execute("INSERT INTO catalogue_levels(catalogue_levels) VALUES ('delete-all')")
+    rows = conn.execute(
+        "SELECT r.sequence, r.id, r.root, r.record_length, l.leaf FROM revisions r"
+        " JOIN log l ON l.sequence = r.sequence ORDER BY r.sequence"
+    )
+    for sequence, _rev, root, length, leaf in rows:
+        record = orjson.loads(bytes(leaf)[10 : 10 + length])
+        target = record["links"][0]["target"] if record["kind"] == "vote" else ""
+        _admit(conn, record, root, record["previous"], target, sequence, replay=True)
+    # scores last: during the replay ``objects`` already names each target's final head
+    conn.execute(
+        "UPDATE catalogue SET score = t.score FROM (SELECT o.head_sequence AS seq,"
+        " sum(v.value) AS score FROM vote_values v JOIN objects o ON o.root = v.target"
+        " GROUP BY o.head_sequence) AS t WHERE catalogue.seq = t.seq"
+    )
+
+
+def on_admitted(
+    conn: sqlite3.Connection, record: Record, v: Verdict, sequence: int,
+    actors: dict[str, int] | None = None, text: IndexText | None = None,
+) -> None:
+    """Called by storage for each admitted contribution, inside the admission transaction.
+    ``actors``: the writer's memory of catalogue actor ids (see ``writer_memory``); ``text``:
+    the record's ``index_text`` when it was computed beforehand."""
+    _admit(conn, record.raw, v.root, v.previous, v.vote_target, sequence, record.decoded_body,
+           actors=actors, text=text)
+
+
+def actor_id(
+    conn: sqlite3.Connection, actor: str, create: bool = False,
+    actors: dict[str, int] | None = None,
+) -> int | None:
+    if actors is not None:
+        known = actors.get(actor)
+        if known is not None:
+            return known
+        found = actor_id(conn, actor, create)
+        if found is not None:
+            actors[actor] = found
+        return found
+    row = conn.execute("SELECT id FROM catalogue_actors WHERE actor = ?", (actor,)).fetchone()
+    if row is not None:
+        return int(row[0])
+    if not create:
+        return None
+    cur = conn.execute("INSERT INTO catalogue_actors(actor) VALUES (?)", (actor,))
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def facet_of(kind: str, decoded: Any) -> str | None:
+    if kind == "evidence":
+        return f"method:{decoded['method']}"
+    if kind == "assessment":
+        return f"verdict:{decoded['verdict']}"
+    return None
+
+
+def padded(words: str) -> str:
+    """Stored words: `` w1  w2 `` — each word between its own two spaces, so that counting
+    `` word `` occurrences never overlaps two neighbours."""
+    return f" {'  '.join(words.split())} "
+
+
+def unpadded(stored: str) -> str:
+    return " ".join(stored.split())
+
+
+def levels(title: str, body: str) -> str:
+    """Each distinct word of a head once, with its relevance for a one-word query:
+    ``word·(3 × title occurrences + body occurrences)``."""
+    score = Counter(title.split())  # counted in C, in order of first occurrence
+    for word in score:
+        score[word] *= 3
+    score.update(body.split())
+    return " ".join([f"{w}{LEVEL_MARK}{n}" for w, n in score.items()])
+
+
+@dataclass(frozen=True)
+class IndexText:
+    """What the full-text indexes hold for one head: its normalised title and human text and
+    their one-word relevance levels.  A pure function of the record, so the HTTP worker computes
+    it before the write transaction (``admission.prepare(index_text=True)``)."""
+
+    title: str
+    text: str
+    levels: str
+
+
+def index_text(record: Record) -> IndexText | None:
+    """``None`` for votes, which the catalogue counts but does not index."""
+    if record.kind == "vote":
+        return None
+    return _index_text(record.kind, record.title, record.body, record.decoded_body)
+
+
+def _index_text(kind: str, title: str, body: str, decoded: Any) -> IndexText:
+    words_of_title = indexed(title)
+    words = indexed(human_text(kind, body, decoded))
+    return IndexText(words_of_title, words, levels(words_of_title, words))
+
+
+def _admit(
+    conn: sqlite3.Connection, record: Any, root: str, previous: str, vote_target: str,
+    sequence: int, decoded: Any = None, replay: bool = False,
+    actors: dict[str, int] | None = None, text: IndexText | None = None,
+) -> None:
+    kind: str = record["kind"]
+    author = actor_id(conn, record["author"], create=True, actors=actors)
+    assert author is not None
+    if kind == "vote":
+        _vote(conn, author, root, vote_target, int(record["body"]), sequence, replay, actors)
+        return
+    body: str = record["body"]
+    if decoded is None and kind != "reply":
+        decoded = orjson.loads(body)
+    if text is None:
+        text = _index_text(kind, record["title"], body, decoded)
+    score = 0
+    if previous:
+        old = conn.execute(
+            "SELECT c.seq, c.score, w.title, w.body FROM revisions r"
+            " JOIN catalogue c ON c.seq = r.sequence JOIN catalogue_words w ON w.seq = c.seq"
+            " WHERE r.id = ?",
+            (previous,),
+        ).fetchone()
+        if old is not None:
+            old_seq, score, old_title, old_text = old
+            old_title, old_text = unpadded(old_title), unpadded(old_text)
+            # a contentless index forgets a row given exactly the values it indexed
+            conn.execute(
+                "INSERT INTO catalogue_text(catalogue_text, rowid, title, body)"
+                " VALUES ('delete', ?, ?, ?)",
+                (old_seq, old_title, old_text),
+            )
+            conn.execute(
+                "INSERT INTO catalogue_levels(catalogue_levels, rowid, levels)"
+                " VALUES ('delete', ?, ?)",
+                (old_seq, levels(old_title, old_text)),
+            )
+            conn.execute("DELETE FROM catalogue WHERE seq = ?", (old_seq,))
+            conn.execute("DELETE FROM catalogue_words WHERE seq = ?", (old_seq,))
+    facet = facet_of(kind, decoded)
+    conn.execute(
+        "INSERT INTO catalogue(seq, kind, author_id, facet, score) VALUES (?, ?, ?, ?, ?)",
+        (sequence, kind, author, facet, score),
+    )
+    conn.execute(
+        "INSERT INTO catalogue_text(rowid, title, body) VALUES (?, ?, ?)",
+        (sequence, text.title, text.text),
+    )
+    conn.execute(
+        "INSERT INTO catalogue_words(seq, title, body) VALUES (?, ?, ?)",
+        (sequence, padded(text.title), padded(text.text)),
+    )
+    conn.execute(
+        "INSERT INTO catalogue_levels(rowid, levels) VALUES (?, ?)",
+        (sequence, text.levels),
+    )
+    if not previous:  # a revision keeps its kind, author and (immutable kinds) facet
+        keys = [(kind, "", 0), (kind, "", author)]
+        if facet is not None:
+            keys += [(kind, facet, 0), (kind, facet, author)]
+        conn.executemany(
+            "INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, ?, 1)"
+            " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = n + 1",
+            keys,
+        )
+
+
+_TALLY = {1: "up", -1: "down", 0: "neutral"}
+
+
+def _vote(
+    conn: sqlite3.Connection, author: int, vote_root: str, target: str, value: int,
+    sequence: int, replay: bool, actors: dict[str, int] | None = None,
+) -> None:
+    old = conn.execute(
+        "SELECT value FROM vote_values WHERE vote_root = ?", (vote_root,)
+    ).fetchone()
+    conn.execute(
+        "INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT(vote_root) DO UPDATE SET value = excluded.value,"
+        " head_sequence = excluded.head_sequence",
+        (vote_root, author, target, value, sequence),
+    )
+    old_value = None if old is None else int(old[0])
+    delta = value - (old_value or 0)
+    if not replay:
+        conn.execute(
+            "UPDATE catalogue SET score = score + ?"
+            " WHERE seq = (SELECT head_sequence FROM objects WHERE root = ?)",
+            (delta, target),
+        )
+    owner_row = conn.execute("SELECT author FROM objects WHERE root = ?", (target,)).fetchone()
+    owner = actor_id(conn, owner_row[0], create=True, actors=actors)
+    changes = {"score": delta, "up": 0, "down": 0, "neutral": 0}
+    changes[_TALLY[value]] += 1
+    if old_value is not None:
+        changes[_TALLY[old_value]] -= 1
+    conn.execute("INSERT OR IGNORE INTO vote_totals(author_id) VALUES (?)", (owner,))
+    conn.execute(
+        "UPDATE vote_totals SET score = score + ?, up = up + ?, down = down + ?,"
+        " neutral = neutral + ? WHERE author_id = ?",
+        (*changes.values(), owner),
+    )
+    if old is None:
+        conn.execute("INSERT OR IGNORE INTO vote_totals(author_id) VALUES (?)", (author,))
+        conn.execute(
+            "UPDATE vote_totals SET cast_votes = cast_votes + 1 WHERE author_id = ?", (author,)
+        )
