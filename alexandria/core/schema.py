@@ -142,10 +142,51 @@ def content_schema() -> dict[str, Any]:
     return schema
 
 
+def rs_pattern(pattern: str) -> str:
+    r"""``pattern`` with the ECMA-262 meaning under ``jsonschema-rs``.
+
+    ``jsonschema-rs`` (0.60 and later) lets ``.`` match ``\r``, U+2028 and U+2029, which
+    ECMA-262 excludes (``"T\rZ"`` matched ``T.*Z$``); a ``.`` outside a class becomes the
+    class ECMA-262 means.  Everything else is passed through unchanged."""
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == ".":
+            c = _ECMA_DOT
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+_ECMA_DOT = "[^\n\r\u2028\u2029]"
+
+
+def _with_rs_patterns(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: rs_pattern(v) if k == "pattern" and isinstance(v, str) else _with_rs_patterns(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_with_rs_patterns(v) for v in node]
+    return node
+
+
 @cache
 def _fast() -> Any:
     return jsonschema_rs.validator_for(
-        content_schema(), formats=FORMATS, validate_formats=True, ignore_unknown_formats=False
+        _with_rs_patterns(content_schema()), formats=FORMATS, validate_formats=True,
+        ignore_unknown_formats=False,
     )
 
 
