@@ -36,9 +36,9 @@ from alexandria.cli.config import write_json
 from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import format_ms, parse_ms
-from alexandria.reads import log
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding, Participant, found_library
+from alexandria.service.checkpoint_signer import sign_checkpoint_now
 from alexandria.service.library import load_genesis
 from alexandria.store.sqlite import SqliteStorage
 
@@ -186,10 +186,10 @@ async def _build(directory: Path, entries: int) -> None:
             done += len(batch)
             if done % CHECKPOINT_EVERY == 0:
                 await storage.write(
-                    lambda conn: log.sign_checkpoint_now(conn, storage, founding.log_key)
+                    lambda conn: sign_checkpoint_now(conn, storage, founding.log_key)
                 )
             print(f"\rbuilding {done:,}/{entries:,}", end="", file=sys.stderr, flush=True)
-        await storage.write(lambda conn: log.sign_checkpoint_now(conn, storage, founding.log_key))
+        await storage.write(lambda conn: sign_checkpoint_now(conn, storage, founding.log_key))
         print(file=sys.stderr)
     finally:
         await storage.close()
@@ -229,7 +229,7 @@ async def _sign_final(directory: Path) -> None:
     key = SigningKey.load(directory / "log.key")
     await storage.open()
     try:
-        await storage.write(lambda conn: log.sign_checkpoint_now(conn, storage, key))
+        await storage.write(lambda conn: sign_checkpoint_now(conn, storage, key))
     finally:
         await storage.close()
 

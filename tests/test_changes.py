@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from alexandria.core.canonical import canonical
 from alexandria.reads import changes
-from alexandria.reads.changes import LIMITS_KEY, Cursor, Limits
+from alexandria.reads.changes import Cursor, Limits
 from alexandria.service.bootstrap import resolve_refs
 from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, Api
@@ -254,7 +254,7 @@ async def test_page_byte_bound_is_393216_bytes_of_items(api: Api) -> None:
 
 
 async def test_at_least_one_item_even_when_it_exceeds_the_byte_bound(api: Api) -> None:
-    api.library.extras[LIMITS_KEY] = Limits(page_bytes=100)
+    api.library.limits = Limits(page_bytes=100)
     top = await space(api)
     members = [top] + [await discussion(api, top) for _ in range(3)]
     items, _c, _s, calls = await follow(api, top)
@@ -266,7 +266,7 @@ async def test_scan_bound_counts_index_entries_and_always_progresses(api: Api) -
     """"Scanned" = entries of the root's feed index read by the call.  Non-members are not in
     the index, so a burst of them costs no scan; members beyond the bound wait for the next
     call, behind a cursor just past the scanned range."""
-    api.library.extras[LIMITS_KEY] = Limits(scan=3)
+    api.library.limits = Limits(scan=3)
     top = await space(api)
     members = [top]
     for i in range(7):
@@ -287,7 +287,7 @@ async def test_scan_bound_counts_index_entries_and_always_progresses(api: Api) -
     assert ids(got) == members
     assert calls == 3  # 3 + 3 + 2: the last call read fewer than the bound, so it is complete
     # a bound hit exactly at hi ends the snapshot: no empty extra call
-    api.library.extras[LIMITS_KEY] = Limits(scan=2)
+    api.library.limits = Limits(scan=2)
     page = await get(api, top, page["cursor"])
     assert page["items"] == [] and page["has_more"] is False
     extra = [await discussion(api, top), await discussion(api, top)]

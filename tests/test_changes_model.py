@@ -23,7 +23,7 @@ import pytest
 from alexandria.core.canonical import canonical
 from alexandria.core.keys import SigningKey
 from alexandria.core.trust import make_authority_certificate
-from alexandria.reads.changes import LIMITS_KEY, Limits
+from alexandria.reads.changes import Limits
 from tests.conftest import Api
 
 # Written out from PROTOCOL §5 rather than imported, so that the model is independent.
@@ -383,7 +383,7 @@ async def run_walk(api: Api, seed: int) -> World:
     limits = rng.choice([Limits(), Limits(), Limits(page_bytes=3000),
                          Limits(scan=rng.choice((1, 2, 5))),
                          Limits(page_bytes=5000, scan=3)])
-    api.library.extras[LIMITS_KEY] = limits
+    api.library.limits = limits
     w = World(api, rng, limits)
     await w.publish("owner", {"kind": "space", "title": "top", "body": {"summary": "top"},
                               "links": [], "previous": ""})

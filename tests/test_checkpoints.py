@@ -16,6 +16,7 @@ from alexandria.core import merkle
 from alexandria.core.checkpoint import verify_checkpoint
 from alexandria.reads import log
 from alexandria.service.bootstrap import Founding
+from alexandria.service.checkpoint_signer import sign_checkpoint_now
 from alexandria.service.library import Library
 from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import Api, Clock
@@ -122,7 +123,7 @@ async def test_a_checkpoint_is_persisted_atomically_with_what_it_signs(
         storage = api.library.storage
 
         def sign_then_fail(conn: sqlite3.Connection) -> None:
-            log.sign_checkpoint_now(conn, storage, founding.log_key)
+            sign_checkpoint_now(conn, storage, founding.log_key)
             raise RuntimeError("crash after signing, before commit")
 
         with pytest.raises(RuntimeError):

@@ -40,7 +40,7 @@ async def test_origin_follows_the_request(api: Api) -> None:
 
 
 async def test_limits_are_read_from_what_is_enforced(api: Api) -> None:
-    api.library.extras[changes.LIMITS_KEY] = changes.Limits(page_bytes=4096, scan=100)
+    api.library.limits = changes.Limits(page_bytes=4096, scan=100)
     served = await get_contract(api)
     assert served["limits"]["changes_item_bytes"] == 4096
     assert served["limits"]["changes_scan_revisions"] == 100

@@ -19,6 +19,7 @@ from alexandria.core.trust import make_authority_certificate, make_revocation
 from alexandria.reads import log
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding
+from alexandria.service.checkpoint_signer import CheckpointSigner, background_signer
 from alexandria.service.library import Library
 from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import Api, Clock
@@ -215,7 +216,7 @@ async def test_without_a_log_key_persisted_checkpoints_stay_readable(api: Api) -
     await publish_many(api, 2)
     size, _root, note = await checkpoint(api)
     api.library.log_key = None
-    api.library.extras.pop("checkpoint_signer")  # as after a restart without --log-key
+    api.library.checkpoints = CheckpointSigner(api.library)  # as after a restart without --log-key
     assert (await api.client.get("/api/log/checkpoint")).text == note
     await publish_many(api, 1)
     r = await api.client.get("/api/log/checkpoint")
@@ -272,7 +273,7 @@ async def test_the_background_signer_signs_at_most_once_a_second_while_the_log_g
                                                           clock.tick())
             await storage.admit(prepare(canonical(env), founding.genesis))
 
-        signer = log.signer_of(library)
+        signer = library.checkpoints
         await publish(0)
         await publish(1)
         first = await signer.tick()
@@ -285,7 +286,7 @@ async def test_the_background_signer_signs_at_most_once_a_second_while_the_log_g
         clock.tick(-1000)  # now less than a second after the latest checkpoint
         assert await signer.tick() == second
         clock.tick(1000)
-        async with log.background_signer(library, interval=0.05):
+        async with background_signer(library, interval=0.05):
             await asyncio.sleep(0.3)
         rows = await storage.read(lambda conn: log.checkpoints_after(conn, 0))
         assert [c.size for c in rows] == [4, 5, 6]

@@ -8,9 +8,9 @@ from pathlib import Path
 import orjson
 
 from alexandria.core.timestamps import parse_ms
-from alexandria.reads import log
 from alexandria.reads.objects import SECTIONS
 from alexandria.service.bootstrap import Founding
+from alexandria.store.merkle_nodes import tree_size
 from tests import objects_support
 from tests.conftest import Api, Clock, serve_library
 from tests.objects_support import publish_example
@@ -64,7 +64,7 @@ async def _reads(api: Api, revisions: list[str]) -> list[bytes]:
             cursor = page["cursor"]
             if not page["has_more"]:
                 break
-    size = await api.library.storage.read(log.tree_size)
+    size = await api.library.storage.read(tree_size)
     assert size > 10
     for index in range(size):  # every inclusion and consistency proof of the log
         for path, params in (("inclusion", {"index": index, "size": size}),

@@ -16,7 +16,7 @@ from alexandria.api import personal as personal_api
 from alexandria.api import read as read_api
 from alexandria.api import write as write_api
 from alexandria.api.http import EXCEPTION_HANDLERS
-from alexandria.reads import log
+from alexandria.service.checkpoint_signer import background_signer
 from alexandria.service.library import Library
 
 
@@ -28,7 +28,7 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
         if manage_lifecycle:
             await library.open()
         try:
-            async with log.background_signer(library):
+            async with background_signer(library):
                 yield
         finally:
             if manage_lifecycle:

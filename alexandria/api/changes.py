@@ -19,7 +19,7 @@ async def get_changes(request: Request) -> Response:
     limit = int_param(params, "limit", changes.MAX_LIMIT, 1, changes.MAX_LIMIT)
     cursor = params.get("cursor")
     lib: Library = request.app.state.library
-    limits: changes.Limits = lib.extras.get(changes.LIMITS_KEY, changes.DEFAULT_LIMITS)
+    limits = lib.limits
     storage = lib.storage
 
     def read(conn: sqlite3.Connection) -> bytes:

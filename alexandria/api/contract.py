@@ -9,7 +9,6 @@ from starlette.routing import Route
 from alexandria.api import openapi
 from alexandria.api.http import json_response, query_params
 from alexandria.api.served_contract import served_contract
-from alexandria.reads import changes
 from alexandria.service.library import Library
 
 
@@ -21,7 +20,7 @@ def origin_of(request: Request) -> str:
 async def get_contract(request: Request) -> Response:
     query_params(request, ())
     lib: Library = request.app.state.library
-    limits = lib.extras.get(changes.LIMITS_KEY, changes.DEFAULT_LIMITS)
+    limits = lib.limits
     return json_response(served_contract(origin_of(request), limits))
 
 

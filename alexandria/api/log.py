@@ -41,7 +41,7 @@ def _ints(request: Request, *names: str) -> list[int]:
 
 async def get_checkpoint(request: Request) -> Response:
     query_params(request, ())
-    signed = await log.signer_of(_library(request)).current()
+    signed = await _library(request).checkpoints.current()
     return Response(signed.note, media_type="text/plain; charset=utf-8",
                     headers={"Cache-Control": "no-cache"})
 

@@ -25,6 +25,7 @@ from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.errors import BadRequest, ServiceError
 from alexandria.reads import log
+from alexandria.store.merkle_nodes import tree_size
 
 EXPORT_FORMAT = "alexandria.log-export/1"
 _DB_WINDOW = 1000
@@ -51,7 +52,7 @@ def iter_db(path: str | Path) -> Iterator[bytes]:
         row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
         if row is None:
             raise ServiceError(f"{path} is not an Alexandria database", "NOT_A_LIBRARY")
-        size = log.tree_size(conn)
+        size = tree_size(conn)
         yield header_line(orjson.loads(row[0]), size)
         checkpoints = _db_checkpoints(conn, size)
         pending = next(checkpoints, None)

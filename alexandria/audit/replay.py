@@ -30,6 +30,7 @@ from alexandria.errors import AlexandriaError, BadRequest, Forbidden
 from alexandria.reads import log
 from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.state import ObjectFacts, RevisionFacts, check_revocation
+from alexandria.store.merkle_nodes import node_reader
 
 
 class Ledger:
@@ -173,7 +174,7 @@ class Ledger:
 
     def nodes(self) -> merkle.GetNode:
         self.flush()
-        return log.node_reader(self.db)
+        return node_reader(self.db)
 
 
 class AlreadyAdmitted(AlexandriaError):

@@ -47,7 +47,7 @@ from typing import Protocol
 
 from alexandria.core import merkle
 from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
-from alexandria.reads.log import node_reader
+from alexandria.store.merkle_nodes import node_reader
 
 CURSOR_VERSION = 1
 MAX_LIMIT = 50
@@ -73,13 +73,12 @@ class BadCursor(BadRequest):
 
 @dataclass(frozen=True)
 class Limits:
-    """Page bounds; tests inject smaller ones through ``Library.extras[LIMITS_KEY]``."""
+    """Page bounds; tests give a library smaller ones (``Library.limits``)."""
 
     page_bytes: int = PAGE_BYTES
     scan: int = SCAN_LIMIT
 
 
-LIMITS_KEY = "changes.limits"
 DEFAULT_LIMITS = Limits()
 
 

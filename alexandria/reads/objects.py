@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from alexandria.rules.state import FEED_RELATIONS
+from alexandria.store.schema import NOT_RELATED
 from alexandria.store.sqlite import SqliteStorage
 
 PAGE_SIZE = 50
@@ -42,9 +43,6 @@ CHILD_RELATIONS: dict[str, tuple[str, ...]] = {
     "discussion": ("replies_to", "answers", "branches_from"),
     "reply": ("replies_to", "answers", "branches_from"),
 }
-#: Relations of ``related``: anything but tree links and votes.  The same literal text is the
-#: WHERE clause of the partial index ``links_related``, which SQLite uses only on an exact match.
-NOT_RELATED = "('" + "', '".join((*FEED_RELATIONS, "votes_on")) + "')"
 RELATIONSHIP_LINKS = "('relates_from', 'relates_to')"
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from alexandria.core.keys import SigningKey
 from alexandria.core.trust import Genesis
+from alexandria.reads.changes import DEFAULT_LIMITS, Limits
 from alexandria.rules.admission import Candidate
+from alexandria.service.checkpoint_signer import CheckpointSigner
 from alexandria.service.writer_service import WriterClient
 from alexandria.store.interface import Admitted, DryRun
 from alexandria.store.sqlite import SqliteStorage
@@ -22,8 +23,14 @@ class Library:
     genesis: Genesis
     storage: SqliteStorage
     log_key: SigningKey | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
     writer: WriterClient | None = None  # the writer process of a multi-process server
+    #: ``/api/changes`` page bounds (PROTOCOL §5); tests set smaller ones
+    limits: Limits = DEFAULT_LIMITS
+    #: signs this library's checkpoints; concurrent requests share one signing
+    checkpoints: CheckpointSigner = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.checkpoints = CheckpointSigner(self)
 
     @classmethod
     def from_files(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from alexandria.rules.admission import Candidate
 from alexandria.rules.personal import WINDOW_MS, Decision, StoredState, Target, decide
+from alexandria.rules.state import StateView
 
 if TYPE_CHECKING:
     from alexandria.store.sqlite import SqliteStorage
@@ -20,24 +21,6 @@ if TYPE_CHECKING:
 # Rows of personal_requests are needed only while a request can still pass the time window;
 # the extra day keeps a server clock that steps back from reopening a pruned nonce.
 RETENTION_MS = WINDOW_MS + 24 * 3600 * 1000
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS personal_state(
-    author TEXT PRIMARY KEY,
-    id TEXT NOT NULL,
-    signed BLOB NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS personal_requests(
-    id TEXT PRIMARY KEY,
-    author TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    nonce TEXT NOT NULL,
-    authored_ms INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE UNIQUE INDEX IF NOT EXISTS personal_requests_nonce
-    ON personal_requests(author, nonce) WHERE nonce != '';
-CREATE INDEX IF NOT EXISTS personal_requests_authored ON personal_requests(authored_ms);
-"""
 
 
 class _PersonalView:
@@ -69,10 +52,9 @@ class _PersonalView:
         return None if row is None else str(row[0])
 
 
-def _apply(storage: SqliteStorage, conn: sqlite3.Connection, cand: Candidate) -> Decision:
-    now = storage.clock()
+def _apply(conn: sqlite3.Connection, view: StateView, now: int, cand: Candidate) -> Decision:
     conn.execute("DELETE FROM personal_requests WHERE authored_ms < ?", (now - RETENTION_MS,))
-    decision = decide(storage._view(conn), _PersonalView(conn), cand, now)
+    decision = decide(view, _PersonalView(conn), cand, now)
     rec = cand.record
     if decision.remember:
         conn.execute(
@@ -91,4 +73,6 @@ def _apply(storage: SqliteStorage, conn: sqlite3.Connection, cand: Candidate) ->
 
 async def submit(storage: SqliteStorage, cand: Candidate) -> Decision:
     """Decide and persist a personal request in the next write transaction."""
-    return await storage.write(lambda conn: _apply(storage, conn, cand))
+    return await storage.write(
+        lambda conn: _apply(conn, storage.state_view(conn), storage.clock(), cand)
+    )

@@ -45,56 +45,6 @@ LISTED_KINDS = (
     "proposal", "reply",
 )
 
-DDL = """
-CREATE TABLE IF NOT EXISTS catalogue_actors(id INTEGER PRIMARY KEY, actor TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS catalogue(
-    seq INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL,
-    author_id INTEGER NOT NULL,
-    facet TEXT,
-    score INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS catalogue_kind ON catalogue(kind, seq);
-CREATE INDEX IF NOT EXISTS catalogue_author ON catalogue(author_id, seq);
-CREATE INDEX IF NOT EXISTS catalogue_author_score ON catalogue(author_id, score, seq);
-CREATE INDEX IF NOT EXISTS catalogue_facet ON catalogue(facet, seq) WHERE facet IS NOT NULL;
-CREATE INDEX IF NOT EXISTS catalogue_score ON catalogue(score, seq);
-CREATE INDEX IF NOT EXISTS catalogue_kind_score ON catalogue(kind, score, seq);
-CREATE INDEX IF NOT EXISTS catalogue_facet_score ON catalogue(facet, score, seq)
-    WHERE facet IS NOT NULL;
-CREATE TABLE IF NOT EXISTS catalogue_counts(
-    kind TEXT NOT NULL, facet TEXT NOT NULL, author_id INTEGER NOT NULL, n INTEGER NOT NULL,
-    PRIMARY KEY(kind, facet, author_id)
-) WITHOUT ROWID;
-CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_text
-    USING fts5(title, body, content='', tokenize='ascii');
-CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_terms USING fts5vocab(catalogue_text, 'instance');
-CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_vocab USING fts5vocab(catalogue_text, 'row');
-CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_levels
-    USING fts5(levels, content='', tokenize='ascii');
-CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_level_terms
-    USING fts5vocab(catalogue_levels, 'row');
-CREATE TABLE IF NOT EXISTS catalogue_words(
-    seq INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS vote_values(
-    vote_root TEXT PRIMARY KEY,
-    author_id INTEGER NOT NULL,
-    target TEXT NOT NULL,
-    value INTEGER NOT NULL,
-    head_sequence INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS vote_values_author ON vote_values(author_id, head_sequence);
-CREATE TABLE IF NOT EXISTS vote_totals(
-    author_id INTEGER PRIMARY KEY,
-    score INTEGER NOT NULL DEFAULT 0,
-    up INTEGER NOT NULL DEFAULT 0,
-    down INTEGER NOT NULL DEFAULT 0,
-    neutral INTEGER NOT NULL DEFAULT 0,
-    cast_votes INTEGER NOT NULL DEFAULT 0
-);
-"""
-
 _DERIVED = (
     "catalogue_actors", "catalogue", "catalogue_words", "catalogue_counts", "vote_values",
     "vote_totals",
@@ -103,9 +53,6 @@ _DERIVED = (
 
 def ensure(conn: sqlite3.Connection) -> None:
     """Create the tables; rebuild them from the ledger when they are missing or stale."""
-    for statement in DDL.split(";"):
-        if statement.strip():
-            conn.execute(statement)
     row = conn.execute("SELECT value FROM meta WHERE key = 'catalogue_index'").fetchone()
     if row is not None and row[0] == INDEX_VERSION:
         return

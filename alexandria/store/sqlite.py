@@ -38,163 +38,15 @@ from alexandria.core.trust import (
     document_name,
 )
 from alexandria.errors import AlexandriaError, BadRequest, Forbidden, ServiceError
-from alexandria.reads.log import SCHEMA as LOG_SCHEMA
 from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.state import ObjectFacts, RevisionFacts, Verdict, check_revocation
-from alexandria.store import search_index
+from alexandria.store import schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Storage
-from alexandria.store.personal import SCHEMA as PERSONAL_SCHEMA
 from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
 from alexandria.store.writer_memory import WriterMemory
 
 T = TypeVar("T")
 BATCH_LIMIT = 256
-
-# One row per object, in creation order: the rowid is the sequence of its first revision, so a
-# new object appends to the table instead of splitting a page of rows keyed by a random root
-# (the root index holds 64 hex characters and a rowid per entry).  ``ancestors``: the roots
-# whose feeds include the object's (its feed parents and theirs), space-separated.
-_OBJECTS = """
-CREATE TABLE IF NOT EXISTS {name}(
-    created_sequence INTEGER PRIMARY KEY,
-    root TEXT NOT NULL UNIQUE,
-    kind TEXT NOT NULL,
-    author TEXT NOT NULL,
-    head TEXT NOT NULL,
-    head_sequence INTEGER NOT NULL,
-    revisions INTEGER NOT NULL,
-    depth INTEGER NOT NULL,
-    parent TEXT NOT NULL,
-    vote_target TEXT NOT NULL,
-    feed_links TEXT NOT NULL,
-    ancestors TEXT NOT NULL DEFAULT ''
-);
-"""
-_OBJECT_INDEXES = """
-CREATE INDEX IF NOT EXISTS objects_head_sequence ON objects(head_sequence);
-DROP INDEX IF EXISTS objects_parent;  -- superseded by objects_contents
-CREATE INDEX IF NOT EXISTS objects_contents ON objects(parent, kind, created_sequence)
-    WHERE parent != '';
-"""
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS log(
-    sequence INTEGER PRIMARY KEY,
-    type TEXT NOT NULL,
-    leaf BLOB NOT NULL,
-    leaf_hash BLOB NOT NULL,
-    admitted_at TEXT NOT NULL
-);
--- authority documents are found again by their leaf hash; contributions by revision id, so
--- indexing their (random) leaf hashes too would only cost a B-tree page per admission
-DROP INDEX IF EXISTS log_leaf_hash;
-CREATE UNIQUE INDEX IF NOT EXISTS log_document_hash ON log(leaf_hash) WHERE type != 'contribution';
--- the perfect Merkle nodes, keyed by their in-order position (merkle.position)
-CREATE TABLE IF NOT EXISTS merkle_nodes(position INTEGER PRIMARY KEY, hash BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS revisions(
-    sequence INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    root TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    author TEXT NOT NULL,
-    authored_at TEXT NOT NULL,
-    title TEXT NOT NULL,
-    record_length INTEGER NOT NULL,
-    authority_seq INTEGER NOT NULL
-);
--- an object's first revision is found by its root (objects.created_sequence); only the later
--- ones are indexed by root, so creating an object writes no page of this index
-DROP INDEX IF EXISTS revisions_root;
-CREATE INDEX IF NOT EXISTS revisions_later ON revisions(root, sequence) WHERE id != root;
-""" + _OBJECTS.format(name="objects") + _OBJECT_INDEXES + """CREATE TABLE IF NOT EXISTS links(
-    source_sequence INTEGER NOT NULL,
-    position INTEGER NOT NULL,
-    relation TEXT NOT NULL,
-    target TEXT NOT NULL,
-    target_root TEXT NOT NULL,
-    PRIMARY KEY(source_sequence, position)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS links_target ON links(target, relation);
-CREATE INDEX IF NOT EXISTS links_target_root ON links(target_root, relation);
--- object views (objects.py): incoming links in admission order, without tree links and votes
-CREATE INDEX IF NOT EXISTS links_related ON links(target_root, source_sequence) WHERE relation
-    NOT IN ('contained_in', 'replies_to', 'answers', 'branches_from', 'about', 'evidence_for',
-            'assesses', 'proposes_for', 'votes_on');
-CREATE INDEX IF NOT EXISTS links_incoming ON links(target, source_sequence)
-    WHERE relation != 'votes_on';
-CREATE INDEX IF NOT EXISTS links_relationships ON links(target_root, source_sequence)
-    WHERE relation IN ('relates_from', 'relates_to');
-CREATE TABLE IF NOT EXISTS votes(
-    author TEXT NOT NULL, target TEXT NOT NULL, vote_root TEXT NOT NULL,
-    PRIMARY KEY(author, target)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS authorities(
-    sequence INTEGER PRIMARY KEY,
-    key TEXT NOT NULL,
-    roles TEXT NOT NULL,
-    document BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS authorities_key ON authorities(key);
-CREATE TABLE IF NOT EXISTS revocations(
-    sequence INTEGER PRIMARY KEY, key TEXT NOT NULL, issuer TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS revocations_key ON revocations(key);
--- one row per revision and ancestor of its object (the object's own revisions are found
--- through objects and revisions_later: no page keyed by a fresh root is written twice)
-CREATE TABLE IF NOT EXISTS feed(
-    root TEXT NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(root, sequence)
-) WITHOUT ROWID;
-"""
-
-
-def _migrate_layout(conn: sqlite3.Connection) -> None:
-    """Bring a database written by an earlier layout to this one, in one transaction: tree
-    ancestors move from the ``closure`` table into ``objects.ancestors``; ``feed`` loses the
-    rows of each object's own revisions (read through ``objects`` and ``revisions_later``);
-    ``objects`` keyed by root becomes a table in creation order; Merkle nodes keyed by
-    ``(level, idx)`` are keyed by their in-order position."""
-    if conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'merkle'"
-    ).fetchone() is not None:
-        conn.execute(
-            "INSERT INTO merkle_nodes(position, hash)"
-            " SELECT (idx << (level + 1)) | ((1 << level) - 1), hash FROM merkle"
-        )
-        conn.execute("DROP TABLE merkle")
-    if conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'closure'"
-    ).fetchone() is not None:
-        columns = {r[1] for r in conn.execute("PRAGMA table_info(objects)")}
-        if "ancestors" not in columns:
-            conn.execute("ALTER TABLE objects ADD COLUMN ancestors TEXT NOT NULL DEFAULT ''")
-        conn.execute(
-            "UPDATE objects SET ancestors = coalesce((SELECT group_concat(ancestor, ' ')"
-            " FROM closure WHERE member = objects.root), '')"
-        )
-        conn.execute(
-            "DELETE FROM feed WHERE EXISTS (SELECT 1 FROM revisions r"
-            " WHERE r.sequence = feed.sequence AND r.root = feed.root)"
-        )
-        conn.execute("DROP TABLE closure")
-    keyed_by_root = conn.execute(
-        "SELECT 1 FROM pragma_table_info('objects') WHERE name = 'root' AND pk = 1"
-    ).fetchone()
-    if keyed_by_root is not None:
-        conn.execute(_OBJECTS.format(name="objects_by_creation"))
-        columns_text = (
-            "created_sequence, root, kind, author, head, head_sequence, revisions, depth,"
-            " parent, vote_target, feed_links, ancestors"
-        )
-        conn.execute(
-            f"INSERT INTO objects_by_creation({columns_text}) SELECT {columns_text} FROM objects"
-        )
-        conn.execute("DROP TABLE objects")  # and its indexes
-        conn.execute("ALTER TABLE objects_by_creation RENAME TO objects")
-        for statement in _OBJECT_INDEXES.split(";"):
-            if statement.strip():
-                conn.execute(statement)
-
 
 class _StateView:
     """``rules.StateView`` over the writer's connection, inside its transaction."""
@@ -332,16 +184,14 @@ class SqliteStorage(Storage):
         await db.execute("PRAGMA journal_mode = WAL")
         await db.execute("PRAGMA synchronous = FULL")
         await db.execute("PRAGMA busy_timeout = 30000")  # opening; _begin waits for writes
-        await db.executescript(SCHEMA)
-        await db.executescript(PERSONAL_SCHEMA)
-        await db.executescript(LOG_SCHEMA)
+        await db.executescript(schema.TABLES)
         await db.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting
         await db.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         await db.execute("PRAGMA wal_autocheckpoint = 0")  # see wal_checkpointer
         await db.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
         self._checkpointer = WalCheckpointer(self.path)
         self._writer_db = db
-        await self.write(_migrate_layout)
+        await self.write(schema.migrate_layout)
         await self.write(self._init_meta)
         await self.write(search_index.ensure)
         self._reader = await aiosqlite.connect(self.path, isolation_level=None)
@@ -538,7 +388,8 @@ class SqliteStorage(Storage):
 
         return await self.write(run)
 
-    def _view(self, conn: sqlite3.Connection) -> _StateView:
+    def state_view(self, conn: sqlite3.Connection) -> _StateView:
+        """The rules' ``StateView`` over ``conn``, inside a write transaction of this storage."""
         return _StateView(conn, self._authority_cache, self.genesis, self._memory)
 
     def _admit(self, conn: sqlite3.Connection, cand: Candidate, dry_run: bool) -> Admitted | DryRun:
@@ -554,7 +405,7 @@ class SqliteStorage(Storage):
             signed = self._signed_sync(conn, row[0])
             assert signed is not None
             return Admitted(False, rec.id, row[1], row[0], signed)
-        view = self._view(conn)
+        view = self.state_view(conn)
         now = self._admission_clock(conn)
         verdict = decide(view, cand, now)
         if dry_run:
@@ -655,7 +506,7 @@ class SqliteStorage(Storage):
 
     def _admit_authority(self, conn: sqlite3.Connection, document: Any) -> AuthorityAdmitted:
         name = document_name(document)
-        view = self._view(conn)
+        view = self.state_view(conn)
         now = self._admission_clock(conn)
         if name == "certificate":
             payload = document["certificate"]

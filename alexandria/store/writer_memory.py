@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 from alexandria.core import merkle
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import AuthorityCertificate
-from alexandria.reads.log import node_reader
 from alexandria.rules.state import ObjectFacts, RevisionFacts
+from alexandria.store.merkle_nodes import node_reader
 
 LIMIT = 20_000
 K = TypeVar("K")

@@ -1,0 +1,188 @@
+"""Signing the log's checkpoints (PROTOCOL §7): when, with which key, and never inconsistently.
+
+Checkpoint policy.  A checkpoint is signed inside one write transaction, so it is atomic and
+serialised with admissions, also across several server processes on one database:
+
+1. read the latest persisted checkpoint and the tree size; a tree smaller than the latest
+   checkpoint is corruption (``LOG_TRUNCATED``): sizes only grow, also across restarts;
+2. nothing to do when the tree has not grown (or, for the background signer, when the latest
+   checkpoint is less than a second old);
+3. the log key must hold an admitted authority certificate with role ``log``, valid when the
+   last leaf it would cover was admitted and not expired now, and not revoked
+   (:func:`check_log_key`, shared with the offline verifier);
+4. compute the new root and a consistency proof from the latest checkpoint, and verify that
+   proof against the *persisted* old root: the log never signs two inconsistent checkpoints;
+5. sign the C2SP note and insert it.
+
+GET ``/api/log/checkpoint`` signs on demand when the tree is larger than the latest checkpoint;
+a background task (:func:`background_signer`) signs at most once a second while the log grows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from alexandria.core import merkle
+from alexandria.core.checkpoint import Checkpoint, sign_checkpoint
+from alexandria.core.keys import SigningKey
+from alexandria.core.timestamps import format_ms, parse_ms
+from alexandria.errors import ServiceError
+from alexandria.reads.log import (
+    LOG_ROLE,
+    LogUnavailable,
+    StoredCheckpoint,
+    check_log_key,
+    latest_checkpoint,
+)
+from alexandria.store.merkle_nodes import LogCorrupt, node_reader, tree_size
+from alexandria.store.sqlite import SqliteStorage
+
+SIGN_INTERVAL_MS = 1000
+
+_log = logging.getLogger("alexandria.log")
+
+
+class SigningLibrary(Protocol):
+    """What the signer needs of a running library (``service.library.Library``)."""
+
+    storage: SqliteStorage
+    log_key: SigningKey | None
+
+    @property
+    def checkpoints(self) -> CheckpointSigner: ...
+
+
+def sign_checkpoint_now(
+    conn: sqlite3.Connection, storage: SqliteStorage, key: SigningKey | None,
+    min_interval_ms: int = 0,
+) -> StoredCheckpoint:
+    """Steps 1–5 of the module docstring, inside the caller's write transaction."""
+    now = storage.clock()
+    # 1.
+    latest = latest_checkpoint(conn)
+    size = tree_size(conn)
+    if latest is not None and size < latest.size:
+        raise LogCorrupt(
+            f"the log holds {size} leaves but checkpoint {latest.size} was signed",
+            "LOG_TRUNCATED", tree_size=size, checkpoint_size=latest.size,
+        )
+    # 2.
+    if latest is not None:
+        signed_ms = parse_ms(latest.signed_at) or 0
+        if size == latest.size or now - signed_ms < min_interval_ms:
+            return latest
+    details = {"tree_size": size, "checkpoint_size": latest.size if latest else 0}
+    if key is None:
+        raise LogUnavailable(
+            "this server has no log key (--log-key): it cannot sign a checkpoint of the"
+            " current tree", "LOG_KEY_MISSING", **details,
+        )
+    # 3.
+    last = conn.execute("SELECT admitted_at FROM log WHERE sequence = ?", (size,)).fetchone()
+    if last is None:
+        raise LogUnavailable("the log is empty: nothing to sign yet", "LOG_EMPTY", **details)
+    last_ms = parse_ms(last[0])
+    assert last_ms is not None
+    view = storage.state_view(conn)
+    certificates = view.authorities(key.public_hex)
+    try:
+        check_log_key(certificates, view.revoked(key.public_hex, None), key.public_hex, last_ms)
+        if not any(LOG_ROLE in c.roles and c.valid_at(now) for _s, c in certificates):
+            raise LogUnavailable(
+                "the log key's certificate is not valid now", "LOG_KEY_EXPIRED",
+                key=key.public_hex, at=format_ms(now),
+            )
+    except LogUnavailable as exc:
+        exc.details.update(details)
+        raise
+    # 4.
+    get = node_reader(conn)
+    root = merkle.root_hash(size, get)
+    if latest is not None:
+        proof = merkle.consistency_proof(latest.size, size, get)
+        try:
+            merkle.verify_consistency(latest.size, size, latest.root, root, proof)
+        except merkle.MerkleError as exc:
+            raise LogCorrupt(
+                f"the tree of size {size} is not consistent with checkpoint {latest.size}:"
+                f" {exc.reason}", "LOG_INCONSISTENT", **details,
+            ) from exc
+    # 5.
+    note = sign_checkpoint(Checkpoint(storage.genesis.origin, size, root), key)
+    signed = StoredCheckpoint(size, root, note, key.public_hex, format_ms(now))
+    conn.execute(
+        "INSERT INTO checkpoints(size, root, note, key, signed_at) VALUES (?, ?, ?, ?, ?)",
+        (signed.size, signed.root, signed.note, signed.key, signed.signed_at),
+    )
+    return signed
+
+
+class CheckpointSigner:
+    """One library's checkpoint signer; concurrent requests share one signing."""
+
+    def __init__(self, library: SigningLibrary) -> None:
+        self.library = library
+        self._latest: StoredCheckpoint | None = None
+        self._lock = asyncio.Lock()
+
+    async def _sign(self, min_interval_ms: int) -> StoredCheckpoint:
+        storage, key = self.library.storage, self.library.log_key
+        signed = await storage.write(
+            lambda conn: sign_checkpoint_now(conn, storage, key, min_interval_ms)
+        )
+        if self._latest is None or signed.size > self._latest.size:
+            self._latest = signed
+        return signed
+
+    async def current(self) -> StoredCheckpoint:
+        """A checkpoint of the whole tree as it is now, signed on demand if needed."""
+        size = await self.library.storage.log_size()
+        latest = self._latest
+        if latest is not None and latest.size >= size:
+            return latest
+        async with self._lock:
+            latest = self._latest
+            if latest is not None and latest.size >= size:
+                return latest
+            return await self._sign(0)
+
+    async def tick(self) -> StoredCheckpoint | None:
+        """The background step: sign when the tree grew and the last checkpoint is at least
+        ``SIGN_INTERVAL_MS`` old (across every process serving the database)."""
+        size = await self.library.storage.log_size()
+        latest = self._latest
+        if size == 0 or (latest is not None and latest.size >= size):
+            return None
+        async with self._lock:
+            return await self._sign(SIGN_INTERVAL_MS)
+
+
+async def _run(signer: CheckpointSigner, interval: float) -> None:
+    reported = ""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await signer.tick()
+            reported = ""
+        except Exception as exc:  # keep signing later: the cause may be transient
+            code = exc.code if isinstance(exc, ServiceError) else type(exc).__name__
+            if code != reported:  # say it once, not once a second
+                _log.warning("not signing checkpoints: %s [%s]", exc, code)
+                reported = code
+
+
+@contextlib.asynccontextmanager
+async def background_signer(library: SigningLibrary, interval: float = 1.0) -> AsyncIterator[None]:
+    """Run the once-a-second checkpoint signer for as long as the app runs."""
+    task = asyncio.get_running_loop().create_task(_run(library.checkpoints, interval))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
