@@ -18,6 +18,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check alexandria tests cli.py bench genesis
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
 bench: $(STAMP)

@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from alexandria.cli.config import write_json
 from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.core.keys import verify
 from alexandria.core.schema import validate_content
 from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.files import write_json
 from alexandria.service.bootstrap import found_library
 from bench.serving import free_port, process_cpu, thread_cpu, wait_ready
 

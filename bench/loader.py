@@ -40,10 +40,10 @@ from typing import Any
 
 import orjson
 
-from alexandria.cli.config import write_json
 from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.core.records import make_envelope, make_record
 from alexandria.core.timestamps import format_ms, parse_ms
+from alexandria.files import write_json
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.service.bootstrap import Founding, Participant, found_library
 from alexandria.store.interface import Admitted

@@ -32,10 +32,10 @@ import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from alexandria.audit import export, verify
-from alexandria.cli.config import write_json
 from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import format_ms, parse_ms
+from alexandria.files import write_json
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding, Participant, found_library
 from alexandria.service.checkpoint_signer import sign_checkpoint_now

@@ -15,8 +15,7 @@ from alexandria.service.library import Library
 from alexandria.store.sqlite import SqliteStorage
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-CONTRACT = json.loads((SHARED / "contract" / "alexandria-contract.json").read_text())
+CONTRACT = json.loads((ROOT / "contracts" / "alexandria-contract.json").read_text())
 SEED = b"alexandria-test-seed"
 T0 = "2026-01-01T00:00:00.000Z"
 

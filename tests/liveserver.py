@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from alexandria.cli.config import write_json
+from alexandria.files import write_json
 from alexandria.service.bootstrap import Founding
 
 

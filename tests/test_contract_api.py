@@ -11,7 +11,7 @@ from alexandria.api.served_contract import enforced_limits
 from alexandria.reads import changes
 from tests.conftest import ROOT, Api
 
-GIVEN = json.loads((ROOT / "contracts" / "read-contract.json").read_text())
+GIVEN = json.loads((ROOT / "contracts" / "alexandria-contract.json").read_text())
 
 
 async def get_contract(api: Api, base: str = "http://testserver") -> dict[str, Any]:

@@ -32,8 +32,8 @@ from alexandria.core.merkle import (
 )
 from alexandria.errors import BadRequest, Unprocessable
 
-# The vectors live outside the repository (../shared relative to its root), read-only in CI.
-VECTOR_DIR = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "merkle"
+# transparency-dev/merkle's vectors, copied with their licence (testdata/merkle/README.md)
+VECTOR_DIR = Path(__file__).resolve().parent / "testdata" / "merkle"
 VECTORS = sorted(VECTOR_DIR.rglob("*.json"))
 
 # RFC 6962 leaf inputs of transparency-dev/merkle (testonly.LeafInputs): the trees the vectors'

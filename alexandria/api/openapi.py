@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 description of every route, written by hand as one table.
 
 ``tests/test_openapi.py`` checks it against the routes ``create_app`` mounts, both ways, and that
-every documented parameter is one the handler accepts.  The wire shapes follow PROTOCOL.md and
+every documented parameter is one the handler accepts.  The wire shapes follow docs/protocol.md and
 the contract; docs/read-api.md explains the read routes' decisions.
 """
 
@@ -399,7 +399,7 @@ def document(server_url: str | None = None) -> dict[str, Any]:
             "title": "Alexandria ledger",
             "version": __version__,
             "description": "A signed, append-only contribution ledger for a public knowledge"
-            " library. Wire decisions: PROTOCOL.md; read routes: docs/read-api.md.",
+            " library. Wire decisions: docs/protocol.md; read routes: docs/read-api.md.",
         },
         "paths": PATHS,
         "components": {

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alexandria.cli.config import write_json
 from alexandria.core.timestamps import now
+from alexandria.files import write_json
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.service.library import Library, load_genesis
 from alexandria.service.operator_dir import OperatorDir

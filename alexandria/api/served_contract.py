@@ -1,6 +1,6 @@
 """The agent read contract as this server enforces it (``GET /api/contract``).
 
-``contracts/read-contract.json`` is the user's document as given.  A server serves it with its
+``contracts/alexandria-contract.json`` is the user's document as given.  A server serves it with its
 own ``origin`` (where the reader reached it) and the ``limits`` it enforces, read from the code
 and the compiled write contract rather than copied, so the document cannot drift from the
 behaviour.  Every other section is served as given.
@@ -9,20 +9,12 @@ behaviour.  Every other section is served as given.
 from __future__ import annotations
 
 import copy
-import json
-from functools import cache
 from typing import Any
 
+from alexandria.core.contract import contract as read_contract
 from alexandria.core.records import MAX_BODY_CHARACTERS, MAX_ENVELOPE_BYTES
-from alexandria.core.schema import CONTRACTS, content_schema
+from alexandria.core.schema import content_schema
 from alexandria.reads import catalogue, changes
-
-
-@cache
-def read_contract() -> dict[str, Any]:
-    with (CONTRACTS / "read-contract.json").open(encoding="utf-8") as fh:
-        data: dict[str, Any] = json.load(fh)
-    return data
 
 
 def _branch(kind: str) -> dict[str, Any]:

@@ -20,19 +20,15 @@ Every file is replaced atomically (write, fsync, rename), so a crash never leave
 from __future__ import annotations
 
 import os
-import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from alexandria.core.keys import HEX64, SigningKey
 from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.files import NAME, read_json, write_json
 
 DEFAULT_LIBRARY = "http://127.0.0.1:8080"
-NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
 class SetupRequired(AlexandriaError):
@@ -47,34 +43,6 @@ def home_dir(environ: dict[str, str] | None = None) -> Path:
         return Path(env["ALEXANDRIA_HOME"])
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
     return Path(base) / "alexandria"
-
-
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data``: a reader sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: Path, value: Any, mode: int = 0o644) -> None:
-    atomic_write(path, orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n", mode)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"{path} is not valid JSON: {exc}", "BAD_CONFIG_FILE",
-                         path=str(path)) from exc
 
 
 @dataclass(frozen=True)
@@ -251,11 +219,3 @@ class Home:
 
     def drop_cursor(self, root: str) -> None:
         self._cursor_path(root).unlink(missing_ok=True)
-
-
-def check_name(name: str) -> str:
-    if not NAME.match(name):
-        raise BadRequest(
-            f"{name!r} is not a name: letters, digits, _ . - (at most 64)", "BAD_NAME", name=name
-        )
-    return name

@@ -32,12 +32,12 @@ from typing import Any
 import httpx
 import orjson
 
-from alexandria.cli.config import write_json
 from alexandria.cli.terminal import Progress, note, say
+from alexandria.core.contract import contract_bytes
 from alexandria.core.keys import SigningKey
 from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.files import write_json
 
-CONTRACT = Path(__file__).resolve().parents[2] / "contracts" / "read-contract.json"
 MARKER = ".alexandria-demo"
 PARTICIPANTS = ("owner", "peer")
 START_TIMEOUT_S = 60.0
@@ -48,7 +48,7 @@ class DemoFailed(AlexandriaError):
 
 
 def worked_example() -> list[dict[str, Any]]:
-    steps: list[dict[str, Any]] = orjson.loads(CONTRACT.read_bytes())["object_examples"]["steps"]
+    steps: list[dict[str, Any]] = orjson.loads(contract_bytes())["object_examples"]["steps"]
     return steps
 
 

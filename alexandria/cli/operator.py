@@ -231,7 +231,7 @@ def cmd_authority_enroll(args: argparse.Namespace) -> int:
 
 
 def cmd_authority_approve(args: argparse.Namespace) -> int:
-    from alexandria.cli.config import write_json
+    from alexandria.files import write_json
     from alexandria.service.operator_dir import approve, parse_scopes
 
     op = _op(args)

@@ -1,7 +1,7 @@
 """Participant commands: the worker key and publishing.
 
 ``worker init`` / ``worker import CERT`` / ``whoami``; ``publish FILE|-``, ``validate FILE|-``,
-``pending``, ``retry``.  Reading is in ``cli_reading.py``, personal lists in ``cli_personal.py``;
+``pending``, ``retry``.  Reading is in ``cli/reading.py``, personal lists in ``cli/personal.py``;
 the helpers here (``command``, ``session_of``…) are shared by the three.  The configuration
 directory is described in ``config.py``; the pending-file rule in ``pending.py``.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from alexandria.cli.config import DEFAULT_LIBRARY, Home, LibraryConfig, check_name
+from alexandria.cli.config import DEFAULT_LIBRARY, Home, LibraryConfig
 from alexandria.cli.pending import Outbox, Outcome, Pending
 from alexandria.cli.session import (
     Session,
@@ -30,6 +30,7 @@ from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.core.trust import parse_worker_certificate
 from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.files import check_name
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]

@@ -26,11 +26,12 @@ from typing import Any
 
 import orjson
 
-from alexandria.cli.config import Home, atomic_write, read_json, write_json
+from alexandria.cli.config import Home
 from alexandria.client import Client, Unreachable, is_definitive
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import now
 from alexandria.errors import AlexandriaError
+from alexandria.files import atomic_write, read_json, write_json
 
 
 @dataclass(frozen=True)

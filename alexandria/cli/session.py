@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from alexandria.cli.config import Home, LibraryConfig, SetupRequired, check_name
+from alexandria.cli.config import Home, LibraryConfig, SetupRequired
 from alexandria.client import Client
 from alexandria.core.canonical import canonical, find_float, parse_json
 from alexandria.core.keys import HEX64, verify
@@ -34,6 +34,7 @@ from alexandria.core.trust import (
     parse_worker_certificate,
 )
 from alexandria.errors import AlexandriaError, BadRequest, Forbidden
+from alexandria.files import check_name
 from alexandria.service.bootstrap import resolve_refs
 
 CONTENT_FIELDS = ("kind", "title", "body", "links", "previous")

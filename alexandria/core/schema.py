@@ -1,4 +1,4 @@
-r"""The write contract's content schema (``contracts/write-contract.json``), compiled once.
+r"""The write contract's content schema (``write_contract`` of the contract), compiled once.
 
 Validation runs on ``{kind, title, body: decoded, links, previous}`` (PROTOCOL §3).  The fast
 path is ``jsonschema-rs``; the reference is Python ``jsonschema`` (Draft 2020-12).  Both use the
@@ -16,10 +16,8 @@ translates patterns with ``ecma_regex`` so that both validators mean the same th
 
 from __future__ import annotations
 
-import json
 import re
 from functools import cache
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,9 +26,8 @@ from rfc3339_validator import validate_rfc3339
 from rfc3986_validator import validate_rfc3986
 
 from alexandria.core.canonical import pointer
+from alexandria.core.contract import write_contract
 from alexandria.errors import Unprocessable
-
-CONTRACTS = Path(__file__).resolve().parents[2] / "contracts"
 
 
 class SchemaViolation(Unprocessable):
@@ -128,13 +125,6 @@ def _ecma_pattern(validator: Any, pattern: str, instance: Any, _schema: Any) -> 
 
     if validator.is_type(instance, "string") and not ecma_regex(pattern).search(instance):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-@cache
-def write_contract() -> dict[str, Any]:
-    with (CONTRACTS / "write-contract.json").open(encoding="utf-8") as fh:
-        data: dict[str, Any] = json.load(fh)
-    return data
 
 
 def content_schema() -> dict[str, Any]:

@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import orjson
 
 from alexandria.core.keys import HEX64
+from alexandria.core.records import Record
 
+LEVEL_MARK = "\u00b7"  # "·": not a word character, so "word·score" names one word's level
 SNIPPET_CHARACTERS = 280
 MAX_WORD_CHARACTERS = 64
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
@@ -123,3 +127,37 @@ def snippet(body: str) -> str:
     signed (for object kinds that is the canonical JSON encoding).  Literal, so that any
     implementation of the contract derives the same hint from the same record."""
     return body[:SNIPPET_CHARACTERS]
+
+
+def levels(title: str, body: str) -> str:
+    """Each distinct word of a head once, with its relevance for a one-word query:
+    ``word·(3 × title occurrences + body occurrences)``."""
+    score = Counter(title.split())  # counted in C, in order of first occurrence
+    for word in score:
+        score[word] *= 3
+    score.update(body.split())
+    return " ".join([f"{w}{LEVEL_MARK}{n}" for w, n in score.items()])
+
+
+@dataclass(frozen=True)
+class IndexText:
+    """What the full-text indexes hold for one head: its normalised title and human text and
+    their one-word relevance levels.  A pure function of the record, so the HTTP worker computes
+    it before the write transaction (``rules.admission.prepare(index_text=True)``)."""
+
+    title: str
+    text: str
+    levels: str
+
+
+def index_text(record: Record) -> IndexText | None:
+    """``None`` for votes, which the catalogue counts but does not index."""
+    if record.kind == "vote":
+        return None
+    return index_text_of(record.kind, record.title, record.body, record.decoded_body)
+
+
+def index_text_of(kind: str, title: str, body: str, decoded: Any) -> IndexText:
+    words_of_title = indexed(title)
+    words = indexed(human_text(kind, body, decoded))
+    return IndexText(words_of_title, words, levels(words_of_title, words))

@@ -1,6 +1,6 @@
 """The changes feed of one root (PROTOCOL §5): snapshot cursors that never skip, repeat or rewind.
 
-Membership is maintained at admission (``sqlite_store``: ``objects.ancestors`` and ``feed``):
+Membership is maintained at admission (``store/sqlite.py``: ``objects.ancestors`` and ``feed``):
 for every object root R, ``feed(R, sequence)`` lists the global sequence of every revision of
 every member strictly below R, and R's own revisions are indexed by root (``objects``,
 ``revisions_later``).  A page is therefore a merge of three index ranges over ``(after, hi]``

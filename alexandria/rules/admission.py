@@ -1,5 +1,5 @@
 """The admission pipeline: bytes → candidate (no state) → verdict (state, in the write
-transaction).  The rules themselves, and their order, are in ``rules.py``.
+transaction).  The rules themselves, and their order, are in ``rules/state.py``.
 
 ``prepare`` does the CPU-heavy, state-free work (parsing, JCS, SHA-256, Ed25519, schema) outside
 the write transaction, so it can run concurrently; failures of the proof, scope and schema steps
@@ -20,6 +20,8 @@ from alexandria.core.records import (
     proof_is_hex,
 )
 from alexandria.core.schema import validate_content
+from alexandria.core.search_text import IndexText
+from alexandria.core.search_text import index_text as catalogue_text
 from alexandria.core.trust import Genesis, WorkerCertificate, parse_worker_certificate
 from alexandria.errors import AlexandriaError, Forbidden
 from alexandria.rules.state import (
@@ -30,7 +32,6 @@ from alexandria.rules.state import (
     check_state,
     check_timestamps,
 )
-from alexandria.store import search_index
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Candidate:
     certificate: WorkerCertificate
     leaf: bytes
     deferred: AlexandriaError | None
-    index_text: search_index.IndexText | None = None  # precomputed for the catalogue
+    index_text: IndexText | None = None  # precomputed for the catalogue
 
     @property
     def record_length(self) -> int:
@@ -69,7 +70,7 @@ def prepare(
                 validate_content(record.content)
         except AlexandriaError as exc:
             deferred = exc
-    text = search_index.index_text(record) if index_text and deferred is None else None
+    text = catalogue_text(record) if index_text and deferred is None else None
     return Candidate(record, cert, leaf, deferred, text)
 
 

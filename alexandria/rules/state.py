@@ -79,7 +79,7 @@ SCOPE_OF_KIND: dict[str, str] = {
 
 
 def _load_scopes() -> None:
-    from alexandria.core.schema import write_contract
+    from alexandria.core.contract import write_contract
 
     for scope, kinds in write_contract()["scopes"].items():
         for kind in kinds:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alexandria.cli.config import check_name, read_json, write_json
 from alexandria.core.keys import HEX64, SigningKey
 from alexandria.core.timestamps import format_ms, now, now_ms
 from alexandria.core.trust import (
@@ -33,6 +32,7 @@ from alexandria.core.trust import (
     make_worker_certificate,
 )
 from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.files import check_name, read_json, write_json
 
 DAY_MS = 86_400_000
 SKEW_MS = 5 * 60 * 1000  # certificates start a little in the past: clocks disagree

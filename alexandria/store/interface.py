@@ -3,7 +3,7 @@
 The rules never see storage: they get a ``rules.StateView``.  A backend provides that view
 *inside* its write transaction, serialises admissions (exactly one of two concurrent revisions of
 the same head wins, also across processes), and makes every acknowledged admission durable.
-SQLite (``sqlite_store.py``) is the embedded default; a PostgreSQL backend implements the same
+SQLite (``store/sqlite.py``) is the embedded default; a PostgreSQL backend implements the same
 class with ``SELECT … FOR UPDATE`` / serialisable transactions and leaves the rules untouched.
 """
 

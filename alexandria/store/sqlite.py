@@ -1,8 +1,10 @@
 """SQLite storage: one database file in WAL mode, driven through aiosqlite.
 
-Writes go through one writer task per process that commits whatever is queued together in one
-``BEGIN IMMEDIATE`` transaction (group commit), each job inside its own savepoint so that one
-refusal never undoes another admission.  Every state check runs inside that transaction, so
+Writes go through one writer thread per process that commits whatever is queued together in
+one ``BEGIN IMMEDIATE`` transaction (group commit).  An admission raises its refusals before it
+writes anything, so it runs without a savepoint (``_Job.checks_first``); every other job
+(authority documents, personal lists, checkpoints) runs inside its own savepoint, so that its
+refusal undoes only itself.  Every state check runs inside that transaction, so
 with several server processes on one database the checks and the insert are atomic: exactly
 one of two concurrent revisions of the same head wins.  ``synchronous=FULL``: a job's future is
 resolved only after its transaction is durable.
