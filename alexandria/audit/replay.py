@@ -3,10 +3,11 @@
 It is a ``rules.StateView`` held in memory — revisions, objects and their heads, votes,
 authority certificates, revocations: exactly the facts the rules ask about — plus the RFC 6962
 perfect nodes and the record bytes in a temporary SQLite file, so memory stays small.  Admission
-runs the server's own functions (``rules.admission.decide`` → ``rules/state.py``, ``core/trust.py``); what is
-stored afterwards mirrors ``SqliteStorage._store_contribution`` and ``_admit_authority`` for
-those facts only.  The server's write path also maintains projections the rules never read
-(feeds, ancestors, links, search and score indexes) and costs about a millisecond per entry.
+runs the server's own functions (``rules.admission.decide`` → ``rules/state.py``,
+``core/trust.py``); what is stored afterwards mirrors ``SqliteStorage._store_contribution`` and
+``_admit_authority`` for those facts only.  The server's write path also maintains projections
+the rules never read (feeds, ancestors, links, search and score indexes) and costs about a
+millisecond per entry.
 """
 
 from __future__ import annotations

@@ -13,12 +13,13 @@ at the first failure, a typed :class:`VerificationFailed` naming the sequence an
       contribution ``admission.prepare`` — envelope and record shape, the worker certificate
       signed by its authority, the proof over ``JCS(record)``, scope, content schema; the leaf
       must be the canonical form of what was parsed (a flipped byte fails here);
-   d. replay: the server's admission rules (``rules.admission.decide`` → ``rules/state.py``, the very
-      functions the server runs) against a ledger replayed from empty (``replay.Ledger``), with
-      the recorded ``admitted_at`` as the clock: authority certificates and revocations against
-      the pinned genesis, the authority chain of every contribution (admitted
-      native-application authority, validity windows, revocations), every state rule, the
-      timestamp rules; the entry must be new (not a duplicate) and of the recorded type;
+   d. replay: the server's admission rules (``rules.admission.decide`` → ``rules/state.py``,
+      the very functions the server runs) against a ledger replayed from empty
+      (``replay.Ledger``), with the recorded ``admitted_at`` as the clock: authority
+      certificates and revocations against the pinned genesis, the authority chain of every
+      contribution (admitted native-application authority, validity windows, revocations),
+      every state rule, the timestamp rules; the entry must be new (not a duplicate) and of
+      the recorded type;
    e. its leaf hash extends the recomputed RFC 6962 tree (the same nodes the server stores);
 3. every checkpoint, where it stands (right after leaf ``S``):
    a. the line is canonical, the note parses, its origin is the genesis origin, its size is

@@ -1,4 +1,4 @@
-"""SQLite storage: one database file in WAL mode, driven through aiosqlite.
+"""SQLite storage: one database file in WAL mode, one writer thread and a few reader threads.
 
 Writes go through one writer thread per process that commits whatever is queued together in
 one ``BEGIN IMMEDIATE`` transaction (group commit).  An admission raises its refusals before it
@@ -9,7 +9,10 @@ with several server processes on one database the checks and the insert are atom
 one of two concurrent revisions of the same head wins.  ``synchronous=FULL``: a job's future is
 resolved only after its transaction is durable.
 
-Reads use a separate connection and see committed state only.
+The storage owns its threads and their ``sqlite3`` connections: the writer thread holds the one
+write connection for as long as the storage is open, and ``READERS`` read-only connections each
+live on a thread of their own, so a slow read (a search over common words) holds up at most one
+of them, never an unrelated read nor the writer.  Reads see committed state only.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import json
 import queue
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiosqlite
 import orjson
 
 from alexandria.core import merkle
@@ -44,6 +48,7 @@ from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.state import ObjectFacts, RevisionFacts, Verdict, check_revocation
 from alexandria.store import schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Storage
+from alexandria.store.merkle_nodes import tree_size
 from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
 from alexandria.store.writer_memory import WriterMemory
 
@@ -157,16 +162,57 @@ class _BatchAborted(Exception):
 
 BUSY_TIMEOUT_S = 30.0
 WRITER_CACHE_KIB = 65_536  # the writer's page cache: the hot B-tree pages of every index
+READERS = 4  # read connections, one thread each: SQLite releases the GIL while it reads
+
+
+class _Readers:
+    """``size`` read-only connections, each opened on (and used by) one thread of a pool."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path = path
+        self._local = threading.local()
+        self._opened: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="alexandria-read")
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute("PRAGMA query_only = 1")
+            self._local.conn = conn
+            with self._lock:
+                self._opened.append(conn)
+        return conn
+
+    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._connection()
+        try:
+            return fn(conn)
+        finally:
+            if conn.in_transaction:  # a read that began a snapshot and failed keeps none open
+                conn.execute("ROLLBACK")
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._run, fn)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            for conn in self._opened:
+                conn.close()
+            self._opened.clear()
 
 
 class SqliteStorage(Storage):
     def __init__(self, path: str | Path, genesis: Genesis) -> None:
         self.path = str(path)
         self.genesis = genesis
-        self._writer_db: aiosqlite.Connection | None = None
-        self._reader: aiosqlite.Connection | None = None
+        self._writer_conn: sqlite3.Connection | None = None
+        self._readers: _Readers | None = None
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._writing: asyncio.Task[None] | None = None
+        self._writing: asyncio.Future[None] | None = None  # resolved when the writer thread ends
         self._authority_cache: dict[int, AuthorityCertificate] = {}
         self._authority_bytes: dict[int, bytes] = {}
         self._memory = WriterMemory()
@@ -176,29 +222,31 @@ class SqliteStorage(Storage):
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
+        self._writer_conn = await asyncio.to_thread(self._connect_writer)
+        self._checkpointer = WalCheckpointer(self.path)
+        await self.write(schema.migrate_layout)
+        await self.write(self._init_meta)
+        await self.write(search_index.ensure)
+        self._readers = _Readers(self.path, READERS)
+
+    def _connect_writer(self) -> sqlite3.Connection:
         fresh = not Path(self.path).exists()
-        db = await aiosqlite.connect(self.path, isolation_level=None)
+        # handed to the writer thread once open: it alone uses the connection from then on
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         if fresh:
             # every admission dirties a leaf page in each index keyed by a hash (revision ids,
             # roots); the commit writes each whole page to the WAL, so smaller pages mean fewer
             # bytes written and checkpointed per admission (8 KiB pages cost ~30% more)
-            await db.execute("PRAGMA page_size = 4096")
-        await db.execute("PRAGMA journal_mode = WAL")
-        await db.execute("PRAGMA synchronous = FULL")
-        await db.execute("PRAGMA busy_timeout = 30000")  # opening; _begin waits for writes
-        await db.executescript(schema.TABLES)
-        await db.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting
-        await db.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
-        await db.execute("PRAGMA wal_autocheckpoint = 0")  # see wal_checkpointer
-        await db.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
-        self._checkpointer = WalCheckpointer(self.path)
-        self._writer_db = db
-        await self.write(schema.migrate_layout)
-        await self.write(self._init_meta)
-        await self.write(search_index.ensure)
-        self._reader = await aiosqlite.connect(self.path, isolation_level=None)
-        await self._reader.execute("PRAGMA busy_timeout = 30000")
-        await self._reader.execute("PRAGMA query_only = 1")
+            conn.execute("PRAGMA page_size = 4096")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA busy_timeout = 30000")  # opening; _begin waits for writes
+        conn.executescript(schema.TABLES)
+        conn.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting
+        conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")  # see wal_checkpointer
+        conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+        return conn
 
     def _init_meta(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
@@ -227,19 +275,17 @@ class SqliteStorage(Storage):
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
-        for db in (self._writer_db, self._reader):
-            if db is not None:
-                await db.close()
-        self._writer_db = self._reader = None
-
-    @property
-    def reader(self) -> aiosqlite.Connection:
-        assert self._reader is not None, "storage is not open"
-        return self._reader
+        if self._readers is not None:
+            await asyncio.to_thread(self._readers.close)
+            self._readers = None
+        if self._writer_conn is not None:
+            self._writer_conn.close()
+            self._writer_conn = None
 
     async def meta(self, key: str) -> str | None:
-        async with self.reader.execute("SELECT value FROM meta WHERE key = ?", (key,)) as cur:
-            row = await cur.fetchone()
+        row = await self.read(
+            lambda conn: conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        )
         return None if row is None else str(row[0])
 
     # --- the writer --------------------------------------------------------------------------
@@ -255,18 +301,32 @@ class SqliteStorage(Storage):
     ) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()
         if self._writing is None:
-            db = self._writer_db
-            assert db is not None, "storage is not open"
-            # the writer loop occupies the writer connection's own thread until close()
-            self._writing = loop.create_task(db._execute(self._write_forever, db._conn, loop))  # type: ignore[no-untyped-call]
+            conn = self._writer_conn
+            assert conn is not None, "storage is not open"
+            # the writer thread holds the write connection until close()
+            self._writing = loop.create_future()
+            threading.Thread(
+                target=self._write_forever, args=(conn, loop, self._writing),
+                name="alexandria-writer", daemon=True,
+            ).start()
         fut: asyncio.Future[T] = loop.create_future()
         self._jobs.put(_Job(fn, fut, checks_first))
         return fut
 
-    def _write_forever(self, conn: sqlite3.Connection, loop: asyncio.AbstractEventLoop) -> None:
+    def _write_forever(
+        self, conn: sqlite3.Connection, loop: asyncio.AbstractEventLoop,
+        ended: asyncio.Future[None],
+    ) -> None:
         """The writer thread: take everything queued, run it as one batch, hand the results to
         the event loop, and go straight on with whatever queued meanwhile (no round trip
         through the event loop between two batches)."""
+        try:
+            self._write_batches(conn, loop)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed first
+                loop.call_soon_threadsafe(_settle, ended)
+
+    def _write_batches(self, conn: sqlite3.Connection, loop: asyncio.AbstractEventLoop) -> None:
         while True:
             first = self._jobs.get()
             if first is None:
@@ -562,11 +622,10 @@ class SqliteStorage(Storage):
         return AuthorityAdmitted(False, row[0], row[1], orjson.loads(leaf))
 
     async def authority_documents(self) -> list[dict[str, Any]]:
-        async with self.reader.execute(
+        rows = await self.read(lambda conn: conn.execute(
             "SELECT sequence, type, admitted_at, leaf FROM log"
             " WHERE type != 'contribution' ORDER BY sequence"
-        ) as cur:
-            rows = await cur.fetchall()
+        ).fetchall())
         return [
             {"sequence": s, "type": t, "admitted_at": a, "document": orjson.loads(leaf)}
             for s, t, a, leaf in rows
@@ -600,9 +659,10 @@ class SqliteStorage(Storage):
         return None if row is None else self._assemble(conn, row)
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run a synchronous read function on the reader connection's thread."""
-        result: T = await self.reader._execute(fn, self.reader._conn)  # type: ignore[no-untyped-call]
-        return result
+        """Run a synchronous read function on one of the read connections, on its thread."""
+        readers = self._readers
+        assert readers is not None, "storage is not open"
+        return await readers.read(fn)
 
     def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]:
         """Signed records for the given revision sequences, in the given order."""
@@ -631,7 +691,9 @@ class SqliteStorage(Storage):
         return await self.read(fn)
 
     async def log_size(self) -> int:
-        async with self.reader.execute("SELECT max(sequence) FROM log") as cur:
-            row = await cur.fetchone()
-        return int(row[0] or 0) if row else 0
+        return await self.read(tree_size)
 
+
+def _settle(ended: asyncio.Future[None]) -> None:
+    if not ended.done():
+        ended.set_result(None)
