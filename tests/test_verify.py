@@ -25,6 +25,8 @@ from alexandria.service.library import Library
 from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, SEED, T0, Api, Clock
 
+ENTRY = b'{"leaf":{"admitted_at":"'  # how every entry line starts (PROTOCOL §7)
+
 
 @dataclass
 class Exported:
@@ -45,7 +47,7 @@ class Exported:
     def entry_index(self, sequence: int) -> int:
         """Index in ``lines`` of the entry line with ``sequence``."""
         return next(i for i, line in enumerate(self.lines)
-                    if line.startswith(b'{"admitted_at"') and _seq(line) == sequence)
+                    if line.startswith(ENTRY) and _seq(line) == sequence)
 
     def checkpoint_indices(self) -> list[int]:
         return [i for i, line in enumerate(self.lines) if line.startswith(b'{"checkpoint"')]
@@ -157,7 +159,7 @@ def renumbered(lines: list[bytes], size_delta: int = 0) -> list[bytes]:
     """Entry lines renumbered 1, 2, ... in their current order; the header's size adjusted."""
     out, n = [], 0
     for line in lines[1:]:
-        if line.startswith(b'{"admitted_at"'):
+        if line.startswith(ENTRY):
             n += 1
             line = line_of({**entry(line), "sequence": n})
         out.append(line)
@@ -210,7 +212,7 @@ async def test_a_flipped_byte_in_any_leaf_is_named_by_its_sequence(exported: Exp
     for sequence in range(1, 25):
         i = exported.entry_index(sequence)
         line = exported.lines[i]
-        leaf_start, leaf_end = 49, line.rindex(b',"sequence":')
+        leaf_start, leaf_end = len(ENTRY), line.rindex(b',"sequence":')
         for _ in range(3):
             at = rng.randrange(leaf_start, leaf_end)
             bad = bytearray(line)
@@ -287,8 +289,8 @@ def _insert(exported: Exported, after: int, envelope: dict[str, Any]) -> list[by
     lines = list(exported.lines)
     i = exported.entry_index(after)
     before = entry(lines[i])
-    new = {"admitted_at": before["admitted_at"], "leaf": envelope, "sequence": after + 1,
-           "type": "contribution"}
+    new = {"leaf": {"admitted_at": before["leaf"]["admitted_at"], "document": envelope},
+           "sequence": after + 1, "type": "contribution"}
     lines.insert(i + 1, line_of(new))
     return renumbered(lines, 1)
 
@@ -298,8 +300,8 @@ async def test_an_inserted_validly_signed_entry_that_breaks_a_state_rule_is_name
 ) -> None:
     f, names = exported.founding, exported.names
     vote_at = exported.entry_index(17)
-    assert entry(exported.lines[vote_at])["leaf"]["record"]["kind"] == "vote"
-    at = entry(exported.lines[vote_at])["admitted_at"]
+    assert entry(exported.lines[vote_at])["leaf"]["document"]["record"]["kind"] == "vote"
+    at = entry(exported.lines[vote_at])["leaf"]["admitted_at"]
 
     def env(who: str, content: dict[str, Any]) -> dict[str, Any]:
         return f.participants[who].envelope(f.genesis, content, at)
@@ -407,7 +409,7 @@ async def test_a_line_that_is_not_canonical_is_named(exported: Exported) -> None
     err = fails(lines, exported.pin)
     assert (err.sequence, err.code) == (7, "EXPORT_LINE")
     lines = list(exported.lines)
-    lines[i] = lines[i].replace(b'"leaf":{"record":{', b'"leaf":{ "record":{')
+    lines[i] = lines[i].replace(b'"document":{"record":{', b'"document":{ "record":{')
     err = fails(lines, exported.pin)
     assert (err.sequence, err.code) == (7, "LEAF_NOT_CANONICAL")
     lines = list(exported.lines)
@@ -427,5 +429,5 @@ async def test_the_export_of_a_database_streams_the_same_lines_the_api_serves(
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             r = await client.get("/api/log/entries", params={"start": 0, "end": 24})
     served = [canonical(e) + b"\n" for e in r.json()["entries"]]
-    ours = [line for line in exported.lines if line.startswith(b'{"admitted_at"')]
+    ours = [line for line in exported.lines if line.startswith(ENTRY)]
     assert served == ours[: len(served)]
