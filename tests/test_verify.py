@@ -19,6 +19,7 @@ from alexandria.audit.verify import VerificationFailed, verify_export
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
+from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import make_revocation
 from alexandria.service.bootstrap import Founding, found_library, resolve_refs
 from alexandria.service.library import Library
@@ -431,3 +432,85 @@ async def test_the_export_of_a_database_streams_the_same_lines_the_api_serves(
     served = [canonical(e) + b"\n" for e in r.json()["entries"]]
     ours = [line for line in exported.lines if line.startswith(ENTRY)]
     assert served == ours[: len(served)]
+
+
+# --- admission times -------------------------------------------------------------------------
+
+DIGITS = [i for i, c in enumerate("2026-06-01T00:00:00.000Z") if c.isdigit()]
+
+
+def _edited_times(exported: Exported, sequences: list[int],
+                  rng: random.Random) -> list[tuple[int, str]]:
+    """For each sequence, its ``admitted_at`` with one digit changed, still a timestamp."""
+    out = []
+    for sequence in sequences:
+        original = entry(exported.lines[exported.entry_index(sequence)])["leaf"]["admitted_at"]
+        while True:
+            at = rng.choice(DIGITS)
+            edited = original[:at] + rng.choice("0123456789") + original[at + 1:]
+            if edited != original and parse_ms(edited) is not None:
+                out.append((sequence, edited))
+                break
+    return out
+
+
+def _with_time(lines: list[bytes], index: int, admitted_at: str) -> list[bytes]:
+    value = entry(lines[index])
+    value["leaf"]["admitted_at"] = admitted_at
+    out = list(lines)
+    out[index] = line_of(value)
+    return out
+
+
+def _checkpointed_after_every_entry(exported: Exported) -> list[bytes]:
+    """The export as a log that signed a checkpoint after every entry from the log
+    certificate's (sequence 2) on: each checkpoint signed by the log key over the root of the
+    exported leaves so far."""
+    f = exported.founding
+    hashes: list[bytes] = []
+    out = [exported.lines[0]]
+    for line in exported.lines[1:]:
+        if line.startswith(b'{"checkpoint"'):
+            continue
+        out.append(line)
+        hashes.append(merkle.leaf_hash(canonical(entry(line)["leaf"])))
+        if len(hashes) >= 2:
+            root = merkle.root_from_leaves(hashes)
+            out.append(line_of({"checkpoint": sign_checkpoint(
+                Checkpoint(f.genesis.origin, len(hashes), root), f.log_key)}))
+    return out
+
+
+async def test_every_one_digit_edit_of_an_admission_time_is_named_by_its_sequence(
+    exported: Exported,
+) -> None:
+    """Issue 19: the leaf commits to ``admitted_at``.  Twenty one-digit edits, each leaving a
+    valid timestamp: with a checkpoint after every entry each is named by exactly its own
+    sequence — by a rule the edited clock breaks, or else by the checkpoint's root (with a
+    leaf of ``JCS(document)`` alone, those passed)."""
+    lines = _checkpointed_after_every_entry(exported)
+    assert verify_export(lines, exported.pin, covered=True).checkpoints == 23
+    sequences = random.Random(19).sample(range(2, 25), 20)
+    codes = []
+    for sequence, edited in _edited_times(exported, sequences, random.Random(1919)):
+        index = next(i for i, line in enumerate(lines)
+                     if line.startswith(ENTRY) and _seq(line) == sequence)
+        err = fails(_with_time(lines, index, edited), exported.pin)
+        assert err.sequence == sequence, (sequence, edited, err.code, err.message)
+        codes.append(err.code)
+    assert codes.count("CHECKPOINT_ROOT") >= 5, codes  # caught by the tree, not by a rule
+
+
+async def test_an_edited_admission_time_fails_the_checkpoint_that_covers_it(
+    exported: Exported,
+) -> None:
+    """With checkpoints every few entries (the export as the server wrote it), an edit no rule
+    catches is refused at the first checkpoint that covers it."""
+    sizes = exported.checkpoint_sizes()
+    for sequence, edited in _edited_times(exported, list(range(1, 23)), random.Random(6)):
+        err = fails(_with_time(exported.lines, exported.entry_index(sequence), edited),
+                    exported.pin)
+        covering = min(s for s in sizes if s >= sequence)
+        assert sequence <= err.sequence <= covering, (sequence, edited, err.message)
+        if err.code == "CHECKPOINT_ROOT":
+            assert err.sequence == covering

@@ -238,6 +238,9 @@ def check_database(path: str | Path) -> None:
         ).fetchone()[0] == 2
         if has_tables:
             check_leaf_format(conn, path)
+    except sqlite3.DatabaseError as exc:
+        raise ServiceError(f"{path} is not an Alexandria database: {exc}",
+                           "NOT_A_LIBRARY") from exc
     finally:
         conn.close()
 
