@@ -562,13 +562,13 @@ def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, wha
                            "INCLUSION_FAILED") from exc
 
 
-def _authority_leaf(item: Any, sequence: int) -> bytes:
+def _authority_leaf(item: Any, sequence: int, step: str) -> bytes:
     """The leaf of an item of ``GET /api/authority`` (``{sequence, type, admitted_at,
     document}``), recomputed from its admission time and document."""
     try:
         return leaf_bytes(item["admitted_at"], canonical(item["document"]))
     except (AlexandriaError, KeyError, TypeError) as exc:
-        raise EntryRefused(sequence, "E2", f"authority document {sequence} is malformed",
+        raise EntryRefused(sequence, step, f"authority document {sequence} is malformed",
                            "AUTHORITY_MALFORMED") from exc
 
 
@@ -632,7 +632,7 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
     _included(fetch, cp.size - 1, cp.size, last_leaf, cp.root, "the checkpoint's last entry")
     cert_seq = log.check_log_key(certs[signer], signer in root_revoked, signer, last_ms)
     by_sequence = {item["sequence"]: item for item in authority}
-    _included(fetch, cert_seq - 1, cp.size, _authority_leaf(by_sequence[cert_seq], cert_seq),
+    _included(fetch, cert_seq - 1, cp.size, _authority_leaf(by_sequence[cert_seq], cert_seq, "E2"),
               cp.root, "the log certificate")
     # E3
     signed = orjson.loads(fetch(f"/api/entries/{revision}"))
@@ -669,6 +669,6 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
         raise EntryRefused(sequence, "E3", "the authority certificate was not admitted before"
                            " the entry", "AUTHORITY_CHAIN")
     _included(fetch, auth_item["sequence"] - 1, cp.size,
-              _authority_leaf(auth_item, auth_item["sequence"]), cp.root,
+              _authority_leaf(auth_item, auth_item["sequence"], "E4"), cp.root,
               "the authority certificate")
     return EntryVerified(revision, sequence, cp.size, cp.root.hex(), signer)
