@@ -39,11 +39,23 @@ def _meta(path: Path, key: str) -> str | None:
 
 
 def _make_old(path: Path) -> None:
-    """What a library of the earlier format looks like: leaves, and no leaf format recorded."""
+    """What a library of the earlier format looks like: leaves, no leaf format recorded, and
+    the index that found authority documents by leaf hash."""
     conn = sqlite3.connect(path)
     conn.execute("DELETE FROM meta WHERE key = 'leaf_format'")
+    conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS log_document_hash ON log(leaf_hash)"
+                 " WHERE type != 'contribution'")
     conn.commit()
     conn.close()
+
+
+def _schema_and_meta(path: Path) -> list[tuple[str, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return [*conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name"),
+                *conn.execute("SELECT key, value FROM meta ORDER BY key")]
+    finally:
+        conn.close()
 
 
 async def test_a_new_library_records_its_leaf_format(tmp_path: Path, founding: Founding) -> None:
@@ -103,3 +115,18 @@ async def test_serve_refuses_the_old_format_before_serving(
     assert r.returncode == 1, r.stderr
     assert b"[OLD_LEAF_FORMAT]" in r.stderr and b"create the library afresh" in r.stderr
     assert b"serving" not in r.stdout
+
+
+async def test_an_old_library_is_refused_before_anything_is_written_to_it(
+    tmp_path: Path, founding: Founding,
+) -> None:
+    db = tmp_path / "old.db"
+    await _library(db, founding)
+    _make_old(db)
+    before = _schema_and_meta(db)
+    assert any(row[1] == "log_document_hash" for row in before)
+    storage = SqliteStorage(db, founding.genesis)
+    with pytest.raises(OldLeafFormat):
+        await storage.open()
+    await storage.close()
+    assert _schema_and_meta(db) == before

@@ -372,6 +372,7 @@ class SqliteStorage(Storage):
 
     async def open(self) -> None:
         fresh = not Path(self.path).exists()
+        check_database(self.path)  # before anything below writes to an old library
         db = await aiosqlite.connect(self.path, isolation_level=None)
         if fresh:
             # every admission dirties a leaf page in each index keyed by a hash (revision ids,
