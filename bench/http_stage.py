@@ -54,7 +54,7 @@ class StubWriter:
         admission = b'{"admitted_at":"%s","sequence":%d}' % (
             format_ms(now_ms()).encode(), self.sequence
         )
-        signed = signed_record_bytes(cand.leaf, cand.record_length, rec.id, rec.id, admission)
+        signed = signed_record_bytes(cand.document, cand.record_length, rec.id, rec.id, admission)
         return Admitted(True, rec.id, rec.id, self.sequence, signed, admission)
 
 

@@ -36,6 +36,7 @@ from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.files import write_json
+from alexandria.reads import log
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding, Participant, found_library
 from alexandria.service.checkpoint_signer import sign_checkpoint_now
@@ -264,9 +265,9 @@ def proofs(path: Path, limit: int = 20_000) -> list[tuple[Ed25519PublicKey, byte
     with path.open("rb") as fh:
         next(fh)
         for line in fh:
-            if not line.startswith(b'{"admitted_at"') or b'"type":"contribution"' not in line:
+            if not line.startswith(log.ENTRY_HEAD) or b'"type":"contribution"' not in line:
                 continue
-            env = orjson.loads(line)["leaf"]
+            env = orjson.loads(line)["leaf"]["document"]
             key = env["signature"]["certificate"]["certificate"]["worker"]
             triples.append((Ed25519PublicKey.from_public_bytes(bytes.fromhex(key)),
                             bytes.fromhex(env["signature"]["proof"]), canonical(env["record"])))

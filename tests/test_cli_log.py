@@ -14,7 +14,7 @@ import pytest
 
 from alexandria.audit import export, verify
 from alexandria.core.canonical import canonical
-from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.errors import AlexandriaError
 from alexandria.service.bootstrap import Founding, found_library
 from tests.conftest import SEED, T0
@@ -181,3 +181,47 @@ def test_usage_errors(live: Live) -> None:
     ):
         r = alexandria(*args)
         assert r.returncode == 1 and b"[USAGE]" in r.stderr, args
+
+
+def _one_ms_later(admitted_at: str) -> str:
+    ms = parse_ms(admitted_at)
+    assert ms is not None
+    return format_ms(ms + 1)
+
+
+def test_verify_entry_refuses_an_admission_time_that_is_not_the_logged_one(live: Live) -> None:
+    """The entry's leaf is recomputed from its signed record alone (``record``, ``signature``,
+    ``admission.admitted_at``): a server that states another admission time than it logged —
+    for the entry, for its authority certificate, or for the checkpoint's last leaf whose time
+    decides the log key's validity — fails an inclusion proof."""
+    fetch, close = export.http_fetcher(live.server.url)
+    pin = live.founding.genesis.pin
+    revision = live.ids[2]
+    assert verify.verify_entry(fetch, pin, revision).sequence == 5
+
+    def lying(path: str) -> bytes:
+        body = fetch(path)
+        value = orjson.loads(body)
+        if path == f"/api/entries/{revision}":
+            admission = value["admission"]
+            admission["admitted_at"] = _one_ms_later(admission["admitted_at"])
+        elif path == "/api/authority":
+            item = value["items"][0]  # the native application's certificate
+            item["admitted_at"] = _one_ms_later(item["admitted_at"])
+        elif path.startswith("/api/log/entries"):
+            leaf = value["entries"][0]["leaf"]
+            leaf["admitted_at"] = _one_ms_later(leaf["admitted_at"])
+        else:
+            return body
+        return orjson.dumps(value)
+
+    try:
+        for lie in ("/api/entries/", "/api/authority", "/api/log/entries"):
+            def one_lie(path: str, lie: str = lie) -> bytes:
+                return lying(path) if path.startswith(lie) else fetch(path)
+
+            with pytest.raises(AlexandriaError) as info:
+                verify.verify_entry(one_lie, pin, revision)
+            assert info.value.code == "INCLUSION_FAILED", (lie, info.value.message)
+    finally:
+        close()

@@ -15,6 +15,7 @@ from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import parse_checkpoint, verify_checkpoint
 from alexandria.core.keys import SigningKey
+from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.core.trust import make_authority_certificate, make_revocation
 from alexandria.reads import log
 from alexandria.rules.admission import prepare
@@ -80,10 +81,38 @@ async def test_entries_are_served_as_stored_bytes(api: Api) -> None:
     body = r.content
     assert body == canonical(r.json()), "the page is canonical JSON"
     entry = r.json()["entries"][0]
-    assert entry["leaf"] == {"record": signed["record"], "signature": signed["signature"]}
-    assert entry["admitted_at"] == signed["admission"]["admitted_at"]
+    assert set(entry) == {"leaf", "sequence", "type"}
+    assert entry["leaf"] == {
+        "admitted_at": signed["admission"]["admitted_at"],
+        "document": {"record": signed["record"], "signature": signed["signature"]},
+    }
     assert entry["sequence"] == signed["admission"]["sequence"] == 3
     assert r.json()["next"] is None
+
+
+async def test_a_leaf_is_recomputed_from_its_signed_record_alone(api: Api) -> None:
+    """PROTOCOL §7: leaf = JCS({admitted_at, document}); from ``GET /api/entries/{id}`` alone
+    a reader rebuilds the leaf, and its inclusion proof verifies against the signed root."""
+    for i in range(4):
+        await api.publish("owner", discussion(i))
+    signed = await api.publish("peer", discussion(9))
+    size, root, _note = await checkpoint(api)
+    r = await api.client.get(f"/api/entries/{signed['id']}")
+    got = r.json()
+    data = canonical({"admitted_at": got["admission"]["admitted_at"],
+                      "document": {"record": got["record"], "signature": got["signature"]}})
+    index = got["admission"]["sequence"] - 1
+    proof = await api.client.get("/api/log/proof/inclusion",
+                                 params={"index": index, "size": size})
+    path = [bytes.fromhex(h) for h in proof.json()["proof"]]
+    merkle.verify_inclusion(index, size, merkle.leaf_hash(data), path, root)
+    # one millisecond later is another leaf: it does not verify
+    ms = parse_ms(got["admission"]["admitted_at"])
+    assert ms is not None
+    later = format_ms(ms + 1)
+    moved = data.replace(got["admission"]["admitted_at"].encode(), later.encode(), 1)
+    with pytest.raises(merkle.MerkleError):
+        merkle.verify_inclusion(index, size, merkle.leaf_hash(moved), path, root)
 
 
 async def test_pages_hold_at_most_50_entries(api: Api) -> None:

@@ -11,8 +11,10 @@ from typing import Any
 import httpx
 
 from alexandria.api.app import create_app
+from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.core.trust import Genesis
+from alexandria.reads import log
 from alexandria.service.library import Library
 from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, Clock
@@ -20,6 +22,7 @@ from tests.vectors import generate
 
 VECTORS = Path(generate.__file__).resolve().parent
 INDEX: dict[str, Any] = json.loads((VECTORS / "index.json").read_text(encoding="utf-8"))
+LEAVES: dict[str, Any] = json.loads((VECTORS / "log_leaves.json").read_text(encoding="utf-8"))
 
 
 def test_vectors_regenerate_byte_for_byte(tmp_path: Path) -> None:
@@ -37,7 +40,8 @@ def test_vectors_use_the_contracts_worked_example() -> None:
 
 def test_every_vector_file_is_replayed_or_referenced() -> None:
     replayed = {step["file"] for step in INDEX["steps"]}
-    referenced = {INDEX["genesis"], "index.json", "worker_certificate_peer.json"}
+    referenced = {INDEX["genesis"], "index.json", "worker_certificate_peer.json",
+                  "log_leaves.json"}
     assert {p.name for p in VECTORS.glob("*.json")} == replayed | referenced
     names = [step["file"] for step in INDEX["steps"] if step["status"] >= 400]
     assert len(names) == len(set(names)), "each broken vector breaks one thing once"
@@ -78,3 +82,16 @@ async def test_vectors_replay_with_their_expected_status_and_code(tmp_path: Path
         for name, first in admitted.items():
             r = await client.post("/api/entries", content=(VECTORS / name).read_bytes())
             assert r.status_code == 200 and r.content == first, name
+        # the log it built is, byte for byte, the one log_leaves.json describes
+        size = await storage.log_size()
+        r = await client.get("/api/log/entries", params={"start": 0, "end": size})
+        served = r.json()["entries"]
+        root = await storage.read(lambda conn: merkle.root_hash(size, log.node_reader(conn)))
+    expected = LEAVES["entries"]
+    assert size == LEAVES["size"] == len(expected) == len(served)
+    for e, got in zip(expected, served, strict=True):
+        assert (got["sequence"], got["type"]) == (e["sequence"], e["type"])
+        assert canonical(got["leaf"]) == e["leaf"].encode("utf-8"), e["file"]
+        assert merkle.leaf_hash(e["leaf"].encode("utf-8")).hex() == e["leaf_hash"]
+        assert canonical(got["leaf"]["document"]) + b"\n" == (VECTORS / e["file"]).read_bytes()
+    assert root.hex() == LEAVES["root"]

@@ -19,11 +19,14 @@ from alexandria.audit.verify import VerificationFailed, verify_export
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
+from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import make_revocation
 from alexandria.service.bootstrap import Founding, found_library, resolve_refs
 from alexandria.service.library import Library
 from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, SEED, T0, Api, Clock
+
+ENTRY = b'{"leaf":{"admitted_at":"'  # how every entry line starts (PROTOCOL §7)
 
 
 @dataclass
@@ -45,7 +48,7 @@ class Exported:
     def entry_index(self, sequence: int) -> int:
         """Index in ``lines`` of the entry line with ``sequence``."""
         return next(i for i, line in enumerate(self.lines)
-                    if line.startswith(b'{"admitted_at"') and _seq(line) == sequence)
+                    if line.startswith(ENTRY) and _seq(line) == sequence)
 
     def checkpoint_indices(self) -> list[int]:
         return [i for i, line in enumerate(self.lines) if line.startswith(b'{"checkpoint"')]
@@ -157,7 +160,7 @@ def renumbered(lines: list[bytes], size_delta: int = 0) -> list[bytes]:
     """Entry lines renumbered 1, 2, ... in their current order; the header's size adjusted."""
     out, n = [], 0
     for line in lines[1:]:
-        if line.startswith(b'{"admitted_at"'):
+        if line.startswith(ENTRY):
             n += 1
             line = line_of({**entry(line), "sequence": n})
         out.append(line)
@@ -210,7 +213,7 @@ async def test_a_flipped_byte_in_any_leaf_is_named_by_its_sequence(exported: Exp
     for sequence in range(1, 25):
         i = exported.entry_index(sequence)
         line = exported.lines[i]
-        leaf_start, leaf_end = 49, line.rindex(b',"sequence":')
+        leaf_start, leaf_end = len(ENTRY), line.rindex(b',"sequence":')
         for _ in range(3):
             at = rng.randrange(leaf_start, leaf_end)
             bad = bytearray(line)
@@ -287,8 +290,8 @@ def _insert(exported: Exported, after: int, envelope: dict[str, Any]) -> list[by
     lines = list(exported.lines)
     i = exported.entry_index(after)
     before = entry(lines[i])
-    new = {"admitted_at": before["admitted_at"], "leaf": envelope, "sequence": after + 1,
-           "type": "contribution"}
+    new = {"leaf": {"admitted_at": before["leaf"]["admitted_at"], "document": envelope},
+           "sequence": after + 1, "type": "contribution"}
     lines.insert(i + 1, line_of(new))
     return renumbered(lines, 1)
 
@@ -298,8 +301,8 @@ async def test_an_inserted_validly_signed_entry_that_breaks_a_state_rule_is_name
 ) -> None:
     f, names = exported.founding, exported.names
     vote_at = exported.entry_index(17)
-    assert entry(exported.lines[vote_at])["leaf"]["record"]["kind"] == "vote"
-    at = entry(exported.lines[vote_at])["admitted_at"]
+    assert entry(exported.lines[vote_at])["leaf"]["document"]["record"]["kind"] == "vote"
+    at = entry(exported.lines[vote_at])["leaf"]["admitted_at"]
 
     def env(who: str, content: dict[str, Any]) -> dict[str, Any]:
         return f.participants[who].envelope(f.genesis, content, at)
@@ -407,7 +410,7 @@ async def test_a_line_that_is_not_canonical_is_named(exported: Exported) -> None
     err = fails(lines, exported.pin)
     assert (err.sequence, err.code) == (7, "EXPORT_LINE")
     lines = list(exported.lines)
-    lines[i] = lines[i].replace(b'"leaf":{"record":{', b'"leaf":{ "record":{')
+    lines[i] = lines[i].replace(b'"document":{"record":{', b'"document":{ "record":{')
     err = fails(lines, exported.pin)
     assert (err.sequence, err.code) == (7, "LEAF_NOT_CANONICAL")
     lines = list(exported.lines)
@@ -427,5 +430,87 @@ async def test_the_export_of_a_database_streams_the_same_lines_the_api_serves(
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             r = await client.get("/api/log/entries", params={"start": 0, "end": 24})
     served = [canonical(e) + b"\n" for e in r.json()["entries"]]
-    ours = [line for line in exported.lines if line.startswith(b'{"admitted_at"')]
+    ours = [line for line in exported.lines if line.startswith(ENTRY)]
     assert served == ours[: len(served)]
+
+
+# --- admission times -------------------------------------------------------------------------
+
+DIGITS = [i for i, c in enumerate("2026-06-01T00:00:00.000Z") if c.isdigit()]
+
+
+def _edited_times(exported: Exported, sequences: list[int],
+                  rng: random.Random) -> list[tuple[int, str]]:
+    """For each sequence, its ``admitted_at`` with one digit changed, still a timestamp."""
+    out = []
+    for sequence in sequences:
+        original = entry(exported.lines[exported.entry_index(sequence)])["leaf"]["admitted_at"]
+        while True:
+            at = rng.choice(DIGITS)
+            edited = original[:at] + rng.choice("0123456789") + original[at + 1:]
+            if edited != original and parse_ms(edited) is not None:
+                out.append((sequence, edited))
+                break
+    return out
+
+
+def _with_time(lines: list[bytes], index: int, admitted_at: str) -> list[bytes]:
+    value = entry(lines[index])
+    value["leaf"]["admitted_at"] = admitted_at
+    out = list(lines)
+    out[index] = line_of(value)
+    return out
+
+
+def _checkpointed_after_every_entry(exported: Exported) -> list[bytes]:
+    """The export as a log that signed a checkpoint after every entry from the log
+    certificate's (sequence 2) on: each checkpoint signed by the log key over the root of the
+    exported leaves so far."""
+    f = exported.founding
+    hashes: list[bytes] = []
+    out = [exported.lines[0]]
+    for line in exported.lines[1:]:
+        if line.startswith(b'{"checkpoint"'):
+            continue
+        out.append(line)
+        hashes.append(merkle.leaf_hash(canonical(entry(line)["leaf"])))
+        if len(hashes) >= 2:
+            root = merkle.root_from_leaves(hashes)
+            out.append(line_of({"checkpoint": sign_checkpoint(
+                Checkpoint(f.genesis.origin, len(hashes), root), f.log_key)}))
+    return out
+
+
+async def test_every_one_digit_edit_of_an_admission_time_is_named_by_its_sequence(
+    exported: Exported,
+) -> None:
+    """Issue 19: the leaf commits to ``admitted_at``.  Twenty one-digit edits, each leaving a
+    valid timestamp: with a checkpoint after every entry each is named by exactly its own
+    sequence — by a rule the edited clock breaks, or else by the checkpoint's root (with a
+    leaf of ``JCS(document)`` alone, those passed)."""
+    lines = _checkpointed_after_every_entry(exported)
+    assert verify_export(lines, exported.pin, covered=True).checkpoints == 23
+    sequences = random.Random(19).sample(range(2, 25), 20)
+    codes = []
+    for sequence, edited in _edited_times(exported, sequences, random.Random(1919)):
+        index = next(i for i, line in enumerate(lines)
+                     if line.startswith(ENTRY) and _seq(line) == sequence)
+        err = fails(_with_time(lines, index, edited), exported.pin)
+        assert err.sequence == sequence, (sequence, edited, err.code, err.message)
+        codes.append(err.code)
+    assert codes.count("CHECKPOINT_ROOT") >= 5, codes  # caught by the tree, not by a rule
+
+
+async def test_an_edited_admission_time_fails_the_checkpoint_that_covers_it(
+    exported: Exported,
+) -> None:
+    """With checkpoints every few entries (the export as the server wrote it), an edit no rule
+    catches is refused at the first checkpoint that covers it."""
+    sizes = exported.checkpoint_sizes()
+    for sequence, edited in _edited_times(exported, list(range(1, 23)), random.Random(6)):
+        err = fails(_with_time(exported.lines, exported.entry_index(sequence), edited),
+                    exported.pin)
+        covering = min(s for s in sizes if s >= sequence)
+        assert sequence <= err.sequence <= covering, (sequence, edited, err.message)
+        if err.code == "CHECKPOINT_ROOT":
+            assert err.sequence == covering

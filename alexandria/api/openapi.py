@@ -373,7 +373,15 @@ PATHS: dict[str, Any] = {
             required=True)],
         _json({"type": "object", "required": ["entries", "next"], "properties": {
             "entries": {"type": "array", "items": {
-                "type": "object", "required": ["admitted_at", "leaf", "sequence", "type"]}},
+                "type": "object", "required": ["leaf", "sequence", "type"],
+                "additionalProperties": False, "properties": {
+                    "leaf": {
+                        "type": "object", "required": ["admitted_at", "document"],
+                        "additionalProperties": False,
+                        "description": "the leaf data is the RFC 8785 form of this object"
+                        " (PROTOCOL §7): the admitted document and its admission time"},
+                    "sequence": {"type": "integer", "minimum": 1},
+                    "type": {"enum": ["contribution", "certificate", "revocation"]}}}},
             "next": NEXT_OFFSET}}, "entries")),
     "/api/log/proof/inclusion": _get(
         "RFC 9162 inclusion proof of leaf index in a tree of size",

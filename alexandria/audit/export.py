@@ -3,8 +3,9 @@
 Each line is the RFC 8785 canonical form of one JSON object, then a newline:
 
 1. a header ``{"format": "alexandria.log-export/1", "genesis": GENESIS_DOCUMENT, "size": N}``;
-2. for every leaf, in order, ``{"admitted_at", "leaf", "sequence", "type"}`` — exactly the
-   objects ``GET /api/log/entries`` returns, the leaf's canonical bytes spliced in verbatim;
+2. for every leaf, in order, ``{"leaf", "sequence", "type"}`` — exactly the objects
+   ``GET /api/log/entries`` returns, the leaf ``{"admitted_at", "document"}`` spliced in as
+   the canonical bytes that were hashed;
 3. right after the leaf with ``sequence == S``, the checkpoint of size ``S`` if one was signed:
    ``{"checkpoint": SIGNED_NOTE}``.
 
@@ -26,6 +27,7 @@ from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.errors import BadRequest, ServiceError
 from alexandria.reads import log
 from alexandria.store.merkle_nodes import tree_size
+from alexandria.store.schema import check_leaf_format
 
 EXPORT_FORMAT = "alexandria.log-export/1"
 _DB_WINDOW = 1000
@@ -52,6 +54,7 @@ def iter_db(path: str | Path) -> Iterator[bytes]:
         row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
         if row is None:
             raise ServiceError(f"{path} is not an Alexandria database", "NOT_A_LIBRARY")
+        check_leaf_format(conn, path)
         size = tree_size(conn)
         yield header_line(orjson.loads(row[0]), size)
         checkpoints = _db_checkpoints(conn, size)
@@ -59,14 +62,14 @@ def iter_db(path: str | Path) -> Iterator[bytes]:
         done = 0
         while done < size:
             rows = conn.execute(
-                "SELECT sequence, type, admitted_at, leaf FROM log WHERE sequence > ?"
+                "SELECT sequence, type, leaf FROM log WHERE sequence > ?"
                 " AND sequence <= ? ORDER BY sequence LIMIT ?",
                 (done, size, _DB_WINDOW),
             ).fetchall()
             if not rows:
                 raise ServiceError(f"leaf {done + 1} is missing", "LOG_CORRUPT")
-            for seq, kind, admitted_at, leaf in rows:
-                yield log.entry_bytes(seq, kind, admitted_at, bytes(leaf)) + b"\n"
+            for seq, kind, leaf in rows:
+                yield log.entry_bytes(seq, kind, bytes(leaf)) + b"\n"
                 while pending is not None and pending.size == seq:
                     yield checkpoint_line(pending.note)
                     pending = next(checkpoints, None)

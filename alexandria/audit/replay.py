@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from alexandria.core import merkle
+from alexandria.core.leaf import document_of
 from alexandria.core.trust import (
     AUTHORITY_FORMAT,
     AuthorityCertificate,
@@ -47,7 +48,7 @@ class Ledger:
         self._votes: dict[tuple[str, str], str] = {}
         self._authorities: dict[str, list[tuple[int, AuthorityCertificate]]] = {}
         self._revocations: dict[str, set[str]] = {}
-        self._authority_leaves: set[bytes] = set()
+        self._authority_documents: set[bytes] = set()  # an exact re-post is no new leaf
         self._frontier: dict[tuple[int, int], bytes] = {}
         self._nodes: list[merkle.Node] = []
         self._records: dict[int, bytes] = {}
@@ -141,7 +142,7 @@ class Ledger:
                 raise BadRequest(f"only {AUTHORITY_FORMAT} documents are admitted",
                                  "NOT_AN_AUTHORITY_DOCUMENT")
             cert = AuthorityCertificate.from_document(document, self.genesis)
-            if leaf in self._authority_leaves:
+            if document_of(leaf) in self._authority_documents:
                 raise AlreadyAdmitted(0)
             if self.revoked(cert.key, None):
                 raise Forbidden("that key was revoked by root", "AUTHORITY_REVOKED",
@@ -150,14 +151,14 @@ class Ledger:
             self._authorities.setdefault(cert.key, []).append((seq, cert))
         elif name == "revocation":
             rev = check_revocation(self, document, self.genesis, now)
-            if leaf in self._authority_leaves:
+            if document_of(leaf) in self._authority_documents:
                 raise AlreadyAdmitted(0)
             self._append(leaf, now)
             self._revocations.setdefault(rev.key, set()).add(rev.signer)
         else:
             raise BadRequest(f"a {name!r} document is not admitted into the log",
                              "BAD_DOCUMENT")
-        self._authority_leaves.add(leaf)
+        self._authority_documents.add(document_of(leaf))
         return name
 
     # the tree

@@ -6,13 +6,14 @@ at the first failure, a typed :class:`VerificationFailed` naming the sequence an
 1. header: the export format, a genesis document whose pin is the pinned one and that is
    signed by ``threshold`` of its root keys;
 2. every entry, in order (expected sequence ``p = 1, 2, ...``):
-   a. the line is the canonical form of ``{admitted_at, leaf, sequence, type}`` with
-      ``sequence == p`` and a known type (a dropped, duplicated or reordered line fails here);
-   b. ``admitted_at`` is a timestamp not before the previous entry's;
+   a. the line is the canonical form of ``{leaf, sequence, type}`` with ``sequence == p`` and a
+      known type (a dropped, duplicated or reordered line fails here), and the leaf is
+      ``{"admitted_at": TIMESTAMP, "document": DOCUMENT}`` (``core.leaf``);
+   b. the leaf's ``admitted_at`` is not before the previous entry's;
    c. signatures and certificate chain, stateless (run ahead on worker threads): for a
       contribution ``admission.prepare`` — envelope and record shape, the worker certificate
-      signed by its authority, the proof over ``JCS(record)``, scope, content schema; the leaf
-      must be the canonical form of what was parsed (a flipped byte fails here);
+      signed by its authority, the proof over ``JCS(record)``, scope, content schema; the
+      document must be the canonical form of what was parsed (a flipped byte fails here);
    d. replay: the server's admission rules (``rules.admission.decide`` → ``rules/state.py``,
       the very functions the server runs) against a ledger replayed from empty
       (``replay.Ledger``), with the recorded ``admitted_at`` as the clock: authority
@@ -20,7 +21,9 @@ at the first failure, a typed :class:`VerificationFailed` naming the sequence an
       contribution (admitted native-application authority, validity windows, revocations),
       every state rule, the timestamp rules; the entry must be new (not a duplicate) and of
       the recorded type;
-   e. its leaf hash extends the recomputed RFC 6962 tree (the same nodes the server stores);
+   e. its leaf hash extends the recomputed RFC 6962 tree (the same nodes the server stores):
+      the leaf commits to ``admitted_at``, so an edited admission time fails the next
+      checkpoint's root if no rule caught it first;
 3. every checkpoint, where it stands (right after leaf ``S``):
    a. the line is canonical, the note parses, its origin is the genesis origin, its size is
       ``S`` (else the first leaf they disagree about is named: a missing leaf or a misplaced
@@ -57,6 +60,7 @@ from alexandria.audit.replay import Ledger
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical, parse_json
 from alexandria.core.checkpoint import CheckpointError, key_id, parse_checkpoint, verify_checkpoint
+from alexandria.core.leaf import LeafMalformed, leaf_bytes, split_leaf
 from alexandria.core.records import revision_id
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis, parse_revocation
@@ -69,7 +73,7 @@ CHUNK = 128  # lines per task of the worker threads
 _TAIL = re.compile(
     rb',"sequence":(0|[1-9][0-9]{0,15}),"type":"(contribution|certificate|revocation)"}'
 )
-_ENTRY_HEAD = b'{"admitted_at":"'
+_TAIL_MAX = len(b',"sequence":,"type":"contribution"}') + 16
 
 Progress = Callable[[int, int], None]
 """``progress(leaves_done, leaves_total)``."""
@@ -138,6 +142,7 @@ class _Entry:
     admitted_at: str
     admitted_ms: int
     leaf: bytes
+    document_bytes: bytes
     candidate: Candidate | None = None
     document: Any = None
     error: VerificationFailed | None = None
@@ -152,21 +157,20 @@ class _CheckpointLine:
 
 
 def _split_entry(line: bytes, position: int) -> _Entry:
-    """2a: the one canonical form of an entry line, read without a JSON parser (the leaf's
-    own canonical form is checked in 2c)."""
-    m = _TAIL.search(line, len(line) - 64) if len(line) > 49 else None
-    if (
-        m is None
-        or m.end() != len(line)
-        or not line.startswith(_ENTRY_HEAD)
-        or line[40:49] != b'","leaf":'
-    ):
+    """2a: the one canonical form of an entry line, read without a JSON parser (the
+    document's own canonical form is checked in 2c)."""
+    head = len(log.ENTRY_HEAD)
+    m = _TAIL.search(line, max(head, len(line) - _TAIL_MAX))
+    if m is None or m.end() != len(line) or not line.startswith(log.ENTRY_HEAD):
         raise EntryMalformed(position, "2a", "the line is not a canonical entry object")
-    admitted_at = line[16:40].decode("ascii", "replace")
+    leaf = line[head : m.start()]
+    try:
+        admitted_at, document = split_leaf(leaf)
+    except LeafMalformed as exc:
+        raise EntryMalformed(position, "2a", exc.message, "LEAF_MALFORMED") from exc
     ms = parse_ms(admitted_at)
-    if ms is None:
-        raise EntryMalformed(position, "2a", "admitted_at is not a timestamp")
-    return _Entry(int(m.group(1)), m.group(2).decode(), admitted_at, ms, line[49 : m.start()])
+    assert ms is not None  # split_leaf checked it
+    return _Entry(int(m.group(1)), m.group(2).decode(), admitted_at, ms, leaf, document)
 
 
 def _prepare_entry(line: bytes, position: int, genesis: Genesis) -> _Entry:
@@ -175,13 +179,13 @@ def _prepare_entry(line: bytes, position: int, genesis: Genesis) -> _Entry:
     seq = position
     try:
         if entry.kind == "contribution":
-            entry.candidate = prepare(entry.leaf, genesis)
-            if entry.candidate.leaf != entry.leaf:
+            entry.candidate = prepare(entry.document_bytes, genesis)
+            if entry.candidate.document != entry.document_bytes:
                 raise EntryMalformed(seq, "2c", "the leaf is not in canonical form",
                                      "LEAF_NOT_CANONICAL")
         else:
-            entry.document = parse_json(entry.leaf)
-            if canonical(entry.document) != entry.leaf:
+            entry.document = parse_json(entry.document_bytes)
+            if canonical(entry.document) != entry.document_bytes:
                 raise EntryMalformed(seq, "2c", "the leaf is not in canonical form",
                                      "LEAF_NOT_CANONICAL")
     except VerificationFailed as exc:
@@ -559,17 +563,30 @@ def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, wha
                            "INCLUSION_FAILED") from exc
 
 
+def _authority_leaf(item: Any, sequence: int, step: str) -> bytes:
+    """The leaf of an item of ``GET /api/authority`` (``{sequence, type, admitted_at,
+    document}``), recomputed from its admission time and document."""
+    try:
+        return leaf_bytes(item["admitted_at"], canonical(item["document"]))
+    except (AlexandriaError, KeyError, TypeError) as exc:
+        raise EntryRefused(sequence, step, f"authority document {sequence} is malformed",
+                           "AUTHORITY_MALFORMED") from exc
+
+
 def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None) -> EntryVerified:
     """Check one revision on a server against a signed checkpoint (the server's current one,
     or ``note``):
 
     E1. genesis: the server's genesis document has the pinned hash and its threshold signatures;
     E2. checkpoint: signed by a key whose ``log`` certificate (root-signed, not revoked by
-        root, valid when the checkpoint's last leaf was admitted) is itself included in it;
+        root, valid when the checkpoint's last leaf was admitted — that leaf, and so its
+        admission time, proven included) is itself included in it;
     E3. entry: the signed record's id is its record's hash, its worker certificate, proof,
         scope and content verify (``admission.prepare``), its authority certificate is
         root-signed with role native-application and both were valid at admission;
-    E4. inclusion: the entry's leaf (and its authority certificate's) is in the checkpoint's tree.
+    E4. inclusion: the entry's leaf — recomputed from the signed record alone: ``record``,
+        ``signature`` and ``admission.admitted_at`` — (and its authority certificate's) is in
+        the checkpoint's tree, so the admission time the server states is the one it logged.
     """
     # E1
     genesis = Genesis.from_document(orjson.loads(fetch("/api/genesis"))["document"], pin)
@@ -607,10 +624,17 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
                                " log", "CHECKPOINT_KEY_UNKNOWN")
     verify_checkpoint(text, origin, signer)
     last = orjson.loads(fetch(f"/api/log/entries?start={cp.size - 1}&end={cp.size}"))
-    last_ms = parse_ms(last["entries"][0]["admitted_at"]) or 0
+    try:
+        last_leaf = canonical(last["entries"][0]["leaf"])
+        last_ms = parse_ms(split_leaf(last_leaf)[0]) or 0
+    except (AlexandriaError, KeyError, IndexError, TypeError) as exc:
+        raise EntryRefused(cp.size, "E2", "the checkpoint's last entry is malformed",
+                           "LOG_ENTRY_MALFORMED") from exc
+    _included(fetch, cp.size - 1, cp.size, last_leaf, cp.root, "the checkpoint's last entry")
     cert_seq = log.check_log_key(certs[signer], signer in root_revoked, signer, last_ms)
-    cert_doc = next(c.document for s, c in certs[signer] if s == cert_seq)
-    _included(fetch, cert_seq - 1, cp.size, canonical(cert_doc), cp.root, "the log certificate")
+    by_sequence = {item["sequence"]: item for item in authority}
+    _included(fetch, cert_seq - 1, cp.size, _authority_leaf(by_sequence[cert_seq], cert_seq, "E2"),
+              cp.root, "the log certificate")
     # E3
     signed = orjson.loads(fetch(f"/api/entries/{revision}"))
     record, admission = signed["record"], signed["admission"]
@@ -618,9 +642,10 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
         raise EntryRefused(0, "E3", "the record does not hash to the revision asked for",
                            "REVISION_MISMATCH")
     sequence = int(admission["sequence"])
-    leaf = canonical({"record": record, "signature": signed["signature"]})
+    document = canonical({"record": record, "signature": signed["signature"]})
     try:
-        cand = prepare(leaf, genesis)
+        leaf = leaf_bytes(admission["admitted_at"], document)
+        cand = prepare(document, genesis)
         if cand.deferred is not None:
             raise cand.deferred
         auth = AuthorityCertificate.from_document(admission["authority"], genesis)
@@ -644,6 +669,7 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
     if auth_item is None or auth_item["sequence"] >= sequence:
         raise EntryRefused(sequence, "E3", "the authority certificate was not admitted before"
                            " the entry", "AUTHORITY_CHAIN")
-    _included(fetch, auth_item["sequence"] - 1, cp.size, canonical(auth.document), cp.root,
+    _included(fetch, auth_item["sequence"] - 1, cp.size,
+              _authority_leaf(auth_item, auth_item["sequence"], "E4"), cp.root,
               "the authority certificate")
     return EntryVerified(revision, sequence, cp.size, cp.root.hex(), signer)

@@ -50,6 +50,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if bool(args.genesis) != bool(args.db):
         raise BadRequest("--genesis and --db go together", "USAGE")
+    from alexandria.store.schema import check_database
+
+    check_database(args.db or DataDir(Path(args.data_dir)).db)  # an old leaf format: refused
     if args.genesis:
         library = Library.from_files(args.genesis, args.db, args.log_key)
     else:

@@ -23,6 +23,7 @@ from alexandria.core.canonical import (
     sha256_hex,
 )
 from alexandria.core.keys import HEX64, HEX128, SigningKey
+from alexandria.core.leaf import document_record, document_signature
 from alexandria.core.timestamps import parse_ms
 from alexandria.errors import (
     AlexandriaError,
@@ -273,8 +274,8 @@ def parse_envelope(value: Any) -> Envelope:
     return Envelope(value["record"], sig["certificate"], sig["proof"], value)
 
 
-def envelope_leaf(env: Envelope) -> bytes:
-    """``JCS(envelope)``: the log leaf, at most 65,536 bytes."""
+def envelope_document(env: Envelope) -> bytes:
+    """``JCS(envelope)``: the document a contribution's log leaf holds, at most 65,536 bytes."""
     data = canonical_parsed(env.raw)
     if len(data) > MAX_ENVELOPE_BYTES:
         raise PayloadTooLarge(
@@ -333,20 +334,19 @@ def revision_id(record: Mapping[str, Any]) -> str:
 
 
 def signed_record_bytes(
-    leaf: bytes, record_length: int, rev_id: str, root: str, admission: bytes
+    document: bytes, record_length: int, rev_id: str, root: str, admission: bytes
 ) -> bytes:
     """``JCS(signed record)`` spliced from stored canonical pieces without re-encoding.
 
-    ``leaf`` is ``JCS({"record": R, "signature": S})``, i.e. ``{"record":`` R ``,"signature":``
-    S ``}``; ``admission`` is ``JCS(admission)``.  JCS sorts the signed record's keys as
-    admission < id < record < root < signature, so the result is canonical.
+    ``document`` is the contribution's ``JCS({"record": R, "signature": S})`` (``leaf.document_of``
+    of its log leaf); ``admission`` is ``JCS(admission)``.  JCS sorts the signed record's keys
+    as admission < id < record < root < signature, so the result is canonical.
     """
-    rec = leaf[10 : 10 + record_length]
-    sig = leaf[10 + record_length + 13 : -1]
     return b"".join(
         (
-            b'{"admission":', admission, b',"id":"', rev_id.encode(), b'","record":', rec,
-            b',"root":"', root.encode(), b'","signature":', sig, b"}",
+            b'{"admission":', admission, b',"id":"', rev_id.encode(), b'","record":',
+            document_record(document, record_length), b',"root":"', root.encode(),
+            b'","signature":', document_signature(document, record_length), b"}",
         )
     )
 

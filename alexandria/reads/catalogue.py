@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from alexandria.core.leaf import record_sql
 from alexandria.core.records import OBJECT_KINDS
 from alexandria.core.search_text import LEVEL_MARK, snippet, words
 from alexandria.errors import BadRequest
@@ -285,14 +286,14 @@ def summaries(conn: sqlite3.Connection, sequences: list[int]) -> list[dict[str, 
     out = []
     for seq in sequences:
         row = conn.execute(
-            "SELECT r.id, r.root, r.record_length, l.leaf FROM revisions r"
+            f"SELECT r.id, r.root, {record_sql('l.leaf', 'r.record_length')} FROM revisions r"
             " JOIN log l ON l.sequence = r.sequence WHERE r.sequence = ?",
             (seq,),
         ).fetchone()
         if row is None:
             continue
-        rev, root, length, leaf = row
-        record = orjson.loads(bytes(leaf)[10 : 10 + length])
+        rev, root, data = row
+        record = orjson.loads(data)
         out.append(
             {
                 "id": rev,

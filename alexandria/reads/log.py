@@ -80,15 +80,21 @@ def consistency_proof(conn: sqlite3.Connection, old: int, new: int) -> list[byte
 # --- entries ---------------------------------------------------------------------------------
 
 
-def entry_bytes(sequence: int, kind: str, admitted_at: str, leaf: bytes) -> bytes:
-    """``JCS({"admitted_at", "leaf", "sequence", "type"})`` with the stored leaf spliced in.
+ENTRY_HEAD = b'{"leaf":'
+"""Every entry object (and export line) starts with these bytes, then the leaf."""
 
-    The leaf is ``JCS(document)``, so the result is canonical and the leaf's bytes are a
-    verbatim slice of it; re-canonicalising the parsed ``leaf`` gives them back exactly.
+
+def entry_bytes(sequence: int, kind: str, leaf: bytes) -> bytes:
+    """``JCS({"leaf", "sequence", "type"})`` with the stored leaf spliced in.
+
+    The leaf is ``JCS({"admitted_at", "document"})`` (``core.leaf``), so the result is
+    canonical and the leaf's bytes are a verbatim slice of it: re-canonicalising the parsed
+    ``leaf`` gives back exactly the bytes that were hashed.  The admission time is inside the
+    leaf only, so no second copy can disagree with it.
     """
     return b"".join((
-        b'{"admitted_at":"', admitted_at.encode(), b'","leaf":', leaf,
-        b',"sequence":', str(sequence).encode(), b',"type":"', kind.encode(), b'"}',
+        ENTRY_HEAD, leaf, b',"sequence":', str(sequence).encode(), b',"type":"', kind.encode(),
+        b'"}',
     ))
 
 
@@ -104,12 +110,12 @@ def entries_page(conn: sqlite3.Connection, start: int, end: int) -> bytes:
         )
     items: list[bytes] = []
     used = 0
-    for seq, kind, admitted_at, leaf in conn.execute(
-        "SELECT sequence, type, admitted_at, leaf FROM log WHERE sequence > ? AND sequence <= ?"
+    for seq, kind, leaf in conn.execute(
+        "SELECT sequence, type, leaf FROM log WHERE sequence > ? AND sequence <= ?"
         " ORDER BY sequence LIMIT ?",
         (start, end, PAGE_ENTRIES),
     ):
-        item = entry_bytes(seq, kind, admitted_at, bytes(leaf))
+        item = entry_bytes(seq, kind, bytes(leaf))
         if items and used + len(item) > PAGE_BYTES:
             break
         items.append(item)

@@ -14,7 +14,7 @@ from alexandria.core.keys import verify
 from alexandria.core.records import (
     PUBLIC_KINDS,
     Record,
-    envelope_leaf,
+    envelope_document,
     parse_envelope_bytes,
     parse_record,
     proof_is_hex,
@@ -36,9 +36,13 @@ from alexandria.rules.state import (
 
 @dataclass(frozen=True)
 class Candidate:
+    """An envelope after the state-free checks.  ``document`` is ``JCS(envelope)``: what its
+    log leaf will hold once the write transaction fixes the admission time
+    (``leaf.leaf_bytes``)."""
+
     record: Record
     certificate: WorkerCertificate
-    leaf: bytes
+    document: bytes
     deferred: AlexandriaError | None
     index_text: IndexText | None = None  # precomputed for the catalogue
 
@@ -56,7 +60,7 @@ def prepare(
     env = parse_envelope_bytes(body)
     record = parse_record(env.record_value, genesis.pin, kinds)
     cert = parse_worker_certificate(env.certificate, genesis)
-    leaf = envelope_leaf(env)
+    document = envelope_document(env)
     deferred: AlexandriaError | None = None
     if not proof_is_hex(env.proof) or not verify(cert.worker, env.proof, record.canonical):
         deferred = Forbidden(
@@ -71,7 +75,7 @@ def prepare(
         except AlexandriaError as exc:
             deferred = exc
     text = catalogue_text(record) if index_text and deferred is None else None
-    return Candidate(record, cert, leaf, deferred, text)
+    return Candidate(record, cert, document, deferred, text)
 
 
 def decide(state: StateView, cand: Candidate, now_ms: int) -> Verdict:

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import orjson
 
 from alexandria.core.keys import HEX64
+from alexandria.core.leaf import CONTRIBUTION_HEAD
 from alexandria.core.records import Record
 from alexandria.core.timestamps import format_ms
 from alexandria.errors import Conflict, Unprocessable
@@ -97,11 +98,11 @@ class Decision:
     state: bytes | None
 
 
-def signed_state_bytes(record_id: str, leaf: bytes) -> bytes:
-    """``JCS({"id", "record", "signature"})`` spliced from ``leaf = JCS({"record",
+def signed_state_bytes(record_id: str, document: bytes) -> bytes:
+    """``JCS({"id", "record", "signature"})`` spliced from ``document = JCS({"record",
     "signature"})``: JCS sorts ``id`` first, so the result is canonical."""
-    assert leaf.startswith(b'{"record":')
-    return b'{"id":"' + record_id.encode() + b'",' + leaf[1:]
+    assert document.startswith(CONTRIBUTION_HEAD)
+    return b'{"id":"' + record_id.encode() + b'",' + document[1:]
 
 
 def response_bytes(state: bytes | None) -> bytes:
@@ -245,5 +246,5 @@ def decide(public: StateView, view: PersonalView, cand: Candidate, now_ms: int) 
     check_targets(view, body)
     check_previous(current, rec)
     check_window(rec, cand, now_ms)
-    new = StoredState(rec.id, signed_state_bytes(rec.id, cand.leaf))
+    new = StoredState(rec.id, signed_state_bytes(rec.id, cand.document))
     return Decision(True, True, "", new, new.signed)

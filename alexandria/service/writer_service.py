@@ -237,7 +237,7 @@ class WriterClient:
         answer = await fut
         if isinstance(answer, _Created):
             signed = signed_record_bytes(
-                cand.leaf, cand.record_length, answer.id, answer.root, answer.admission
+                cand.document, cand.record_length, answer.id, answer.root, answer.admission
             )
             return Admitted(True, answer.id, answer.root, answer.sequence, signed,
                             answer.admission)

@@ -4,14 +4,18 @@ The store owns its tables (as Tessera's drivers own ``schema.sql``): the ledger 
 nodes, revisions, objects, links, votes, authorities, revocations, feed), the log's signed
 checkpoints, personal lists and the catalogue's derived indexes are all declared here, and
 nothing above the store declares or alters a table.  ``TABLES`` is idempotent
-(``CREATE … IF NOT EXISTS``); ``migrate_layout`` brings a database of an earlier layout to this
-one in the opening transaction.
+(``CREATE … IF NOT EXISTS``).  A database of an earlier layout holds leaves of the earlier
+format (before leaves committed to their admission times, PROTOCOL §7): ``check_database``
+refuses it before anything writes to it — there were no deployments to carry over.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
+from alexandria.core.leaf import LEAF_FORMAT
+from alexandria.errors import ServiceError
 from alexandria.rules.state import FEED_RELATIONS
 
 #: Relations of an object's ``related`` section: anything but tree links and votes.  The same
@@ -42,7 +46,6 @@ CREATE TABLE IF NOT EXISTS {name}(
 """
 _OBJECT_INDEXES = """
 CREATE INDEX IF NOT EXISTS objects_head_sequence ON objects(head_sequence);
-DROP INDEX IF EXISTS objects_parent;  -- superseded by objects_contents
 CREATE INDEX IF NOT EXISTS objects_contents ON objects(parent, kind, created_sequence)
     WHERE parent != '';
 """
@@ -56,10 +59,9 @@ CREATE TABLE IF NOT EXISTS log(
     leaf_hash BLOB NOT NULL,
     admitted_at TEXT NOT NULL
 );
--- authority documents are found again by their leaf hash; contributions by revision id, so
--- indexing their (random) leaf hashes too would only cost a B-tree page per admission
-DROP INDEX IF EXISTS log_leaf_hash;
-CREATE UNIQUE INDEX IF NOT EXISTS log_document_hash ON log(leaf_hash) WHERE type != 'contribution';
+-- leaves are found by sequence; contributions again by revision id, authority documents by
+-- their key (authorities, revocations): a leaf commits to its admission time, so its hash
+-- does not find a resubmitted document
 -- the perfect Merkle nodes, keyed by their in-order position (merkle.position)
 CREATE TABLE IF NOT EXISTS merkle_nodes(position INTEGER PRIMARY KEY, hash BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS revisions(
@@ -75,7 +77,6 @@ CREATE TABLE IF NOT EXISTS revisions(
 );
 -- an object's first revision is found by its root (objects.created_sequence); only the later
 -- ones are indexed by root, so creating an object writes no page of this index
-DROP INDEX IF EXISTS revisions_root;
 CREATE INDEX IF NOT EXISTS revisions_later ON revisions(root, sequence) WHERE id != root;
 """ + _OBJECTS.format(name="objects") + _OBJECT_INDEXES + """CREATE TABLE IF NOT EXISTS links(
     source_sequence INTEGER NOT NULL,
@@ -117,52 +118,52 @@ CREATE TABLE IF NOT EXISTS feed(
 """
 
 
-def migrate_layout(conn: sqlite3.Connection) -> None:
-    """Bring a database written by an earlier layout to this one, in one transaction: tree
-    ancestors move from the ``closure`` table into ``objects.ancestors``; ``feed`` loses the
-    rows of each object's own revisions (read through ``objects`` and ``revisions_later``);
-    ``objects`` keyed by root becomes a table in creation order; Merkle nodes keyed by
-    ``(level, idx)`` are keyed by their in-order position."""
-    if conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'merkle'"
-    ).fetchone() is not None:
-        conn.execute(
-            "INSERT INTO merkle_nodes(position, hash)"
-            " SELECT (idx << (level + 1)) | ((1 << level) - 1), hash FROM merkle"
-        )
-        conn.execute("DROP TABLE merkle")
-    if conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'closure'"
-    ).fetchone() is not None:
-        columns = {r[1] for r in conn.execute("PRAGMA table_info(objects)")}
-        if "ancestors" not in columns:
-            conn.execute("ALTER TABLE objects ADD COLUMN ancestors TEXT NOT NULL DEFAULT ''")
-        conn.execute(
-            "UPDATE objects SET ancestors = coalesce((SELECT group_concat(ancestor, ' ')"
-            " FROM closure WHERE member = objects.root), '')"
-        )
-        conn.execute(
-            "DELETE FROM feed WHERE EXISTS (SELECT 1 FROM revisions r"
-            " WHERE r.sequence = feed.sequence AND r.root = feed.root)"
-        )
-        conn.execute("DROP TABLE closure")
-    keyed_by_root = conn.execute(
-        "SELECT 1 FROM pragma_table_info('objects') WHERE name = 'root' AND pk = 1"
-    ).fetchone()
-    if keyed_by_root is not None:
-        conn.execute(_OBJECTS.format(name="objects_by_creation"))
-        columns_text = (
-            "created_sequence, root, kind, author, head, head_sequence, revisions, depth,"
-            " parent, vote_target, feed_links, ancestors"
-        )
-        conn.execute(
-            f"INSERT INTO objects_by_creation({columns_text}) SELECT {columns_text} FROM objects"
-        )
-        conn.execute("DROP TABLE objects")  # and its indexes
-        conn.execute("ALTER TABLE objects_by_creation RENAME TO objects")
-        for statement in _OBJECT_INDEXES.split(";"):
-            if statement.strip():
-                conn.execute(statement)
+class OldLeafFormat(ServiceError):
+    """The database holds a log whose leaves are of an earlier format (PROTOCOL §7)."""
+
+    default_code = "OLD_LEAF_FORMAT"
+
+
+def check_leaf_format(conn: sqlite3.Connection, path: str | Path) -> bool:
+    """Whether the database records this version's leaf format (``leaf.LEAF_FORMAT``, kept in
+    ``meta``).  A database with no leaf yet and no format recorded is new: False, and the
+    writer records it.  A log of leaves with no format recorded was written before leaves
+    committed to their admission times, and is refused: its tree and checkpoints cannot be
+    carried over (there were no deployments; libraries of that format are re-created)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'leaf_format'").fetchone()
+    if row is not None and row[0] == LEAF_FORMAT:
+        return True
+    if row is None and conn.execute("SELECT 1 FROM log LIMIT 1").fetchone() is None:
+        return False
+    found = "JCS(document), without its admission time" if row is None else repr(row[0])
+    raise OldLeafFormat(
+        f"{path} holds a log whose leaves are {found}, not {LEAF_FORMAT}"
+        " (JCS({admitted_at, document}), PROTOCOL §7); this version can neither serve nor"
+        " export it. Move the database aside and create the library afresh: `alexandria serve"
+        " --genesis FILE --db NEW_FILE` then admit the authority certificates again, or, for"
+        " the embedded default library, remove its alexandria-data/ directory",
+        found=None if row is None else row[0], expected=LEAF_FORMAT, path=str(path),
+    )
+
+
+def check_database(path: str | Path) -> None:
+    """Refuse an existing database of an earlier leaf format before anything serves it (the
+    ``serve`` command calls this first, so the operator reads one clear line)."""
+    if not Path(path).exists():
+        return
+    conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+    try:
+        has_tables = conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'log')"
+        ).fetchone()[0] == 2
+        if has_tables:
+            check_leaf_format(conn, path)
+    except sqlite3.DatabaseError as exc:
+        raise ServiceError(f"{path} is not an Alexandria database: {exc}",
+                           "NOT_A_LIBRARY") from exc
+    finally:
+        conn.close()
+
 
 CHECKPOINTS = """
 CREATE TABLE IF NOT EXISTS checkpoints(

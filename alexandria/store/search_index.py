@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from alexandria.core.leaf import record_sql
 from alexandria.core.records import Record
 from alexandria.core.search_text import IndexText, index_text_of, levels
 from alexandria.rules.state import Verdict
@@ -68,11 +69,11 @@ def rebuild(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
     conn.execute("INSERT INTO catalogue_levels(catalogue_levels) VALUES ('delete-all')")
     rows = conn.execute(
-        "SELECT r.sequence, r.id, r.root, r.record_length, l.leaf FROM revisions r"
+        f"SELECT r.sequence, r.root, {record_sql('l.leaf', 'r.record_length')} FROM revisions r"
         " JOIN log l ON l.sequence = r.sequence ORDER BY r.sequence"
     )
-    for sequence, _rev, root, length, leaf in rows:
-        record = orjson.loads(bytes(leaf)[10 : 10 + length])
+    for sequence, root, data in rows:
+        record = orjson.loads(data)
         target = record["links"][0]["target"] if record["kind"] == "vote" else ""
         _admit(conn, record, root, record["previous"], target, sequence, replay=True)
     # scores last: during the replay ``objects`` already names each target's final head

@@ -35,6 +35,7 @@ import orjson
 
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
+from alexandria.core.leaf import LEAF_FORMAT, document_of, leaf_bytes, record_sql
 from alexandria.core.records import admission_bytes, signed_record_bytes
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.core.trust import (
@@ -84,10 +85,10 @@ class _StateView:
         assert ms is not None
 
         def record() -> dict[str, Any]:
-            leaf = self.conn.execute(
-                "SELECT substr(leaf, 11, ?) FROM log WHERE sequence = ?", (length, sequence)
+            data = self.conn.execute(
+                f"SELECT {record_sql()} FROM log WHERE sequence = ?", (length, sequence)
             ).fetchone()[0]
-            value: dict[str, Any] = orjson.loads(leaf)
+            value: dict[str, Any] = orjson.loads(data)
             return value
 
         return RevisionFacts(rev, row[1], row[2], row[3], ms, record)
@@ -224,13 +225,13 @@ class SqliteStorage(Storage):
     async def open(self) -> None:
         self._writer_conn = await asyncio.to_thread(self._connect_writer)
         self._checkpointer = WalCheckpointer(self.path)
-        await self.write(schema.migrate_layout)
         await self.write(self._init_meta)
         await self.write(search_index.ensure)
         self._readers = _Readers(self.path, READERS)
 
     def _connect_writer(self) -> sqlite3.Connection:
         fresh = not Path(self.path).exists()
+        schema.check_database(self.path)  # before anything below writes to an old library
         # handed to the writer thread once open: it alone uses the connection from then on
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         if fresh:
@@ -265,6 +266,8 @@ class SqliteStorage(Storage):
                 f"{self.path} belongs to the library with genesis {row[0]}, not {self.genesis.pin}",
                 "GENESIS_MISMATCH",
             )
+        if not schema.check_leaf_format(conn, self.path):
+            conn.execute("INSERT INTO meta(key, value) VALUES ('leaf_format', ?)", (LEAF_FORMAT,))
 
     async def close(self) -> None:
         if self._writing is not None:
@@ -472,12 +475,12 @@ class SqliteStorage(Storage):
         verdict = decide(view, cand, now)
         if dry_run:
             return DryRun(verdict.id, verdict.root, False)
-        sequence, admitted_at = self._append_leaf(conn, "contribution", cand.leaf, now)
+        sequence, admitted_at = self._append_leaf(conn, "contribution", cand.document, now)
         self._store_contribution(conn, cand, verdict, sequence)
         authority = self._authority_document_bytes(conn, verdict.authority_sequence)
         admission = admission_bytes(sequence, admitted_at, authority)
         signed = signed_record_bytes(
-            cand.leaf, cand.record_length, verdict.id, verdict.root, admission
+            cand.document, cand.record_length, verdict.id, verdict.root, admission
         )
         return Admitted(True, verdict.id, verdict.root, sequence, signed, admission)
 
@@ -489,12 +492,14 @@ class SqliteStorage(Storage):
         return max(self.clock(), self._memory.tail(conn)[1])
 
     def _append_leaf(
-        self, conn: sqlite3.Connection, kind: str, leaf: bytes, now: int
+        self, conn: sqlite3.Connection, kind: str, document: bytes, now: int
     ) -> tuple[int, str]:
-        """Append ``leaf`` at admission time ``now`` (from ``_admission_clock``)."""
+        """Append the leaf of ``document`` (its canonical bytes) admitted at ``now`` (from
+        ``_admission_clock``): the leaf commits to the admission time (PROTOCOL §7)."""
         memory = self._memory
         sequence = memory.tail(conn)[0] + 1
         admitted_at = format_ms(now)
+        leaf = leaf_bytes(admitted_at, document)
         leaf_hash = merkle.leaf_hash(leaf)
         conn.execute(
             "INSERT INTO log(sequence, type, leaf, leaf_hash, admitted_at) VALUES (?, ?, ?, ?, ?)",
@@ -580,27 +585,33 @@ class SqliteStorage(Storage):
                     allowed=[AUTHORITY_FORMAT, "alexandria.revocation/1"],
                 )
             cert = AuthorityCertificate.from_document(document, self.genesis)
-            leaf = canonical(cert.document)
-            existing = self._existing_leaf(conn, leaf)
+            data = canonical(cert.document)
+            existing = self._existing_document(
+                conn, "SELECT a.sequence, l.admitted_at, l.leaf FROM authorities a"
+                " JOIN log l ON l.sequence = a.sequence WHERE a.key = ?", cert.key, data,
+            )
             if existing is not None:
                 return existing
             if view.revoked(cert.key, None):
                 raise Forbidden("that key was revoked by root", "AUTHORITY_REVOKED", key=cert.key)
-            sequence, admitted_at = self._append_leaf(conn, "certificate", leaf, now)
+            sequence, admitted_at = self._append_leaf(conn, "certificate", data, now)
             conn.execute(
                 "INSERT INTO authorities(sequence, key, roles, document) VALUES (?, ?, ?, ?)",
-                (sequence, cert.key, json.dumps(list(cert.roles)), leaf),
+                (sequence, cert.key, json.dumps(list(cert.roles)), data),
             )
             self._authority_cache[sequence] = cert
             self._memory.authorities.clear()
             return AuthorityAdmitted(True, sequence, admitted_at, dict(cert.document))
         if name == "revocation":
             rev = check_revocation(view, document, self.genesis, now)
-            leaf = canonical(rev.document)
-            existing = self._existing_leaf(conn, leaf)
+            data = canonical(rev.document)
+            existing = self._existing_document(
+                conn, "SELECT r.sequence, l.admitted_at, l.leaf FROM revocations r"
+                " JOIN log l ON l.sequence = r.sequence WHERE r.key = ?", rev.key, data,
+            )
             if existing is not None:
                 return existing
-            sequence, admitted_at = self._append_leaf(conn, "revocation", leaf, now)
+            sequence, admitted_at = self._append_leaf(conn, "revocation", data, now)
             conn.execute(
                 "INSERT INTO revocations(sequence, key, issuer) VALUES (?, ?, ?)",
                 (sequence, rev.key, rev.signer),
@@ -612,14 +623,16 @@ class SqliteStorage(Storage):
             " revocation", "BAD_DOCUMENT", allowed=["certificate", "revocation"],
         )
 
-    def _existing_leaf(self, conn: sqlite3.Connection, leaf: bytes) -> AuthorityAdmitted | None:
-        row = conn.execute(
-            "SELECT sequence, admitted_at FROM log WHERE type != 'contribution' AND leaf_hash = ?",
-            (merkle.leaf_hash(leaf),),
-        ).fetchone()
-        if row is None:
-            return None
-        return AuthorityAdmitted(False, row[0], row[1], orjson.loads(leaf))
+    @staticmethod
+    def _existing_document(
+        conn: sqlite3.Connection, sql: str, key: str, document: bytes
+    ) -> AuthorityAdmitted | None:
+        """The earlier admission of exactly ``document`` (an exact re-post is idempotent),
+        among the authority documents about ``key`` that ``sql`` lists."""
+        for sequence, admitted_at, leaf in conn.execute(sql, (key,)):
+            if document_of(bytes(leaf)) == document:
+                return AuthorityAdmitted(False, sequence, admitted_at, orjson.loads(document))
+        return None
 
     async def authority_documents(self) -> list[dict[str, Any]]:
         rows = await self.read(lambda conn: conn.execute(
@@ -627,7 +640,8 @@ class SqliteStorage(Storage):
             " WHERE type != 'contribution' ORDER BY sequence"
         ).fetchall())
         return [
-            {"sequence": s, "type": t, "admitted_at": a, "document": orjson.loads(leaf)}
+            {"sequence": s, "type": t, "admitted_at": a,
+             "document": orjson.loads(document_of(bytes(leaf)))}
             for s, t, a, leaf in rows
         ]
 
@@ -652,7 +666,7 @@ class SqliteStorage(Storage):
     def _assemble(self, conn: sqlite3.Connection, row: Sequence[Any]) -> bytes:
         rev_id, root, seq, rlen, aseq, leaf, admitted_at = row
         adm = admission_bytes(seq, admitted_at, self._authority_document_bytes(conn, aseq))
-        return signed_record_bytes(bytes(leaf), rlen, rev_id, root, adm)
+        return signed_record_bytes(document_of(bytes(leaf)), rlen, rev_id, root, adm)
 
     def _signed_sync(self, conn: sqlite3.Connection, sequence: int) -> bytes | None:
         row = conn.execute(self._SIGNED_SQL + " WHERE r.sequence = ?", (sequence,)).fetchone()

@@ -6,8 +6,11 @@ Every request body is a file, in RFC 8785 canonical form plus a newline (except 
 whose point is to be something else: not JSON, too large).  ``index.json`` lists them in replay
 order with the route, the expected status and error code, and what each one breaks; replayed in
 that order against a fresh library whose clock reads ``server_time``, every one gets exactly
-its status and code (``tests/test_vectors.py``).  Ed25519 signatures are deterministic, so the
-same seeds and timestamps give the same bytes: the test regenerates the folder and compares.
+its status and code (``tests/test_vectors.py``); ``log_leaves.json`` holds the exact leaf bytes
+(``JCS({"admitted_at", "document"})``, PROTOCOL §7), leaf hashes and root of the log that replay
+builds, which the test compares with what the server logged.  Ed25519 signatures are
+deterministic, so the same seeds and timestamps give the same bytes: the test regenerates the
+folder and compares.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from alexandria.core import merkle
 from alexandria.core.canonical import canonical
+from alexandria.core.leaf import leaf_bytes
 from alexandria.core.records import make_envelope, make_record, revision_id
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.core.trust import (
+    document_name,
     make_authority_certificate,
     make_revocation,
     make_worker_certificate,
@@ -371,6 +377,8 @@ def build() -> dict[str, bytes]:
     v.step("envelope_04_discussion.json", None, 200, None,
            "nothing: what the revoked worker signed before its revocation stays admitted")
 
+    v.file("log_leaves.json", log_leaves(v))
+
     index = {
         "format": "alexandria.test-vectors/1",
         "description": __doc__.strip().splitlines()[0] if __doc__ else "",
@@ -381,6 +389,31 @@ def build() -> dict[str, bytes]:
     }
     v.file("index.json", (json.dumps(index, indent=1, ensure_ascii=False) + "\n").encode())
     return v.files
+
+
+def log_leaves(v: Vectors) -> bytes:
+    """The log that the replay of ``index.json`` builds (every step answered 201, in order,
+    each admitted at ``server_time``): every leaf's exact bytes (PROTOCOL §7,
+    ``JCS({"admitted_at", "document"})``, as a string), its RFC 6962 leaf hash and the root."""
+    entries, hashes = [], []
+    for step in v.steps:
+        if step["status"] != 201:
+            continue
+        document = v.files[step["file"]].rstrip(b"\n")  # canonical, as admitted
+        data = leaf_bytes(SERVER_TIME, document)
+        hashes.append(merkle.leaf_hash(data))
+        kind = ("contribution" if step["route"] == "/api/entries"
+                else document_name(json.loads(document)))
+        entries.append({"sequence": len(entries) + 1, "type": kind, "file": step["file"],
+                        "leaf": data.decode("utf-8"), "leaf_hash": hashes[-1].hex()})
+    value = {
+        "format": "alexandria.test-vectors.log-leaves/1",
+        "description": "leaf data = JCS({admitted_at, document}) (PROTOCOL §7); leaf_hash ="
+                       " SHA-256(0x00 || leaf); root = the RFC 6962 root of all of them",
+        "size": len(entries), "root": merkle.root_from_leaves(hashes).hex(),
+        "entries": entries,
+    }
+    return (json.dumps(value, indent=1, ensure_ascii=False) + "\n").encode()
 
 
 def write(out: Path) -> list[Path]:
