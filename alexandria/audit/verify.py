@@ -25,7 +25,8 @@ at the first failure, a typed :class:`VerificationFailed` naming the sequence an
       ``S`` (else the first leaf they disagree about is named: a missing leaf or a misplaced
       checkpoint) and larger than the previous checkpoint's;
    b. it is signed by a key that holds a ``log`` certificate admitted in the first ``S``
-      leaves, valid when leaf ``S`` was admitted, and not revoked (``log.check_log_key``);
+      leaves, valid when leaf ``S`` was admitted, and not revoked
+      (``authority.check_log_key``, as the server before it signs);
    c. its root is the recomputed root of the first ``S`` leaves;
    d. an RFC 9162 consistency proof from the previous checkpoint, computed from the
       recomputed tree, verifies against both signed roots;
@@ -56,12 +57,12 @@ from alexandria.audit.replay import Ledger
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical, parse_json
 from alexandria.core.checkpoint import CheckpointError, key_id, parse_checkpoint, verify_checkpoint
-from alexandria.core.records import revision_id
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis, parse_revocation
 from alexandria.errors import AlexandriaError
-from alexandria.reads import log
 from alexandria.rules.admission import Candidate, prepare
+from alexandria.rules.authority import check_log_key
+from alexandria.rules.signed import check_signed_record
 
 AHEAD = 2048  # lines checked ahead of the replay
 CHUNK = 128  # lines per task of the worker threads
@@ -370,7 +371,7 @@ class _Replay:
             except CheckpointError as exc:
                 raise CheckpointFailed(at, "3b", exc.message, "CHECKPOINT_SIGNATURE") from exc
             try:
-                log.check_log_key(ledger.authorities(key), ledger.revoked(key, None), key,
+                check_log_key(ledger.authorities(key), ledger.revoked(key, None), key,
                                   ledger.last_ms)
             except AlexandriaError as exc:
                 raise CheckpointFailed(at, "3b", exc.message, exc.code, key=key) from exc
@@ -565,9 +566,12 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
     E1. genesis: the server's genesis document has the pinned hash and its threshold signatures;
     E2. checkpoint: signed by a key whose ``log`` certificate (root-signed, not revoked by
         root, valid when the checkpoint's last leaf was admitted) is itself included in it;
-    E3. entry: the signed record's id is its record's hash, its worker certificate, proof,
-        scope and content verify (``admission.prepare``), its authority certificate is
-        root-signed with role native-application and both were valid at admission;
+    E3. entry: the signed record is the revision asked for and passes
+        ``signed.check_signed_record`` (the server's steps 1–7 at its admission time, with
+        the server's codes): its id is its record's hash, its worker certificate, proof,
+        scope and content verify, its author is the certified actor, and its admission's
+        authority certificate is root-signed, issued the worker certificate with role
+        native-application, and both were valid at admission;
     E4. inclusion: the entry's leaf (and its authority certificate's) is in the checkpoint's tree.
     """
     # E1
@@ -607,33 +611,19 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
     verify_checkpoint(text, origin, signer)
     last = orjson.loads(fetch(f"/api/log/entries?start={cp.size - 1}&end={cp.size}"))
     last_ms = parse_ms(last["entries"][0]["admitted_at"]) or 0
-    cert_seq = log.check_log_key(certs[signer], signer in root_revoked, signer, last_ms)
+    cert_seq = check_log_key(certs[signer], signer in root_revoked, signer, last_ms)
     cert_doc = next(c.document for s, c in certs[signer] if s == cert_seq)
     _included(fetch, cert_seq - 1, cp.size, canonical(cert_doc), cp.root, "the log certificate")
     # E3
     signed = orjson.loads(fetch(f"/api/entries/{revision}"))
-    record, admission = signed["record"], signed["admission"]
-    if revision_id(record) != revision or signed["id"] != revision:
-        raise EntryRefused(0, "E3", "the record does not hash to the revision asked for",
-                           "REVISION_MISMATCH")
-    sequence = int(admission["sequence"])
-    leaf = canonical({"record": record, "signature": signed["signature"]})
+    if not isinstance(signed, dict) or signed.get("id") != revision:
+        raise EntryRefused(0, "E3", "the library answered with another revision than the one"
+                           " asked for", "REVISION_MISMATCH")
     try:
-        cand = prepare(leaf, genesis)
-        if cand.deferred is not None:
-            raise cand.deferred
-        auth = AuthorityCertificate.from_document(admission["authority"], genesis)
+        checked = check_signed_record(signed, genesis)
     except AlexandriaError as exc:
-        raise _refused(sequence, "E3", exc) from exc
-    admitted_ms = parse_ms(admission["admitted_at"]) or 0
-    if (
-        auth.key != cand.certificate.authority
-        or "native-application" not in auth.roles
-        or not auth.valid_at(admitted_ms)
-        or not cand.certificate.valid_at(admitted_ms)
-    ):
-        raise EntryRefused(sequence, "E3", "the authority certificate does not vouch for the"
-                           " worker certificate at admission", "AUTHORITY_CHAIN")
+        raise _refused(0, "E3", exc) from exc
+    sequence, leaf, auth = checked.sequence, checked.leaf, checked.authority
     if sequence > cp.size:
         raise EntryRefused(sequence, "E4", f"the entry is not covered by the checkpoint of size"
                            f" {cp.size} yet", "NOT_YET_COVERED")

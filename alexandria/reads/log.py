@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,8 +38,8 @@ from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import Checkpoint, sign_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import format_ms, parse_ms
-from alexandria.core.trust import AuthorityCertificate
 from alexandria.errors import BadRequest, ServiceError
+from alexandria.rules.authority import LOG_ROLE, LogUnavailable, check_log_key
 
 if TYPE_CHECKING:
     from alexandria.service.library import Library
@@ -55,20 +55,12 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 );
 """
 
-LOG_ROLE = "log"
 PAGE_ENTRIES = 50
 PAGE_BYTES = 393_216
 PAGE_CHECKPOINTS = 1000
 SIGN_INTERVAL_MS = 1000
 
 _log = logging.getLogger("alexandria.reads.log")
-
-
-class LogUnavailable(ServiceError):
-    """The log cannot sign the checkpoint a reader needs (503): no log key, or a key without
-    a valid admitted ``log`` certificate.  Persisted checkpoints stay readable."""
-
-    default_code = "LOG_KEY_NOT_CERTIFIED"
 
 
 class LogCorrupt(ServiceError):
@@ -211,31 +203,6 @@ def checkpoints_page(conn: sqlite3.Connection, after: int) -> bytes:
         "checkpoints": [{"note": c.note, "size": c.size} for c in found],
         "next": found[-1].size if more else None,
     })
-
-
-def check_log_key(
-    certificates: Sequence[tuple[int, AuthorityCertificate]], revoked: bool, key: str,
-    at_ms: int,
-) -> int:
-    """The admission sequence of the ``log`` certificate that lets ``key`` sign a checkpoint
-    whose last leaf was admitted at ``at_ms``, given the key's admitted certificates (oldest
-    first) and whether root revoked it.  The server checks this before signing and the offline
-    verifier checks it again on its replayed ledger."""
-    certs = [(seq, c) for seq, c in certificates if LOG_ROLE in c.roles]
-    if not certs:
-        raise LogUnavailable(
-            "the log key holds no admitted authority certificate with role log: admit one"
-            " through POST /api/authority", "LOG_KEY_NOT_CERTIFIED", key=key,
-        )
-    if revoked:
-        raise LogUnavailable("the log key was revoked by root", "LOG_KEY_REVOKED", key=key)
-    valid = [seq for seq, c in certs if c.valid_at(at_ms)]
-    if not valid:
-        raise LogUnavailable(
-            "no log certificate of this key is valid at the last leaf's admission time",
-            "LOG_KEY_EXPIRED", key=key, at=format_ms(at_ms),
-        )
-    return valid[-1]
 
 
 def sign_checkpoint_now(

@@ -36,7 +36,7 @@ import orjson
 
 from alexandria.core.records import Record
 from alexandria.core.search_text import human_text, indexed
-from alexandria.rules.state import Verdict
+from alexandria.rules.view import Verdict
 
 INDEX_VERSION = f"catalogue/4 unicode/{unicodedata.unidata_version}"
 LEVEL_MARK = "\u00b7"  # "·": not a word character, so "word·score" names one word's level

@@ -30,7 +30,7 @@ from alexandria.core import merkle
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import AuthorityCertificate
 from alexandria.reads.log import node_reader
-from alexandria.rules.state import ObjectFacts, RevisionFacts
+from alexandria.rules.view import ObjectFacts, RevisionFacts
 
 LIMIT = 20_000
 K = TypeVar("K")
