@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from alexandria.core import search_text
 from alexandria.core.search_text import human_text, normalise, snippet, words
 from alexandria.reads import catalogue
 from alexandria.reads.catalogue import CatalogueQuery
@@ -194,8 +195,8 @@ def test_levels_score_each_distinct_word_once_in_order_of_first_occurrence(
         expected[word] = expected.get(word, 0) + 3
     for word in body:
         expected[word] = expected.get(word, 0) + 1
-    assert search_index.levels(" ".join(title), " ".join(body)) == " ".join(
-        f"{w}{search_index.LEVEL_MARK}{n}" for w, n in expected.items()
+    assert search_text.levels(" ".join(title), " ".join(body)) == " ".join(
+        f"{w}{search_text.LEVEL_MARK}{n}" for w, n in expected.items()
     )
 
 

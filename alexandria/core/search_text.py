@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import orjson
 
 from alexandria.core.keys import HEX64
+from alexandria.core.records import Record
 
 SNIPPET_CHARACTERS = 280
 MAX_WORD_CHARACTERS = 64
@@ -123,3 +126,44 @@ def snippet(body: str) -> str:
     signed (for object kinds that is the canonical JSON encoding).  Literal, so that any
     implementation of the contract derives the same hint from the same record."""
     return body[:SNIPPET_CHARACTERS]
+
+
+# --- what the catalogue's full-text indexes hold (store.search_index) -----------------------
+
+LEVEL_MARK = "\u00b7"  # "·": not a word character, so "word·score" names one word's level
+
+
+def levels(title: str, body: str) -> str:
+    """Each distinct word of a head once, with its relevance for a one-word query:
+    ``word·(3 × title occurrences + body occurrences)``."""
+    score = Counter(title.split())  # counted in C, in order of first occurrence
+    for word in score:
+        score[word] *= 3
+    score.update(body.split())
+    return " ".join([f"{w}{LEVEL_MARK}{n}" for w, n in score.items()])
+
+
+@dataclass(frozen=True)
+class IndexText:
+    """What the full-text indexes hold for one head: its normalised title and human text and
+    their one-word relevance levels.  A pure function of the record, so the HTTP worker computes
+    it before the write transaction (``admission.prepare(index_text=True)``), and the
+    catalogue's indexes (``store.search_index``) store it."""
+
+    title: str
+    text: str
+    levels: str
+
+
+def index_text(record: Record) -> IndexText | None:
+    """``None`` for votes, which the catalogue counts but does not index."""
+    if record.kind == "vote":
+        return None
+    return text_of(record.kind, record.title, record.body, record.decoded_body)
+
+
+def text_of(kind: str, title: str, body: str, decoded: Any) -> IndexText:
+    """``index_text`` from a record's fields (``decoded``: its body decoded, for object kinds)."""
+    words_of_title = indexed(title)
+    words = indexed(human_text(kind, body, decoded))
+    return IndexText(words_of_title, words, levels(words_of_title, words))

@@ -21,9 +21,9 @@ from typing import Any
 import orjson
 
 from alexandria.core.records import OBJECT_KINDS
-from alexandria.core.search_text import snippet, words
+from alexandria.core.search_text import LEVEL_MARK, snippet, words
 from alexandria.errors import BadRequest
-from alexandria.store.search_index import LEVEL_MARK, LISTED_KINDS, actor_id
+from alexandria.store.search_index import LISTED_KINDS, actor_id
 
 PAGE_SIZE = 50
 MAX_QUERY_CHARACTERS = 500
@@ -251,7 +251,7 @@ def _relevance(conn: sqlite3.Connection, ws: list[str]) -> tuple[Any, ...] | Non
     )
 
 
-# One word, no filter: read the word's score levels best first (``search_index.levels``).
+# One word, no filter: read the word's score levels best first (``search_text.levels``).
 LEVELS = True
 
 

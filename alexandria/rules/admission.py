@@ -22,12 +22,13 @@ from alexandria.core.records import (
     proof_is_hex,
 )
 from alexandria.core.schema import validate_content
+from alexandria.core.search_text import IndexText
+from alexandria.core.search_text import index_text as text_for_index
 from alexandria.core.trust import Genesis, WorkerCertificate, parse_worker_certificate
 from alexandria.errors import AlexandriaError, Forbidden
 from alexandria.rules.authority import check_authority, check_scope
 from alexandria.rules.state import check_state, check_timestamps
 from alexandria.rules.view import Retry, StateView, Verdict
-from alexandria.store import search_index
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Candidate:
     certificate: WorkerCertificate
     leaf: bytes
     deferred: AlexandriaError | None
-    index_text: search_index.IndexText | None = None  # precomputed for the catalogue
+    index_text: IndexText | None = None  # precomputed for the catalogue
 
     @property
     def record_length(self) -> int:
@@ -69,7 +70,7 @@ def prepare(
                 validate_content(record.content)
         except AlexandriaError as exc:
             deferred = exc
-    text = search_index.index_text(record) if index_text and deferred is None else None
+    text = text_for_index(record) if index_text and deferred is None else None
     return Candidate(record, cert, leaf, deferred, text)
 
 

@@ -45,11 +45,11 @@ import orjson
 
 from alexandria.core.cache import Bounded
 from alexandria.core.records import Link, Record, body_is_json, signed_record_bytes
+from alexandria.core.search_text import IndexText
 from alexandria.core.trust import WorkerCertificate
 from alexandria.errors import AlexandriaError, ServiceError
 from alexandria.rules.admission import Candidate
 from alexandria.store.interface import Admitted, DryRun
-from alexandria.store.search_index import IndexText
 
 _HEADER = struct.Struct(">II")
 

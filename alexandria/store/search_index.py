@@ -28,18 +28,15 @@ from __future__ import annotations
 
 import sqlite3
 import unicodedata
-from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from alexandria.core.records import Record
-from alexandria.core.search_text import human_text, indexed
+from alexandria.core.search_text import IndexText, levels, text_of
 from alexandria.rules.view import Verdict
 
 INDEX_VERSION = f"catalogue/4 unicode/{unicodedata.unidata_version}"
-LEVEL_MARK = "\u00b7"  # "·": not a word character, so "word·score" names one word's level
 LISTED_KINDS = (
     "space", "discussion", "claim", "document", "evidence", "assessment", "relationship",
     "proposal", "reply",
@@ -190,40 +187,6 @@ def unpadded(stored: str) -> str:
     return " ".join(stored.split())
 
 
-def levels(title: str, body: str) -> str:
-    """Each distinct word of a head once, with its relevance for a one-word query:
-    ``word·(3 × title occurrences + body occurrences)``."""
-    score = Counter(title.split())  # counted in C, in order of first occurrence
-    for word in score:
-        score[word] *= 3
-    score.update(body.split())
-    return " ".join([f"{w}{LEVEL_MARK}{n}" for w, n in score.items()])
-
-
-@dataclass(frozen=True)
-class IndexText:
-    """What the full-text indexes hold for one head: its normalised title and human text and
-    their one-word relevance levels.  A pure function of the record, so the HTTP worker computes
-    it before the write transaction (``admission.prepare(index_text=True)``)."""
-
-    title: str
-    text: str
-    levels: str
-
-
-def index_text(record: Record) -> IndexText | None:
-    """``None`` for votes, which the catalogue counts but does not index."""
-    if record.kind == "vote":
-        return None
-    return _index_text(record.kind, record.title, record.body, record.decoded_body)
-
-
-def _index_text(kind: str, title: str, body: str, decoded: Any) -> IndexText:
-    words_of_title = indexed(title)
-    words = indexed(human_text(kind, body, decoded))
-    return IndexText(words_of_title, words, levels(words_of_title, words))
-
-
 def _admit(
     conn: sqlite3.Connection, record: Any, root: str, previous: str, vote_target: str,
     sequence: int, decoded: Any = None, replay: bool = False,
@@ -239,7 +202,7 @@ def _admit(
     if decoded is None and kind != "reply":
         decoded = orjson.loads(body)
     if text is None:
-        text = _index_text(kind, record["title"], body, decoded)
+        text = text_of(kind, record["title"], body, decoded)
     score = 0
     if previous:
         old = conn.execute(
