@@ -13,8 +13,9 @@ at the first failure, a typed :class:`VerificationFailed` naming the sequence an
       contribution ``admission.prepare`` — envelope and record shape, the worker certificate
       signed by its authority, the proof over ``JCS(record)``, scope, content schema; the leaf
       must be the canonical form of what was parsed (a flipped byte fails here);
-   d. replay: the server's admission rules (``admission.decide`` → ``rules.py``, the very
-      functions the server runs) against a ledger replayed from empty (``replay.Ledger``), with
+   d. replay: the server's admission rules (``admission.decide`` for contributions,
+      ``authority.check_authority_document`` for authority documents: the very functions
+      the server runs) against a ledger replayed from empty (``replay.Ledger``), with
       the recorded ``admitted_at`` as the clock: authority certificates and revocations against
       the pinned genesis, the authority chain of every contribution (admitted
       native-application authority, validity windows, revocations), every state rule, the

@@ -4,7 +4,7 @@
 Every signed document has one shape, ``{NAME: PAYLOAD, "signatures": [{"key", "signature"}]}``,
 each signature over ``JCS(PAYLOAD)``; unknown fields anywhere are refused.  This module does no IO:
 it turns documents into verified values.  Whether an authority certificate has been *admitted*
-and whether a key has been *revoked* depends on the ledger's state; ``rules.check_authority``
+and whether a key has been *revoked* depends on the ledger's state; ``rules.authority``
 decides that from what storage reports.
 
 Steps, in order, for every document:

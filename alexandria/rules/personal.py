@@ -1,6 +1,6 @@
 """Personal lists (the contract's ``personal_lists``): a pure function of (state, candidate) →
-decision, like ``rules.py``.  Storage (``personal_store.py``) calls ``decide`` inside its write
-transaction and persists what the decision says; nothing here does IO.
+decision, like ``admission.decide``.  Storage (``store/personal.py``) calls ``decide`` inside
+its write transaction and persists what the decision says; nothing here does IO.
 
 A ``personal-read`` returns the author's current signed state; a ``personal-state`` replaces it
 by compare-and-set on ``previous``.  Neither is ever admitted into the public log.  The checks,

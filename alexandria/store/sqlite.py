@@ -193,7 +193,7 @@ def _migrate_layout(conn: sqlite3.Connection) -> None:
 
 
 class _StateView:
-    """``rules.StateView`` over the writer's connection, inside its transaction."""
+    """``rules.view.StateView`` over the writer's connection, inside its transaction."""
 
     def __init__(self, conn: sqlite3.Connection, authority_cache: dict[int, AuthorityCertificate],
                  genesis: Genesis, memory: WriterMemory) -> None:
