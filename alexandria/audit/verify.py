@@ -623,7 +623,9 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
     try:
         checked = check_signed_record(signed, genesis)
     except AlexandriaError as exc:
-        raise _refused(0, "E3", exc) from exc
+        claimed = signed.get("admission")
+        at = claimed.get("sequence") if isinstance(claimed, dict) else None
+        raise _refused(at if isinstance(at, int) and at > 0 else 0, "E3", exc) from exc
     sequence, leaf, auth = checked.sequence, checked.leaf, checked.authority
     if sequence > cp.size:
         raise EntryRefused(sequence, "E4", f"the entry is not covered by the checkpoint of size"
