@@ -23,21 +23,9 @@ class AlexandriaError(Exception):
     def to_json(self) -> dict[str, Any]:
         return {"error": self.message, "code": self.code, "details": self.details}
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # pickled whole (type, message, code, details) between the server's processes
-        return (_rebuild, (type(self), self.message, self.code, self.details))
-
     @property
     def status(self) -> int:
         return status_of(self)
-
-
-def _rebuild(
-    cls: type[AlexandriaError], message: str, code: str, details: dict[str, Any]
-) -> AlexandriaError:
-    exc = cls.__new__(cls)
-    AlexandriaError.__init__(exc, message, code, **details)
-    return exc
 
 
 class BadRequest(AlexandriaError):

@@ -12,7 +12,7 @@ import pytest
 
 from alexandria.core.canonical import canonical
 from alexandria.core.records import make_envelope, make_record
-from alexandria.rules.state import SCOPE_OF_KIND
+from alexandria.rules.authority import SCOPE_OF_KIND
 from alexandria.service.bootstrap import ALL_SCOPES
 from tests.admission_support import (
     accept,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -167,6 +168,35 @@ def test_verify_entry_refuses_what_does_not_hold(live: Live) -> None:
         with pytest.raises(AlexandriaError) as info:
             verify.verify_entry(fetch, live.founding.genesis.pin, live.ids[0], forged)
         assert info.value.code == "INCLUSION_FAILED"
+
+        # E3 runs the server's own checks (rules.signed) and names faults with its codes
+        def tampered(change: Callable[[dict[str, Any]], None]) -> export.Fetch:
+            def tampering(path: str) -> bytes:
+                data = fetch(path)
+                if not path.startswith("/api/entries/"):
+                    return data
+                signed = orjson.loads(data)
+                change(signed)
+                return orjson.dumps(signed)
+
+            return tampering
+
+        def log_authority(s: dict[str, Any]) -> None:
+            s["admission"]["authority"] = live.founding.log_certificate
+
+        def after_the_certificates(s: dict[str, Any]) -> None:
+            s["admission"]["admitted_at"] = "2040-01-01T00:00:00.000Z"
+
+        def other_title(s: dict[str, Any]) -> None:
+            s["record"]["title"] = "changed"
+
+        for change, code in ((log_authority, "AUTHORITY_UNKNOWN"),
+                             (after_the_certificates, "AUTHORITY_EXPIRED"),
+                             (other_title, "REVISION_MISMATCH")):
+            with pytest.raises(verify.EntryRefused) as refused:
+                verify.verify_entry(tampered(change), live.founding.genesis.pin, live.ids[0])
+            assert (refused.value.code, refused.value.step) == (code, "E3"), refused.value
+            assert refused.value.sequence == 3
     finally:
         close()
 

@@ -21,6 +21,7 @@ from alexandria.core.trust import (
     make_genesis,
     make_revocation,
     make_worker_certificate,
+    parse_worker_certificate,
     sign_document,
 )
 from alexandria.errors import AlexandriaError
@@ -444,3 +445,21 @@ async def test_root_revokes_an_authority_with_the_threshold(api3: Api) -> None:
     got = await api3.client.get(f"/api/entries/{before['id']}")
     assert got.status_code == 200 and got.json() == before
     assert before["admission"]["sequence"] < r.json()["sequence"]
+
+
+def test_verified_certificates_are_remembered_by_their_genesis_only(founding: Founding) -> None:
+    """The memo of verified worker certificates belongs to the ``Genesis`` it was checked
+    against (no module-level state): another genesis object checks afresh, and a tampered
+    document is never answered from the memo."""
+    doc = founding.participants["owner"].certificate
+    first = parse_worker_certificate(doc, founding.genesis)
+    assert parse_worker_certificate(doc, founding.genesis) is first
+    again = Genesis.from_document(founding.genesis_document, pin=founding.genesis.pin)
+    assert not again.memo.certificates
+    assert parse_worker_certificate(doc, again) == first
+    assert parse_worker_certificate(doc, again) is not first
+    tampered = copy.deepcopy(doc)
+    tampered["certificate"]["scopes"] = ["library.comment"]
+    with pytest.raises(AlexandriaError) as caught:
+        parse_worker_certificate(tampered, founding.genesis)
+    assert caught.value.code == "CERTIFICATE_SIGNATURE"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from alexandria.core import merkle
+from alexandria.core.cache import Bounded
 from alexandria.errors import Conflict
 from alexandria.reads.log import node_reader
 from alexandria.rules.admission import Candidate, prepare
@@ -19,7 +20,7 @@ from alexandria.service.bootstrap import Founding
 from alexandria.store import search_index
 from alexandria.store.interface import Admitted
 from alexandria.store.sqlite import SqliteStorage
-from alexandria.store.writer_memory import LIMIT, Bounded
+from alexandria.store.writer_memory import LIMIT
 from tests.conftest import Clock
 
 
@@ -117,7 +118,7 @@ async def test_a_rolled_back_admission_is_forgotten(
 
 
 def test_bounded_caches_empty_instead_of_growing() -> None:
-    cache: Bounded[int, int] = Bounded()
+    cache: Bounded[int, int] = Bounded(LIMIT)
     for i in range(LIMIT):
         cache[i] = i
     cache[0] = -1  # replacing keeps everything

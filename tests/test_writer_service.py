@@ -20,7 +20,15 @@ from alexandria.core.trust import Genesis
 from alexandria.errors import AlexandriaError, Conflict, ServiceError, status_of
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.service.bootstrap import Founding
-from alexandria.service.writer_service import WriterClient, WriterServer, WriterUnavailable
+from alexandria.service.writer_service import (
+    RequestDecoder,
+    WriterClient,
+    WriterServer,
+    WriterUnavailable,
+    decode_error,
+    encode_error,
+    encode_request,
+)
 from alexandria.store.interface import Admitted, DryRun
 from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import Clock
@@ -45,7 +53,7 @@ def _claim(title: str, previous: str = "") -> dict[str, Any]:
     ],
 )
 def test_errors_cross_processes_whole(error: AlexandriaError) -> None:
-    again = pickle.loads(pickle.dumps(error))
+    again = decode_error(pickle.loads(pickle.dumps(encode_error(error))))
     assert type(again) is type(error)
     assert again.to_json() == error.to_json()
     assert status_of(again) == status_of(error)
@@ -74,12 +82,15 @@ def test_candidates_cross_processes_whole() -> None:
         json.loads((VECTORS / index["genesis"]).read_bytes()), pin=index["pin"]
     )
     crossed = 0
+    decode = RequestDecoder()
     for path in sorted(VECTORS.glob("envelope_*.json")):
         try:
             cand = prepare(path.read_bytes(), genesis, PUBLIC_KINDS + PERSONAL_KINDS, True)
         except AlexandriaError:
             continue  # refused before there is a candidate
-        again = pickle.loads(pickle.dumps(cand, protocol=pickle.HIGHEST_PROTOCOL))
+        wire = pickle.dumps(encode_request(cand, True), protocol=pickle.HIGHEST_PROTOCOL)
+        again, dry_run = decode(pickle.loads(wire))
+        assert dry_run is True
         assert replace(again, deferred=None) == replace(cand, deferred=None), path.name
         if cand.deferred is not None:  # the error a failed proof, scope or schema deferred
             assert again.deferred is not None
@@ -89,6 +100,11 @@ def test_candidates_cross_processes_whole() -> None:
         assert type(again.record.decoded_body) is type(cand.record.decoded_body)
         crossed += 1
     assert crossed >= 20
+    # each distinct worker certificate is rebuilt once, then reused
+    cand = prepare((VECTORS / "envelope_01_space.json").read_bytes(), genesis)
+    first, _ = decode(encode_request(cand, False))
+    second, _ = decode(encode_request(cand, False))
+    assert first.certificate is second.certificate
 
 
 @pytest.fixture

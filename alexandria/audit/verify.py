@@ -14,13 +14,13 @@ at the first failure, a typed :class:`VerificationFailed` naming the sequence an
       contribution ``admission.prepare`` — envelope and record shape, the worker certificate
       signed by its authority, the proof over ``JCS(record)``, scope, content schema; the
       document must be the canonical form of what was parsed (a flipped byte fails here);
-   d. replay: the server's admission rules (``rules.admission.decide`` → ``rules/state.py``,
-      the very functions the server runs) against a ledger replayed from empty
-      (``replay.Ledger``), with the recorded ``admitted_at`` as the clock: authority
-      certificates and revocations against the pinned genesis, the authority chain of every
-      contribution (admitted native-application authority, validity windows, revocations),
-      every state rule, the timestamp rules; the entry must be new (not a duplicate) and of
-      the recorded type;
+   d. replay: the server's admission rules (``rules.admission.decide`` for contributions,
+      ``rules.authority.check_authority_document`` for authority documents: the very
+      functions the server runs) against a ledger replayed from empty (``replay.Ledger``),
+      with the recorded ``admitted_at`` as the clock: authority certificates and revocations
+      against the pinned genesis, the authority chain of every contribution (admitted
+      native-application authority, validity windows, revocations), every state rule, the
+      timestamp rules; the entry must be new (not a duplicate) and of the recorded type;
    e. its leaf hash extends the recomputed RFC 6962 tree (the same nodes the server stores):
       the leaf commits to ``admitted_at``, so an edited admission time fails the next
       checkpoint's root if no rule caught it first;
@@ -29,7 +29,8 @@ at the first failure, a typed :class:`VerificationFailed` naming the sequence an
       ``S`` (else the first leaf they disagree about is named: a missing leaf or a misplaced
       checkpoint) and larger than the previous checkpoint's;
    b. it is signed by a key that holds a ``log`` certificate admitted in the first ``S``
-      leaves, valid when leaf ``S`` was admitted, and not revoked (``log.check_log_key``);
+      leaves, valid when leaf ``S`` was admitted, and not revoked
+      (``authority.check_log_key``, as the server before it signs);
    c. its root is the recomputed root of the first ``S`` leaves;
    d. an RFC 9162 consistency proof from the previous checkpoint, computed from the
       recomputed tree, verifies against both signed roots;
@@ -61,12 +62,13 @@ from alexandria.core import merkle
 from alexandria.core.canonical import canonical, parse_json
 from alexandria.core.checkpoint import CheckpointError, key_id, parse_checkpoint, verify_checkpoint
 from alexandria.core.leaf import LeafMalformed, leaf_bytes, split_leaf
-from alexandria.core.records import revision_id
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis, parse_revocation
 from alexandria.errors import AlexandriaError
-from alexandria.reads import log
+from alexandria.reads.log import ENTRY_HEAD
 from alexandria.rules.admission import Candidate, prepare
+from alexandria.rules.authority import check_log_key
+from alexandria.rules.signed import check_signed_record
 
 AHEAD = 2048  # lines checked ahead of the replay
 CHUNK = 128  # lines per task of the worker threads
@@ -159,9 +161,9 @@ class _CheckpointLine:
 def _split_entry(line: bytes, position: int) -> _Entry:
     """2a: the one canonical form of an entry line, read without a JSON parser (the
     document's own canonical form is checked in 2c)."""
-    head = len(log.ENTRY_HEAD)
+    head = len(ENTRY_HEAD)
     m = _TAIL.search(line, max(head, len(line) - _TAIL_MAX))
-    if m is None or m.end() != len(line) or not line.startswith(log.ENTRY_HEAD):
+    if m is None or m.end() != len(line) or not line.startswith(ENTRY_HEAD):
         raise EntryMalformed(position, "2a", "the line is not a canonical entry object")
     leaf = line[head : m.start()]
     try:
@@ -375,7 +377,7 @@ class _Replay:
             except CheckpointError as exc:
                 raise CheckpointFailed(at, "3b", exc.message, "CHECKPOINT_SIGNATURE") from exc
             try:
-                log.check_log_key(ledger.authorities(key), ledger.revoked(key, None), key,
+                check_log_key(ledger.authorities(key), ledger.revoked(key, None), key,
                                   ledger.last_ms)
             except AlexandriaError as exc:
                 raise CheckpointFailed(at, "3b", exc.message, exc.code, key=key) from exc
@@ -581,9 +583,12 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
     E2. checkpoint: signed by a key whose ``log`` certificate (root-signed, not revoked by
         root, valid when the checkpoint's last leaf was admitted — that leaf, and so its
         admission time, proven included) is itself included in it;
-    E3. entry: the signed record's id is its record's hash, its worker certificate, proof,
-        scope and content verify (``admission.prepare``), its authority certificate is
-        root-signed with role native-application and both were valid at admission;
+    E3. entry: the signed record is the revision asked for and passes
+        ``signed.check_signed_record`` (the server's steps 1–7 at its admission time, with
+        the server's codes): its id is its record's hash, its worker certificate, proof,
+        scope and content verify, its author is the certified actor, and its admission's
+        authority certificate is root-signed, issued the worker certificate with role
+        native-application, and both were valid at admission;
     E4. inclusion: the entry's leaf — recomputed from the signed record alone: ``record``,
         ``signature`` and ``admission.admitted_at`` — (and its authority certificate's) is in
         the checkpoint's tree, so the admission time the server states is the one it logged.
@@ -631,35 +636,22 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
         raise EntryRefused(cp.size, "E2", "the checkpoint's last entry is malformed",
                            "LOG_ENTRY_MALFORMED") from exc
     _included(fetch, cp.size - 1, cp.size, last_leaf, cp.root, "the checkpoint's last entry")
-    cert_seq = log.check_log_key(certs[signer], signer in root_revoked, signer, last_ms)
+    cert_seq = check_log_key(certs[signer], signer in root_revoked, signer, last_ms)
     by_sequence = {item["sequence"]: item for item in authority}
     _included(fetch, cert_seq - 1, cp.size, _authority_leaf(by_sequence[cert_seq], cert_seq, "E2"),
               cp.root, "the log certificate")
     # E3
     signed = orjson.loads(fetch(f"/api/entries/{revision}"))
-    record, admission = signed["record"], signed["admission"]
-    if revision_id(record) != revision or signed["id"] != revision:
-        raise EntryRefused(0, "E3", "the record does not hash to the revision asked for",
-                           "REVISION_MISMATCH")
-    sequence = int(admission["sequence"])
-    document = canonical({"record": record, "signature": signed["signature"]})
+    if not isinstance(signed, dict) or signed.get("id") != revision:
+        raise EntryRefused(0, "E3", "the library answered with another revision than the one"
+                           " asked for", "REVISION_MISMATCH")
     try:
-        leaf = leaf_bytes(admission["admitted_at"], document)
-        cand = prepare(document, genesis)
-        if cand.deferred is not None:
-            raise cand.deferred
-        auth = AuthorityCertificate.from_document(admission["authority"], genesis)
+        checked = check_signed_record(signed, genesis)
     except AlexandriaError as exc:
-        raise _refused(sequence, "E3", exc) from exc
-    admitted_ms = parse_ms(admission["admitted_at"]) or 0
-    if (
-        auth.key != cand.certificate.authority
-        or "native-application" not in auth.roles
-        or not auth.valid_at(admitted_ms)
-        or not cand.certificate.valid_at(admitted_ms)
-    ):
-        raise EntryRefused(sequence, "E3", "the authority certificate does not vouch for the"
-                           " worker certificate at admission", "AUTHORITY_CHAIN")
+        claimed = signed.get("admission")
+        at = claimed.get("sequence") if isinstance(claimed, dict) else None
+        raise _refused(at if isinstance(at, int) and at > 0 else 0, "E3", exc) from exc
+    sequence, leaf, auth = checked.sequence, checked.leaf, checked.authority
     if sequence > cp.size:
         raise EntryRefused(sequence, "E4", f"the entry is not covered by the checkpoint of size"
                            f" {cp.size} yet", "NOT_YET_COVERED")

@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from alexandria.core.canonical import (
     canonical,
     canonical_parsed,
@@ -96,32 +94,15 @@ class Record:
     def targets(self, relation: str) -> list[str]:
         return [lk.target for lk in self.links if lk.relation == relation]
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled (to the writer process, ``writer_service``) as its canonical bytes, from
-        which orjson rebuilds the parsed values: a fraction of a field-by-field pickle's cost."""
-        return _record_from_wire, (self.canonical, self.id, self.authored_ms)
 
-
-def _record_from_wire(data: bytes, rid: str, authored_ms: int) -> Record:
-    value = orjson.loads(data)
-    kind, body = value["kind"], value["body"]
-    return Record(
-        raw=value, id=rid, canonical=data, author=value["author"],
-        authored_at=value["authored_at"], authored_ms=authored_ms, kind=kind,
-        title=value["title"], body=body,
-        decoded_body=orjson.loads(body) if _body_is_json(kind) else body,
-        links=tuple(Link(lk["relation"], lk["target"]) for lk in value["links"]),
-        previous=value["previous"],
-    )
-
-
-def _body_is_json(kind: str) -> bool:
+def body_is_json(kind: str) -> bool:
+    """Whether a record of ``kind`` carries the canonical JSON encoding of an object as body."""
     return kind in OBJECT_KINDS or kind == "personal-state" or kind == "personal-read"
 
 
 def decode_body(kind: str, body: str, base: str = "/record/body") -> Any:
     """The body as the content schema sees it: the decoded object for object kinds."""
-    if not _body_is_json(kind):
+    if not body_is_json(kind):
         return body
     try:
         value = parse_json(body)

@@ -143,7 +143,8 @@ def levels(title: str, body: str) -> str:
 class IndexText:
     """What the full-text indexes hold for one head: its normalised title and human text and
     their one-word relevance levels.  A pure function of the record, so the HTTP worker computes
-    it before the write transaction (``rules.admission.prepare(index_text=True)``)."""
+    it before the write transaction (``rules.admission.prepare(index_text=True)``), and the
+    catalogue's indexes (``store.search_index``) store it."""
 
     title: str
     text: str
@@ -154,10 +155,11 @@ def index_text(record: Record) -> IndexText | None:
     """``None`` for votes, which the catalogue counts but does not index."""
     if record.kind == "vote":
         return None
-    return index_text_of(record.kind, record.title, record.body, record.decoded_body)
+    return text_of(record.kind, record.title, record.body, record.decoded_body)
 
 
-def index_text_of(kind: str, title: str, body: str, decoded: Any) -> IndexText:
+def text_of(kind: str, title: str, body: str, decoded: Any) -> IndexText:
+    """``index_text`` from a record's fields (``decoded``: its body decoded, for object kinds)."""
     words_of_title = indexed(title)
     words = indexed(human_text(kind, body, decoded))
     return IndexText(words_of_title, words, levels(words_of_title, words))

@@ -4,7 +4,7 @@
 Every signed document has one shape, ``{NAME: PAYLOAD, "signatures": [{"key", "signature"}]}``,
 each signature over ``JCS(PAYLOAD)``; unknown fields anywhere are refused.  This module does no IO:
 it turns documents into verified values.  Whether an authority certificate has been *admitted*
-and whether a key has been *revoked* depends on the ledger's state; ``rules.check_authority``
+and whether a key has been *revoked* depends on the ledger's state; ``rules.authority``
 decides that from what storage reports.
 
 Steps, in order, for every document:
@@ -20,11 +20,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import orjson
 
+from alexandria.core.cache import Bounded
 from alexandria.core.canonical import canonical, canonical_parsed, sha256_hex
 from alexandria.core.keys import HEX64, HEX128, SigningKey, verify
 from alexandria.core.timestamps import parse_ms
@@ -182,6 +182,23 @@ def _sorted_unique(
 # --- genesis ---------------------------------------------------------------------------------
 
 
+class CertificateMemo:
+    """Worker certificates already checked against one genesis, held by that ``Genesis``
+    (whose lifetime it shares): ``certificates`` by the document's exact bytes, and the
+    authority's signature verdicts by signed payload.  The checks are pure functions of the
+    document and the genesis, so a hit answers exactly what a fresh check would."""
+
+    CERTIFICATES = 4096
+    SIGNATURES = 1024
+
+    def __init__(self) -> None:
+        self.certificates: Bounded[bytes, WorkerCertificate] = Bounded(self.CERTIFICATES)
+        self.signatures: Bounded[tuple[bytes, tuple[tuple[str, str], ...]], bool] = Bounded(
+            self.SIGNATURES
+        )
+
+
+
 @dataclass(frozen=True)
 class Genesis:
     library: str
@@ -191,6 +208,7 @@ class Genesis:
     threshold: int
     pin: str
     document: Mapping[str, Any] = field(repr=False)
+    memo: CertificateMemo = field(default_factory=CertificateMemo, repr=False, compare=False)
 
     @classmethod
     def from_document(cls, doc: Any, pin: str | None = None) -> Genesis:
@@ -328,64 +346,33 @@ class WorkerCertificate:
     def valid_at(self, ms: int) -> bool:
         return self.not_before <= ms <= self.not_after
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled (to the writer process, ``writer_service``) as the document's bytes: the
-        receiving side rebuilds each distinct certificate once and then reuses it."""
-        return _worker_from_wire, (
-            orjson.dumps(self.document), self.actor, self.worker, self.scopes, self.authority,
-            self.not_before, self.not_after,
-        )
-
-
-def _worker_from_wire(
-    document: bytes, actor: str, worker: str, scopes: tuple[str, ...], authority: str,
-    not_before: int, not_after: int,
-) -> WorkerCertificate:
-    found = _WIRE_CACHE.get(document)  # the fields are the document's, read by the sender
-    if found is None:
-        if len(_WIRE_CACHE) >= 4096:
-            _WIRE_CACHE.clear()
-        found = _WIRE_CACHE[document] = WorkerCertificate(
-            actor, worker, scopes, authority, not_before, not_after, orjson.loads(document)
-        )
-    return found
-
-
-_WIRE_CACHE: dict[bytes, WorkerCertificate] = {}
-
 
 def parse_worker_certificate(doc: Any, genesis: Genesis) -> WorkerCertificate:
     """Stateless checks of a worker certificate, including the authority's signature.  Whether
     that authority is certified, valid now and unrevoked is a question for the ledger state.
 
     Most envelopes carry a certificate seen before; the verdict is a pure function of the
-    document and the pin, so it is memoised on the document's exact bytes."""
+    document and the genesis, so it is memoised on the document's exact bytes, in the
+    genesis's own ``CertificateMemo``."""
+    memo = genesis.memo
     try:
-        key = orjson.dumps(doc) + genesis.pin.encode()
+        key = orjson.dumps(doc)
     except TypeError:  # float markers and the like: no fast path
         key = None
     if key is not None:
-        cached = _WORKER_CACHE.get(key)
+        cached = memo.certificates.get(key)
         if cached is not None:
             return cached
     signed = parse_signed(doc, "certificate", CertificateInvalid)
-    cert = _verify_worker(signed.payload_bytes, signed, genesis.pin)
+    cert = _verify_worker(signed.payload_bytes, signed, genesis.pin, memo)
     if key is not None:
-        if len(_WORKER_CACHE) >= 4096:
-            _WORKER_CACHE.clear()
-        _WORKER_CACHE[key] = cert
+        memo.certificates[key] = cert
     return cert
 
 
-_WORKER_CACHE: dict[bytes, WorkerCertificate] = {}
-
-
-@lru_cache(maxsize=1024)
-def _verify_cached(payload_bytes: bytes, signatures: tuple[tuple[str, str], ...]) -> bool:
-    return len(signatures) == 1 and verify(signatures[0][0], signatures[0][1], payload_bytes)
-
-
-def _verify_worker(payload_bytes: bytes, signed: Signed, pin: str) -> WorkerCertificate:
+def _verify_worker(
+    payload_bytes: bytes, signed: Signed, pin: str, memo: CertificateMemo
+) -> WorkerCertificate:
     p = signed.payload
     _fields(
         p,
@@ -408,7 +395,13 @@ def _verify_worker(payload_bytes: bytes, signed: Signed, pin: str) -> WorkerCert
             "a worker certificate carries exactly one signature, by its authority key",
             "CERTIFICATE_SIGNATURE",
         )
-    if not _verify_cached(payload_bytes, signed.signatures):
+    verified = memo.signatures.get((payload_bytes, signed.signatures))
+    if verified is None:
+        key, signature = signed.signatures[0]
+        verified = memo.signatures[(payload_bytes, signed.signatures)] = verify(
+            key, signature, payload_bytes
+        )
+    if not verified:
         raise CertificateInvalid(
             "worker certificate signature does not verify", "CERTIFICATE_SIGNATURE"
         )

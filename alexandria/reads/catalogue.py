@@ -252,7 +252,7 @@ def _relevance(conn: sqlite3.Connection, ws: list[str]) -> tuple[Any, ...] | Non
     )
 
 
-# One word, no filter: read the word's score levels best first (``search_index.levels``).
+# One word, no filter: read the word's score levels best first (``search_text.levels``).
 LEVELS = True
 
 

@@ -12,21 +12,17 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
-from alexandria.core.timestamps import format_ms
-from alexandria.core.trust import AuthorityCertificate
-from alexandria.errors import BadRequest, ServiceError
+from alexandria.errors import BadRequest
 from alexandria.store.merkle_nodes import node_reader, tree_size
 
 if TYPE_CHECKING:
     pass
 
-LOG_ROLE = "log"
 PAGE_ENTRIES = 50
 PAGE_BYTES = 393_216
 PAGE_CHECKPOINTS = 1000
@@ -34,11 +30,6 @@ PAGE_CHECKPOINTS = 1000
 _log = logging.getLogger("alexandria.reads.log")
 
 
-class LogUnavailable(ServiceError):
-    """The log cannot sign the checkpoint a reader needs (503): no log key, or a key without
-    a valid admitted ``log`` certificate.  Persisted checkpoints stay readable."""
-
-    default_code = "LOG_KEY_NOT_CERTIFIED"
 
 
 class LogRange(BadRequest):
@@ -164,26 +155,3 @@ def checkpoints_page(conn: sqlite3.Connection, after: int) -> bytes:
     })
 
 
-def check_log_key(
-    certificates: Sequence[tuple[int, AuthorityCertificate]], revoked: bool, key: str,
-    at_ms: int,
-) -> int:
-    """The admission sequence of the ``log`` certificate that lets ``key`` sign a checkpoint
-    whose last leaf was admitted at ``at_ms``, given the key's admitted certificates (oldest
-    first) and whether root revoked it.  The server checks this before signing and the offline
-    verifier checks it again on its replayed ledger."""
-    certs = [(seq, c) for seq, c in certificates if LOG_ROLE in c.roles]
-    if not certs:
-        raise LogUnavailable(
-            "the log key holds no admitted authority certificate with role log: admit one"
-            " through POST /api/authority", "LOG_KEY_NOT_CERTIFIED", key=key,
-        )
-    if revoked:
-        raise LogUnavailable("the log key was revoked by root", "LOG_KEY_REVOKED", key=key)
-    valid = [seq for seq, c in certs if c.valid_at(at_ms)]
-    if not valid:
-        raise LogUnavailable(
-            "no log certificate of this key is valid at the last leaf's admission time",
-            "LOG_KEY_EXPIRED", key=key, at=format_ms(at_ms),
-        )
-    return valid[-1]

@@ -35,7 +35,7 @@ PAGE_SIZE = 50
 SECTIONS = ("all", "children", "related", "history", "graph", "discussions", "knowledge")
 DISCUSSION_SORTS = ("old", "new", "top")
 
-#: The tree relations that can name an object of each kind (rules.check_state's target kinds).
+#: The tree relations that can name an object of each kind (rules.state's target kinds).
 CHILD_RELATIONS: dict[str, tuple[str, ...]] = {
     "space": ("contained_in", "about", "proposes_for"),
     "claim": ("about", "evidence_for", "assesses", "proposes_for"),

@@ -1,13 +1,14 @@
 """Personal lists (the contract's ``personal_lists``): a pure function of (state, candidate) →
-decision, like ``rules/state.py``.  Storage (``store/personal.py``) calls ``decide`` inside its
-write transaction and persists what the decision says; nothing here does IO.
+decision, like ``admission.decide``.  Storage (``store/personal.py``) calls ``decide`` inside
+its write transaction and persists what the decision says; nothing here does IO.
 
 A ``personal-read`` returns the author's current signed state; a ``personal-state`` replaces it
 by compare-and-set on ``previous``.  Neither is ever admitted into the public log.  The checks,
 in PROTOCOL §4 order (status codes of §6):
 
  1. body size (413), envelope shape (400), record shape with a personal kind (422) — prepare()
- 2. worker certificate, authority chain, validity now, revocations (403)    — rules.check_authority
+ 2. worker certificate, authority chain, validity now, revocations (403)
+                                                        — authority.check_authority
  3. proof and scope ``library.publish`` (403)                               — prepare(), deferred
  4. personal shape (422): links [], a read's previous "", the body's exact keys (the title
     is any string: the contract names none);
@@ -36,7 +37,9 @@ from alexandria.core.records import Record
 from alexandria.core.timestamps import format_ms
 from alexandria.errors import Conflict, Unprocessable
 from alexandria.rules.admission import Candidate
-from alexandria.rules.state import CLOCK_SKEW_MS, StateView, check_authority
+from alexandria.rules.authority import check_authority
+from alexandria.rules.state import CLOCK_SKEW_MS
+from alexandria.rules.view import StateView
 
 READ = "personal-read"
 STATE = "personal-state"

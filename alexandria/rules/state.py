@@ -1,9 +1,11 @@
-"""Admission rules: a pure function of (ledger state, candidate) → verdict.
+"""State rules: steps 8 and 9 of PROTOCOL §4, pure functions of (ledger state, record).
 
-The checks of PROTOCOL §4 run in this order; each failure is a typed error (PROTOCOL §6).
-Steps 1–3 need no state and run in ``admission.prepare``; the rest run here, inside the
-storage's write transaction, against a ``StateView`` that only answers questions.
+The checks of PROTOCOL §4 run in this order (``admission.decide`` runs them, one comment per
+step); each failure is a typed error (PROTOCOL §6).  Steps 1–3 need no state and run in
+``admission.prepare``; the rest run inside the storage's write transaction, against a
+``view.StateView`` that only answers questions.
 
+ 0. exact retry: a record admitted before is answered as such (200)        — admission.py
  1. body size (413), envelope shape (400)                                  — records.py
  2. record shape: exact fields, known kind, genesis, formats, timestamp syntax, canonical
     body string, no floats, body length (422)                              — records.py
@@ -11,10 +13,11 @@ storage's write transaction, against a ``StateView`` that only answers questions
  4. authority chain: record author is the certified actor; the authority key holds an
     admitted ``native-application`` certificate valid now and not revoked; the worker
     certificate is valid now and its key not revoked by root or its issuer (403)
+                                                                           — authority.py
  5. proof: the worker's signature over JCS(record) (403)
- 6. scope: the certificate's scopes grant the kind (403)
+ 6. scope: the certificate's scopes grant the kind (403)                 — authority.py
  7. content schema of the write contract (422)                             — schema.py
- 8. state rules of the write contract (422, conflicts 409):
+ 8. state rules of the write contract (422, conflicts 409), here, one function per kind:
     a. every link target exists;
     b. relations are used only by the kinds the contract gives them, with their target kinds:
        a reply has exactly one replies_to or answers link to a discussion or reply; a discussion
@@ -43,20 +46,15 @@ storage's write transaction, against a ``StateView`` that only answers questions
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
-from alexandria.core.canonical import parse_json
-from alexandria.core.records import Link, Record
+from alexandria.core.records import PUBLIC_KINDS, Link, Record
 from alexandria.core.schema import validate_content
-from alexandria.core.trust import (
-    AuthorityCertificate,
-    Genesis,
-    Revocation,
-    WorkerCertificate,
-    parse_revocation,
-)
-from alexandria.errors import Conflict, Forbidden, Unprocessable
+from alexandria.core.trust import WorkerCertificate
+from alexandria.errors import Conflict, Unprocessable
+from alexandria.rules.view import RevisionFacts, StateView, Verdict
 
 FEED_RELATIONS = (
     "contained_in", "replies_to", "answers", "branches_from", "about", "evidence_for",
@@ -72,171 +70,13 @@ MERGEABLE = frozenset(("space", "claim", "document"))
 MAX_DEPTH = 64
 CLOCK_SKEW_MS = 60_000
 
-SCOPE_OF_KIND: dict[str, str] = {
-    "personal-read": "library.publish",
-    "personal-state": "library.publish",
-}
-
-
-def _load_scopes() -> None:
-    from alexandria.core.contract import write_contract
-
-    for scope, kinds in write_contract()["scopes"].items():
-        for kind in kinds:
-            SCOPE_OF_KIND[kind] = scope
-
-
-_load_scopes()
-
 
 class RuleViolation(Unprocessable):
     default_code = "STATE_RULE"
 
 
-class AuthorityRefused(Forbidden):
-    default_code = "AUTHORITY_REFUSED"
-
-
-@dataclass(frozen=True)
-class RevisionFacts:
-    """An admitted revision.  Most rules need only its identity and kind; the signed record
-    itself is loaded on demand (``record``) for the few rules that read bodies and links."""
-
-    id: str
-    root: str
-    kind: str
-    author: str
-    authored_ms: int
-    record: Callable[[], Mapping[str, Any]] = field(repr=False, compare=False)
-
-    @property
-    def title(self) -> str:
-        return str(self.record()["title"])
-
-    @property
-    def links(self) -> tuple[Link, ...]:
-        return tuple(Link(lk["relation"], lk["target"]) for lk in self.record()["links"])
-
-    def decoded(self) -> Any:
-        return parse_json(self.record()["body"])
-
-
-@dataclass(frozen=True)
-class ObjectFacts:
-    root: str
-    kind: str
-    author: str
-    head: str
-    depth: int
-    feed_links: tuple[tuple[str, str], ...]
-
-
-class StateView(Protocol):
-    """What the rules may ask of the ledger.  Implementations answer from inside the write
-    transaction, so the answers hold until the verdict is stored."""
-
-    def revision(self, rev: str) -> RevisionFacts | None: ...
-
-    def object(self, root: str) -> ObjectFacts | None: ...
-
-    def vote_of(self, author: str, target_root: str) -> ObjectFacts | None: ...
-
-    def authorities(self, key: str) -> Sequence[tuple[int, AuthorityCertificate]]:
-        """Admitted certificates of ``key`` with their admission sequences, oldest first."""
-        ...
-
-    def revoked(self, key: str, issuer: str | None) -> bool:
-        """Revoked by root, or (``issuer`` given) by that authority."""
-        ...
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What storage needs to admit a record."""
-
-    id: str
-    root: str
-    kind: str
-    author: str
-    previous: str
-    depth: int
-    vote_target: str
-    feed_links: tuple[tuple[str, str], ...]
-    parent_roots: tuple[str, ...]
-    link_roots: tuple[str, ...]
-    authority_sequence: int
-
-
 def _refuse(message: str, code: str, **details: Any) -> RuleViolation:
     return RuleViolation(message, code, **details)
-
-
-# --- step 4 ----------------------------------------------------------------------------------
-
-
-def check_authority(
-    state: StateView, record: Record, cert: WorkerCertificate, now_ms: int
-) -> int:
-    """The admission sequence of the authority certificate that vouches for ``cert``."""
-    if record.author != cert.actor:
-        raise AuthorityRefused(
-            "record author is not the actor the worker certificate approves",
-            "AUTHOR_NOT_CERTIFIED", author=record.author, actor=cert.actor,
-        )
-    admitted = [
-        (seq, a) for seq, a in state.authorities(cert.authority) if "native-application" in a.roles
-    ]
-    if not admitted:
-        raise AuthorityRefused(
-            "the worker certificate's authority holds no admitted native-application"
-            " certificate", "AUTHORITY_UNKNOWN", authority=cert.authority,
-        )
-    if state.revoked(cert.authority, None):
-        raise AuthorityRefused(
-            "the authority key was revoked", "AUTHORITY_REVOKED", authority=cert.authority
-        )
-    valid = [seq for seq, a in admitted if a.valid_at(now_ms)]
-    if not valid:
-        raise AuthorityRefused(
-            "the authority certificate is not valid now", "AUTHORITY_EXPIRED",
-            authority=cert.authority,
-        )
-    if not cert.valid_at(now_ms):
-        raise AuthorityRefused(
-            "the worker certificate is not valid now", "CERTIFICATE_EXPIRED",
-            not_before=cert.document["certificate"]["not_before"],
-            not_after=cert.document["certificate"]["not_after"],
-        )
-    if state.revoked(cert.worker, cert.authority):
-        raise AuthorityRefused("the worker key was revoked", "WORKER_REVOKED", worker=cert.worker)
-    return valid[-1]
-
-
-def check_revocation(state: StateView, document: Any, genesis: Genesis, now_ms: int) -> Revocation:
-    """A revocation submitted to ``POST /api/authority``, authorised against the ledger: an
-    authority key (one holding an admitted authority certificate) is revoked by the root
-    threshold; any other key, a worker key, by one authority that may sign worker certificates
-    now (PROTOCOL §2.5–2.6).  It takes effect for the certificates its signer issued
-    (``StateView.revoked``)."""
-
-    def may_sign(key: str) -> bool:
-        return not state.revoked(key, None) and any(
-            "native-application" in a.roles and a.valid_at(now_ms)
-            for _seq, a in state.authorities(key)
-        )
-
-    return parse_revocation(
-        document, genesis, may_sign, lambda key: bool(state.authorities(key))
-    )
-
-
-def check_scope(record: Record, cert: WorkerCertificate) -> None:
-    scope = SCOPE_OF_KIND[record.kind]
-    if scope not in cert.scopes:
-        raise AuthorityRefused(
-            f"a {record.kind} needs the scope {scope}", "SCOPE_DENIED",
-            required=scope, granted=list(cert.scopes),
-        )
 
 
 # --- step 8 ----------------------------------------------------------------------------------
@@ -378,105 +218,171 @@ def _check_links(
     return _Links(targets, counts, parent_depth)
 
 
-def check_state(state: StateView, rec: Record, authority_sequence: int) -> Verdict:
+# c–e: the rules of each kind.  Each takes the record and what steps a and b learnt of its
+# links, and returns the root the record votes on ("" for every kind but vote).
+
+KindRule = Callable[[StateView, Record, _Links], str]
+
+
+def _no_kind_rules(state: StateView, rec: Record, checked: _Links) -> str:
+    """Spaces, discussions, claims, documents and replies: only the link rules (a, b), the
+    revision rules (f, g) and the timestamps apply."""
+    return ""
+
+
+def _evidence(state: StateView, rec: Record, checked: _Links) -> str:
+    """c. "Evidence, assessments, relationships and proposals are immutable; publish a new
+    contribution rather than setting previous.  Their links must be exactly
+    evidence_for(claim), …" — the one link is evidence_for the body's claim revision."""
+    _exact_links(rec, [("evidence_for", rec.decoded_body["claim"])])
+    _target_of_kind(checked.targets, rec.links, 0, ("claim",), "a claim", "/record/links")
+    return ""
+
+
+def _assessment(state: StateView, rec: Record, checked: _Links) -> str:
+    """c. "Their links must be exactly … assesses(claim) …"; "Assessment evidence must concern
+    the same exact claim revision; non-open verdicts require evidence, with no duplicates."
+    """
     body = rec.decoded_body
+    _exact_links(rec, [("assesses", body["claim"])])
+    _target_of_kind(checked.targets, rec.links, 0, ("claim",), "a claim", "/record/links")
+    evidence = body["evidence"]
+    if len(set(evidence)) != len(evidence):
+        raise _refuse("assessment evidence has duplicates", "DUPLICATE_EVIDENCE",
+                      pointer="/body/evidence")
+    if body["verdict"] != "open" and not evidence:
+        raise _refuse(f"a {body['verdict']} verdict needs evidence", "EVIDENCE_REQUIRED",
+                      pointer="/body/evidence")
+    for j, ev in enumerate(evidence):
+        e = state.revision(ev)
+        if e is None or e.kind != "evidence":
+            raise _refuse(f"evidence {ev} is not an admitted evidence revision",
+                          "EVIDENCE_MISSING", pointer=f"/body/evidence/{j}")
+        if e.decoded().get("claim") != body["claim"]:
+            raise _refuse("evidence concerns another claim revision", "EVIDENCE_OTHER_CLAIM",
+                          pointer=f"/body/evidence/{j}")
+    return ""
+
+
+def _relationship(state: StateView, rec: Record, checked: _Links) -> str:
+    """c. "Their links must be exactly … relates_from(from) plus relates_to(to) …"; what a
+    relationship connects are objects, never votes."""
+    body = rec.decoded_body
+    _exact_links(rec, [("relates_from", body["from"]), ("relates_to", body["to"])])
+    for i, lk in enumerate(rec.links):
+        if checked.targets[lk.target].kind == "vote":
+            raise _refuse("relationships connect objects, not votes", "LINK_TARGET_KIND",
+                          pointer=_link_ptr(i) + "/target")
+    return ""
+
+
+def _proposal(state: StateView, rec: Record, checked: _Links) -> str:
+    """c, e. "Their links must be exactly … proposes_for(base)"; "A proposal pins the current
+    head of a space, claim or document."  What it proposes must be mergeable: valid content
+    of the base's kind, keeping its parentage, whose links pass a and b as that kind's."""
+    body = rec.decoded_body
+    _exact_links(rec, [("proposes_for", body["base"])])
+    base = _target_of_kind(checked.targets, rec.links, 0, tuple(sorted(MERGEABLE)),
+                           "a space, claim or document", "/record/links")
+    _check_proposal(state, base, body)
+    return ""
+
+
+def _vote(state: StateView, rec: Record, checked: _Links) -> str:
+    """d. "Votes target a non-vote root; one vote per identity and target, changed by
+    revising the existing vote."  A second vote of one actor on one target is a conflict."""
+    if len(rec.links) != 1 or rec.links[0].relation != "votes_on":
+        raise _refuse("a vote carries exactly one votes_on link", "LINKS_NOT_EXACT",
+                      pointer="/record/links")
+    t = checked.targets[rec.links[0].target]
+    if t.kind == "vote" or t.id != t.root:
+        raise _refuse("a vote targets the root id of a non-vote object",
+                      "LINK_TARGET_KIND", pointer="/record/links/0/target", root=t.root)
+    if not rec.previous:
+        existing = state.vote_of(rec.author, t.root)
+        if existing is not None:
+            raise Conflict(
+                "this actor already voted on that target: revise that vote instead",
+                "DUPLICATE_VOTE", head=existing.head, root=existing.root,
+            )
+    return t.root
+
+
+KIND_RULES: Mapping[str, KindRule] = MappingProxyType({
+    "space": _no_kind_rules,
+    "discussion": _no_kind_rules,
+    "claim": _no_kind_rules,
+    "document": _no_kind_rules,
+    "reply": _no_kind_rules,
+    "evidence": _evidence,
+    "assessment": _assessment,
+    "relationship": _relationship,
+    "proposal": _proposal,
+    "vote": _vote,
+})
+assert set(KIND_RULES) == set(PUBLIC_KINDS)
+
+
+def _revision(state: StateView, rec: Record, checked: _Links) -> tuple[str, int]:
+    """f, g. "previous is empty for new roots; revisions require the original author and
+    current head."  "Preserve kind and discussion parent on revisions"; "Parentage cannot
+    change on revision"; a merge (a revision ending in a merges link): "Only the target
+    author accepts it: same kind, previous=base, exactly the proposed title, body and links,
+    plus one merges link to the proposal.  Stale bases require a new proposal."
+
+    Returns the object's root and depth."""
+    if not rec.previous:
+        return rec.id, checked.parent_depth + 1
+    prev = state.revision(rec.previous)
+    if prev is None:
+        raise _refuse(f"previous revision {rec.previous} does not exist", "PREVIOUS_MISSING",
+                      pointer="/record/previous")
+    obj = state.object(prev.root)
+    assert obj is not None
+    if obj.kind != rec.kind:
+        raise _refuse(f"a revision keeps its kind ({obj.kind})", "KIND_CHANGED",
+                      pointer="/record/kind", expected=obj.kind)
+    if obj.author != rec.author:
+        raise _refuse("only the original author revises an object", "NOT_ORIGINAL_AUTHOR",
+                      pointer="/record/author", author=obj.author)
+    merging = bool(checked.counts.get("merges"))
+    if obj.head != rec.previous:
+        if merging:
+            raise Conflict("the proposal's base is no longer the current head: a stale base"
+                           " needs a new proposal", "STALE_BASE", head=obj.head, root=obj.root)
+        raise Conflict("previous is not the current head", "HEAD_CONFLICT",
+                       head=obj.head, root=obj.root)
+    if _feed(rec.links) != obj.feed_links:
+        raise _refuse("feed relations (parentage) cannot change on revision",
+                      "PARENTAGE_CHANGED", pointer="/record/links",
+                      expected=[{"relation": r, "target": t} for r, t in obj.feed_links])
+    if rec.kind == "vote":
+        old = state.revision(obj.root)
+        assert old is not None
+        if old.links != rec.links:
+            raise _refuse("a vote's revisions keep its target", "VOTE_TARGET_CHANGED",
+                          pointer="/record/links/0/target")
+    if merging:
+        _check_merge(state, rec, checked.targets[rec.links[-1].target])
+    return obj.root, obj.depth
+
+
+def check_state(state: StateView, rec: Record, authority_sequence: int) -> Verdict:
+    """Step 8, the write contract's ``state_rules``, in the order of the module docstring:
+    the links (a, b), immutability (c), the rules of the record's kind (c–e,
+    :data:`KIND_RULES`), then those of a revision (f, g).  Returns what storage needs."""
+    # a, b
     checked = _check_links(state, rec.kind, rec.links, bool(rec.previous), "/record/links")
-    targets, counts = checked.targets, checked.counts
-    depth = checked.parent_depth + 1
-
-    def kind_of(i: int, allowed: frozenset[str] | tuple[str, ...], what: str) -> RevisionFacts:
-        return _target_of_kind(targets, rec.links, i, allowed, what, "/record/links")
-
-    vote_target = ""
-    # c. immutable kinds and their exact links
+    # c
     if rec.kind in IMMUTABLE and rec.previous:
         raise _refuse(f"a {rec.kind} is immutable: publish a new one instead of setting previous",
                       "IMMUTABLE", pointer="/record/previous")
-    if rec.kind == "evidence":
-        _exact_links(rec, [("evidence_for", body["claim"])])
-        kind_of(0, ("claim",), "a claim")
-    elif rec.kind == "assessment":
-        _exact_links(rec, [("assesses", body["claim"])])
-        kind_of(0, ("claim",), "a claim")
-        evidence = body["evidence"]
-        if len(set(evidence)) != len(evidence):
-            raise _refuse("assessment evidence has duplicates", "DUPLICATE_EVIDENCE",
-                          pointer="/body/evidence")
-        if body["verdict"] != "open" and not evidence:
-            raise _refuse(f"a {body['verdict']} verdict needs evidence", "EVIDENCE_REQUIRED",
-                          pointer="/body/evidence")
-        for j, ev in enumerate(evidence):
-            e = state.revision(ev)
-            if e is None or e.kind != "evidence":
-                raise _refuse(f"evidence {ev} is not an admitted evidence revision",
-                              "EVIDENCE_MISSING", pointer=f"/body/evidence/{j}")
-            if e.decoded().get("claim") != body["claim"]:
-                raise _refuse("evidence concerns another claim revision", "EVIDENCE_OTHER_CLAIM",
-                              pointer=f"/body/evidence/{j}")
-    elif rec.kind == "relationship":
-        _exact_links(rec, [("relates_from", body["from"]), ("relates_to", body["to"])])
-        for i, _lk in enumerate(rec.links):
-            if targets[rec.links[i].target].kind == "vote":
-                raise _refuse("relationships connect objects, not votes", "LINK_TARGET_KIND",
-                              pointer=_link_ptr(i) + "/target")
-    elif rec.kind == "proposal":
-        _exact_links(rec, [("proposes_for", body["base"])])
-        base = kind_of(0, tuple(sorted(MERGEABLE)), "a space, claim or document")
-        _check_proposal(state, base, body)
-    # d. votes
-    elif rec.kind == "vote":
-        if len(rec.links) != 1 or rec.links[0].relation != "votes_on":
-            raise _refuse("a vote carries exactly one votes_on link", "LINKS_NOT_EXACT",
-                          pointer="/record/links")
-        t = targets[rec.links[0].target]
-        if t.kind == "vote" or t.id != t.root:
-            raise _refuse("a vote targets the root id of a non-vote object",
-                          "LINK_TARGET_KIND", pointer="/record/links/0/target", root=t.root)
-        vote_target = t.root
-        if not rec.previous:
-            existing = state.vote_of(rec.author, vote_target)
-            if existing is not None:
-                raise Conflict(
-                    "this actor already voted on that target: revise that vote instead",
-                    "DUPLICATE_VOTE", head=existing.head, root=existing.root,
-                )
-
-    # f. revisions
-    root = rec.id
+    # c–e
+    vote_target = KIND_RULES[rec.kind](state, rec, checked)
+    # f, g
+    root, depth = _revision(state, rec, checked)
     feed_links = _feed(rec.links)
-    if rec.previous:
-        prev = state.revision(rec.previous)
-        if prev is None:
-            raise _refuse(f"previous revision {rec.previous} does not exist", "PREVIOUS_MISSING",
-                          pointer="/record/previous")
-        obj = state.object(prev.root)
-        assert obj is not None
-        if obj.kind != rec.kind:
-            raise _refuse(f"a revision keeps its kind ({obj.kind})", "KIND_CHANGED",
-                          pointer="/record/kind", expected=obj.kind)
-        if obj.author != rec.author:
-            raise _refuse("only the original author revises an object", "NOT_ORIGINAL_AUTHOR",
-                          pointer="/record/author", author=obj.author)
-        if obj.head != rec.previous:
-            if counts.get("merges"):
-                raise Conflict("the proposal's base is no longer the current head: a stale base"
-                               " needs a new proposal", "STALE_BASE", head=obj.head, root=obj.root)
-            raise Conflict("previous is not the current head", "HEAD_CONFLICT",
-                           head=obj.head, root=obj.root)
-        if feed_links != obj.feed_links:
-            raise _refuse("feed relations (parentage) cannot change on revision",
-                          "PARENTAGE_CHANGED", pointer="/record/links",
-                          expected=[{"relation": r, "target": t} for r, t in obj.feed_links])
-        if rec.kind == "vote":
-            old = state.revision(obj.root)
-            assert old is not None
-            if old.links != rec.links:
-                raise _refuse("a vote's revisions keep its target", "VOTE_TARGET_CHANGED",
-                              pointer="/record/links/0/target")
-        if counts.get("merges"):
-            _check_merge(state, rec, targets[rec.links[-1].target])
-        root = obj.root
-        depth = obj.depth
+    targets = checked.targets
     return Verdict(
         id=rec.id, root=root, kind=rec.kind, author=rec.author, previous=rec.previous,
         depth=depth, vote_target=vote_target, feed_links=feed_links,
@@ -536,6 +442,8 @@ def _check_merge(state: StateView, rec: Record, proposal: RevisionFacts) -> None
 def check_timestamps(
     state: StateView, rec: Record, cert: WorkerCertificate, now_ms: int
 ) -> None:
+    """Step 9: authored_at at most 60 s ahead of the server clock, inside the worker
+    certificate's window, and not before the previous revision's authored_at."""
     if rec.authored_ms > now_ms + CLOCK_SKEW_MS:
         raise _refuse("authored_at is more than 60 s ahead of the server clock",
                       "TIMESTAMP_IN_FUTURE", pointer="/record/authored_at")

@@ -32,13 +32,8 @@ from alexandria.core.checkpoint import Checkpoint, sign_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.errors import ServiceError
-from alexandria.reads.log import (
-    LOG_ROLE,
-    LogUnavailable,
-    StoredCheckpoint,
-    check_log_key,
-    latest_checkpoint,
-)
+from alexandria.reads.log import StoredCheckpoint, latest_checkpoint
+from alexandria.rules.authority import LOG_ROLE, LogUnavailable, check_log_key
 from alexandria.store.merkle_nodes import LogCorrupt, node_reader, tree_size
 from alexandria.store.sqlite import SqliteStorage
 

@@ -12,10 +12,14 @@ re-reading pages the other one changed.  So with ``--workers N`` (N ≥ 2) the s
 
 A worker hands a prepared ``Candidate`` to the writer over a Unix socket in a private
 directory and answers its HTTP request with whatever the writer answers, once the writer has
-committed.  Frames: request id (4 bytes), payload length (4 bytes), then a pickle — both ends
-are this package, started together by the operator, talking through a socket only its user can
-open.  Writes other than admissions (authority documents, personal lists) are rare and stay on
-the worker's own connection: SQLite's write lock serialises them with the writer's.
+committed.  Frames: request id (4 bytes), payload length (4 bytes), then a pickle of plain
+tuples (the wire encoding below: the package's value types know nothing of it) — both ends are
+this package, started together by the operator, talking through a socket only its user can
+open.  A record travels as its canonical bytes, from which orjson rebuilds the parsed values
+(a fraction of a field-by-field pickle's cost); a worker certificate as its document's bytes,
+rebuilt once per distinct certificate; a typed error as its class, message, code and details.
+Writes other than admissions (authority documents, personal lists) are rare and stay on the
+worker's own connection: SQLite's write lock serialises them with the writer's.
 
 A new admission's answer does not carry its signed record back: the worker holds the
 envelope, so the writer sends the admission object alone and the worker splices the signed
@@ -34,11 +38,15 @@ import os
 import pickle
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from alexandria.core.records import signed_record_bytes
+import orjson
+
+from alexandria.core.cache import Bounded
+from alexandria.core.records import Link, Record, body_is_json, signed_record_bytes
+from alexandria.core.search_text import IndexText
+from alexandria.core.trust import WorkerCertificate
 from alexandria.errors import AlexandriaError, ServiceError
 from alexandria.rules.admission import Candidate
 from alexandria.store.interface import Admitted, DryRun
@@ -46,18 +54,106 @@ from alexandria.store.interface import Admitted, DryRun
 _HEADER = struct.Struct(">II")
 
 
-@dataclass(frozen=True)
-class _Created:
-    """A new admission on the wire: ``Admitted`` without its signed record."""
-
-    id: str
-    root: str
-    sequence: int
-    admission: bytes
-
-
 class WriterUnavailable(ServiceError):
     default_code = "WRITER_UNAVAILABLE"
+
+
+# --- the wire encoding -----------------------------------------------------------------------
+
+ErrorWire = tuple[type[AlexandriaError], str, str, dict[str, Any]]
+WIRE_CERTIFICATES = 4096  # distinct worker certificates the writer keeps rebuilt
+
+
+def encode_error(exc: AlexandriaError) -> ErrorWire:
+    """A typed error whole: its class (pickled by reference), message, code and details."""
+    return type(exc), exc.message, exc.code, exc.details
+
+
+def decode_error(wire: ErrorWire) -> AlexandriaError:
+    """The error ``encode_error`` encoded, of the same class, without calling that class's own
+    ``__init__`` (whose signature may differ from the root's)."""
+    cls, message, code, details = wire
+    exc = cls.__new__(cls)
+    AlexandriaError.__init__(exc, message, code, **details)
+    return exc
+
+
+def encode_request(cand: Candidate, dry_run: bool) -> tuple[Any, ...]:
+    """A worker's admission request: the candidate's record and certificate as bytes plus the
+    fields the sender already read from them, the document, the deferred error, the index text."""
+    rec, cert, text = cand.record, cand.certificate, cand.index_text
+    return (
+        rec.canonical, rec.id, rec.authored_ms,
+        orjson.dumps(cert.document), cert.actor, cert.worker, cert.scopes, cert.authority,
+        cert.not_before, cert.not_after,
+        cand.document, None if cand.deferred is None else encode_error(cand.deferred),
+        None if text is None else (text.title, text.text, text.levels),
+        dry_run,
+    )
+
+
+def _record(data: bytes, rid: str, authored_ms: int) -> Record:
+    value = orjson.loads(data)
+    kind, body = value["kind"], value["body"]
+    return Record(
+        raw=value, id=rid, canonical=data, author=value["author"],
+        authored_at=value["authored_at"], authored_ms=authored_ms, kind=kind,
+        title=value["title"], body=body,
+        decoded_body=orjson.loads(body) if body_is_json(kind) else body,
+        links=tuple(Link(lk["relation"], lk["target"]) for lk in value["links"]),
+        previous=value["previous"],
+    )
+
+
+class RequestDecoder:
+    """The writer's side of ``encode_request``.  Most requests carry a worker certificate seen
+    before: each distinct one is rebuilt once and then reused (the fields are the document's,
+    read by the sender)."""
+
+    def __init__(self) -> None:
+        self.certificates: Bounded[bytes, WorkerCertificate] = Bounded(WIRE_CERTIFICATES)
+
+    def __call__(self, wire: tuple[Any, ...]) -> tuple[Candidate, bool]:
+        (data, rid, authored_ms, document, actor, worker, scopes, authority, not_before,
+         not_after, envelope, deferred, text, dry_run) = wire
+        cert = self.certificates.get(document)
+        if cert is None:
+            cert = self.certificates[document] = WorkerCertificate(
+                actor, worker, scopes, authority, not_before, not_after, orjson.loads(document)
+            )
+        cand = Candidate(
+            _record(data, rid, authored_ms), cert, envelope,
+            None if deferred is None else decode_error(deferred),
+            None if text is None else IndexText(*text),
+        )
+        return cand, dry_run
+
+
+def encode_answer(answer: Admitted | DryRun | AlexandriaError) -> tuple[Any, ...]:
+    """The writer's answer.  A new admission does not carry its signed record back (the worker
+    splices it, see the module docstring)."""
+    if isinstance(answer, AlexandriaError):
+        return ("error", encode_error(answer))
+    if isinstance(answer, DryRun):
+        return ("dry_run", answer.id, answer.root, answer.admitted)
+    if answer.created:
+        return ("created", answer.id, answer.root, answer.sequence, answer.admission)
+    return ("retry", answer.id, answer.root, answer.sequence, answer.signed)
+
+
+def decode_answer(wire: tuple[Any, ...], cand: Candidate) -> Admitted | DryRun:
+    """The worker's side of ``encode_answer`` for its request ``cand``: raises a refusal."""
+    what = wire[0]
+    if what == "error":
+        raise decode_error(wire[1])
+    if what == "dry_run":
+        return DryRun(wire[1], wire[2], wire[3])
+    if what == "created":
+        _what, rid, root, sequence, admission = wire
+        signed = signed_record_bytes(cand.document, cand.record_length, rid, root, admission)
+        return Admitted(True, rid, root, sequence, signed, admission)
+    _what, rid, root, sequence, signed = wire
+    return Admitted(False, rid, root, sequence, signed)
 
 
 def _frame(request: int, value: Any) -> bytes:
@@ -119,6 +215,7 @@ class WriterServer:
 
     def __init__(self, submit: Submit, path: str | Path) -> None:
         self._submit = submit
+        self._decode = RequestDecoder()
         self._path = str(path)
         self._server: asyncio.Server | None = None
         self._connections = 0
@@ -141,21 +238,18 @@ class WriterServer:
 
     def _connection(self) -> _Frames:
         def on_frame(request: int, value: Any) -> None:
-            cand, dry_run = value
+            cand, dry_run = self._decode(value)
             self._submit(cand, dry_run).add_done_callback(replier(request))
 
         def replier(request: int) -> Callable[[asyncio.Future[Admitted | DryRun]], None]:
             def reply(fut: asyncio.Future[Admitted | DryRun]) -> None:
                 if fut.cancelled():  # the storage is closing: nothing was acknowledged
-                    frames.send(request, WriterUnavailable("the writer is stopping"))
+                    frames.send(request, encode_answer(WriterUnavailable("the writer is stopping")))
                     return
                 exc = fut.exception()
                 if exc is not None and not isinstance(exc, AlexandriaError):
                     exc = ServiceError(f"storage failed: {exc}", "STORAGE_FAILED")
-                answer: Any = exc if exc is not None else fut.result()
-                if isinstance(answer, Admitted) and answer.created:
-                    answer = _Created(answer.id, answer.root, answer.sequence, answer.admission)
-                frames.send(request, answer)
+                frames.send(request, encode_answer(exc if exc is not None else fut.result()))
 
             return reply
 
@@ -178,7 +272,7 @@ class WriterClient:
     def __init__(self, path: str | Path) -> None:
         self._path = str(path)
         self._frames: _Frames | None = None
-        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._pending: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
         self._next = 0
         self._lost: str | None = None
 
@@ -204,11 +298,7 @@ class WriterClient:
 
     def _answered(self, request: int, value: Any) -> None:
         fut = self._pending.pop(request, None)
-        if fut is None or fut.done():
-            return
-        if isinstance(value, BaseException):
-            fut.set_exception(value)
-        else:
+        if fut is not None and not fut.done():
             fut.set_result(value)
 
     def _gone(self, exc: Exception | None) -> None:
@@ -229,16 +319,7 @@ class WriterClient:
             raise WriterUnavailable(f"the writer process is gone: {self._lost}")
         self._next = (self._next + 1) & 0xFFFFFFFF
         request = self._next
-        fut: asyncio.Future[Admitted | DryRun | _Created] = (
-            asyncio.get_running_loop().create_future()
-        )
+        fut: asyncio.Future[tuple[Any, ...]] = asyncio.get_running_loop().create_future()
         self._pending[request] = fut
-        self._frames.send(request, (cand, dry_run))
-        answer = await fut
-        if isinstance(answer, _Created):
-            signed = signed_record_bytes(
-                cand.document, cand.record_length, answer.id, answer.root, answer.admission
-            )
-            return Admitted(True, answer.id, answer.root, answer.sequence, signed,
-                            answer.admission)
-        return answer
+        self._frames.send(request, encode_request(cand, dry_run))
+        return decode_answer(await fut, cand)

@@ -1,6 +1,6 @@
 """The storage interface the rest of the package relies on.
 
-The rules never see storage: they get a ``rules.StateView``.  A backend provides that view
+The rules never see storage: they get a ``rules.view.StateView``.  A backend provides that view
 *inside* its write transaction, serialises admissions (exactly one of two concurrent revisions of
 the same head wins, also across processes), and makes every acknowledged admission durable.
 SQLite (``store/sqlite.py``) is the embedded default; a PostgreSQL backend implements the same

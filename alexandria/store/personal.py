@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from alexandria.rules.admission import Candidate
 from alexandria.rules.personal import WINDOW_MS, Decision, StoredState, Target, decide
-from alexandria.rules.state import StateView
+from alexandria.rules.view import StateView
 
 if TYPE_CHECKING:
     from alexandria.store.sqlite import SqliteStorage

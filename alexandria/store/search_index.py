@@ -34,8 +34,8 @@ import orjson
 
 from alexandria.core.leaf import record_sql
 from alexandria.core.records import Record
-from alexandria.core.search_text import IndexText, index_text_of, levels
-from alexandria.rules.state import Verdict
+from alexandria.core.search_text import IndexText, levels, text_of
+from alexandria.rules.view import Verdict
 
 INDEX_VERSION = f"catalogue/4 unicode/{unicodedata.unidata_version}"
 LISTED_KINDS = (
@@ -150,7 +150,7 @@ def _admit(
     if decoded is None and kind != "reply":
         decoded = orjson.loads(body)
     if text is None:
-        text = index_text_of(kind, record["title"], body, decoded)
+        text = text_of(kind, record["title"], body, decoded)
     score = 0
     if previous:
         old = conn.execute(

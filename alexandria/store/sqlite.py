@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,15 +38,11 @@ from alexandria.core.canonical import canonical
 from alexandria.core.leaf import LEAF_FORMAT, document_of, leaf_bytes, record_sql
 from alexandria.core.records import admission_bytes, signed_record_bytes
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
-from alexandria.core.trust import (
-    AUTHORITY_FORMAT,
-    AuthorityCertificate,
-    Genesis,
-    document_name,
-)
-from alexandria.errors import AlexandriaError, BadRequest, Forbidden, ServiceError
+from alexandria.core.trust import AuthorityCertificate, Genesis
+from alexandria.errors import AlexandriaError, ServiceError
 from alexandria.rules.admission import Candidate, decide
-from alexandria.rules.state import ObjectFacts, RevisionFacts, Verdict, check_revocation
+from alexandria.rules.authority import check_authority_document
+from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, object_after
 from alexandria.store import schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Storage
 from alexandria.store.merkle_nodes import tree_size
@@ -57,7 +53,7 @@ T = TypeVar("T")
 BATCH_LIMIT = 256
 
 class _StateView:
-    """``rules.StateView`` over the writer's connection, inside its transaction."""
+    """``rules.view.StateView`` over the writer's connection, inside its transaction."""
 
     def __init__(self, conn: sqlite3.Connection, authority_cache: dict[int, AuthorityCertificate],
                  genesis: Genesis, memory: WriterMemory) -> None:
@@ -65,6 +61,22 @@ class _StateView:
         self.cache = authority_cache
         self.genesis = genesis
         self.memory = memory
+
+    def admitted(self, rev: str) -> int | None:
+        row = self.conn.execute("SELECT sequence FROM revisions WHERE id = ?", (rev,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def document_admitted(self, kind: str, key: str, document: bytes) -> int | None:
+        # a leaf commits to its admission time, so its hash cannot find a re-posted document:
+        # the documents about ``key`` are few, and each leaf's document is compared
+        table = "authorities" if kind == "certificate" else "revocations"
+        for sequence, leaf in self.conn.execute(
+            f"SELECT t.sequence, l.leaf FROM {table} t JOIN log l ON l.sequence = t.sequence"
+            " WHERE t.key = ?", (key,),
+        ):
+            if document_of(bytes(leaf)) == document:
+                return int(sequence)
+        return None
 
     def revision(self, rev: str) -> RevisionFacts | None:
         found: RevisionFacts | None = self.memory.cached(
@@ -458,21 +470,15 @@ class SqliteStorage(Storage):
         return _StateView(conn, self._authority_cache, self.genesis, self._memory)
 
     def _admit(self, conn: sqlite3.Connection, cand: Candidate, dry_run: bool) -> Admitted | DryRun:
-        rec = cand.record
-        row = conn.execute(
-            "SELECT sequence, root FROM revisions WHERE id = ?", (rec.id,)
-        ).fetchone()
-        if row is not None:
-            if cand.deferred is not None:
-                raise cand.deferred
-            if dry_run:
-                return DryRun(rec.id, row[1], True)
-            signed = self._signed_sync(conn, row[0])
-            assert signed is not None
-            return Admitted(False, rec.id, row[1], row[0], signed)
         view = self.state_view(conn)
         now = self._admission_clock(conn)
         verdict = decide(view, cand, now)
+        if isinstance(verdict, Retry):
+            if dry_run:
+                return DryRun(verdict.id, verdict.root, True)
+            signed = self._signed_sync(conn, verdict.sequence)
+            assert signed is not None
+            return Admitted(False, verdict.id, verdict.root, verdict.sequence, signed)
         if dry_run:
             return DryRun(verdict.id, verdict.root, False)
         sequence, admitted_at = self._append_leaf(conn, "contribution", cand.document, now)
@@ -532,7 +538,7 @@ class SqliteStorage(Storage):
             )
             cached = memory.objects.get(v.root)
             if cached is not None:
-                memory.objects[v.root] = replace(cached, head=v.id)
+                memory.objects[v.root] = object_after(v, cached)
             ancestors = memory.ancestors_of(conn, v.root)
         else:
             parent = next((t for r, t in v.feed_links if r == "contained_in"), "")
@@ -572,67 +578,32 @@ class SqliteStorage(Storage):
         return await self.write(lambda conn: self._admit_authority(conn, document))
 
     def _admit_authority(self, conn: sqlite3.Connection, document: Any) -> AuthorityAdmitted:
-        name = document_name(document)
-        view = self.state_view(conn)
+        """The rules' verdict (``authority.check_authority_document``), then the leaf and the
+        row the rules will ask about later."""
         now = self._admission_clock(conn)
-        if name == "certificate":
-            payload = document["certificate"]
-            if isinstance(payload, dict) and payload.get("format") != AUTHORITY_FORMAT:
-                # not a document this route admits: a shape error (400), like any other
-                raise BadRequest(
-                    f"only {AUTHORITY_FORMAT} documents are admitted here; worker certificates"
-                    " travel inside envelopes", "NOT_AN_AUTHORITY_DOCUMENT",
-                    allowed=[AUTHORITY_FORMAT, "alexandria.revocation/1"],
-                )
-            cert = AuthorityCertificate.from_document(document, self.genesis)
-            data = canonical(cert.document)
-            existing = self._existing_document(
-                conn, "SELECT a.sequence, l.admitted_at, l.leaf FROM authorities a"
-                " JOIN log l ON l.sequence = a.sequence WHERE a.key = ?", cert.key, data,
-            )
-            if existing is not None:
-                return existing
-            if view.revoked(cert.key, None):
-                raise Forbidden("that key was revoked by root", "AUTHORITY_REVOKED", key=cert.key)
-            sequence, admitted_at = self._append_leaf(conn, "certificate", data, now)
+        v = check_authority_document(self.state_view(conn), document, self.genesis, now)
+        if v.retry_of is not None:
+            row = conn.execute(
+                "SELECT admitted_at FROM log WHERE sequence = ?", (v.retry_of,)
+            ).fetchone()
+            return AuthorityAdmitted(False, v.retry_of, row[0], orjson.loads(v.data))
+        sequence, admitted_at = self._append_leaf(conn, v.type, v.data, now)
+        if v.certificate is not None:
+            cert = v.certificate
             conn.execute(
                 "INSERT INTO authorities(sequence, key, roles, document) VALUES (?, ?, ?, ?)",
-                (sequence, cert.key, json.dumps(list(cert.roles)), data),
+                (sequence, cert.key, json.dumps(list(cert.roles)), v.data),
             )
             self._authority_cache[sequence] = cert
             self._memory.authorities.clear()
-            return AuthorityAdmitted(True, sequence, admitted_at, dict(cert.document))
-        if name == "revocation":
-            rev = check_revocation(view, document, self.genesis, now)
-            data = canonical(rev.document)
-            existing = self._existing_document(
-                conn, "SELECT r.sequence, l.admitted_at, l.leaf FROM revocations r"
-                " JOIN log l ON l.sequence = r.sequence WHERE r.key = ?", rev.key, data,
-            )
-            if existing is not None:
-                return existing
-            sequence, admitted_at = self._append_leaf(conn, "revocation", data, now)
+        else:
+            assert v.revocation is not None
             conn.execute(
                 "INSERT INTO revocations(sequence, key, issuer) VALUES (?, ?, ?)",
-                (sequence, rev.key, rev.signer),
+                (sequence, v.revocation.key, v.revocation.signer),
             )
             self._memory.revoked.clear()
-            return AuthorityAdmitted(True, sequence, admitted_at, dict(rev.document))
-        raise BadRequest(
-            f"a {name!r} document is not admitted here: send an authority certificate or a"
-            " revocation", "BAD_DOCUMENT", allowed=["certificate", "revocation"],
-        )
-
-    @staticmethod
-    def _existing_document(
-        conn: sqlite3.Connection, sql: str, key: str, document: bytes
-    ) -> AuthorityAdmitted | None:
-        """The earlier admission of exactly ``document`` (an exact re-post is idempotent),
-        among the authority documents about ``key`` that ``sql`` lists."""
-        for sequence, admitted_at, leaf in conn.execute(sql, (key,)):
-            if document_of(bytes(leaf)) == document:
-                return AuthorityAdmitted(False, sequence, admitted_at, orjson.loads(document))
-        return None
+        return AuthorityAdmitted(True, sequence, admitted_at, dict(v.document))
 
     async def authority_documents(self) -> list[dict[str, Any]]:
         rows = await self.read(lambda conn: conn.execute(

@@ -16,34 +16,25 @@ looked", so it forgets everything when that may no longer be true:
   written inside it may never have been committed, and after every write job that is not an
   admission, since it may change what is remembered (``SqliteStorage`` calls ``forget``).
 
-Caches of unbounded key sets are bounded by ``LIMIT`` entries each and simply emptied when full:
-the hot entries (the spaces and discussions everyone links to) come back at once.
+Caches of unbounded key sets are ``core.cache.Bounded`` to ``LIMIT`` entries each, simply
+emptied when full: the hot entries (the spaces and discussions everyone links to) come back at
+once.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from alexandria.core import merkle
+from alexandria.core.cache import Bounded
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import AuthorityCertificate
-from alexandria.rules.state import ObjectFacts, RevisionFacts
+from alexandria.rules.view import ObjectFacts, RevisionFacts
 from alexandria.store.merkle_nodes import node_reader
 
-LIMIT = 20_000
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class Bounded(dict[K, V]):
-    """A dict that empties itself instead of growing past ``LIMIT`` entries."""
-
-    def __setitem__(self, key: K, value: V) -> None:
-        if len(self) >= LIMIT and key not in self:
-            self.clear()
-        super().__setitem__(key, value)
+LIMIT = 20_000  # entries of each cache of an unbounded key set
 
 
 class WriterMemory:
@@ -54,12 +45,12 @@ class WriterMemory:
     def forget(self) -> None:
         self._tail: tuple[int, int] | None = None  # (log size, last admitted_at in ms)
         self._newest: dict[int, tuple[int, bytes]] = {}  # level -> (index, hash)
-        self.authorities: Bounded[str, list[tuple[int, AuthorityCertificate]]] = Bounded()
-        self.revoked: Bounded[tuple[str, str], bool] = Bounded()
-        self.actors: Bounded[str, int] = Bounded()
-        self.revisions: Bounded[str, RevisionFacts] = Bounded()
-        self.objects: Bounded[str, ObjectFacts] = Bounded()
-        self.ancestors: Bounded[str, tuple[str, ...]] = Bounded()
+        self.authorities: Bounded[str, list[tuple[int, AuthorityCertificate]]] = Bounded(LIMIT)
+        self.revoked: Bounded[tuple[str, str], bool] = Bounded(LIMIT)
+        self.actors: Bounded[str, int] = Bounded(LIMIT)
+        self.revisions: Bounded[str, RevisionFacts] = Bounded(LIMIT)
+        self.objects: Bounded[str, ObjectFacts] = Bounded(LIMIT)
+        self.ancestors: Bounded[str, tuple[str, ...]] = Bounded(LIMIT)
 
     def begin(self, conn: sqlite3.Connection) -> None:
         """Call inside each write transaction, before anything is read."""
