@@ -92,7 +92,7 @@ class WitnessTask:
                 if retry_now:
                     self.wake.set()
                 reported = ""
-            except (WitnessRefused, httpx.HTTPError, OSError) as exc:
+            except Exception as exc:  # keep trying later: the cause may be transient
                 reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
                 if reason != reported:  # say it once, not at every retry
                     _log.warning("witness %s (%s): %s; retrying with backoff",
@@ -119,9 +119,8 @@ class WitnessTask:
             proof = await self.storage.read(
                 lambda conn: merkle.consistency_proof(old, cp.size, node_reader(conn)))
         body = format_add_checkpoint(old, proof, cp.note)
-        answer = await self.client.post(f"{self.witness.url}/add-checkpoint", content=body)
-        content = answer.content[:MAX_RESPONSE_BYTES]
-        if answer.status_code == 409:
+        status, content = await self.post(body)
+        if status == 409:
             size = parse_size_body(content)
             if size is None:
                 raise WitnessRefused("409 without a size")
@@ -131,13 +130,25 @@ class WitnessTask:
                                      " log has forked or its database was replaced")
             self.known = size
             return True
-        if answer.status_code != 200:
-            raise WitnessRefused(f"{answer.status_code} {content[:200].decode('utf-8', 'replace')}")
+        if status != 200:
+            raise WitnessRefused(f"{status} {content[:200].decode('utf-8', 'replace')}")
         line = self.cosignature(cp, content)
         await self.storage.write(
             lambda conn: cosignatures.store(conn, cp.size, self.witness.verifier.vkey, line))
         self.known = cp.size
         return False
+
+    async def post(self, body: bytes) -> tuple[int, bytes]:
+        """POST ``add-checkpoint``; the status and at most ``MAX_RESPONSE_BYTES`` of body (a
+        witness that sends more is refused, not buffered)."""
+        url = f"{self.witness.url}/add-checkpoint"
+        async with self.client.stream("POST", url, content=body) as answer:
+            content = b""
+            async for chunk in answer.aiter_bytes():
+                content += chunk
+                if len(content) > MAX_RESPONSE_BYTES:
+                    raise WitnessRefused(f"its answer is over {MAX_RESPONSE_BYTES} bytes")
+            return answer.status_code, content
 
     def cosignature(self, cp: StoredCheckpoint, content: bytes) -> str:
         """This witness's verified cosignature line in a ``200`` answer."""
