@@ -28,7 +28,7 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
         if manage_lifecycle:
             await library.open()
         try:
-            async with background_signer(library):
+            async with background_signer(library), library.cosigning.running(library.storage):
                 yield
         finally:
             if manage_lifecycle:

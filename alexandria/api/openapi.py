@@ -349,9 +349,12 @@ PATHS: dict[str, Any] = {
         "This document", [], _json({"type": "object"}, "OpenAPI 3.1")),
     "/api/log/checkpoint": {
         "get": {
-            "summary": "The latest signed checkpoint (C2SP signed note)",
+            "summary": "The latest signed checkpoint (C2SP signed note), followed by its"
+                       " witnesses' cosignature/v1 lines; with --witness-quorum N, the newest"
+                       " checkpoint N witnesses cosigned (docs/log.md, Witnesses)",
             "parameters": [],
-            "responses": {"200": {"description": "signed note",
+            "responses": {"200": {"description": "signed note: the log's signature line,"
+                                                 " then one cosignature line per witness",
                                   "content": {"text/plain": {"schema": {"type": "string"}}}},
                           **ERROR_RESPONSES,
                           "503": _json(_ref("Error"), "the tree grew and the log cannot sign"
@@ -360,7 +363,8 @@ PATHS: dict[str, Any] = {
         }
     },
     "/api/log/checkpoints": _get(
-        "Every signed checkpoint after a tree size, oldest first",
+        "Every signed checkpoint after a tree size, oldest first, each note with its"
+        " witnesses' cosignature lines",
         [_q("after", OFFSET, "only checkpoints of larger trees")],
         _json({"type": "object", "required": ["checkpoints", "next"], "properties": {
             "checkpoints": {"type": "array", "items": {

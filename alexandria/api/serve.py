@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from alexandria.core.timestamps import now
+from alexandria.errors import BadRequest
 from alexandria.files import write_json
 from alexandria.service.bootstrap import Founding, found_library
+from alexandria.service.cosigning import Cosigning, WitnessEndpoint
 from alexandria.service.library import Library, load_genesis
 from alexandria.service.operator_dir import OperatorDir
 from alexandria.service.writer_service import WriterClient, WriterServer
@@ -95,6 +97,23 @@ def default_library(data: DataDir) -> tuple[Library, bool]:
 
 
 
+def configure_witnesses(library: Library, options: list[str], quorum: int) -> None:
+    """``--witness NAME=URL+VKEY`` options and ``--witness-quorum``: the witnesses ``library``
+    sends its checkpoints to (also in the environment, for the worker processes)."""
+    from alexandria.core.witness_policy import WitnessPolicy, parse_witness_endpoint
+
+    endpoints = [WitnessEndpoint(*parse_witness_endpoint(o)) for o in options]
+    WitnessPolicy(tuple(e.verifier for e in endpoints), quorum)  # checks the quorum
+    if len({e.verifier.vkey for e in endpoints}) != len(endpoints):
+        raise BadRequest("the same witness key is given twice", "USAGE")
+    library.cosigning = Cosigning(endpoints, quorum)
+    library.checkpoints.listeners[:] = [library.cosigning.signed]
+    os.environ[_WITNESS_ENV] = "\n".join(options)
+    os.environ[_QUORUM_ENV] = str(quorum)
+
+
+_WITNESS_ENV = "ALEXANDRIA_WITNESSES"
+_QUORUM_ENV = "ALEXANDRIA_WITNESS_QUORUM"
 _ENV = ("ALEXANDRIA_GENESIS", "ALEXANDRIA_DB", "ALEXANDRIA_LOG_KEY")
 _WRITER_ENV = "ALEXANDRIA_WRITER"
 WRITER_SWITCH_INTERVAL = 0.0003  # seconds, in the writer process only
@@ -134,6 +153,9 @@ def app_from_env() -> object:
     genesis, db, log_key = (os.environ.get(name) for name in _ENV)
     assert genesis and db
     library = Library.from_files(genesis, db, log_key)
+    witnesses = os.environ.get(_WITNESS_ENV)
+    if witnesses:
+        configure_witnesses(library, witnesses.split("\n"), int(os.environ[_QUORUM_ENV]))
     writer = os.environ.get(_WRITER_ENV)
     if writer:
         library.writer = WriterClient(writer)

@@ -81,7 +81,7 @@ def iter_db(path: str | Path) -> Iterator[bytes]:
 def _db_checkpoints(conn: sqlite3.Connection, upto: int) -> Iterator[log.StoredCheckpoint]:
     after = 0
     while True:
-        page = log.checkpoints_after(conn, after, upto)
+        page = log.checkpoints_after(conn, after, upto, cosigned=True)
         yield from page
         if len(page) < log.PAGE_CHECKPOINTS:
             return

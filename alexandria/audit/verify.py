@@ -34,11 +34,15 @@ at the first failure, a typed :class:`VerificationFailed` naming the sequence an
    c. its root is the recomputed root of the first ``S`` leaves;
    d. an RFC 9162 consistency proof from the previous checkpoint, computed from the
       recomputed tree, verifies against both signed roots;
-4. the end: exactly the number of leaves the header announces.
+4. the end: exactly the number of leaves the header announces;
+5. with a witness policy (``--witness NAME=VKEY``, ``--witness-quorum N``): every cosignature
+   line that claims a trusted witness key verifies, and the last checkpoint carries at least
+   ``N`` of them (``CHECKPOINT_NOT_WITNESSED``, naming the checkpoint by its size).
 
 ``verify_entry`` checks one revision on a live server: its signatures and certificate chain
-against the genesis, a signed checkpoint, and an inclusion proof of its leaf (and of the
-authority certificates involved) in that checkpoint's tree.
+against the genesis, a signed checkpoint (with a policy: cosigned by the quorum), and an
+inclusion proof of its leaf (and of the authority certificates involved) in that checkpoint's
+tree.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from alexandria.core.checkpoint import CheckpointError, key_id, parse_checkpoint
 from alexandria.core.leaf import LeafMalformed, leaf_bytes, split_leaf
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis, parse_revocation
+from alexandria.core.witness_policy import NotWitnessed, WitnessPolicy
 from alexandria.errors import AlexandriaError
 from alexandria.reads.log import ENTRY_HEAD
 from alexandria.rules.admission import Candidate, prepare
@@ -253,6 +258,7 @@ def read_header(line: bytes, pin: str) -> tuple[Genesis, int]:
 class _CheckpointState:
     size: int = 0
     root: bytes = b""
+    note: str = ""
     count: int = 0
     keys: set[str] = field(default_factory=set)
 
@@ -267,6 +273,7 @@ class Summary:
     checkpoints: int = 0
     checkpoint_size: int = 0
     log_keys: list[str] = field(default_factory=list)
+    cosigners: list[str] = field(default_factory=list)  # of the last checkpoint, by policy
     seconds: float = 0.0
 
     @property
@@ -280,7 +287,8 @@ class Summary:
             "contributions": self.contributions, "certificates": self.certificates,
             "revocations": self.revocations, "checkpoints": self.checkpoints,
             "checkpoint_size": self.checkpoint_size, "uncovered": self.uncovered,
-            "log_keys": self.log_keys, "seconds": round(self.seconds, 3),
+            "log_keys": self.log_keys, "cosigners": self.cosigners,
+            "seconds": round(self.seconds, 3),
             "entries_per_second": round(self.size / self.seconds) if self.seconds else None,
         }
 
@@ -288,8 +296,9 @@ class Summary:
 class _Replay:
     """Steps 2a (order), 2b, 2d, 2e and 3 on the replayed ledger, in log order."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, witnesses: WitnessPolicy | None = None) -> None:
         self.ledger = ledger
+        self.witnesses = witnesses
         self.checkpoint = _CheckpointState()
         self.summary = Summary()
 
@@ -359,7 +368,14 @@ class _Replay:
             except merkle.MerkleError as exc:
                 raise CheckpointFailed(at, "3d", f"not consistent with checkpoint {prev.size}:"
                                        f" {exc.reason}", "CHECKPOINT_INCONSISTENT") from exc
-        prev.size, prev.root = at, c.root
+        # 5 (every checkpoint: no forged cosignature of a trusted witness)
+        if self.witnesses is not None:
+            try:
+                self.witnesses.cosigners(c.note)
+            except AlexandriaError as exc:
+                raise CheckpointFailed(at, "5", f"checkpoint {at}: {exc.message}",
+                                       "CHECKPOINT_NOT_WITNESSED") from exc
+        prev.size, prev.root, prev.note = at, c.root, c.note
         prev.count += 1
         prev.keys.add(signer)
 
@@ -396,7 +412,7 @@ def _lines(source: Iterable[bytes]) -> Iterator[bytes]:
 
 def verify_export(
     source: Iterable[bytes], pin: str, *, workers: int = 2, progress: Progress | None = None,
-    workdir: str | None = None, covered: bool = False,
+    workdir: str | None = None, covered: bool = False, witnesses: WitnessPolicy | None = None,
 ) -> Summary:
     """Verify an export (an iterable of its lines); raise ``VerificationFailed`` at the first
     failure, return a summary when everything holds.  ``workers`` threads run the stateless
@@ -412,7 +428,7 @@ def verify_export(
     genesis, size = read_header(first, pin)
     with tempfile.TemporaryDirectory(prefix="alexandria-verify-", dir=workdir) as tmp:
         ledger = Ledger(genesis, Path(tmp) / "replay.db")
-        replay = _Replay(ledger)
+        replay = _Replay(ledger, witnesses)
         collecting = gc.isenabled()
         gc.disable()  # millions of live facts, no cycles: full collections only cost time
         try:
@@ -441,7 +457,22 @@ def verify_export(
             "NOT_COVERED", size=summary.size, checkpoint_size=summary.checkpoint_size,
             uncovered=summary.uncovered,
         )
+    if witnesses is not None:  # 5
+        summary.cosigners = _witnessed(witnesses, replay.checkpoint.note, summary.checkpoint_size,
+                                       "5")
     return summary
+
+
+def _witnessed(policy: WitnessPolicy, note: str, size: int, step: str) -> list[str]:
+    """Step 5 / E2: the names of the trusted witnesses that cosigned ``note``; typed failure
+    naming the checkpoint when fewer than the quorum did."""
+    if not note:
+        raise CheckpointFailed(size, step, "no checkpoint to check the witness policy on",
+                               "CHECKPOINT_NOT_WITNESSED")
+    try:
+        return [c.verifier.name for c in policy.check(note, size)]
+    except NotWitnessed as exc:
+        raise CheckpointFailed(size, step, exc.message, exc.code, **exc.details) from exc
 
 
 Item = _Entry | _CheckpointLine | VerificationFailed
@@ -548,11 +579,12 @@ class EntryVerified:
     checkpoint_size: int
     root: str
     log_key: str
+    cosigners: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"verified": True, "id": self.id, "sequence": self.sequence,
                 "checkpoint_size": self.checkpoint_size, "root": self.root,
-                "log_key": self.log_key}
+                "log_key": self.log_key, "cosigners": list(self.cosigners)}
 
 
 def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, what: str) -> None:
@@ -575,7 +607,8 @@ def _authority_leaf(item: Any, sequence: int, step: str) -> bytes:
                            "AUTHORITY_MALFORMED") from exc
 
 
-def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None) -> EntryVerified:
+def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None,
+                 witnesses: WitnessPolicy | None = None) -> EntryVerified:
     """Check one revision on a server against a signed checkpoint (the server's current one,
     or ``note``):
 
@@ -628,6 +661,7 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
         raise CheckpointFailed(cp.size, "E2", "signed by no key with a log certificate in the"
                                " log", "CHECKPOINT_KEY_UNKNOWN")
     verify_checkpoint(text, origin, signer)
+    cosigners = _witnessed(witnesses, text, cp.size, "E2") if witnesses is not None else []
     last = orjson.loads(fetch(f"/api/log/entries?start={cp.size - 1}&end={cp.size}"))
     try:
         last_leaf = canonical(last["entries"][0]["leaf"])
@@ -664,4 +698,4 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
     _included(fetch, auth_item["sequence"] - 1, cp.size,
               _authority_leaf(auth_item, auth_item["sequence"], "E4"), cp.root,
               "the authority certificate")
-    return EntryVerified(revision, sequence, cp.size, cp.root.hex(), signer)
+    return EntryVerified(revision, sequence, cp.size, cp.root.hex(), signer, tuple(cosigners))

@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING
 import orjson
 
 from alexandria.core.keys import HEX64
+from alexandria.core.witness_policy import WitnessPolicy, parse_witness_option
 from alexandria.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -106,6 +107,12 @@ def register(sub: Sub) -> None:
                    help="accept entries after the last checkpoint (or an export with no"
                    " checkpoint): their signatures and rules are checked, but nothing signed"
                    " says the export is complete (default: refuse, NOT_COVERED)")
+    v.add_argument("--witness", action="append", default=[], metavar="NAME=VKEY",
+                   help="a trusted witness: its name and cosignature/v1 verifier key"
+                   " (repeatable); the checkpoint checked must carry the quorum of valid"
+                   " cosignatures")
+    v.add_argument("--witness-quorum", type=int, default=None, metavar="N",
+                   help="how many trusted witnesses must have cosigned (default: all given)")
     v.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
     v.set_defaults(func=cmd_verify)
 
@@ -163,8 +170,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                          "USAGE")
     if args.checkpoint and not args.entry:
         raise BadRequest("--checkpoint goes with --entry", "USAGE")
+    policy = _witness_policy(args)
     if args.entry:
-        return _verify_entry(args)
+        return _verify_entry(args, policy)
     bar = Bar("verifying", _progress_wanted(args))
     with ExitStack() as stack:
         stack.callback(bar.close)
@@ -177,7 +185,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         else:
             source = _lines(stack.enter_context(open(args.export, "rb", buffering=1 << 20)))
         summary = verify.verify_export(source, args.genesis_pin, workers=args.workers,
-                                       progress=bar, covered=not args.allow_uncovered)
+                                       progress=bar, covered=not args.allow_uncovered,
+                                       witnesses=policy)
     if _json_wanted(args):
         sys.stdout.buffer.write(orjson.dumps(summary.to_json()) + b"\n")
         return 0
@@ -195,19 +204,33 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print("no checkpoint in the export")
     print("every signature, certificate chain and state rule holds, replayed from an empty"
           " ledger")
+    if policy is not None:
+        print(f"the last checkpoint is cosigned by {len(summary.cosigners)} trusted witnesses"
+              f" (quorum {policy.quorum}): {', '.join(summary.cosigners) or '-'}")
     if summary.uncovered:
         print(f"warning: the last {summary.uncovered:,} entries are verified but no checkpoint"
               " covers them yet: their completeness is not signed", file=sys.stderr)
     return 0
 
 
-def _verify_entry(args: argparse.Namespace) -> int:
+def _witness_policy(args: argparse.Namespace) -> WitnessPolicy | None:
+    """``--witness NAME=VKEY`` … and ``--witness-quorum N``, or None without them."""
+    if not args.witness and args.witness_quorum is None:
+        return None
+    verifiers = tuple(parse_witness_option(w) for w in args.witness)
+    if len({v.vkey for v in verifiers}) != len(verifiers):
+        raise BadRequest("the same witness key is given twice", "USAGE")
+    quorum = len(verifiers) if args.witness_quorum is None else args.witness_quorum
+    return WitnessPolicy(verifiers, quorum)
+
+
+def _verify_entry(args: argparse.Namespace, policy: WitnessPolicy | None) -> int:
     from alexandria.audit import export, verify
 
     note = Path(args.checkpoint).read_text("utf-8") if args.checkpoint else None
     fetch, close = export.http_fetcher(args.url)
     try:
-        result = verify.verify_entry(fetch, args.genesis_pin, args.entry, note)
+        result = verify.verify_entry(fetch, args.genesis_pin, args.entry, note, policy)
     finally:
         close()
     if _json_wanted(args):
@@ -216,4 +239,7 @@ def _verify_entry(args: argparse.Namespace) -> int:
     print(f"{result.id} verified: sequence {result.sequence}, included in the checkpoint of"
           f" size {result.checkpoint_size} (root {result.root}) signed by log key"
           f" {result.log_key}")
+    if policy is not None:
+        print(f"the checkpoint is cosigned by {len(result.cosigners)} trusted witnesses (quorum"
+              f" {policy.quorum}): {', '.join(result.cosigners) or '-'}")
     return 0

@@ -39,13 +39,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--writer-process", action="store_true",
                    help="admit in a dedicated writer process, beside the HTTP process(es): uses"
                    " a second core")
+    p.add_argument("--witness", action="append", default=[], metavar="NAME=URL+VKEY",
+                   help="a witness to send each new checkpoint to (C2SP tlog-witness): its name,"
+                   " its submission URL and its cosignature/v1 verifier key (repeatable)")
+    p.add_argument("--witness-quorum", type=int, default=0, metavar="N",
+                   help="serve at /api/log/checkpoint the newest checkpoint N witnesses cosigned"
+                   " (default 0: the newest checkpoint)")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)
     register_operator(sub)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from alexandria.api.serve import DataDir, default_library, run
+    from alexandria.api.serve import DataDir, configure_witnesses, default_library, run
     from alexandria.service.library import Library
 
     if bool(args.genesis) != bool(args.db):
@@ -70,6 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             library = Library.from_files(data.genesis_path, data.db, args.log_key)
         if created:
             print(f"created a new library in {data.root}/", file=sys.stderr)
+    configure_witnesses(library, args.witness, args.witness_quorum)
     url = f"http://{args.host}:{args.port}"
     print(f"genesis pin {library.genesis.pin}")
     print(f"serving {library.genesis.library} on {url}", flush=True)

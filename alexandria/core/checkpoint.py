@@ -13,19 +13,19 @@ The body is exactly the three lines (no extension lines); ``NAME`` is the origin
 of the body bytes, final newline included.  Parsing follows golang.org/x/mod/sumdb/note
 ``Open``: the body is split from the signatures at the *last* blank line, every signature line
 must be well formed, the whole note is valid UTF-8 without ASCII control characters other than
-newline.  It is stricter in places: base64 must be canonical and the body must be a checkpoint
+newline (all of it in ``note.py``, the generic signed-note module).  It is stricter in
+places: base64 must be canonical and the body must be a checkpoint
 with no extension lines.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
-import hashlib
 import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from alexandria.core import note
 from alexandria.core.keys import HEX64, SigningKey, verify_raw
 from alexandria.errors import Unprocessable
 
@@ -44,10 +44,9 @@ __all__ = [
     "verify_checkpoint",
 ]
 
-ED25519_SIGNATURE_TYPE = b"\x01"
-SIGNATURE_PREFIX = "\u2014 "  # em dash, space
-MAX_SIGNATURES = 100  # as golang.org/x/mod/sumdb/note; the spec requires accepting >= 16
-MAX_NOTE_BYTES = 1 << 20
+ED25519_SIGNATURE_TYPE = bytes([note.ED25519])
+MAX_SIGNATURES = note.MAX_SIGNATURES
+MAX_NOTE_BYTES = note.MAX_NOTE_BYTES
 MAX_TREE_SIZE = (1 << 64) - 1  # tree sizes are uint64 everywhere else in the ecosystem
 ROOT_SIZE = 32
 
@@ -77,34 +76,17 @@ def _b64encode(raw: bytes) -> str:
 
 
 def _b64decode(text: str, what: str) -> bytes:
-    """Strict standard base64: alphabet, padding and canonical trailing bits."""
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (UnicodeEncodeError, binascii.Error, ValueError):
-        raise CheckpointError(f"{what} is not valid base64") from None
-    if _b64encode(raw) != text:
+    raw = note.b64decode_strict(text)
+    if raw is None:
         raise CheckpointError(f"{what} is not canonical base64")
     return raw
 
 
-def _check_text(text: str, what: str) -> None:
-    """Valid UTF-8 (no lone surrogates) and no ASCII control character but newline."""
-    for ch in text:
-        if ch < " " and ch != "\n":
-            raise CheckpointError(f"{what} contains the control character {ord(ch):#04x}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise CheckpointError(f"{what} is not valid UTF-8") from None
-
-
 def _check_name(name: str, what: str) -> None:
-    """A key name (and our origin): non-empty, no Unicode space, no ``+`` (signed-note)."""
-    if not name:
-        raise CheckpointError(f"{what} is empty")
-    if "+" in name or any(ch.isspace() for ch in name):
-        raise CheckpointError(f"{what} contains a space or '+'")
-    _check_text(name, what)
+    try:
+        note.check_name(name, what)
+    except note.NoteError as exc:
+        raise CheckpointError(exc.reason) from None
 
 
 @dataclass(frozen=True)
@@ -133,8 +115,7 @@ def key_id(name: str, public_key: bytes) -> bytes:
     """Ed25519 signed-note key id: ``SHA-256(name || 0x0A || 0x01 || public_key)[:4]``."""
     if len(public_key) != 32:
         raise ValueError("an Ed25519 public key is 32 bytes")
-    data = name.encode("utf-8") + b"\n" + ED25519_SIGNATURE_TYPE + public_key
-    return hashlib.sha256(data).digest()[:4]
+    return note.key_id(name, note.ED25519, public_key)
 
 
 def sign_note(text: bytes, name: str, key: SigningKey) -> str:
@@ -144,15 +125,9 @@ def sign_note(text: bytes, name: str, key: SigningKey) -> str:
     back to exactly ``text``.
     """
     try:
-        decoded = text.decode("utf-8")
-    except UnicodeDecodeError:
-        raise CheckpointError("note text is not valid UTF-8") from None
-    _check_name(name, "key name")
-    _check_text(decoded, "note text")
-    if not decoded.endswith("\n") or decoded.startswith("\n") or "\n\n" in decoded:
-        raise CheckpointError("note text must be non-empty lines, each ending in a newline")
-    blob = key_id(name, key.public_bytes) + key.sign_raw(text)
-    return f"{decoded}\n{SIGNATURE_PREFIX}{name} {_b64encode(blob)}\n"
+        return note.sign(text, name, key)
+    except note.NoteError as exc:
+        raise CheckpointError(exc.reason) from None
 
 
 def sign_checkpoint(cp: Checkpoint, key: SigningKey) -> str:
@@ -160,50 +135,16 @@ def sign_checkpoint(cp: Checkpoint, key: SigningKey) -> str:
     return sign_note(cp.body(), cp.origin, key)
 
 
-def _as_text(note: str | bytes) -> str:
-    if isinstance(note, bytes):
-        if len(note) > MAX_NOTE_BYTES:
-            raise CheckpointError("note is too large")
-        try:
-            return note.decode("utf-8")
-        except UnicodeDecodeError:
-            raise CheckpointError("note is not valid UTF-8") from None
-    if len(note) > MAX_NOTE_BYTES:
-        raise CheckpointError("note is too large")
-    return note
-
-
-def parse_signed_note(note: str | bytes) -> tuple[bytes, list[NoteSignature]]:
+def parse_signed_note(text: str | bytes) -> tuple[bytes, list[NoteSignature]]:
     """Split a signed note into its text (the signed bytes) and its signature lines.
 
     Checks syntax only, like ``note.Open`` before verification: nothing is verified here.
     """
-    text = _as_text(note)
-    _check_text(text, "note")
-    if len(text.encode("utf-8")) > MAX_NOTE_BYTES:
-        raise CheckpointError("note is too large")
-    split = text.rfind("\n\n")
-    if split < 0:
-        raise CheckpointError("no blank line between the note text and its signatures")
-    body, block = text[: split + 1], text[split + 2 :]
-    if not block or not block.endswith("\n"):
-        raise CheckpointError("the signature block is empty or does not end in a newline")
-    lines = block[:-1].split("\n")
-    if len(lines) > MAX_SIGNATURES:
-        raise CheckpointError(f"more than {MAX_SIGNATURES} signature lines")
-    signatures: list[NoteSignature] = []
-    for line in lines:
-        if not line.startswith(SIGNATURE_PREFIX):
-            raise CheckpointError("a line after the blank line is not a signature line")
-        name, space, encoded = line[len(SIGNATURE_PREFIX) :].partition(" ")
-        if not space:
-            raise CheckpointError("a signature line has no signature")
-        _check_name(name, "signature key name")
-        raw = _b64decode(encoded, "a signature")
-        if len(raw) < 5:
-            raise CheckpointError("a signature is shorter than a key id and one byte")
-        signatures.append(NoteSignature(name, raw[:4], raw[4:]))
-    return body.encode("utf-8"), signatures
+    try:
+        parsed = note.parse_note(text)
+    except note.NoteError as exc:
+        raise CheckpointError(exc.reason) from None
+    return parsed.text, [NoteSignature(s.name, s.key_id, s.blob) for s in parsed.signatures]
 
 
 def _parse_body(body: bytes) -> Checkpoint:

@@ -5,19 +5,22 @@ Leaves and perfect Merkle nodes are written by the admission transaction
 table.  Every tree head and proof is computed from stored perfect nodes with ``O(log n)`` reads
 (``merkle.subtree_hash``).
 
-Checkpoints are signed by ``service/checkpoint_signer.py``; this module reads the persisted ones.
+Checkpoints are signed by ``service/checkpoint_signer.py``; this module reads the persisted ones,
+with the witnesses' cosignature lines (``store/cosignatures.py``) after the log's signature.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.errors import BadRequest
+from alexandria.store import cosignatures
 from alexandria.store.merkle_nodes import node_reader, tree_size
 
 if TYPE_CHECKING:
@@ -131,10 +134,12 @@ def latest_checkpoint(conn: sqlite3.Connection) -> StoredCheckpoint | None:
 
 
 def checkpoints_after(
-    conn: sqlite3.Connection, after: int, upto: int | None = None, limit: int = PAGE_CHECKPOINTS
+    conn: sqlite3.Connection, after: int, upto: int | None = None, limit: int = PAGE_CHECKPOINTS,
+    cosigned: bool = False,
 ) -> list[StoredCheckpoint]:
-    """Persisted checkpoints with ``after < size (<= upto)``, smallest first."""
-    return [
+    """Persisted checkpoints with ``after < size (<= upto)``, smallest first; ``cosigned``:
+    each note followed by its witnesses' cosignature lines (as served)."""
+    found = [
         _stored(r)
         for r in conn.execute(
             "SELECT size, root, note, key, signed_at FROM checkpoints"
@@ -142,11 +147,32 @@ def checkpoints_after(
             (after, (1 << 63) - 1 if upto is None else upto, limit),
         )
     ]
+    if not cosigned or not found:
+        return found
+    extra = cosignatures.lines_between(conn, after, found[-1].size)
+    return [replace(c, note=c.note + extra[c.size]) if c.size in extra else c for c in found]
+
+
+def served_checkpoint(
+    conn: sqlite3.Connection, newest: StoredCheckpoint, witnesses: Sequence[str] = (),
+    quorum: int = 0,
+) -> str:
+    """The note ``GET /api/log/checkpoint`` serves, with its cosignature lines: ``newest``, or
+    with a witness ``quorum``, the newest checkpoint that many of ``witnesses`` cosigned (the
+    newest until one has)."""
+    chosen = newest
+    if quorum:
+        size = cosignatures.latest_with_quorum(conn, witnesses, quorum)
+        if size and size != newest.size:
+            found = checkpoints_after(conn, size - 1, size, 1)
+            if found:
+                chosen = found[0]
+    return chosen.note + cosignatures.lines(conn, chosen.size)
 
 
 def checkpoints_page(conn: sqlite3.Connection, after: int) -> bytes:
     """``{"checkpoints": [{"note", "size"}...], "next": SIZE | null}``, canonical JSON."""
-    found = checkpoints_after(conn, after, limit=PAGE_CHECKPOINTS + 1)
+    found = checkpoints_after(conn, after, limit=PAGE_CHECKPOINTS + 1, cosigned=True)
     more = len(found) > PAGE_CHECKPOINTS
     found = found[:PAGE_CHECKPOINTS]
     return canonical({

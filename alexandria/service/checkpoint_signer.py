@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from alexandria.core import merkle
@@ -124,6 +124,8 @@ class CheckpointSigner:
         self.library = library
         self._latest: StoredCheckpoint | None = None
         self._lock = asyncio.Lock()
+        #: called with each checkpoint this signer stores (the witnesses' tasks wake on it)
+        self.listeners: list[Callable[[StoredCheckpoint], None]] = []
 
     async def _sign(self, min_interval_ms: int) -> StoredCheckpoint:
         storage, key = self.library.storage, self.library.log_key
@@ -132,6 +134,8 @@ class CheckpointSigner:
         )
         if self._latest is None or signed.size > self._latest.size:
             self._latest = signed
+            for listener in self.listeners:
+                listener(signed)
         return signed
 
     async def current(self) -> StoredCheckpoint:

@@ -13,6 +13,7 @@ from alexandria.core.trust import Genesis
 from alexandria.reads.changes import DEFAULT_LIMITS, Limits
 from alexandria.rules.admission import Candidate
 from alexandria.service.checkpoint_signer import CheckpointSigner
+from alexandria.service.cosigning import Cosigning
 from alexandria.service.writer_service import WriterClient
 from alexandria.store.interface import Admitted, DryRun
 from alexandria.store.sqlite import SqliteStorage
@@ -26,11 +27,15 @@ class Library:
     writer: WriterClient | None = None  # the writer process of a multi-process server
     #: ``/api/changes`` page bounds (PROTOCOL §5); tests set smaller ones
     limits: Limits = DEFAULT_LIMITS
+    #: the witnesses asked to cosign each new checkpoint (``--witness``), and the quorum
+    #: ``GET /api/log/checkpoint`` waits for before serving a checkpoint
+    cosigning: Cosigning = field(default_factory=Cosigning)
     #: signs this library's checkpoints; concurrent requests share one signing
     checkpoints: CheckpointSigner = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.checkpoints = CheckpointSigner(self)
+        self.checkpoints.listeners.append(self.cosigning.signed)
 
     @classmethod
     def from_files(

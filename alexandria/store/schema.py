@@ -175,6 +175,20 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 );
 """
 
+# Witness cosignatures of the checkpoints (docs/log.md "Witnesses"): one ``cosignature/v1``
+# signature line per (checkpoint, witness key), verified before it is stored, served after the
+# log's own signature line.  ``witness`` is the witness's verifier key (vkey).
+COSIGNATURES = """
+CREATE TABLE IF NOT EXISTS checkpoint_cosignatures(
+    size INTEGER NOT NULL REFERENCES checkpoints(size),
+    witness TEXT NOT NULL,
+    line TEXT NOT NULL,
+    PRIMARY KEY(size, witness)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS checkpoint_cosignatures_witness
+    ON checkpoint_cosignatures(witness, size);
+"""
+
 PERSONAL = """
 CREATE TABLE IF NOT EXISTS personal_state(
     author TEXT PRIMARY KEY,
@@ -245,4 +259,17 @@ CREATE TABLE IF NOT EXISTS vote_totals(
 );
 """
 
-TABLES = SCHEMA + CHECKPOINTS + PERSONAL + CATALOGUE
+TABLES = SCHEMA + CHECKPOINTS + COSIGNATURES + PERSONAL + CATALOGUE
+
+# A witness's own database (``alexandria witness serve``), not a library's: per log origin, the
+# latest checkpoint it cosigned.  Updated in the same ``BEGIN IMMEDIATE`` transaction as the
+# check of the request's old size, and synced before the cosignature is returned.
+WITNESS = """
+CREATE TABLE IF NOT EXISTS witnessed(
+    origin TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    root BLOB NOT NULL,
+    checkpoint TEXT NOT NULL,
+    cosigned_at INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
