@@ -563,13 +563,34 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
     or ``note``):
 
     E1. genesis: the server's genesis document has the pinned hash and its threshold signatures;
-    E2. checkpoint: signed by a key whose ``log`` certificate (root-signed, not revoked by
-        root, valid when the checkpoint's last leaf was admitted) is itself included in it;
+    E2. checkpoint: signed by a key whose ``log`` certificate (root-signed, not revoked by root,
+        valid when the checkpoint's last leaf was admitted) is itself included in it;
     E3. entry: the signed record's id is its record's hash, its worker certificate, proof,
         scope and content verify (``admission.prepare``), its authority certificate is
         root-signed with role native-application and both were valid at admission;
     E4. inclusion: the entry's leaf (and its authority certificate's) is in the checkpoint's tree.
     """
+    checkpoint = verify_checkpoint_note(fetch, pin, note)
+    signed = orjson.loads(fetch(f"/api/entries/{revision}"))
+    return verify_signed_entry(fetch, checkpoint, revision, signed)
+
+
+@dataclass(frozen=True)
+class VerifiedCheckpoint:
+    """A checkpoint whose note signature verified against a log key certified in the log
+    (steps E1 and E2), with what E3 and E4 need to check entries under it."""
+
+    genesis: Genesis
+    note: str
+    size: int
+    root: bytes
+    log_key: str
+    authority: dict[bytes, dict[str, Any]] = field(repr=False)
+
+
+def verify_checkpoint_note(fetch: Fetch, pin: str, note: str | None = None) -> VerifiedCheckpoint:
+    """Steps E1 and E2 of :func:`verify_entry`: the genesis, then the checkpoint ``note`` (or
+    the server's current one)."""
     # E1
     genesis = Genesis.from_document(orjson.loads(fetch("/api/genesis"))["document"], pin)
     origin = genesis.origin
@@ -610,14 +631,25 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
     cert_seq = log.check_log_key(certs[signer], signer in root_revoked, signer, last_ms)
     cert_doc = next(c.document for s, c in certs[signer] if s == cert_seq)
     _included(fetch, cert_seq - 1, cp.size, canonical(cert_doc), cp.root, "the log certificate")
+    return VerifiedCheckpoint(genesis, text, cp.size, cp.root, signer, docs)
+
+
+def verify_signed_entry(fetch: Fetch, checkpoint: VerifiedCheckpoint, revision: str,
+                        signed: dict[str, Any]) -> EntryVerified:
+    """Steps E3 and E4 of :func:`verify_entry` for the signed record ``signed`` the server
+    answered for ``revision``, under a checkpoint that passed E1 and E2."""
+    genesis, cp_size, cp_root = checkpoint.genesis, checkpoint.size, checkpoint.root
     # E3
-    signed = orjson.loads(fetch(f"/api/entries/{revision}"))
-    record, admission = signed["record"], signed["admission"]
-    if revision_id(record) != revision or signed["id"] != revision:
-        raise EntryRefused(0, "E3", "the record does not hash to the revision asked for",
-                           "REVISION_MISMATCH")
-    sequence = int(admission["sequence"])
-    leaf = canonical({"record": record, "signature": signed["signature"]})
+    try:
+        record, admission = signed["record"], signed["admission"]
+        if revision_id(record) != revision or signed["id"] != revision:
+            raise EntryRefused(0, "E3", "the record does not hash to the revision asked for",
+                               "REVISION_MISMATCH")
+        sequence = int(admission["sequence"])
+        leaf = canonical({"record": record, "signature": signed["signature"]})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EntryRefused(0, "E3", f"the signed record is malformed: {exc!r}",
+                           "SIGNED_RECORD_SHAPE") from exc
     try:
         cand = prepare(leaf, genesis)
         if cand.deferred is not None:
@@ -634,15 +666,15 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None)
     ):
         raise EntryRefused(sequence, "E3", "the authority certificate does not vouch for the"
                            " worker certificate at admission", "AUTHORITY_CHAIN")
-    if sequence > cp.size:
+    if sequence > cp_size:
         raise EntryRefused(sequence, "E4", f"the entry is not covered by the checkpoint of size"
-                           f" {cp.size} yet", "NOT_YET_COVERED")
+                           f" {cp_size} yet", "NOT_YET_COVERED")
     # E4
-    _included(fetch, sequence - 1, cp.size, leaf, cp.root, "the entry")
-    auth_item = docs.get(canonical(auth.document))
+    _included(fetch, sequence - 1, cp_size, leaf, cp_root, "the entry")
+    auth_item = checkpoint.authority.get(canonical(auth.document))
     if auth_item is None or auth_item["sequence"] >= sequence:
         raise EntryRefused(sequence, "E3", "the authority certificate was not admitted before"
                            " the entry", "AUTHORITY_CHAIN")
-    _included(fetch, auth_item["sequence"] - 1, cp.size, canonical(auth.document), cp.root,
+    _included(fetch, auth_item["sequence"] - 1, cp_size, canonical(auth.document), cp_root,
               "the authority certificate")
-    return EntryVerified(revision, sequence, cp.size, cp.root.hex(), signer)
+    return EntryVerified(revision, sequence, cp_size, cp_root.hex(), checkpoint.log_key)
