@@ -43,7 +43,7 @@ import re
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,10 +56,16 @@ from alexandria.audit.replay import Ledger
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical, parse_json
 from alexandria.core.checkpoint import CheckpointError, key_id, parse_checkpoint, verify_checkpoint
-from alexandria.core.records import revision_id
+from alexandria.core.keys import verify
+from alexandria.core.records import PERSONAL_KINDS, PUBLIC_KINDS, parse_record, revision_id
 from alexandria.core.timestamps import parse_ms
-from alexandria.core.trust import AuthorityCertificate, Genesis, parse_revocation
-from alexandria.errors import AlexandriaError
+from alexandria.core.trust import (
+    AuthorityCertificate,
+    Genesis,
+    parse_revocation,
+    parse_worker_certificate,
+)
+from alexandria.errors import AlexandriaError, Forbidden
 from alexandria.reads import log
 from alexandria.rules.admission import Candidate, prepare
 
@@ -531,6 +537,32 @@ def _consume(replay: _Replay, ahead: deque[_Pending], keep: int) -> None:
     replay.ledger.flush()
 
 
+def check_signed_record(signed: Mapping[str, Any], genesis: Genesis) -> None:
+    """What a reader holding only the pinned genesis can check of one signed record: its id is
+    the hash of its record, the worker certificate chains to an authority certificate signed by
+    the genesis roots, and the proof is the worker's signature of the record."""
+    record = parse_record(signed.get("record"), genesis.pin, kinds=(*PUBLIC_KINDS, *PERSONAL_KINDS))
+    if signed.get("id") != record.id:
+        raise Forbidden("the record does not hash to its id", "ID_MISMATCH",
+                        id=signed.get("id"), actual=record.id)
+    signature = signed.get("signature")
+    if not isinstance(signature, dict):
+        raise Forbidden("the signed record has no signature", "PROOF_INVALID")
+    cert = parse_worker_certificate(signature.get("certificate"), genesis)
+    if not verify(cert.worker, str(signature.get("proof")), record.canonical):
+        raise Forbidden("proof is not the worker key's signature over JCS(record)",
+                        "PROOF_INVALID", worker=cert.worker)
+    if cert.actor != record.author:
+        raise Forbidden("the record's author is not the certified actor", "AUTHOR_MISMATCH")
+    admission = signed.get("admission")
+    if isinstance(admission, dict):
+        authority = AuthorityCertificate.from_document(admission.get("authority"), genesis)
+        if authority.key != cert.authority or "native-application" not in authority.roles:
+            raise Forbidden("the admission's authority did not issue the worker certificate",
+                            "AUTHORITY_MISMATCH", authority=authority.key)
+
+
+
 # --- one entry against a checkpoint ----------------------------------------------------------
 
 
@@ -541,6 +573,7 @@ class EntryVerified:
     checkpoint_size: int
     root: str
     log_key: str
+    inclusion: tuple[str, ...] = ()  # the entry's audit path, leaf to root (hex)
 
     def to_json(self) -> dict[str, Any]:
         return {"verified": True, "id": self.id, "sequence": self.sequence,
@@ -548,7 +581,8 @@ class EntryVerified:
                 "log_key": self.log_key}
 
 
-def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, what: str) -> None:
+def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, what: str
+              ) -> tuple[str, ...]:
     answer = orjson.loads(fetch(f"/api/log/proof/inclusion?index={index}&size={size}"))
     try:
         proof = [bytes.fromhex(h) for h in answer["proof"]]
@@ -556,6 +590,7 @@ def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, wha
     except (ValueError, KeyError, TypeError, merkle.MerkleError) as exc:
         raise EntryRefused(index + 1, "E4", f"{what} is not included in the checkpoint: {exc}",
                            "INCLUSION_FAILED") from exc
+    return tuple(p.hex() for p in proof)
 
 
 def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None) -> EntryVerified:
@@ -670,11 +705,12 @@ def verify_signed_entry(fetch: Fetch, checkpoint: VerifiedCheckpoint, revision: 
         raise EntryRefused(sequence, "E4", f"the entry is not covered by the checkpoint of size"
                            f" {cp_size} yet", "NOT_YET_COVERED")
     # E4
-    _included(fetch, sequence - 1, cp_size, leaf, cp_root, "the entry")
+    inclusion = _included(fetch, sequence - 1, cp_size, leaf, cp_root, "the entry")
     auth_item = checkpoint.authority.get(canonical(auth.document))
     if auth_item is None or auth_item["sequence"] >= sequence:
         raise EntryRefused(sequence, "E3", "the authority certificate was not admitted before"
                            " the entry", "AUTHORITY_CHAIN")
     _included(fetch, auth_item["sequence"] - 1, cp_size, canonical(auth.document), cp_root,
               "the authority certificate")
-    return EntryVerified(revision, sequence, cp_size, cp_root.hex(), checkpoint.log_key)
+    return EntryVerified(revision, sequence, cp_size, cp_root.hex(), checkpoint.log_key,
+                         inclusion)

@@ -15,10 +15,11 @@ from typing import Any
 
 import orjson
 
+from alexandria.audit.verify import check_signed_record as check_signed_record  # re-export
 from alexandria.cli.config import Home, LibraryConfig, SetupRequired, check_name
 from alexandria.client import Client
 from alexandria.core.canonical import canonical, find_float, parse_json
-from alexandria.core.keys import HEX64, verify
+from alexandria.core.keys import HEX64
 from alexandria.core.records import (
     PERSONAL_KINDS,
     PUBLIC_KINDS,
@@ -27,13 +28,8 @@ from alexandria.core.records import (
     parse_record,
 )
 from alexandria.core.timestamps import now
-from alexandria.core.trust import (
-    AuthorityCertificate,
-    Genesis,
-    WorkerCertificate,
-    parse_worker_certificate,
-)
-from alexandria.errors import AlexandriaError, BadRequest, Forbidden
+from alexandria.core.trust import Genesis, WorkerCertificate, parse_worker_certificate
+from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.service.bootstrap import resolve_refs
 
 CONTENT_FIELDS = ("kind", "title", "body", "links", "previous")
@@ -196,31 +192,6 @@ def fetch_genesis(client: Client, pin: str | None) -> Genesis:
     """The library's genesis, checked against ``pin`` (when given) and its root signatures."""
     answer = client.genesis()
     return Genesis.from_document(answer.get("document"), pin=pin)
-
-
-def check_signed_record(signed: Mapping[str, Any], genesis: Genesis) -> None:
-    """What a reader holding only the pinned genesis can check of one signed record: its id is
-    the hash of its record, the worker certificate chains to an authority certificate signed by
-    the genesis roots, and the proof is the worker's signature of the record."""
-    record = parse_record(signed.get("record"), genesis.pin, kinds=_ALL_KINDS)
-    if signed.get("id") != record.id:
-        raise Forbidden("the record does not hash to its id", "ID_MISMATCH",
-                        id=signed.get("id"), actual=record.id)
-    signature = signed.get("signature")
-    if not isinstance(signature, dict):
-        raise Forbidden("the signed record has no signature", "PROOF_INVALID")
-    cert = parse_worker_certificate(signature.get("certificate"), genesis)
-    if not verify(cert.worker, str(signature.get("proof")), record.canonical):
-        raise Forbidden("proof is not the worker key's signature over JCS(record)",
-                        "PROOF_INVALID", worker=cert.worker)
-    if cert.actor != record.author:
-        raise Forbidden("the record's author is not the certified actor", "AUTHOR_MISMATCH")
-    admission = signed.get("admission")
-    if isinstance(admission, dict):
-        authority = AuthorityCertificate.from_document(admission.get("authority"), genesis)
-        if authority.key != cert.authority or "native-application" not in authority.roles:
-            raise Forbidden("the admission's authority did not issue the worker certificate",
-                            "AUTHORITY_MISMATCH", authority=authority.key)
 
 
 def body_of(record: Mapping[str, Any]) -> Any:
