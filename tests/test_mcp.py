@@ -17,6 +17,7 @@ from alexandria.api.mcp.tools import route_parameters
 from alexandria.api.served_contract import read_contract
 from tests.cli_support import Library
 from tests.conftest import CONTRACT
+from tests.liveserver import free_port
 from tests.mcp_support import (
     READ_TOOLS,
     WRITE_TOOLS,
@@ -118,9 +119,13 @@ async def test_worked_example_through_mcp(lib: Library) -> None:
         assert followed["following"] == [ids["claim"], ids["subspace"]]
         await call(peer, "save", revisions=[ids["document"]])
         await call(peer, "unfollow", revisions=[ids["subspace"]])
-        lists = await call(peer, "lists")
+        lists = await call(peer, "lists", detail="ids")
         assert lists["items"] == [{"list": "following", "root": ids["claim"]},
                                   {"list": "saved", "root": ids["document"]}]
+        titled = await call(peer, "lists", detail="summary")
+        assert titled["items"][0]["head"]["id"] == ids["merge"]
+        merge = CONTRACT["object_examples"]["steps"][-1]["content"]
+        assert titled["items"][0]["head"]["untrusted"]["title"] == merge["title"]
 
         # changes: the whole history in pages, then exactly what is new
         cursor, seen = None, []
@@ -262,3 +267,32 @@ async def test_budgets_hold_on_long_discussions(lib: Library) -> None:
             if not page["has_more"]:
                 break
         assert seen == [disc["id"], *replies]
+
+
+async def test_publish_keeps_retries_and_rejects_like_the_cli(lib: Library) -> None:
+    home = lib.homes["peer"]
+    content = {"kind": "space", "title": "Offline first", "body": {"summary": "kept"},
+               "links": [], "previous": ""}
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    async with agent(home, dead) as offline:
+        kept = await refusal(offline, "publish", content=content)
+        assert kept["code"] == "CONNECTION_FAILED"
+        rev = kept["details"]["pending"]
+        assert kept["details"]["retry"] == {"retry": rev}
+    envelope = (home / "pending" / f"{rev}.json").read_bytes()
+    async with agent(home, lib.url) as online:
+        again = await call(online, "publish", retry=rev)
+        assert again["id"] == rev and again["created"] is True  # the same bytes, not re-signed
+        assert not (home / "pending" / f"{rev}.json").exists()
+        assert (home / "published" / f"{rev}.json").exists()
+        stored = orjson.loads((home / "published" / f"{rev}.json").read_bytes())
+        assert stored["record"] == orjson.loads(envelope)["record"]
+        gone = await refusal(online, "publish", retry=rev)
+        assert gone["code"] == "NOT_PENDING"
+        both = await refusal(online, "publish", content=content, retry=rev)
+        assert both["code"] == "BAD_ARGUMENT"
+        rejected = await refusal(online, "publish", content={
+            "kind": "reply", "title": "Dangling", "body": "to nothing",
+            "links": [{"relation": "replies_to", "target": "1" * 64}], "previous": ""})
+        assert rejected["code"] == "LINK_TARGET_MISSING"
+        assert len(list((home / "rejected").glob("*.error.json"))) == 1

@@ -27,7 +27,14 @@ import anyio.to_thread
 import orjson
 from mcp.server.stdio import stdio_server
 
-from alexandria.api.mcp.answers import TEXT_RESERVE, UNTRUSTED_NOTE, Budget, fit, size
+from alexandria.api.mcp.answers import (
+    TEXT_RESERVE,
+    UNTRUSTED_NOTE,
+    Budget,
+    fit,
+    record_view,
+    size,
+)
 from alexandria.api.mcp.server import build_server
 from alexandria.api.mcp.source import ClientSource
 from alexandria.api.mcp.tools import (
@@ -48,6 +55,7 @@ from alexandria.errors import BadRequest
 from alexandria.rules.personal import MAX_ROOTS
 
 T = TypeVar("T")
+LISTS_PAGE = 50  # roots per lists call, as the read routes page
 
 
 async def serve_stdio(session: Session) -> None:
@@ -162,9 +170,15 @@ class Agent:
         offset = int(args.get("offset", 0))
         state = await self._sync(_personal_read, self.session)
         lists = _lists_of(state)
-        everything = [{"list": name, "root": root}
-                      for name in ("following", "saved") for root in lists[name]]
-        page = everything[offset:]
+        everything: list[dict[str, Any]] = [
+            {"list": name, "root": root} for name in ("following", "saved") for root in lists[name]]
+        page = everything[offset:offset + LISTS_PAGE]
+        if budget.detail != "ids":  # each root's current head, checked like any read
+            heads = [orjson.loads(await self.reader.source.get(f"/api/entries/{i['root']}/head"))
+                     for i in page]
+            checked = await self.reader.verifier.check(heads, with_proof=False)
+            page = [{**item, "head": {**record_view(head, budget.detail), **verdict.to_json()}}
+                    for item, head, verdict in zip(page, heads, checked.verdicts, strict=True)]
         answer: dict[str, Any] = {"state_id": state["id"] if state else None,
                                   "following_total": len(lists["following"]),
                                   "saved_total": len(lists["saved"]), "offset": offset}
@@ -172,7 +186,8 @@ class Agent:
                               shrink_first=None)
         kept = len(answer["items"])
         answer["omitted"] = len(page) - kept
-        answer["next_offset"] = offset + kept if kept < len(page) else None
+        end = offset + kept
+        answer["next_offset"] = end if end < len(everything) else None
         return answer, f"lists: {kept} of {len(everything)} roots. {UNTRUSTED_NOTE}"
 
     # --- the tool list ----------------------------------------------------------------------
