@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
+import orjson
 
 from alexandria.api.mcp.source import Source
 from alexandria.audit.verify import (
@@ -32,12 +33,21 @@ from alexandria.audit.verify import (
 from alexandria.core.trust import Genesis
 from alexandria.errors import AlexandriaError
 
+MAX_FAILURE_BYTES = 1_000
+"""A failure's typed error may quote the library's own error document: bounded, so that a
+hostile library cannot blow an answer's budget through it."""
+
 
 def failure(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, AlexandriaError):
-        return exc.to_json()
-    return {"error": f"the library's answer is malformed: {type(exc).__name__}: {exc}",
-            "code": "MALFORMED_ANSWER", "details": {}}
+        doc = exc.to_json()
+    else:
+        doc = {"error": f"the library's answer is malformed: {type(exc).__name__}: {exc}",
+               "code": "MALFORMED_ANSWER", "details": {}}
+    if len(orjson.dumps(doc)) > MAX_FAILURE_BYTES:
+        doc = {"error": str(doc.get("error"))[:300], "code": str(doc.get("code"))[:64],
+               "details": {"truncated": True}}
+    return doc
 
 
 @dataclass(frozen=True)

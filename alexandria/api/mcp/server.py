@@ -17,9 +17,10 @@ import orjson
 from mcp.server import Server, ServerRequestContext
 
 from alexandria import __version__
+from alexandria.api.mcp.answers import DEFAULT_MAX_BYTES, total_bytes
 from alexandria.api.mcp.inputs import ArgumentChecker
 from alexandria.api.mcp.tools import Tool
-from alexandria.errors import AlexandriaError
+from alexandria.errors import AlexandriaError, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,13 @@ def build_server(name: str, tools: list[Tool], resources: list[ResourceSpec]) ->
                                       "UNKNOWN_TOOL", tools=list(by_name))
             args = checkers[tool.name].check(params.arguments or {})
             structured, text = await tool.run(args)
+            limit = args.get("max_bytes", DEFAULT_MAX_BYTES) if "max_bytes" in \
+                tool.input_schema["properties"] else None
+            if limit is not None and total_bytes(text, structured) > limit:
+                # the tools fit their answers; this is the guarantee should an estimate fail
+                raise ServiceError(f"{tool.name}: the answer does not fit max_bytes={limit};"
+                                   " ask for less detail or a larger max_bytes",
+                                   "ANSWER_OVER_BUDGET", max_bytes=limit)
         except AlexandriaError as exc:
             return error_result(exc)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
