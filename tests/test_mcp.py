@@ -242,7 +242,15 @@ async def test_budgets_hold_on_long_discussions(lib: Library) -> None:
                     offset = page["next_offset"]
                 assert got == replies, (detail, max_bytes)
         # every read tool holds its budget at the smallest size
+        actor = (await call(owner, "get", revision=disc["id"]))["item"]["author"]
+        for i in range(3):
+            await call(owner, "publish", content={
+                "kind": "vote", "title": "vote", "body": "1",
+                "links": [{"relation": "votes_on", "target": replies[i]}], "previous": ""})
+        await call(owner, "follow", revisions=[disc["id"]])
         for tool, args in (
+            ("scores", {"author": actor}), ("lists", {"detail": "full"}),
+            ("discussion", {"revision": disc["id"], "with_proof": True, "detail": "full"}),
             ("search", {"q": "word"}), ("get", {"revision": replies[0]}),
             ("object", {"revision": disc["id"], "section": "all"}),
             ("connections", {"revision": disc["id"]}),
