@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 
 from alexandria.api.mcp.inputs import MAX_ELEMENTS
-from alexandria.api.mcp.tools import route_parameters
+from alexandria.api.mcp.schemas import route_parameters
 from alexandria.api.served_contract import read_contract
 from tests.cli_support import Library
 from tests.conftest import CONTRACT

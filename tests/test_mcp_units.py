@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from alexandria.api.mcp.answers import fit, shrink, size
+from alexandria.api.mcp.cursor import ChangesCursor
 from alexandria.api.mcp.inputs import MAX_ELEMENTS, ArgumentChecker, count_elements
-from alexandria.api.mcp.tools import ChangesCursor, route_schema
+from alexandria.api.mcp.schemas import route_schema
 from alexandria.api.served_contract import read_contract
 from alexandria.errors import BadRequest
 

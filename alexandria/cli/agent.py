@@ -35,16 +35,10 @@ from alexandria.api.mcp.answers import (
     record_view,
     size,
 )
+from alexandria.api.mcp.schemas import BUDGET_PROPERTIES, Answer, Tool
 from alexandria.api.mcp.server import build_server
 from alexandria.api.mcp.source import ClientSource
-from alexandria.api.mcp.tools import (
-    BUDGET_PROPERTIES,
-    Answer,
-    Reader,
-    Tool,
-    library_resources,
-    read_tools,
-)
+from alexandria.api.mcp.tools import Reader, library_resources, read_tools
 from alexandria.api.openapi import HEX64, OFFSET
 from alexandria.cli.pending import Outbox, Pending
 from alexandria.cli.personal import _lists_of, _personal_read, _update

@@ -19,7 +19,7 @@ from mcp.server import Server, ServerRequestContext
 from alexandria import __version__
 from alexandria.api.mcp.answers import DEFAULT_MAX_BYTES, total_bytes
 from alexandria.api.mcp.inputs import ArgumentChecker
-from alexandria.api.mcp.tools import Tool
+from alexandria.api.mcp.schemas import Tool
 from alexandria.errors import AlexandriaError, ServiceError
 
 log = logging.getLogger(__name__)
