@@ -1,4 +1,4 @@
-"""HTTP client of a library, for the CLI.
+"""HTTP client of a library, for the CLI (and, through ``answer_of``, the MCP tools' reads).
 
 Two kinds of failure, because the pending-file rule depends on the difference:
 
