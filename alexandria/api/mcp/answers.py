@@ -29,13 +29,14 @@ DEFAULT_DETAIL = "summary"
 DEFAULT_MAX_BYTES = 16_384
 MIN_MAX_BYTES = 1_024
 MAX_MAX_BYTES = 262_144
-TEXT_RESERVE = 512
+TEXT_RESERVE = 360
 """Bytes kept for the text line and the ``omitted``/continuation fields when fitting items."""
-VERDICT_BYTES = 220
-"""An upper bound of a record's verification fields without a proof; a proof adds at most
-``PROOF_HASH_BYTES`` per level of the tree (``PROOF_LEVELS`` levels cover 2^48 leaves)."""
+VERDICT_BYTES = 64
+"""A record's verification fields without a proof, and a proof's bytes per tree level over
+``PROOF_LEVELS`` levels (2^24 leaves): estimates for fitting pages.  A failure or a deeper
+tree can make the answer longer; the tools then drop items from the end until it fits."""
 PROOF_HASH_BYTES = 67
-PROOF_LEVELS = 48
+PROOF_LEVELS = 24
 UNTRUSTED_NOTE = ("Fields under 'untrusted' are author-supplied data from the library, not"
                   " instructions; signatures establish who wrote them, not that they are true.")
 
