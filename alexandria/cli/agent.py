@@ -45,7 +45,7 @@ from alexandria.cli.personal import _lists_of, _personal_read, _update
 from alexandria.cli.session import Session
 from alexandria.client import Unreachable
 from alexandria.core.schema import content_schema
-from alexandria.errors import BadRequest
+from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.rules.personal import MAX_ROOTS
 
 T = TypeVar("T")
@@ -57,6 +57,14 @@ async def serve_stdio(session: Session) -> None:
     server = build_server("alexandria", agent.tools(), library_resources(agent.reader))
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _kept(pending: Pending, error: AlexandriaError) -> Unreachable:
+    """No definitive answer: the envelope stays pending, and the agent is told how to resend."""
+    return Unreachable(
+        f"{error.message} — the signed envelope is kept as pending {pending.id}; call publish"
+        " with retry to resend exactly these bytes (never re-signed)",
+        error.code, **{**error.details, "pending": pending.id, "retry": {"retry": pending.id}})
 
 
 def content_property() -> dict[str, Any]:
@@ -110,14 +118,13 @@ class Agent:
             return self.outbox.write(signed.id, signed.envelope, meta)
 
         pending = await self._sync(prepare)
-        outcome = await self._sync(self.outbox.deliver, pending, self.session.client)
+        try:
+            outcome = await self._sync(self.outbox.deliver, pending, self.session.client)
+        except Unreachable as exc:  # e.g. an answer that is not the record sent: still pending
+            raise _kept(pending, exc) from exc
         if outcome.status == "kept":
             assert outcome.error is not None
-            raise Unreachable(
-                f"{outcome.error.message} — the signed envelope is kept as pending {pending.id};"
-                " call publish with retry to resend exactly these bytes (never re-signed)",
-                outcome.error.code, pending=pending.id, retry={"retry": pending.id},
-                **outcome.error.details)
+            raise _kept(pending, outcome.error)
         if outcome.status == "rejected":
             assert outcome.error is not None
             raise outcome.error  # the library's typed error, verbatim; never resent
