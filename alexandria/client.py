@@ -1,4 +1,4 @@
-"""HTTP client of a library, for the CLI.
+"""HTTP client of a library, for the CLI (and, through ``answer_of``, the MCP tools' reads).
 
 Two kinds of failure, because the pending-file rule depends on the difference:
 
@@ -107,6 +107,39 @@ class Answer:
         return orjson.loads(self.content)
 
 
+@contextlib.contextmanager
+def typed_failures(base_url: str, method: str, path: str) -> Iterator[None]:
+    """httpx's transport failures as ``Unreachable`` (the request may have been acted on)."""
+    where = f"{method} {base_url}{path}"
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise Unreachable(f"{where}: no answer in time ({type(exc).__name__})", "TIMEOUT",
+                          url=base_url) from exc
+    except httpx.ConnectError as exc:
+        raise Unreachable(f"cannot connect to {base_url}: {exc}", "CONNECTION_FAILED",
+                          url=base_url) from exc
+    except httpx.TransportError as exc:
+        raise Unreachable(f"{where}: connection lost before the answer ({exc})",
+                          "CONNECTION_LOST", url=base_url) from exc
+
+
+def answer_of(r: httpx.Response, where: str) -> Answer:
+    """The answer of a 2xx; typed errors otherwise (see the module docstring).  Shared by the
+    synchronous ``Client`` and by asynchronous readers of the same routes."""
+    if 200 <= r.status_code < 300:
+        return Answer(r.status_code, r.content)
+    document: Any = None
+    with contextlib.suppress(orjson.JSONDecodeError):
+        document = orjson.loads(r.content)
+    library_error = isinstance(document, dict) and isinstance(document.get("code"), str)
+    if r.status_code >= 500 or r.status_code in RETRYABLE_4XX or not library_error:
+        detail = document.get("error") if library_error else r.reason_phrase
+        raise Unreachable(f"{where}: HTTP {r.status_code} {detail}", "SERVER_ERROR",
+                          status=r.status_code)
+    raise rejection(r.status_code, document)
+
+
 class Client:
     """One library at ``base_url``; a thin layer over ``httpx.Client`` that types failures."""
 
@@ -130,40 +163,13 @@ class Client:
 
     # --- transport -----------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _typed_failures(self, method: str, path: str) -> Iterator[None]:
-        where = f"{method} {self.base_url}{path}"
-        try:
-            yield
-        except httpx.TimeoutException as exc:
-            raise Unreachable(f"{where}: no answer in time ({type(exc).__name__})", "TIMEOUT",
-                              url=self.base_url) from exc
-        except httpx.ConnectError as exc:
-            raise Unreachable(f"cannot connect to {self.base_url}: {exc}", "CONNECTION_FAILED",
-                              url=self.base_url) from exc
-        except httpx.TransportError as exc:
-            raise Unreachable(f"{where}: connection lost before the answer ({exc})",
-                              "CONNECTION_LOST", url=self.base_url) from exc
-
     def request(self, method: str, path: str, params: Mapping[str, str | int] | None = None,
                 content: bytes | None = None) -> Answer:
         """The answer of a 2xx; typed errors otherwise (see the module docstring)."""
         headers = {"content-type": "application/json"} if content is not None else None
-        with self._typed_failures(method, path):
+        with typed_failures(self.base_url, method, path):
             r = self._http.request(method, path, params=params, content=content, headers=headers)
-        if 200 <= r.status_code < 300:
-            return Answer(r.status_code, r.content)
-        document: Any = None
-        with contextlib.suppress(orjson.JSONDecodeError):
-            document = orjson.loads(r.content)
-        library_error = isinstance(document, dict) and isinstance(document.get("code"), str)
-        if r.status_code >= 500 or r.status_code in RETRYABLE_4XX or not library_error:
-            detail = document.get("error") if library_error else r.reason_phrase
-            raise Unreachable(
-                f"{method} {self.base_url}{path}: HTTP {r.status_code} {detail}", "SERVER_ERROR",
-                status=r.status_code,
-            )
-        raise rejection(r.status_code, document)
+        return answer_of(r, f"{method} {self.base_url}{path}")
 
     def get(self, path: str, **params: str | int | None) -> Answer:
         clean = {k: v for k, v in params.items() if v is not None}

@@ -16,6 +16,7 @@ from alexandria.api import personal as personal_api
 from alexandria.api import read as read_api
 from alexandria.api import write as write_api
 from alexandria.api.http import EXCEPTION_HANDLERS
+from alexandria.api.mcp.http import McpMount
 from alexandria.service.checkpoint_signer import background_signer
 from alexandria.service.library import Library
 
@@ -28,14 +29,19 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
         if manage_lifecycle:
             await library.open()
         try:
-            async with background_signer(library), library.cosigning.running(library.storage):
+            async with (
+                background_signer(library),
+                library.cosigning.running(library.storage),
+                mcp.running(app),
+            ):
                 yield
         finally:
             if manage_lifecycle:
                 await library.close()
 
+    mcp = McpMount(library.genesis)  # the read tools for agents, at /mcp (docs/mcp.md)
     app = Starlette(
-        routes=[*write_api.routes, *read_api.routes, *personal_api.routes,
+        routes=[mcp.route, *write_api.routes, *read_api.routes, *personal_api.routes,
                 *changes_api.routes, *log_api.routes,
                 *catalogue_api.routes, *object_api.routes, *contract_api.routes],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -347,6 +347,21 @@ PATHS: dict[str, Any] = {
               "alexandria.agent-read-contract/1")),
     "/api/openapi.json": _get(
         "This document", [], _json({"type": "object"}, "OpenAPI 3.1")),
+    "/mcp": {
+        "post": {
+            "summary": "The read tools for AI agents over MCP streamable HTTP (stateless, JSON"
+            " answers; docs/mcp.md)",
+            "parameters": [],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "description": "a JSON-RPC 2.0 message of the Model Context"
+                " Protocol"}}}},
+            "responses": {
+                "200": _json({"type": "object"}, "the JSON-RPC answer; tool refusals are tool"
+                             " results with isError and the typed error {error, code, details}"),
+                "413": {"description": "request body over 65,536 bytes"},
+            },
+        }
+    },
     "/api/log/checkpoint": {
         "get": {
             "summary": "The latest signed checkpoint (C2SP signed note), followed by its"

@@ -580,6 +580,7 @@ class EntryVerified:
     root: str
     log_key: str
     cosigners: tuple[str, ...] = ()
+    inclusion: tuple[str, ...] = ()  # the entry's audit path, leaf to root (hex)
 
     def to_json(self) -> dict[str, Any]:
         return {"verified": True, "id": self.id, "sequence": self.sequence,
@@ -587,7 +588,8 @@ class EntryVerified:
                 "log_key": self.log_key, "cosigners": list(self.cosigners)}
 
 
-def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, what: str) -> None:
+def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, what: str
+              ) -> tuple[str, ...]:
     answer = orjson.loads(fetch(f"/api/log/proof/inclusion?index={index}&size={size}"))
     try:
         proof = [bytes.fromhex(h) for h in answer["proof"]]
@@ -595,6 +597,7 @@ def _included(fetch: Fetch, index: int, size: int, leaf: bytes, root: bytes, wha
     except (ValueError, KeyError, TypeError, merkle.MerkleError) as exc:
         raise EntryRefused(index + 1, "E4", f"{what} is not included in the checkpoint: {exc}",
                            "INCLUSION_FAILED") from exc
+    return tuple(p.hex() for p in proof)
 
 
 def _authority_leaf(item: Any, sequence: int, step: str) -> bytes:
@@ -615,7 +618,8 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None,
     E1. genesis: the server's genesis document has the pinned hash and its threshold signatures;
     E2. checkpoint: signed by a key whose ``log`` certificate (root-signed, not revoked by
         root, valid when the checkpoint's last leaf was admitted — that leaf, and so its
-        admission time, proven included) is itself included in it;
+        admission time, proven included) is itself included in it; with a witness policy,
+        cosigned by a quorum of its witnesses;
     E3. entry: the signed record is the revision asked for and passes
         ``signed.check_signed_record`` (the server's steps 1–7 at its admission time, with
         the server's codes): its id is its record's hash, its worker certificate, proof,
@@ -626,6 +630,29 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None,
         ``signature`` and ``admission.admitted_at`` — (and its authority certificate's) is in
         the checkpoint's tree, so the admission time the server states is the one it logged.
     """
+    checkpoint = verify_checkpoint_note(fetch, pin, note, witnesses)
+    signed = orjson.loads(fetch(f"/api/entries/{revision}"))
+    return verify_signed_entry(fetch, checkpoint, revision, signed)
+
+
+@dataclass(frozen=True)
+class VerifiedCheckpoint:
+    """A checkpoint whose note signature verified against a log key certified in the log
+    (steps E1 and E2), with what E3 and E4 need to check entries under it."""
+
+    genesis: Genesis
+    note: str
+    size: int
+    root: bytes
+    log_key: str
+    authority: dict[bytes, dict[str, Any]] = field(repr=False)
+    cosigners: tuple[str, ...] = ()
+
+
+def verify_checkpoint_note(fetch: Fetch, pin: str, note: str | None = None,
+                           witnesses: WitnessPolicy | None = None) -> VerifiedCheckpoint:
+    """Steps E1 and E2 of :func:`verify_entry`: the genesis, then the checkpoint ``note`` (or
+    the server's current one)."""
     # E1
     genesis = Genesis.from_document(orjson.loads(fetch("/api/genesis"))["document"], pin)
     origin = genesis.origin
@@ -674,28 +701,36 @@ def verify_entry(fetch: Fetch, pin: str, revision: str, note: str | None = None,
     by_sequence = {item["sequence"]: item for item in authority}
     _included(fetch, cert_seq - 1, cp.size, _authority_leaf(by_sequence[cert_seq], cert_seq, "E2"),
               cp.root, "the log certificate")
+    return VerifiedCheckpoint(genesis, text, cp.size, cp.root, signer, docs, tuple(cosigners))
+
+
+def verify_signed_entry(fetch: Fetch, checkpoint: VerifiedCheckpoint, revision: str,
+                        signed: Any) -> EntryVerified:
+    """Steps E3 and E4 of :func:`verify_entry` for the signed record ``signed`` the server
+    answered for ``revision``, under a checkpoint that passed E1 and E2."""
+    cp_size, cp_root = checkpoint.size, checkpoint.root
     # E3
-    signed = orjson.loads(fetch(f"/api/entries/{revision}"))
     if not isinstance(signed, dict) or signed.get("id") != revision:
         raise EntryRefused(0, "E3", "the library answered with another revision than the one"
                            " asked for", "REVISION_MISMATCH")
     try:
-        checked = check_signed_record(signed, genesis)
+        checked = check_signed_record(signed, checkpoint.genesis)
     except AlexandriaError as exc:
         claimed = signed.get("admission")
         at = claimed.get("sequence") if isinstance(claimed, dict) else None
         raise _refused(at if isinstance(at, int) and at > 0 else 0, "E3", exc) from exc
     sequence, leaf, auth = checked.sequence, checked.leaf, checked.authority
-    if sequence > cp.size:
+    if sequence > cp_size:
         raise EntryRefused(sequence, "E4", f"the entry is not covered by the checkpoint of size"
-                           f" {cp.size} yet", "NOT_YET_COVERED")
+                           f" {cp_size} yet", "NOT_YET_COVERED")
     # E4
-    _included(fetch, sequence - 1, cp.size, leaf, cp.root, "the entry")
-    auth_item = docs.get(canonical(auth.document))
+    inclusion = _included(fetch, sequence - 1, cp_size, leaf, cp_root, "the entry")
+    auth_item = checkpoint.authority.get(canonical(auth.document))
     if auth_item is None or auth_item["sequence"] >= sequence:
         raise EntryRefused(sequence, "E3", "the authority certificate was not admitted before"
                            " the entry", "AUTHORITY_CHAIN")
-    _included(fetch, auth_item["sequence"] - 1, cp.size,
-              _authority_leaf(auth_item, auth_item["sequence"], "E4"), cp.root,
+    _included(fetch, auth_item["sequence"] - 1, cp_size,
+              _authority_leaf(auth_item, auth_item["sequence"], "E4"), cp_root,
               "the authority certificate")
-    return EntryVerified(revision, sequence, cp.size, cp.root.hex(), signer, tuple(cosigners))
+    return EntryVerified(revision, sequence, cp_size, cp_root.hex(), checkpoint.log_key,
+                         checkpoint.cosigners, inclusion)

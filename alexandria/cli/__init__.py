@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "alexandria.cli.operator",
     "alexandria.cli.log",
     "alexandria.cli.witness",
+    "alexandria.cli.mcp",
 )
 
 EXIT_FAILURE = 1

@@ -1,0 +1,143 @@
+"""What the MCP server checks itself before it says ``verified: true``.
+
+Nothing here re-implements a rule: the signature chain is ``rules.signed.check_signed_record``
+(the record hashes to its id, the worker certificate chains to an authority certificate signed
+by the pinned genesis roots, the proof is the worker's signature), and inclusion is
+``audit.verify.verify_checkpoint_note`` (steps E1, E2: the checkpoint's note signature verifies
+against a log key whose certificate is root-signed and itself in the log) followed by
+``verify_signed_entry`` (E3, E4: the entry again, its authority certificate, and RFC 9162
+inclusion proofs of both under that checkpoint's root).
+
+A record is ``verified`` only when both held; ``signature_chain`` alone says the record is
+authentic but not that the log holds it.  All of it runs on a worker thread: the checks are
+CPU (Ed25519) and synchronous fetches.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import orjson
+
+from alexandria.api.mcp.source import Source
+from alexandria.audit.verify import (
+    EntryVerified,
+    VerifiedCheckpoint,
+    verify_checkpoint_note,
+    verify_signed_entry,
+)
+from alexandria.core.trust import Genesis
+from alexandria.errors import AlexandriaError
+from alexandria.rules.signed import check_signed_record
+
+MAX_FAILURE_BYTES = 1_000
+"""A failure's typed error may quote the library's own error document: bounded, so that a
+hostile library cannot blow an answer's budget through it."""
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, AlexandriaError):
+        doc = exc.to_json()
+    else:
+        doc = {"error": f"the library's answer is malformed: {type(exc).__name__}: {exc}",
+               "code": "MALFORMED_ANSWER", "details": {}}
+    if len(orjson.dumps(doc)) > MAX_FAILURE_BYTES:
+        doc = {"error": str(doc.get("error"))[:300], "code": str(doc.get("code"))[:64],
+               "details": {"truncated": True}}
+    return doc
+
+
+@dataclass(frozen=True)
+class Verdict:
+    signature_chain: bool
+    inclusion: bool | None  # None: not asked (no with_proof)
+    failure: dict[str, Any] | None = None
+    entry: EntryVerified | None = None
+
+    @property
+    def verified(self) -> bool:
+        return self.signature_chain and self.inclusion is True
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"verified": self.verified, "signature_chain": self.signature_chain,
+                               "inclusion": self.inclusion}
+        if self.failure is not None:
+            out["failure"] = self.failure
+        if self.entry is not None:
+            out["proof"] = {"leaf_index": self.entry.sequence - 1,
+                            "tree_size": self.entry.checkpoint_size,
+                            "inclusion": list(self.entry.inclusion)}
+        return out
+
+
+@dataclass(frozen=True)
+class Checked:
+    verdicts: list[Verdict]
+    checkpoint: VerifiedCheckpoint | None
+    checkpoint_failure: dict[str, Any] | None = None
+
+    def checkpoint_json(self) -> dict[str, Any] | None:
+        if self.checkpoint_failure is not None:
+            return {"verified": False, "failure": self.checkpoint_failure}
+        cp = self.checkpoint
+        if cp is None:
+            return None
+        return {"verified": True, "note": cp.note, "size": cp.size, "root": cp.root.hex(),
+                "log_key": cp.log_key}
+
+
+class Verifier:
+    """Checks against the pinned ``genesis``; remembers the last checkpoint it verified and
+    reuses it while the library serves the very same note (one note, one verification)."""
+
+    def __init__(self, source: Source, genesis: Genesis) -> None:
+        self.source = source
+        self.genesis = genesis
+        self._checkpoint: VerifiedCheckpoint | None = None
+        self._lock = threading.Lock()
+
+    def _current_checkpoint(self) -> VerifiedCheckpoint:
+        note = self.source.fetch("/api/log/checkpoint").decode("utf-8")
+        with self._lock:
+            cached = self._checkpoint
+        if cached is not None and cached.note == note:
+            return cached
+        checkpoint = verify_checkpoint_note(self.source.fetch, self.genesis.pin, note)
+        with self._lock:
+            self._checkpoint = checkpoint
+        return checkpoint
+
+    def _check(self, records: list[dict[str, Any]], with_proof: bool) -> Checked:
+        checkpoint: VerifiedCheckpoint | None = None
+        cp_failure: dict[str, Any] | None = None
+        if with_proof and records:
+            try:
+                checkpoint = self._current_checkpoint()
+            except (AlexandriaError, KeyError, TypeError, ValueError, IndexError) as exc:
+                cp_failure = failure(exc)
+        verdicts = []
+        for signed in records:
+            try:
+                check_signed_record(signed, self.genesis)
+            except (AlexandriaError, KeyError, TypeError, ValueError) as exc:
+                verdicts.append(Verdict(False, False if with_proof else None, failure(exc)))
+                continue
+            if not with_proof:
+                verdicts.append(Verdict(True, None))
+            elif checkpoint is None:
+                verdicts.append(Verdict(True, False, cp_failure))
+            else:
+                try:
+                    entry = verify_signed_entry(self.source.fetch, checkpoint, str(signed["id"]),
+                                                signed)
+                except (AlexandriaError, KeyError, TypeError, ValueError) as exc:
+                    verdicts.append(Verdict(True, False, failure(exc)))
+                else:
+                    verdicts.append(Verdict(True, True, entry=entry))
+        return Checked(verdicts, checkpoint, cp_failure)
+
+    async def check(self, records: list[dict[str, Any]], with_proof: bool) -> Checked:
+        return await anyio.to_thread.run_sync(self._check, records, with_proof)
