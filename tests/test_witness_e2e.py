@@ -10,10 +10,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import httpx
 import orjson
 import pytest
 
+from alexandria.api.mcp.checks import Checked, Verifier
+from alexandria.api.mcp.source import ClientSource
+from alexandria.client import Client
 from alexandria.core import note
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.timestamps import format_ms, now_ms
@@ -135,6 +139,12 @@ def test_two_witnesses_cosign_and_a_fork_is_refused_by_both(
                        "--entry", ids[-1], *witnesses.verifier_options())
         assert r.returncode == 0, r.stderr
         assert len(orjson.loads(r.stdout)["cosigners"]) == 2
+        # an agent's MCP verify with the same policy reports both cosigners
+        checked = mcp_verify(honest, founding, policy, ids[-1])
+        assert checked.verdicts[0].verified
+        view = checked.checkpoint_json()
+        assert view is not None
+        assert sorted(view["cosigned_by"]) == ["witness.example/w1", "witness.example/w2"]
         export = tmp_path / "honest.jsonl"
         assert alexandria("export", "--db", str(honest_db), "--output", str(export)
                           ).returncode == 0
@@ -170,6 +180,26 @@ def test_two_witnesses_cosign_and_a_fork_is_refused_by_both(
         assert r.returncode == 1 and b"CHECKPOINT_NOT_WITNESSED" in r.stderr
         # without the policy the fork verifies: only witnesses can tell
         assert alexandria("verify", "--genesis-pin", pin, "--url", fork.url).returncode == 0
+        # the MCP verify tool with the policy says why it is not verified
+        forked_id = httpx.get(f"{fork.url}/api/catalogue", params={"q": "quatre"}
+                              ).json()["items"][0]["id"]
+        checked = mcp_verify(fork, founding, policy, forked_id)
+        assert not checked.verdicts[0].verified
+        assert checked.checkpoint_json() == {"verified": False, "failure": {
+            **(checked.checkpoint_failure or {}), "code": "CHECKPOINT_NOT_WITNESSED"}}
+        assert mcp_verify(fork, founding, None, forked_id).verdicts[0].verified
+
+
+def mcp_verify(server: Server, founding: Founding, policy: WitnessPolicy | None,
+               revision: str) -> Checked:
+    """What the MCP ``verify`` tool checks of one revision, under a witness policy."""
+    client = Client(server.url)
+    try:
+        signed = orjson.loads(client.request("GET", f"/api/entries/{revision}").content)
+        verifier = Verifier(ClientSource(client), founding.genesis, policy)
+        return anyio.run(verifier.check, [signed], True)
+    finally:
+        client.close()
 
 
 def publish_more(server: Server, founding: Founding, titles: list[str]) -> list[str]:

@@ -39,7 +39,8 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
             if manage_lifecycle:
                 await library.close()
 
-    mcp = McpMount(library.genesis)  # the read tools for agents, at /mcp (docs/mcp.md)
+    # the read tools for agents, at /mcp (docs/mcp.md); with witnesses, their quorum is required
+    mcp = McpMount(library.genesis, library.cosigning.policy())
     app = Starlette(
         routes=[mcp.route, *write_api.routes, *read_api.routes, *personal_api.routes,
                 *changes_api.routes, *log_api.routes,

@@ -45,6 +45,7 @@ from alexandria.cli.personal import _lists_of, _personal_read, _update
 from alexandria.cli.session import Session
 from alexandria.client import Unreachable
 from alexandria.core.schema import content_schema
+from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.rules.personal import MAX_ROOTS
 
@@ -52,8 +53,8 @@ T = TypeVar("T")
 LISTS_PAGE = 50  # roots per lists call, as the read routes page
 
 
-async def serve_stdio(session: Session) -> None:
-    agent = Agent(session)
+async def serve_stdio(session: Session, witnesses: WitnessPolicy | None = None) -> None:
+    agent = Agent(session, witnesses)
     server = build_server("alexandria", agent.tools(), library_resources(agent.reader))
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -78,9 +79,9 @@ def content_property() -> dict[str, Any]:
 class Agent:
     """The participant's session as MCP tools."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, witnesses: WitnessPolicy | None = None) -> None:
         self.session = session
-        self.reader = Reader(ClientSource(session.client), session.genesis())
+        self.reader = Reader(ClientSource(session.client), session.genesis(), witnesses)
         self.outbox = Outbox(session.home)
 
     async def _sync(self, fn: Callable[..., T], *args: Any) -> T:

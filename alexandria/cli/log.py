@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING
 import orjson
 
 from alexandria.core.keys import HEX64
-from alexandria.core.witness_policy import WitnessPolicy, parse_witness_option
+from alexandria.core.witness_policy import WitnessPolicy, policy_of
 from alexandria.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -215,13 +215,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def _witness_policy(args: argparse.Namespace) -> WitnessPolicy | None:
     """``--witness NAME=VKEY`` … and ``--witness-quorum N``, or None without them."""
-    if not args.witness and args.witness_quorum is None:
-        return None
-    verifiers = tuple(parse_witness_option(w) for w in args.witness)
-    if len({v.vkey for v in verifiers}) != len(verifiers):
-        raise BadRequest("the same witness key is given twice", "USAGE")
-    quorum = len(verifiers) if args.witness_quorum is None else args.witness_quorum
-    return WitnessPolicy(verifiers, quorum)
+    return policy_of(args.witness, args.witness_quorum)
 
 
 def _verify_entry(args: argparse.Namespace, policy: WitnessPolicy | None) -> int:

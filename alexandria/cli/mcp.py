@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from alexandria.cli.config import Home, LibraryConfig
 from alexandria.cli.participant import command
 from alexandria.cli.session import Session
+from alexandria.core.witness_policy import policy_of
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -23,6 +24,11 @@ def register(sub: Sub) -> None:
     p.add_argument("--library", metavar="URL",
                    help="library URL (default: the one `alexandria worker init` configured);"
                    " answers are always checked against your pinned genesis")
+    p.add_argument("--witness", action="append", default=[], metavar="NAME=VKEY",
+                   help="a witness you trust (repeatable): `verify` and with_proof answers then"
+                   " require checkpoints cosigned by --witness-quorum of them")
+    p.add_argument("--witness-quorum", type=int, default=None, metavar="N",
+                   help="how many trusted witnesses must have cosigned (default: all given)")
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -36,7 +42,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     session = Session(home, library=LibraryConfig(url, config.pin))
     try:
         session.genesis()  # the pin is checked before the first message is served
-        anyio.run(serve_stdio, session)
+        anyio.run(serve_stdio, session, policy_of(args.witness, args.witness_quorum))
     finally:
         session.close()
     return 0

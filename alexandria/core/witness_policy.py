@@ -54,6 +54,17 @@ class WitnessPolicy:
         return found
 
 
+def policy_of(witness: list[str], quorum: int | None) -> WitnessPolicy | None:
+    """``--witness NAME=VKEY`` … and ``--witness-quorum N`` (default: all given), or None
+    without either: what the verifiers and the MCP server take from their options."""
+    if not witness and quorum is None:
+        return None
+    verifiers = tuple(parse_witness_option(w) for w in witness)
+    if len({v.vkey for v in verifiers}) != len(verifiers):
+        raise BadRequest("the same witness key is given twice", "USAGE")
+    return WitnessPolicy(verifiers, len(verifiers) if quorum is None else quorum)
+
+
 def parse_witness_vkey(name: str, vkey: str, option: str) -> note.Verifier:
     verifier = note.parse_vkey(vkey)
     if verifier.name != name or verifier.key_type != note.COSIGNATURE_V1:

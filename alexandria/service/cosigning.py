@@ -32,6 +32,7 @@ import httpx
 
 from alexandria.core import merkle, note
 from alexandria.core.tlog_witness import format_add_checkpoint, parse_size_body
+from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.reads.log import StoredCheckpoint, latest_checkpoint
 from alexandria.store import cosignatures
 from alexandria.store.merkle_nodes import node_reader
@@ -178,6 +179,13 @@ class Cosigning:
     @property
     def vkeys(self) -> list[str]:
         return [w.verifier.vkey for w in self.witnesses]
+
+    def policy(self) -> WitnessPolicy | None:
+        """What this library's own readers (``/mcp``) require of a checkpoint: its witnesses'
+        cosignatures, ``quorum`` of them; None without witnesses."""
+        if not self.witnesses:
+            return None
+        return WitnessPolicy(tuple(w.verifier for w in self.witnesses), self.quorum)
 
     def signed(self, _checkpoint: StoredCheckpoint) -> None:
         """The signer made a new checkpoint: every witness task looks now."""

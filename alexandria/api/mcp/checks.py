@@ -30,6 +30,7 @@ from alexandria.audit.verify import (
     verify_signed_entry,
 )
 from alexandria.core.trust import Genesis
+from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.errors import AlexandriaError
 from alexandria.rules.signed import check_signed_record
 
@@ -78,6 +79,7 @@ class Checked:
     verdicts: list[Verdict]
     checkpoint: VerifiedCheckpoint | None
     checkpoint_failure: dict[str, Any] | None = None
+    witnesses: WitnessPolicy | None = None
 
     def checkpoint_json(self) -> dict[str, Any] | None:
         if self.checkpoint_failure is not None:
@@ -85,17 +87,24 @@ class Checked:
         cp = self.checkpoint
         if cp is None:
             return None
+        policy = self.witnesses
         return {"verified": True, "note": cp.note, "size": cp.size, "root": cp.root.hex(),
-                "log_key": cp.log_key}
+                "log_key": cp.log_key,
+                # witnesses the agent's policy trusts whose cosignatures verified (issue 20);
+                # without a policy none is checked and the list stays empty
+                "cosigned_by": list(cp.cosigners),
+                "witness_quorum": None if policy is None else policy.quorum}
 
 
 class Verifier:
     """Checks against the pinned ``genesis``; remembers the last checkpoint it verified and
     reuses it while the library serves the very same note (one note, one verification)."""
 
-    def __init__(self, source: Source, genesis: Genesis) -> None:
+    def __init__(self, source: Source, genesis: Genesis,
+                 witnesses: WitnessPolicy | None = None) -> None:
         self.source = source
         self.genesis = genesis
+        self.witnesses = witnesses
         self._checkpoint: VerifiedCheckpoint | None = None
         self._lock = threading.Lock()
 
@@ -105,7 +114,8 @@ class Verifier:
             cached = self._checkpoint
         if cached is not None and cached.note == note:
             return cached
-        checkpoint = verify_checkpoint_note(self.source.fetch, self.genesis.pin, note)
+        checkpoint = verify_checkpoint_note(self.source.fetch, self.genesis.pin, note,
+                                            self.witnesses)
         with self._lock:
             self._checkpoint = checkpoint
         return checkpoint
@@ -137,7 +147,7 @@ class Verifier:
                     verdicts.append(Verdict(True, False, failure(exc)))
                 else:
                     verdicts.append(Verdict(True, True, entry=entry))
-        return Checked(verdicts, checkpoint, cp_failure)
+        return Checked(verdicts, checkpoint, cp_failure, self.witnesses)
 
     async def check(self, records: list[dict[str, Any]], with_proof: bool) -> Checked:
         return await anyio.to_thread.run_sync(self._check, records, with_proof)

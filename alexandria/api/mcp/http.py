@@ -25,6 +25,7 @@ from alexandria.api.mcp.source import AppSource
 from alexandria.api.mcp.tools import Reader, library_resources, read_tools
 from alexandria.core.records import MAX_ENVELOPE_BYTES
 from alexandria.core.trust import Genesis
+from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.errors import AlexandriaError, ServiceError
 
 PATH = "/mcp"
@@ -34,8 +35,9 @@ class McpMount:
     """The ``/mcp`` route; ``running(app)`` binds it to the app it reads and runs the
     transport for the app's lifetime."""
 
-    def __init__(self, genesis: Genesis) -> None:
+    def __init__(self, genesis: Genesis, witnesses: WitnessPolicy | None = None) -> None:
         self.genesis = genesis
+        self.witnesses = witnesses
         self._manager: StreamableHTTPSessionManager | None = None
         self.route = Route(PATH, self, methods=["POST"])  # self: an ASGI app
 
@@ -52,7 +54,7 @@ class McpMount:
     @contextlib.asynccontextmanager
     async def running(self, app: Any) -> AsyncIterator[None]:
         source = AppSource(app)
-        reader = Reader(source, self.genesis)
+        reader = Reader(source, self.genesis, self.witnesses)
         server = build_server("alexandria", read_tools(reader), library_resources(reader))
         manager = StreamableHTTPSessionManager(
             app=server, json_response=True, stateless=True,

@@ -37,6 +37,7 @@ from alexandria.api.mcp.schemas import (
 )
 from alexandria.api.mcp.source import Source
 from alexandria.core.trust import Genesis
+from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.errors import AlexandriaError
 
 VERIFY_TEXT = "x" * 220  # the longest text line verify writes
@@ -89,10 +90,11 @@ class Reader:
 
     source: Source
     genesis: Genesis
+    witnesses: WitnessPolicy | None = None  # checkpoints must carry this quorum (docs/log.md)
     verifier: Verifier = field(init=False)
 
     def __post_init__(self) -> None:
-        self.verifier = Verifier(self.source, self.genesis)
+        self.verifier = Verifier(self.source, self.genesis, self.witnesses)
 
     # --- shared: a page of signed records --------------------------------------------------
 
