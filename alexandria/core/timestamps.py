@@ -36,21 +36,18 @@ def parse_ms(text: str) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1000 + int(text[20:23])
 
 
-_SECOND: tuple[int, str] = (0, "1970-01-01T00:00:00.")  # the last second formatted
+@lru_cache(maxsize=64)
+def _second_text(second: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.`` of a second since the epoch: the writer formats one admission
+    time after another within the same second (a pure memo, like ``parse_ms``'s)."""
+    dt = _EPOCH + timedelta(seconds=second)  # four-digit years even before 1000 (strftime: no)
+    return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:" \
+        f"{dt.second:02d}."
 
 
 def format_ms(ms: int) -> str:
-    """``YYYY-MM-DDTHH:MM:SS.mmmZ``; the writer formats one admission time after another
-    within the same second, so the second's text is remembered."""
-    global _SECOND
-    second, text = _SECOND
-    if ms // 1000 != second:
-        second = ms // 1000
-        dt = _EPOCH + timedelta(seconds=second)  # four-digit years even before 1000 (strftime: no)
-        text = f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:" \
-            f"{dt.second:02d}."
-        _SECOND = (second, text)
-    return f"{text}{ms % 1000:03d}Z"
+    """``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    return f"{_second_text(ms // 1000)}{ms % 1000:03d}Z"
 
 
 def now_ms() -> int:
