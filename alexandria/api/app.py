@@ -18,6 +18,7 @@ from alexandria.api import write as write_api
 from alexandria.api.http import EXCEPTION_HANDLERS
 from alexandria.reads import log
 from alexandria.service.library import Library
+from alexandria.web import routes as web_routes
 
 
 def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
@@ -37,7 +38,8 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
     app = Starlette(
         routes=[*write_api.routes, *read_api.routes, *personal_api.routes,
                 *changes_api.routes, *log_api.routes,
-                *catalogue_api.routes, *object_api.routes, *contract_api.routes],
+                *catalogue_api.routes, *object_api.routes, *contract_api.routes,
+                *web_routes.routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )

@@ -416,6 +416,17 @@ def _section_graph(
     return _page(conn, sql, {"root": subj.root, "rev": subj.rev, "item": item}, offset)
 
 
+def tree_children(
+    conn: sqlite3.Connection, subj: Subject, relation: str, offset: int
+) -> SectionResult:
+    """Current heads of the objects whose ``relation`` tree link names the object (any of its
+    revisions), by creation: one range of ``links_target_root``, as in ``children``."""
+    firsts, more = _page(
+        conn, _merged([_tree_arm(relation, False)]), {"root": subj.root, "rev": subj.rev}, offset
+    )
+    return _heads(conn, firsts), more
+
+
 _SECTIONS = {
     "all": _section_all,
     "children": _section_children,
