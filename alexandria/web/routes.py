@@ -36,7 +36,8 @@ assert set(HOME_PARAMETERS) <= set(CATALOGUE_PARAMETERS)
 SECTION_TITLES = {
     "children": "Children", "knowledge": "Included knowledge", "graph": "Relationships",
     "discussions": "Discussions", "evidence": "Evidence", "assessments": "Assessments",
-    "proposals": "Proposals", "related": "Links", "history": "History", "thread": "Thread",
+    "proposals": "Proposals", "related": "Links and citations", "history": "History",
+    "thread": "Thread",
 }
 
 

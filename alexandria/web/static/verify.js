@@ -254,9 +254,11 @@
     check(cp.origin === origin && cp.origin === genesis.origin, "the checkpoint is for another log");
     if (signatures) {
       let logKey = null;
-      for (const doc of authority.items) {
+      for (const item of authority.items) { // {sequence, type, admitted_at, document}
+        const doc = item.document;
         const c = doc.certificate;
-        if (!c || !c.roles.includes("log") || c.genesis !== pin) continue;
+        if (item.type !== "certificate" || !c || !c.roles.includes("log") || c.genesis !== pin) continue;
+        if (item.sequence > cp.size) continue; // a log key's certificate is in the tree it signs
         const id = (await sha256(concat(enc.encode(cp.origin + "\n"), Uint8Array.of(1), unhex(c.key)))).slice(0, 4);
         for (const s of cp.signatures) {
           if (s.name === cp.origin && equal(s.keyId, id)) {
