@@ -20,8 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from alexandria.api.app import create_app
+from alexandria.core import merkle
+from alexandria.core.canonical import canonical
 from alexandria.core.timestamps import format_ms
 from alexandria.service.bootstrap import Founding, found_library, resolve_refs
 from alexandria.service.library import Library
@@ -328,3 +332,68 @@ def test_pages_have_no_serious_accessibility_violations(
         if violations:
             found[path] = violations
     assert not found, found
+
+
+# --- the page's script agrees with the server's Python ----------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@pytest.fixture(scope="module")
+def script_page(live: tuple[LiveServer, dict[str, str]], driver: Any) -> Any:
+    server, names = live
+    driver.get(f"{server.url}/revisions/{names['claim']}")
+    wait(driver, badge_settled, "the badge settles")
+    return driver
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(JSON_VALUES, min_size=1, max_size=25))
+def test_browser_jcs_is_rfc8785(script_page: Any, values: list[Any]) -> None:
+    """The script's canonical form is byte for byte ``core.canonical`` (non-BMP keys sort by
+    UTF-16 code units, escapes, integers): the record id and the leaf bytes depend on it."""
+    got = script_page.execute_script(
+        "return arguments[0].map((v) => window.AlexandriaVerify.jcs(v));", values
+    )
+    assert got == [canonical(v).decode() for v in values]
+
+
+def test_browser_inclusion_matches_rfc9162(script_page: Any) -> None:
+    """Every (index, size) up to 33 leaves: the script recomputes the root from the server's
+    proofs, and a proof with a flipped, missing or extra hash never gives the root."""
+    leaves = [merkle.leaf_hash(b"leaf %d" % i) for i in range(33)]
+
+    def node(level: int, idx: int) -> bytes:
+        return merkle.root_from_leaves(leaves[idx << level:(idx + 1) << level])
+
+    cases, expected = [], []
+    for size in range(1, 34):
+        root = merkle.root_from_leaves(leaves[:size]).hex()
+        for index in range(size):
+            proof = [p.hex() for p in merkle.inclusion_proof(index, size, node)]
+            cases.append([index, size, leaves[index].hex(), proof])
+            expected.append(root)
+            if proof:
+                bad = [("0" if proof[0][0] != "0" else "1") + proof[0][1:], *proof[1:]]
+                for broken in (bad, proof[:-1], [*proof, proof[0]]):
+                    cases.append([index, size, leaves[index].hex(), broken])
+                    expected.append("not " + root)
+    got = script_page.execute_async_script(
+        "const done = arguments[arguments.length - 1]; const V = window.AlexandriaVerify;"
+        "(async () => { const out = []; for (const [i, n, leaf, proof] of arguments[0]) {"
+        "  try { const hashes = proof.map(V.unhex);"
+        "    out.push(V.hex(await V.rootFromInclusion(i, n, V.unhex(leaf), hashes)));"
+        "  } catch (e) { out.push('error: ' + e.message); } } return out; })()"
+        ".then(done, (e) => done(String(e)));",
+        cases,
+    )
+    assert len(got) == len(expected)
+    for case, want, have in zip(cases, expected, got, strict=True):
+        if want.startswith("not "):
+            assert have != want[4:], case
+        else:
+            assert have == want, case

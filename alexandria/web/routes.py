@@ -10,6 +10,7 @@ status code.  An empty form field is no parameter, since a browser submits every
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -47,14 +48,19 @@ def _library(request: Request) -> Library:
 
 
 def html_errors(handler: Handler) -> Handler:
-    """Typed errors of a page handler become an error page with the same status and body."""
+    """Typed errors of a page handler become an error page with the same status and body.
+    Every page says how long the server spent on it (``Server-Timing: app;dur=MS``, shown by
+    browsers' developer tools and read by ``bench/pages.py``)."""
 
     @functools.wraps(handler)
     async def run(request: Request) -> Response:
+        start = time.perf_counter()
         try:
-            return await handler(request)
+            response = await handler(request)
         except AlexandriaError as exc:
-            return error_page(exc, _library(request).genesis.library)
+            response = error_page(exc, _library(request).genesis.library)
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
+        return response
 
     return run
 

@@ -296,6 +296,9 @@
     show("ok", "Verified: signed by its author, certified up to the pinned genesis, and included in the log's signed checkpoint of " + cp.size + " entries.");
   }
 
+  // The pure parts, for tests that compare them with the server's Python (tests/test_browser.py).
+  window.AlexandriaVerify = Object.freeze({ jcs, leafData, rootFromInclusion, parseNote, hex, unhex });
+
   if (!window.isSecureContext || !window.crypto || !crypto.subtle) {
     show("unavailable", "Cannot verify in this browser: WebCrypto is only available on HTTPS or on http://127.0.0.1 / localhost, and this page was served over plain HTTP from another host. Use `alexandria verify --entry` instead.");
     return;
