@@ -316,3 +316,60 @@ async def test_unsafe_source_urls_are_not_links(api: Api) -> None:
                 "https://user:pw@example.org/", "https://exa mple.org/", "vbscript:x", "",
                 "JaVaScRiPt:alert(1)", None, 5):
         assert safe_url(bad) is None, bad
+
+
+async def test_history_pages_keep_the_diff_across_the_page_boundary(api: Api) -> None:
+    content: dict[str, Any] = {
+        "kind": "document", "title": "Notes", "body": {"text": "version 0"}, "links": [],
+        "previous": "",
+    }
+    first = await api.publish("owner", content)
+    head = first["id"]
+    for i in range(1, 52):
+        head = (await api.publish("owner", {**content, "body": {"text": f"version {i}"},
+                                            "previous": head}))["id"]
+    page = await get_page(api, f"/objects/{first['id']}")
+    later = f"/objects/{first['id']}?section=history&offset=50"
+    assert later in page.hrefs() and "Revision 50:" in page.plain
+    assert "Revision 51:" not in page.plain
+    r = await api.client.get(later)
+    assert "Revision 51:" in r.text and "Revision 52:" in r.text
+    assert '<span class="d-removed">- text: version 49</span>' in r.text  # 51 against 50
+    assert '<span class="d-added">+ text: version 50</span>' in r.text
+    assert '<span class="d-added">+ text: version 51</span>' in r.text
+
+
+def test_threads_place_replies_under_their_parents() -> None:
+    from alexandria.web.present import Link, Revision, thread
+
+    def rev(root: str, *links: tuple[str, str]) -> Revision:
+        return Revision(root, root, "reply", root, "a" * 64, "t", root, tuple(
+            Link(r, t) for r, t in links), "", 1, "t", {})
+
+    top = "d" * 64
+    a = rev("a1", ("replies_to", top))
+    b = rev("b1", ("replies_to", "a2"))  # an older revision of a
+    c = rev("c1", ("branches_from", "b1"))
+    orphan = rev("e1", ("replies_to", "x1"))  # its parent is on an earlier page
+    tree = thread(top, [a, b, c, orphan], {"a2": "a1", "b1": "b1", "x1": "x1"},
+                  ("replies_to", "answers", "branches_from"))
+    assert [n.revision.root for n in tree] == ["a1", "e1"]
+    assert tree[0].children[0].revision.root == "b1"
+    assert tree[0].children[0].children[0].relation == "branches_from"
+    assert tree[0].parent_elsewhere is None and tree[1].parent_elsewhere == "x1"
+
+
+def test_diffs_are_bounded() -> None:
+    from alexandria.web.present import MAX_DIFF_LINES, Revision, diff
+
+    def doc(text: str) -> Revision:
+        return Revision("i", "r", "document", "T", "a" * 64, "t", {"text": text}, (), "", 1,
+                        "t", {})
+
+    long_a = "\n".join(f"line {i}" for i in range(5000))
+    long_b = "\n".join(f"line {i}!" for i in range(5000))
+    d = diff(doc(long_a), doc(long_b))
+    assert d.truncated
+    assert sum(1 for line in d.lines if line.op == "added") <= MAX_DIFF_LINES
+    same = diff(doc("x"), doc("x"))
+    assert same.lines == [] and not same.truncated
