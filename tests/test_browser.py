@@ -79,11 +79,12 @@ class TamperProofs:
 class LiveServer:
     """uvicorn serving the real app on 127.0.0.1 in a thread of this process."""
 
-    def __init__(self, tmp: Path, founding: Founding) -> None:
+    def __init__(self, tmp: Path, founding: Founding, log_key: bool = True) -> None:
         import uvicorn
 
         storage = SqliteStorage(tmp / "lib.db", founding.genesis)
-        self.app = TamperProofs(create_app(Library(founding.genesis, storage, founding.log_key)))
+        library = Library(founding.genesis, storage, founding.log_key if log_key else None)
+        self.app = TamperProofs(create_app(library))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
@@ -278,6 +279,27 @@ def test_no_badge_outside_a_secure_context(
     badge = driver.find_element(By.ID, "badge").text
     assert "only available on HTTPS or on http://127.0.0.1" in badge
     shot(driver, "07-revision-insecure-context")
+
+
+def test_badge_names_the_servers_refusal(
+    tmp_path: Path, live: tuple[LiveServer, dict[str, str]], driver: Any
+) -> None:
+    """A server without its log key cannot sign a checkpoint: the badge says so, with the
+    typed error the server gave."""
+    from selenium.webdriver.common.by import By
+
+    founding = found_library(seed=b"alexandria-browser-test", created_at="2026-01-01T00:00:00.000Z")
+    founding.enroll("owner")
+    founding.enroll("peer")
+    server = LiveServer(tmp_path, founding, log_key=False)
+    try:
+        names = publish_worked_example(server.url, founding)
+        driver.get(f"{server.url}/revisions/{names['claim']}")
+        assert wait(driver, badge_settled, "the badge settles") == "bad"
+        badge = driver.find_element(By.ID, "badge").text
+        assert "/api/log/checkpoint answered 503" in badge and "[LOG_KEY_MISSING]" in badge
+    finally:
+        server.stop()
 
 
 def test_live_search_updates_results_without_reload(

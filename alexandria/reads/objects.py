@@ -118,6 +118,8 @@ def snapshot(
 
     @functools.wraps(fn)
     def read(conn: sqlite3.Connection, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if conn.in_transaction:  # part of a larger read (``pages``): already one snapshot
+            return fn(conn, *args, **kwargs)
         conn.execute("BEGIN")
         try:
             return fn(conn, *args, **kwargs)

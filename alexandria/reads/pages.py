@@ -63,12 +63,13 @@ class ObjectPage:
     roots: dict[str, str] = field(default_factory=dict)  # revision → root of thread links
 
 
+@objects.snapshot
 def object_page(
     conn: sqlite3.Connection, store: SqliteStorage, rev: str, section: str | None, offset: int
 ) -> ObjectPage | None:
     """An object's page: its head, its ancestors, the sections of its kind (``section`` paged
     at ``offset``, the others at their first page), its history and, for a discussion or reply,
-    its thread."""
+    its thread — all from one read transaction, so that they agree with each other."""
     subj = objects.subject(conn, rev)
     if subj is None:
         return None
@@ -129,6 +130,7 @@ class CataloguePage:
     total: int
 
 
+@objects.snapshot
 def catalogue_page(
     conn: sqlite3.Connection, store: SqliteStorage, query: catalogue.CatalogueQuery
 ) -> CataloguePage:
@@ -144,6 +146,7 @@ class RevisionPage:
     head: bytes
 
 
+@objects.snapshot
 def revision_page(
     conn: sqlite3.Connection, store: SqliteStorage, rev: str
 ) -> RevisionPage | None:
@@ -162,6 +165,7 @@ class AuthorPage:
     scores: dict[str, object]
 
 
+@objects.snapshot
 def author_page(
     conn: sqlite3.Connection, store: SqliteStorage, actor: str, offset: int
 ) -> AuthorPage:
@@ -181,6 +185,7 @@ class LogPage:
     entries: bytes | None  # ``GET /api/log/entries`` of the newest leaves
 
 
+@objects.snapshot
 def log_page(conn: sqlite3.Connection) -> LogPage:
     size = log.tree_size(conn)
     entries = None

@@ -178,15 +178,25 @@
 
   // --- fetching -------------------------------------------------------------------------------
 
+  // A refusal names the typed error the server gave (PROTOCOL §6), e.g. a log without a key.
+  async function refused(url, r) {
+    let reason = "";
+    try {
+      const body = await r.json();
+      reason = ": " + body.error + " [" + body.code + "]";
+    } catch (e) { /* not a typed error */ }
+    return new Failure(url + " answered " + r.status + reason);
+  }
+
   async function getJson(url) {
     const r = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
-    if (!r.ok) throw new Failure(url + " answered " + r.status);
+    if (!r.ok) throw await refused(url, r);
     return r.json();
   }
 
   async function getText(url) {
     const r = await fetch(url, { cache: "no-store" });
-    if (!r.ok) throw new Failure(url + " answered " + r.status);
+    if (!r.ok) throw await refused(url, r);
     return r.text();
   }
 
