@@ -371,5 +371,7 @@ def test_diffs_are_bounded() -> None:
     d = diff(doc(long_a), doc(long_b))
     assert d.truncated
     assert sum(1 for line in d.lines if line.op == "added") <= MAX_DIFF_LINES
+    wide = diff(doc("a" * 40_000), doc("b" * 40_000))
+    assert wide.truncated and max(len(line.text) for line in wide.lines) < 2100
     same = diff(doc("x"), doc("x"))
     assert same.lines == [] and not same.truncated

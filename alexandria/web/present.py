@@ -28,6 +28,8 @@ OBJECT_BODY_KINDS = frozenset((
 #: A diff compares at most this many lines of each side; longer texts are cut (and say so), so
 #: that a page of diffs costs a bounded time whatever the authors wrote.
 MAX_DIFF_LINES = 400
+#: A diff line shows at most this many characters (a one-line text can be 40,000 long).
+MAX_DIFF_LINE_CHARACTERS = 2000
 DIFF_CONTEXT = 3
 
 
@@ -174,7 +176,8 @@ def diff(old: Revision, new: Revision) -> Diff:
     ``DIFF_CONTEXT`` unchanged lines around each change."""
     a, b = text_lines(old), text_lines(new)
     truncated = len(a) > MAX_DIFF_LINES or len(b) > MAX_DIFF_LINES
-    a, b = a[:MAX_DIFF_LINES], b[:MAX_DIFF_LINES]
+    a, b = _clip(a[:MAX_DIFF_LINES]), _clip(b[:MAX_DIFF_LINES])
+    truncated = truncated or any(line.endswith(CLIPPED) for line in (*a, *b))
     out: list[DiffLine] = []
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for group in matcher.get_grouped_opcodes(DIFF_CONTEXT):
@@ -187,6 +190,16 @@ def diff(old: Revision, new: Revision) -> Diff:
             out.extend(DiffLine("removed", line) for line in a[i1:i2])
             out.extend(DiffLine("added", line) for line in b[j1:j2])
     return Diff(out, truncated)
+
+
+CLIPPED = " [… cut]"
+
+
+def _clip(lines: list[str]) -> list[str]:
+    """Long lines cut to ``MAX_DIFF_LINE_CHARACTERS``, marked (the revision page shows them
+    whole); two lines that differ only after the cut compare equal."""
+    n = MAX_DIFF_LINE_CHARACTERS
+    return [line if len(line) <= n else line[:n] + CLIPPED for line in lines]
 
 
 @dataclass(frozen=True)
