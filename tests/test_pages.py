@@ -91,6 +91,8 @@ async def test_catalogue_pages_through_results(api: Api, example: dict[str, str]
     page = await get_page(api, "/?offset=5")
     assert "6–" in page.plain and "Previous page" in page.plain
     assert "/?offset=0" not in page.hrefs() and "/" in page.hrefs()
+    past = await get_page(api, "/?offset=500")
+    assert "Nothing on this page: 11 in all" in past.plain
 
 
 @pytest.mark.parametrize(("path", "status", "code"), [
@@ -159,6 +161,8 @@ async def test_object_page_of_a_later_revision_redirects_to_its_root(
     r = await api.client.get(f"/objects/{example['merge']}")
     assert r.status_code == 302
     assert r.headers["location"] == f"/objects/{example['claim']}"
+    r = await api.client.get(f"/objects/{example['merge']}?section=history")
+    assert r.headers["location"] == f"/objects/{example['claim']}?section=history"
 
 
 async def test_space_discussion_and_document_pages(api: Api, example: dict[str, str]) -> None:

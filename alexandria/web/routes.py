@@ -133,7 +133,8 @@ async def object_page(request: Request) -> Response:
     if found is None:
         raise not_found(rev)
     if rev != found.subject.root:  # one address per object: its root
-        return RedirectResponse(f"/objects/{found.subject.root}", status_code=302)
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(f"/objects/{found.subject.root}{query}", status_code=302)
     item = present.revision(found.item)
     history = present.history(
         present.revisions(found.history.items),
