@@ -17,6 +17,7 @@ from alexandria.api import read as read_api
 from alexandria.api import write as write_api
 from alexandria.api.http import EXCEPTION_HANDLERS
 from alexandria.api.mcp.http import McpMount
+from alexandria.api.web import routes as web_routes
 from alexandria.service.checkpoint_signer import background_signer
 from alexandria.service.library import Library
 
@@ -44,7 +45,8 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
     app = Starlette(
         routes=[mcp.route, *write_api.routes, *read_api.routes, *personal_api.routes,
                 *changes_api.routes, *log_api.routes,
-                *catalogue_api.routes, *object_api.routes, *contract_api.routes],
+                *catalogue_api.routes, *object_api.routes, *contract_api.routes,
+                *web_routes.routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )

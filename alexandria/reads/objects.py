@@ -116,6 +116,8 @@ def snapshot(
 
     @functools.wraps(fn)
     def read(conn: sqlite3.Connection, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if conn.in_transaction:  # part of a larger read (``pages``): already one snapshot
+            return fn(conn, *args, **kwargs)
         conn.execute("BEGIN")
         try:
             return fn(conn, *args, **kwargs)
@@ -412,6 +414,17 @@ def _section_graph(
     # a relationship between two endpoints has two matching links: DISTINCT keeps it once
     sql = "SELECT DISTINCT seq FROM (" + " UNION ALL ".join(arms) + ") ORDER BY seq"
     return _page(conn, sql, {"root": subj.root, "rev": subj.rev, "item": item}, offset)
+
+
+def tree_children(
+    conn: sqlite3.Connection, subj: Subject, relation: str, offset: int
+) -> SectionResult:
+    """Current heads of the objects whose ``relation`` tree link names the object (any of its
+    revisions), by creation: one range of ``links_target_root``, as in ``children``."""
+    firsts, more = _page(
+        conn, _merged([_tree_arm(relation, False)]), {"root": subj.root, "rev": subj.rev}, offset
+    )
+    return _heads(conn, firsts), more
 
 
 _SECTIONS = {

@@ -63,7 +63,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env / "bin"
 
 
-def test_the_wheel_carries_the_contract_and_every_layer(installed: Path) -> None:
+def test_the_wheel_carries_every_module_template_and_the_contract(installed: Path) -> None:
     out = subprocess.run(
         [str(installed / "python"), "-c",
          "import alexandria, alexandria.core.contract as c;"
@@ -72,9 +72,15 @@ def test_the_wheel_carries_the_contract_and_every_layer(installed: Path) -> None
     ).stdout.split()
     assert not out[0].startswith(str(ROOT)), "imported from the source tree, not the wheel"
     assert int(out[1]) == len((ROOT / "contracts" / "alexandria-contract.json").read_bytes())
-    packaged = {p.parent.name for p in Path(out[0]).parent.glob("*/__init__.py")}
-    in_tree = {p.parent.name for p in (ROOT / "alexandria").glob("*/__init__.py")}
-    assert in_tree | {"contracts"} <= packaged
+    site = Path(out[0]).parent
+    packaged = {p.relative_to(site).as_posix() for p in site.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts}
+    tracked = subprocess.run(["git", "ls-files", "alexandria", "contracts"], cwd=ROOT,
+                             check=True, capture_output=True, text=True).stdout.split()
+    wanted = {name.removeprefix("alexandria/") if name.startswith("alexandria/")
+              else "contracts/" + name.removeprefix("contracts/") for name in tracked
+              if not name.endswith(".md")}
+    assert wanted <= packaged, sorted(wanted - packaged)
 
 
 def test_serve_from_an_empty_directory(installed: Path, tmp_path: Path) -> None:

@@ -1,0 +1,292 @@
+"""Signed records as a reader sees them: parsed values, readable text, diffs and safe links.
+
+Pure functions, no IO.  Everything here is *untrusted* contributor text; it is returned as plain
+strings and escaped by the templates (Jinja2 autoescape), never marked safe.  The only values
+that become ``href`` attributes are our own paths built from 64-hex ids, and contributor URLs
+that pass :func:`safe_url` (``https`` or ``http`` with a host, nothing else).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from alexandria.core.canonical import canonical, sha256_hex
+from alexandria.core.keys import HEX64
+from alexandria.core.search_text import SNIPPET_CHARACTERS, human_text
+
+#: Kinds whose body is a JSON object (a reply's and a vote's body is a plain string).
+OBJECT_BODY_KINDS = frozenset((
+    "space", "discussion", "claim", "document", "evidence", "assessment", "relationship",
+    "proposal",
+))
+#: A diff compares at most this many lines of each side; longer texts are cut (and say so), so
+#: that a page of diffs costs a bounded time whatever the authors wrote.
+MAX_DIFF_LINES = 400
+#: A diff line shows at most this many characters (a one-line text can be 40,000 long).
+MAX_DIFF_LINE_CHARACTERS = 2000
+DIFF_CONTEXT = 3
+
+
+@dataclass(frozen=True)
+class Link:
+    relation: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One signed record, parsed for display."""
+
+    id: str
+    root: str
+    kind: str
+    title: str
+    author: str
+    authored_at: str
+    body: Any  # the decoded body object, or the string of a reply or a vote
+    links: tuple[Link, ...]
+    previous: str
+    sequence: int
+    admitted_at: str
+    signed: Mapping[str, Any] = field(repr=False, compare=False)
+
+    def linked(self, *relations: str) -> list[str]:
+        return [ln.target for ln in self.links if ln.relation in relations]
+
+    def field(self, name: str, default: Any = None) -> Any:
+        """A field of an object body (``default`` for a string body or a missing field)."""
+        return self.body.get(name, default) if isinstance(self.body, dict) else default
+
+    @property
+    def snippet(self) -> str:
+        """The start of the text the author wrote for readers (not its JSON encoding)."""
+        text = human_text(self.kind, self.signed["record"]["body"],
+                          self.body if isinstance(self.body, dict) else None)
+        text = " ".join(text.split())
+        if len(text) > SNIPPET_CHARACTERS:
+            return text[:SNIPPET_CHARACTERS - 1] + "…"
+        return text
+
+
+def revision(raw: bytes) -> Revision:
+    """Parse a signed record (``{"id","root","record","signature","admission"}``)."""
+    signed = orjson.loads(raw)
+    record = signed["record"]
+    body: Any = record["body"]
+    if record["kind"] in OBJECT_BODY_KINDS:
+        body = orjson.loads(body)
+    return Revision(
+        id=signed["id"],
+        root=signed["root"],
+        kind=record["kind"],
+        title=record["title"],
+        author=record["author"],
+        authored_at=record["authored_at"],
+        body=body,
+        links=tuple(Link(ln["relation"], ln["target"]) for ln in record["links"]),
+        previous=record["previous"],
+        sequence=signed["admission"]["sequence"],
+        admitted_at=signed["admission"]["admitted_at"],
+        signed=signed,
+    )
+
+
+def revisions(raws: Sequence[bytes]) -> list[Revision]:
+    return [revision(r) for r in raws]
+
+
+def safe_url(url: Any) -> str | None:
+    """``url`` if a browser may follow it from our page: ``https``/``http`` with a host and no
+    credentials.  Anything else (``javascript:``, ``data:``, relative paths) is shown as text."""
+    if not isinstance(url, str) or len(url) > 2000 or any(c.isspace() for c in url):
+        return None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme not in ("https", "http") or not parts.hostname or "@" in parts.netloc:
+        return None
+    return url
+
+
+def is_revision_id(value: Any) -> bool:
+    return isinstance(value, str) and HEX64.match(value) is not None
+
+
+# --- readable text and diffs -----------------------------------------------------------------
+
+
+def _value_lines(name: str, value: Any, indent: str = "") -> Iterator[str]:
+    if isinstance(value, dict):
+        yield f"{indent}{name}:"
+        for key in sorted(value):
+            yield from _value_lines(key, value[key], indent + "  ")
+    elif isinstance(value, list):
+        yield f"{indent}{name}:"
+        for item in value:
+            if isinstance(item, dict | list):
+                yield from _value_lines("-", item, indent + "  ")
+            else:
+                yield from _text_lines(f"{indent}  - ", str(item))
+    else:
+        yield from _text_lines(f"{indent}{name}: ", str(value))
+
+
+def _text_lines(prefix: str, text: str) -> Iterator[str]:
+    lines = text.split("\n")
+    yield prefix + lines[0]
+    pad = " " * len(prefix)
+    for line in lines[1:]:
+        yield pad + line
+
+
+def text_lines(rev: Revision) -> list[str]:
+    """A revision as lines of text, the unit of its diff: title, then the body's fields in a
+    fixed order, then its links."""
+    lines = list(_text_lines("title: ", rev.title))
+    if isinstance(rev.body, dict):
+        for key in sorted(rev.body):
+            lines.extend(_value_lines(key, rev.body[key]))
+    else:
+        lines.extend(_text_lines("body: ", rev.body))
+    lines.extend(f"link: {ln.relation} {ln.target}" for ln in rev.links)
+    return lines
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    op: str  # "same", "added", "removed" or "gap" (unchanged lines left out)
+    text: str
+
+
+@dataclass(frozen=True)
+class Diff:
+    lines: list[DiffLine]
+    truncated: bool
+
+
+def diff(old: Revision, new: Revision) -> Diff:
+    """The line diff from ``old`` to ``new`` (the standard library's ``difflib``), with
+    ``DIFF_CONTEXT`` unchanged lines around each change."""
+    a, b = text_lines(old), text_lines(new)
+    truncated = len(a) > MAX_DIFF_LINES or len(b) > MAX_DIFF_LINES
+    a, b = _clip(a[:MAX_DIFF_LINES]), _clip(b[:MAX_DIFF_LINES])
+    truncated = truncated or any(line.endswith(CLIPPED) for line in (*a, *b))
+    out: list[DiffLine] = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for group in matcher.get_grouped_opcodes(DIFF_CONTEXT):
+        if out or group[0][1] > 0:
+            out.append(DiffLine("gap", "…"))
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out.extend(DiffLine("same", line) for line in a[i1:i2])
+                continue
+            out.extend(DiffLine("removed", line) for line in a[i1:i2])
+            out.extend(DiffLine("added", line) for line in b[j1:j2])
+    return Diff(out, truncated)
+
+
+CLIPPED = " [… cut]"
+
+
+def _clip(lines: list[str]) -> list[str]:
+    """Long lines cut to ``MAX_DIFF_LINE_CHARACTERS``, marked (the revision page shows them
+    whole); two lines that differ only after the cut compare equal."""
+    n = MAX_DIFF_LINE_CHARACTERS
+    return [line if len(line) <= n else line[:n] + CLIPPED for line in lines]
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    revision: Revision
+    diff: Diff | None  # from the revision before it (None for the first)
+
+
+def history(items: Sequence[Revision], before: Revision | None) -> list[HistoryEntry]:
+    """Each revision of a history page with its diff from the one before it."""
+    out = []
+    prev = before
+    for rev in items:
+        out.append(HistoryEntry(rev, diff(prev, rev) if prev is not None else None))
+        prev = rev
+    return out
+
+
+# --- threads ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ThreadNode:
+    revision: Revision
+    relation: str  # how it joins its parent: replies_to, answers or branches_from
+    children: list[ThreadNode] = field(default_factory=list)
+    parent_elsewhere: str | None = None  # root of a parent that is not on this page
+
+
+def thread(
+    top_root: str, items: Sequence[Revision], roots: Mapping[str, str],
+    relations: Sequence[str],
+) -> list[ThreadNode]:
+    """The conversation below ``top_root`` as a tree.  ``items`` come in creation order, so a
+    parent always precedes its replies; an item whose parent is not on this page is placed at
+    the top level with ``parent_elsewhere`` naming it."""
+    nodes: dict[str, ThreadNode] = {}
+    top: list[ThreadNode] = []
+    for rev in items:
+        targets = [(ln.relation, ln.target) for ln in rev.links if ln.relation in relations]
+        relation, target = targets[0] if targets else ("", "")
+        node = ThreadNode(rev, relation)
+        nodes[rev.root] = node
+        parent_root = roots.get(target, "")
+        if parent_root in nodes:
+            nodes[parent_root].children.append(node)
+        else:
+            if parent_root != top_root:
+                node.parent_elsewhere = parent_root or None
+            top.append(node)
+    return top
+
+
+def pretty_json(raw: bytes) -> str:
+    """Stored JSON, indented for reading (the raw bytes stay one link away)."""
+    return orjson.dumps(orjson.loads(raw), option=orjson.OPT_INDENT_2).decode()
+
+
+# --- the log ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    sequence: int
+    type: str
+    admitted_at: str
+    revision: str | None  # a contribution's revision id
+    title: str
+    key: str | None  # the key a certificate or revocation is about
+
+
+def log_entries(page: bytes | None) -> list[LogEntry]:
+    """The entries of a ``GET /api/log/entries`` page, newest first."""
+    if page is None:
+        return []
+    out = []
+    for entry in orjson.loads(page)["entries"]:
+        leaf = entry["leaf"]  # {"admitted_at", "document"} (PROTOCOL §7)
+        document = leaf["document"]
+        rev = title = key = None
+        if "record" in document:
+            rev = sha256_hex(canonical(document["record"]))
+            title = document["record"]["title"]
+        else:
+            payload = next(v for k, v in document.items() if k != "signatures")
+            key = payload.get("key")
+            title = ", ".join(payload.get("roles", ())) or payload.get("reason", "")
+        out.append(LogEntry(entry["sequence"], entry["type"], leaf["admitted_at"], rev,
+                            title or "", key))
+    return out[::-1]

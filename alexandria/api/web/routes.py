@@ -1,0 +1,239 @@
+"""The HTML pages: thin handlers that parse strict parameters, run one read of
+``reads/pages.py`` on the reader connection and render a template.
+
+Routes never shadow the JSON API (``/api/...``): ``/`` (catalogue), ``/objects/{root}``,
+``/revisions/{revision}``, ``/authors/{actor}``, ``/log`` and ``/static/...``.  A bad parameter
+or an unknown id is the same typed error the API gives (PROTOCOL §6), shown as a page with its
+status code.  An empty form field is no parameter, since a browser submits every field.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from alexandria.api.catalogue import CATALOGUE_PARAMETERS, MAX_OFFSET, parse_catalogue_query
+from alexandria.api.http import int_param, not_found, query_params, revision_param
+from alexandria.api.web import present
+from alexandria.api.web.render import STATIC, error_page, page
+from alexandria.core.keys import HEX64
+from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.reads import pages
+from alexandria.reads.catalogue import PAGE_SIZE, SORTS, VIEWS
+from alexandria.service.library import Library
+from alexandria.store.search_index import LISTED_KINDS
+
+Handler = Callable[[Request], Awaitable[Response]]
+HOME_PARAMETERS = ("q", "kind", "view", "sort", "offset")
+assert set(HOME_PARAMETERS) <= set(CATALOGUE_PARAMETERS)
+SECTION_TITLES = {
+    "children": "Children", "knowledge": "Included knowledge", "graph": "Relationships",
+    "discussions": "Discussions", "evidence": "Evidence", "assessments": "Assessments",
+    "proposals": "Proposals", "related": "Links and citations", "history": "History",
+    "thread": "Thread",
+}
+
+
+def _library(request: Request) -> Library:
+    lib: Library = request.app.state.library
+    return lib
+
+
+def html_errors(handler: Handler) -> Handler:
+    """Typed errors of a page handler become an error page with the same status and body.
+    Every page says how long the server spent on it (``Server-Timing: app;dur=MS``, shown by
+    browsers' developer tools and read by ``bench/pages.py``)."""
+
+    @functools.wraps(handler)
+    async def run(request: Request) -> Response:
+        start = time.perf_counter()
+        try:
+            response = await handler(request)
+        except AlexandriaError as exc:
+            response = error_page(exc, _library(request).genesis.library)
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
+        return response
+
+    return run
+
+
+def form_params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
+    """Strict query parameters (unknown or repeated: 400), empty ones dropped."""
+    return {k: v for k, v in query_params(request, allowed).items() if v != ""}
+
+
+def _actor(request: Request) -> str:
+    value = str(request.path_params["actor"])
+    if not HEX64.match(value):
+        raise BadRequest("an actor is 64 lowercase hex characters", "BAD_ACTOR",
+                         parameter="actor", value=value[:100])
+    return value
+
+
+def _url(path: str, params: dict[str, Any]) -> str:
+    query = urlencode({k: v for k, v in params.items() if v not in (None, "", 0)})
+    return f"{path}?{query}" if query else path
+
+
+def _common(request: Request, title: str) -> dict[str, Any]:
+    return {"library": _library(request).genesis.library, "title": title}
+
+
+# --- / : the catalogue -----------------------------------------------------------------------
+
+
+@html_errors
+async def home(request: Request) -> Response:
+    params = form_params(request, HOME_PARAMETERS)
+    query = parse_catalogue_query(params)
+    storage = _library(request).storage
+    found = await storage.read(
+        lambda conn: pages.catalogue_page(conn, storage, query)
+    )
+    items = present.revisions(found.items)
+    end = query.offset + len(items)
+    nav = {k: v for k, v in params.items() if k != "offset"}
+    return page(
+        "catalogue.html", **_common(request, "Catalogue"),
+        items=items, total=found.total, query=query, params=params,
+        kinds=LISTED_KINDS, views=tuple(VIEWS), sorts=SORTS,
+        first=query.offset + 1, last=end,
+        next_url=_url("/", {**nav, "offset": end}) if end < found.total else None,
+        prev_url=(_url("/", {**nav, "offset": max(0, query.offset - PAGE_SIZE)})
+                  if query.offset > 0 else None),
+    )
+
+
+# --- /objects/{revision} ---------------------------------------------------------------------
+
+
+@html_errors
+async def object_page(request: Request) -> Response:
+    rev = revision_param(request)
+    params = form_params(request, ("section", "offset"))
+    section = params.get("section")
+    if section is not None and section not in pages.PAGED_SECTIONS:
+        raise BadRequest(
+            f"section must be one of {', '.join(pages.PAGED_SECTIONS)}", "BAD_PARAMETER",
+            parameter="section", allowed=list(pages.PAGED_SECTIONS),
+        )
+    offset = int_param(params, "offset", 0, 0, MAX_OFFSET)
+    storage = _library(request).storage
+    found = await storage.read(
+        lambda conn: pages.object_page(conn, storage, rev, section, offset)
+    )
+    if found is None:
+        raise not_found(rev)
+    if rev != found.subject.root:  # one address per object: its root
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(f"/objects/{found.subject.root}{query}", status_code=302)
+    item = present.revision(found.item)
+    history = present.history(
+        present.revisions(found.history.items),
+        present.revision(found.before_history) if found.before_history else None,
+    )
+    sections = {
+        name: {
+            "title": SECTION_TITLES[name],
+            "items": present.revisions(s.items),
+            "more": (_url(f"/objects/{rev}", {"section": name, "offset": s.next_offset})
+                     if s.next_offset is not None else None),
+            "offset": s.offset,
+        }
+        for name, s in found.sections.items()
+    }
+    thread = None
+    thread_more = None
+    if found.thread is not None:
+        thread = present.thread(
+            found.subject.root, present.revisions(found.thread.items), found.roots,
+            pages.THREAD_RELATIONS,
+        )
+        if found.thread.next_offset is not None:
+            thread_more = _url(
+                f"/objects/{rev}", {"section": "thread", "offset": found.thread.next_offset}
+            )
+    return page(
+        "object.html", **_common(request, item.title),
+        item=item, subject=found.subject, ancestors=present.revisions(found.ancestors),
+        sections=sections, history=history, history_offset=found.history.offset,
+        history_more=(_url(f"/objects/{rev}", {"section": "history",
+                                               "offset": found.history.next_offset})
+                      if found.history.next_offset is not None else None),
+        thread=thread, thread_total=found.thread.total if found.thread else 0,
+        thread_more=thread_more, safe_url=present.safe_url,
+        is_revision_id=present.is_revision_id,
+    )
+
+
+# --- /revisions/{revision} -------------------------------------------------------------------
+
+
+@html_errors
+async def revision_page(request: Request) -> Response:
+    rev = revision_param(request)
+    query_params(request, ())
+    lib = _library(request)
+    storage = lib.storage
+    found = await storage.read(lambda conn: pages.revision_page(conn, storage, rev))
+    if found is None:
+        raise not_found(rev)
+    item = present.revision(found.signed)
+    worker = item.signed["signature"]["certificate"]
+    authority = item.signed["admission"]["authority"]
+    return page(
+        "revision.html", **_common(request, f"Revision of {item.title}"),
+        item=item, head=present.revision(found.head), subject=found.subject,
+        worker=worker, authority=authority, genesis=lib.genesis,
+        signed_json=present.pretty_json(found.signed),
+        safe_url=present.safe_url, is_revision_id=present.is_revision_id,
+    )
+
+
+# --- /authors/{actor} ------------------------------------------------------------------------
+
+
+@html_errors
+async def author_page(request: Request) -> Response:
+    actor = _actor(request)
+    offset = int_param(form_params(request, ("offset",)), "offset", 0, 0, MAX_OFFSET)
+    storage = _library(request).storage
+    found = await storage.read(lambda conn: pages.author_page(conn, storage, actor, offset))
+    items = present.revisions(found.contributions)
+    end = offset + len(items)
+    return page(
+        "author.html", **_common(request, f"Author {actor[:12]}"),
+        actor=actor, items=items, total=found.total, offset=offset, scores=found.scores,
+        next_url=_url(f"/authors/{actor}", {"offset": end}) if end < found.total else None,
+    )
+
+
+# --- /log ------------------------------------------------------------------------------------
+
+
+@html_errors
+async def log_page(request: Request) -> Response:
+    query_params(request, ())
+    found = await _library(request).storage.read(pages.log_page)
+    return page(
+        "log.html", **_common(request, "Log"), size=found.size, checkpoint=found.checkpoint,
+        entries=present.log_entries(found.entries),
+    )
+
+
+routes = [
+    Route("/", home, methods=["GET"]),
+    Route("/objects/{revision}", object_page, methods=["GET"]),
+    Route("/revisions/{revision}", revision_page, methods=["GET"]),
+    Route("/authors/{actor}", author_page, methods=["GET"]),
+    Route("/log", log_page, methods=["GET"]),
+    Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+]

@@ -1,0 +1,322 @@
+// Alexandria: verify one revision in the browser, with WebCrypto only.
+//
+// The revision page carries, in data- attributes of #verification, the revision id, its
+// admission sequence, the genesis pin and the log origin.  This script fetches what the JSON API
+// serves (the signed record, the genesis, the authority documents, the signed checkpoint, the
+// log leaf and an inclusion proof) and checks, in order:
+//   1. genesis: SHA-256(JCS(payload)) is the pin, threshold root signatures (Ed25519);
+//   2. record: SHA-256(JCS(record)) is the revision id, the record names the pinned genesis;
+//   3. author: the worker's proof over JCS(record), the worker certificate signed by its
+//      authority, for this actor and a scope that grants the kind;
+//   4. authority: its certificate signed by the root threshold, role native-application;
+//   5. checkpoint: origin, signed by a key whose root-signed certificate has role log;
+//   6. leaf: this revision's leaf, recomputed from its record, signature and admitted_at;
+//   7. inclusion: the RFC 9162 proof from that leaf leads to the checkpoint's root.
+// Validity windows and revocations are left to `alexandria verify` (the page says so).
+// Everything shown comes from textContent: no server or contributor text becomes markup.
+"use strict";
+
+(function () {
+  const box = document.getElementById("verification");
+  if (!box) return;
+  const badge = document.getElementById("badge");
+  const stepsList = document.getElementById("verify-steps");
+  const enc = new TextEncoder();
+  const SCOPES = {
+    "library.publish": ["discussion", "claim", "document", "evidence", "assessment", "relationship"],
+    "library.comment": ["reply"],
+    "library.vote": ["vote"],
+    "library.curate": ["space", "proposal"],
+  };
+
+  class Failure extends Error {}
+
+  function show(state, text) {
+    badge.className = "badge badge-" + state;
+    badge.textContent = text;
+    box.dataset.state = state;
+  }
+
+  function step(text, ok) {
+    const li = document.createElement("li");
+    li.className = ok ? "ok" : "fail";
+    li.textContent = (ok ? "✓ " : "✗ ") + text;
+    stepsList.appendChild(li);
+  }
+
+  // --- bytes --------------------------------------------------------------------------------
+
+  function hex(bytes) {
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  function unhex(text) {
+    if (typeof text !== "string" || !/^([0-9a-f]{2})*$/.test(text)) throw new Failure("malformed hex");
+    const out = new Uint8Array(text.length / 2);
+    for (let i = 0; i < out.length; i++) out[i] = parseInt(text.substr(i * 2, 2), 16);
+    return out;
+  }
+
+  function unbase64(text) {
+    const raw = atob(text);
+    return Uint8Array.from(raw, (c) => c.charCodeAt(0));
+  }
+
+  function concat(...parts) {
+    const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const p of parts) { out.set(p, at); at += p.length; }
+    return out;
+  }
+
+  function equal(a, b) {
+    return a.length === b.length && a.every((x, i) => x === b[i]);
+  }
+
+  // RFC 8785 (JCS) for the values Alexandria signs: no floats, so numbers are safe integers;
+  // keys sorted by UTF-16 code units (what Array.prototype.sort compares); strings as
+  // JSON.stringify writes them, which is what RFC 8785 §3.2.2.2 prescribes.
+  function jcs(value) {
+    if (value === null || typeof value === "boolean") return JSON.stringify(value);
+    if (typeof value === "number") {
+      if (!Number.isSafeInteger(value)) throw new Failure("a signed value holds a non-integer number");
+      return String(value);
+    }
+    if (typeof value === "string") return JSON.stringify(value);
+    if (Array.isArray(value)) return "[" + value.map(jcs).join(",") + "]";
+    const keys = Object.keys(value).sort();
+    return "{" + keys.map((k) => JSON.stringify(k) + ":" + jcs(value[k])).join(",") + "}";
+  }
+
+  async function sha256(bytes) {
+    return new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  }
+
+  // --- the log ------------------------------------------------------------------------------
+
+  // The bytes of the log leaf of `signed` (a signed record) that the tree hashes, recomputed
+  // from the record alone: JCS({"admitted_at", "document": {record, signature}}) (PROTOCOL §7:
+  // the leaf commits to the admission time).  The one place that knows the leaf's shape.
+  function leafData(signed) {
+    return enc.encode(jcs({
+      admitted_at: signed.admission.admitted_at,
+      document: { record: signed.record, signature: signed.signature },
+    }));
+  }
+
+  async function leafHash(data) { return sha256(concat(Uint8Array.of(0), data)); }
+  async function nodeHash(left, right) { return sha256(concat(Uint8Array.of(1), left, right)); }
+
+  // RFC 9162 §2.1.3.2, as alexandria/core/merkle.py verify_inclusion.
+  async function rootFromInclusion(index, size, leaf, proof) {
+    if (!(index < size)) throw new Failure("leaf index " + index + " is not below tree size " + size);
+    let fn = index, sn = size - 1, r = leaf;
+    for (const p of proof) {
+      if (sn === 0) throw new Failure("the inclusion proof is too long");
+      if ((fn & 1) || fn === sn) {
+        r = await nodeHash(p, r);
+        while (!(fn & 1) && fn !== 0) { fn = Math.floor(fn / 2); sn = Math.floor(sn / 2); }
+      } else {
+        r = await nodeHash(r, p);
+      }
+      fn = Math.floor(fn / 2); sn = Math.floor(sn / 2);
+    }
+    if (sn !== 0) throw new Failure("the inclusion proof is too short");
+    return r;
+  }
+
+  // C2SP signed note: the signed text is everything up to the blank line; signature lines are
+  // "— NAME base64(keyid[4] || signature)".
+  function parseNote(note) {
+    const cut = note.indexOf("\n\n");
+    if (cut < 0) throw new Failure("the checkpoint is not a signed note");
+    const text = note.slice(0, cut + 1);
+    const lines = text.split("\n");
+    if (lines.length !== 4) throw new Failure("the checkpoint body is not three lines");
+    if (!/^(0|[1-9][0-9]{0,15})$/.test(lines[1])) throw new Failure("the checkpoint size is malformed");
+    const root = unbase64(lines[2]);
+    if (root.length !== 32) throw new Failure("the checkpoint root is not 32 bytes");
+    const signatures = [];
+    for (const line of note.slice(cut + 2).split("\n")) {
+      if (!line) continue;
+      const m = /^\u2014 (\S+) ([A-Za-z0-9+/=]+)$/.exec(line);
+      if (!m) throw new Failure("a checkpoint signature line is malformed");
+      const blob = unbase64(m[2]);
+      if (blob.length !== 68) continue; // not an Ed25519 signature
+      signatures.push({ name: m[1], keyId: blob.slice(0, 4), signature: blob.slice(4) });
+    }
+    return { text: enc.encode(text), origin: lines[0], size: Number(lines[1]), root, signatures };
+  }
+
+  // --- Ed25519 --------------------------------------------------------------------------------
+
+  let ed25519 = null; // true, or a reason it is missing
+  async function ed25519Available() {
+    if (ed25519 === null) {
+      try {
+        await crypto.subtle.importKey("raw", new Uint8Array(32).fill(1), { name: "Ed25519" }, false, ["verify"]);
+        ed25519 = true;
+      } catch (e) {
+        ed25519 = "this browser's WebCrypto has no Ed25519 (" + e.name + ")";
+      }
+    }
+    return ed25519 === true;
+  }
+
+  async function ed25519Verify(publicHex, signatureHex, message) {
+    const key = await crypto.subtle.importKey("raw", unhex(publicHex), { name: "Ed25519" }, false, ["verify"]);
+    return crypto.subtle.verify({ name: "Ed25519" }, key, unhex(signatureHex), message);
+  }
+
+  // Threshold of distinct root keys over JCS(payload); returns how many signed validly.
+  async function rootSignatures(payload, signatures, genesis) {
+    const message = enc.encode(jcs(payload));
+    const good = new Set();
+    for (const s of signatures) {
+      if (genesis.root_keys.includes(s.key) && !good.has(s.key) && await ed25519Verify(s.key, s.signature, message)) {
+        good.add(s.key);
+      }
+    }
+    return good.size;
+  }
+
+  // --- fetching -------------------------------------------------------------------------------
+
+  // A refusal names the typed error the server gave (PROTOCOL §6), e.g. a log without a key.
+  async function refused(url, r) {
+    let reason = "";
+    try {
+      const body = await r.json();
+      reason = ": " + body.error + " [" + body.code + "]";
+    } catch (e) { /* not a typed error */ }
+    return new Failure(url + " answered " + r.status + reason);
+  }
+
+  async function getJson(url) {
+    const r = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+    if (!r.ok) throw await refused(url, r);
+    return r.json();
+  }
+
+  async function getText(url) {
+    const r = await fetch(url, { cache: "no-store" });
+    if (!r.ok) throw await refused(url, r);
+    return r.text();
+  }
+
+  function check(condition, reason) {
+    if (!condition) throw new Failure(reason);
+  }
+
+  // --- the checks -----------------------------------------------------------------------------
+
+  async function verify() {
+    const rev = box.dataset.revision;
+    const sequence = Number(box.dataset.sequence);
+    const pin = box.dataset.pin;
+    const origin = box.dataset.origin;
+    const signatures = await ed25519Available();
+
+    const [genesisDoc, signed, authority, note] = await Promise.all([
+      getJson("/api/genesis"),
+      getJson("/api/entries/" + rev),
+      getJson("/api/authority"),
+      getText("/api/log/checkpoint"),
+    ]);
+
+    // 1. genesis
+    const genesis = genesisDoc.document.genesis;
+    check(hex(await sha256(enc.encode(jcs(genesis)))) === pin, "the genesis does not hash to the pin");
+    if (signatures) {
+      const n = await rootSignatures(genesis, genesisDoc.document.signatures, genesis);
+      check(n >= genesis.threshold, "the genesis has " + n + "/" + genesis.threshold + " valid root signatures");
+    }
+    step("genesis hashes to the pin" + (signatures ? " and carries its root signatures" : ""), true);
+
+    // 2. record
+    const record = signed.record;
+    check(signed.id === rev, "the server returned another revision");
+    check(hex(await sha256(enc.encode(jcs(record)))) === rev, "the record does not hash to its revision id");
+    check(record.genesis === pin, "the record names another genesis");
+    step("the record hashes to its revision id", true);
+
+    // 3. author
+    const worker = signed.signature.certificate;
+    const wc = worker.certificate;
+    check(wc.genesis === pin, "the worker certificate names another genesis");
+    check(wc.actor === record.author, "the worker certificate is for another actor");
+    check(wc.scopes.some((s) => (SCOPES[s] || []).includes(record.kind)), "no scope of the worker grants kind " + record.kind);
+    check(worker.signatures.length === 1 && worker.signatures[0].key === wc.authority, "the worker certificate is not signed by its authority");
+    if (signatures) {
+      check(await ed25519Verify(wc.worker, signed.signature.proof, enc.encode(jcs(record))), "the author's signature (proof) is invalid");
+      check(await ed25519Verify(wc.authority, worker.signatures[0].signature, enc.encode(jcs(wc))), "the worker certificate's signature is invalid");
+      step("the author's worker key signed the record; its certificate is signed by the authority", true);
+    }
+
+    // 4. authority
+    const ac = signed.admission.authority.certificate;
+    check(ac.key === wc.authority, "the admission names another authority");
+    check(ac.genesis === pin && ac.roles.includes("native-application"), "the authority certificate is not a native-application certificate of this genesis");
+    if (signatures) {
+      const n = await rootSignatures(ac, signed.admission.authority.signatures, genesis);
+      check(n >= genesis.threshold, "the authority certificate has " + n + "/" + genesis.threshold + " valid root signatures");
+      step("the authority certificate is signed by the root keys", true);
+    }
+
+    // 5. checkpoint
+    const cp = parseNote(note);
+    check(cp.origin === origin && cp.origin === genesis.origin, "the checkpoint is for another log");
+    if (signatures) {
+      let logKey = null;
+      for (const item of authority.items) { // {sequence, type, admitted_at, document}
+        const doc = item.document;
+        const c = doc.certificate;
+        if (item.type !== "certificate" || !c || !c.roles.includes("log") || c.genesis !== pin) continue;
+        if (item.sequence > cp.size) continue; // a log key's certificate is in the tree it signs
+        const id = (await sha256(concat(enc.encode(cp.origin + "\n"), Uint8Array.of(1), unhex(c.key)))).slice(0, 4);
+        for (const s of cp.signatures) {
+          if (s.name === cp.origin && equal(s.keyId, id)) {
+            const n = await rootSignatures(c, doc.signatures, genesis);
+            const key = await crypto.subtle.importKey("raw", unhex(c.key), { name: "Ed25519" }, false, ["verify"]);
+            if (n >= genesis.threshold && await crypto.subtle.verify({ name: "Ed25519" }, key, s.signature, cp.text)) {
+              logKey = c.key;
+            }
+          }
+        }
+      }
+      check(logKey !== null, "the checkpoint is not signed by a root-certified log key");
+      step("checkpoint of " + cp.size + " entries signed by log key " + logKey.slice(0, 12), true);
+    }
+    check(sequence >= 1 && sequence <= cp.size, "the checkpoint (" + cp.size + " entries) does not cover entry " + sequence + " yet");
+
+    // 6. leaf: recomputed from the signed record alone, its admission time included
+    const leaf = await leafHash(leafData(signed));
+    step("leaf " + sequence + " recomputed from this revision and its admission time", true);
+
+    // 7. inclusion
+    const proof = await getJson("/api/log/proof/inclusion?index=" + (sequence - 1) + "&size=" + cp.size);
+    const root = await rootFromInclusion(sequence - 1, cp.size, leaf, proof.proof.map(unhex));
+    check(equal(root, cp.root), "the inclusion proof does not lead to the checkpoint's root");
+    step("the inclusion proof leads to the signed root", true);
+
+    if (!signatures) {
+      show("bad", "Not verified: " + ed25519 + ". Hashes and the Merkle inclusion check out, but no signature could be checked.");
+      return;
+    }
+    show("ok", "Verified: signed by its author, certified up to the pinned genesis, and included in the log's signed checkpoint of " + cp.size + " entries.");
+  }
+
+  // The pure parts, for tests that compare them with the server's Python (tests/test_browser.py).
+  window.AlexandriaVerify = Object.freeze({ jcs, leafData, rootFromInclusion, parseNote, hex, unhex });
+
+  if (!window.isSecureContext || !window.crypto || !crypto.subtle) {
+    show("unavailable", "Cannot verify in this browser: WebCrypto is only available on HTTPS or on http://127.0.0.1 / localhost, and this page was served over plain HTTP from another host. Use `alexandria verify --entry` instead.");
+    return;
+  }
+  show("pending", "Verifying…");
+  verify().catch((e) => {
+    const reason = e instanceof Failure ? e.message : "the check could not run (" + e.name + ": " + e.message + ")";
+    step(reason, false);
+    show("bad", "Not verified: " + reason + ".");
+  });
+})();

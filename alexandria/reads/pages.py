@@ -1,0 +1,195 @@
+"""What the HTML pages read (``alexandria/api/web``): compositions of the other read models.
+
+Each function runs on the reader connection (``storage.read``) and returns stored signed records
+as bytes, exactly as the JSON API would serve them; the web layer parses and renders them.  No
+new query shape lives here except two bounded lookups (revision → root, and the ids of a page of
+log leaves), so every page costs what its parts cost in the JSON API: a handful of index range
+reads of at most ``objects.PAGE_SIZE`` rows each.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from alexandria.reads import catalogue, log, objects, scores
+from alexandria.store.merkle_nodes import tree_size
+from alexandria.store.sqlite import SqliteStorage
+
+#: Sections that list the objects whose one tree relation names the object.
+TREE_SECTIONS = {
+    "evidence": "evidence_for", "assessments": "assesses", "proposals": "proposes_for",
+}
+#: The sections each kind's page shows, besides ``history`` (every page) and the ``thread`` of
+#: a discussion or reply: ``objects.SECTIONS`` names and ``TREE_SECTIONS``.
+KIND_SECTIONS: dict[str, tuple[str, ...]] = {
+    "space": ("children", "knowledge", "graph", "discussions"),
+    "claim": ("evidence", "assessments", "discussions", "proposals", "graph", "related"),
+    "document": ("proposals", "graph", "related"),
+    "discussion": ("related",),
+    "reply": ("related",),
+    "evidence": ("related",),
+    "assessment": ("related",),
+    "relationship": ("related",),
+    "proposal": ("related",),
+}
+PAGED_SECTIONS = ("history", "thread", *objects.SECTIONS, *TREE_SECTIONS)
+#: The links that place a reply or a branch in a thread.
+THREAD_RELATIONS = ("replies_to", "answers", "branches_from")
+#: Log leaves the log page lists, newest first.
+LOG_PAGE_ENTRIES = 20
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    items: list[bytes]
+    offset: int
+    next_offset: int | None
+
+
+@dataclass(frozen=True)
+class ObjectPage:
+    subject: objects.Subject
+    item: bytes  # the current head
+    ancestors: list[bytes]
+    sections: dict[str, Section]
+    history: Section
+    before_history: bytes | None  # the revision just before the history page, for its diff
+    thread: objects.Discussion | None  # discussions and replies: the conversation below
+    thread_offset: int
+    roots: dict[str, str] = field(default_factory=dict)  # revision → root of thread links
+
+
+@objects.snapshot
+def object_page(
+    conn: sqlite3.Connection, store: SqliteStorage, rev: str, section: str | None, offset: int
+) -> ObjectPage | None:
+    """An object's page: its head, its ancestors, the sections of its kind (``section`` paged
+    at ``offset``, the others at their first page), its history and, for a discussion or reply,
+    its thread — all from one read transaction, so that they agree with each other."""
+    subj = objects.subject(conn, rev)
+    if subj is None:
+        return None
+
+    def at(name: str) -> int:
+        return offset if name == section else 0
+
+    sections: dict[str, Section] = {}
+    head = objects.object_view(conn, store, subj.root, "history", at("history"), False)
+    assert head is not None
+    history = Section("history", head.items, at("history"), head.next_offset)
+    before = None
+    if history.offset > 0:
+        prior = objects.object_view(conn, store, subj.root, "history", history.offset - 1, False)
+        assert prior is not None
+        before = prior.items[0] if prior.items else None
+    for name in KIND_SECTIONS.get(subj.kind, ()):
+        if name in TREE_SECTIONS:
+            seqs, more = objects.tree_children(conn, subj, TREE_SECTIONS[name], at(name))
+            sections[name] = Section(
+                name, store.signed_many(conn, seqs), at(name),
+                at(name) + len(seqs) if more else None,
+            )
+            continue
+        view = objects.object_view(conn, store, subj.root, name, at(name), False)
+        assert view is not None
+        sections[name] = Section(name, view.items, at(name), view.next_offset)
+    thread = None
+    roots: dict[str, str] = {}
+    if subj.kind in ("discussion", "reply"):
+        thread = objects.discussion(conn, store, subj.root, "old", at("thread"))
+        assert thread is not None
+        targets = [
+            link["target"]
+            for raw in thread.items
+            for link in orjson.loads(raw)["record"]["links"]
+            if link["relation"] in THREAD_RELATIONS
+        ]
+        roots = roots_of(conn, targets)
+    return ObjectPage(
+        subj, head.item, head.ancestors, sections, history, before, thread, at("thread"), roots
+    )
+
+
+def roots_of(conn: sqlite3.Connection, revs: Sequence[str]) -> dict[str, str]:
+    """The root of each known revision id (a thread's links name exact revisions)."""
+    out: dict[str, str] = {}
+    for rev in dict.fromkeys(revs):
+        row = conn.execute("SELECT root FROM revisions WHERE id = ?", (rev,)).fetchone()
+        if row is not None:
+            out[rev] = str(row[0])
+    return out
+
+
+@dataclass(frozen=True)
+class CataloguePage:
+    items: list[bytes]
+    total: int
+
+
+@objects.snapshot
+def catalogue_page(
+    conn: sqlite3.Connection, store: SqliteStorage, query: catalogue.CatalogueQuery
+) -> CataloguePage:
+    """A page of ``GET /api/catalogue``'s full projection: the listed heads' signed records."""
+    found = catalogue.find(conn, query)
+    return CataloguePage(store.signed_many(conn, found.sequences), found.total)
+
+
+@dataclass(frozen=True)
+class RevisionPage:
+    signed: bytes
+    subject: objects.Subject
+    head: bytes
+
+
+@objects.snapshot
+def revision_page(
+    conn: sqlite3.Connection, store: SqliteStorage, rev: str
+) -> RevisionPage | None:
+    subj = objects.subject(conn, rev)
+    if subj is None:
+        return None
+    signed, head = store.signed_many(conn, [subj.sequence, subj.head_sequence])
+    return RevisionPage(signed, subj, head)
+
+
+@dataclass(frozen=True)
+class AuthorPage:
+    contributions: list[bytes]
+    total: int
+    offset: int
+    scores: dict[str, object]
+
+
+@objects.snapshot
+def author_page(
+    conn: sqlite3.Connection, store: SqliteStorage, actor: str, offset: int
+) -> AuthorPage:
+    """An actor's listed contributions (current heads of what they created, newest first) and
+    their host-projected scores with the first page of the votes they hold."""
+    found = catalogue.find(conn, catalogue.CatalogueQuery(author=actor, offset=offset))
+    return AuthorPage(
+        store.signed_many(conn, found.sequences), found.total, offset,
+        scores.scores(conn, actor, 0),
+    )
+
+
+@dataclass(frozen=True)
+class LogPage:
+    size: int
+    checkpoint: log.StoredCheckpoint | None
+    entries: bytes | None  # ``GET /api/log/entries`` of the newest leaves
+
+
+@objects.snapshot
+def log_page(conn: sqlite3.Connection) -> LogPage:
+    size = tree_size(conn)
+    entries = None
+    if size:
+        entries = log.entries_page(conn, max(0, size - LOG_PAGE_ENTRIES), size)
+    return LogPage(size, log.latest_checkpoint(conn), entries)

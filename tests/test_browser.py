@@ -1,0 +1,421 @@
+"""The pages in a real browser: headless Chromium (Debian's ``chromium`` and ``chromium-driver``,
+installed by ``.ci/run``) driven by Selenium against a live server on 127.0.0.1.
+
+A reader browses the worked example: searches, opens the merged claim, follows its evidence,
+sees its history with the diff, and sees the revision page's badge say *verified*, computed
+by the page's own script with WebCrypto.  A server that alters inclusion proofs makes the badge
+say why it failed; a page served from a host that is not a secure context says it cannot
+verify.  axe-core (vendored, ``tests/browser_assets``) checks every page for serious
+accessibility violations.  Screenshots go to ``tests/screenshots/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from alexandria.api.app import create_app
+from alexandria.core import merkle
+from alexandria.core.canonical import canonical
+from alexandria.core.timestamps import format_ms
+from alexandria.service.bootstrap import Founding, found_library, resolve_refs
+from alexandria.service.library import Library
+from alexandria.store.sqlite import SqliteStorage
+from tests.conftest import CONTRACT
+from tests.liveserver import free_port
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None,
+        reason="needs Debian's chromium and chromium-driver (bash .ci/run installs them)",
+    ),
+]
+ASSETS = Path(__file__).parent / "browser_assets"
+SHOTS = Path(__file__).parent / "screenshots"
+WAIT_S = 30
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class TamperProofs:
+    """ASGI wrapper: while ``enabled``, flips one hex digit of every inclusion proof served, as a
+    lying or broken server would."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.enabled = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not (self.enabled and scope["type"] == "http"
+                and scope["path"] == "/api/log/proof/inclusion"):
+            await self.app(scope, receive, send)
+            return
+
+        async def altered(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                body: bytes = message["body"]
+                at = body.index(b'"proof":["') + len(b'"proof":["')
+                flipped = b"0" if body[at:at + 1] != b"0" else b"1"
+                message = {**message, "body": body[:at] + flipped + body[at + 1:]}
+            await send(message)
+
+        await self.app(scope, receive, altered)
+
+
+class LiveServer:
+    """uvicorn serving the real app on 127.0.0.1 in a thread of this process."""
+
+    def __init__(self, tmp: Path, founding: Founding, log_key: bool = True) -> None:
+        import uvicorn
+
+        storage = SqliteStorage(tmp / "lib.db", founding.genesis)
+        library = Library(founding.genesis, storage, founding.log_key if log_key else None)
+        self.app = TamperProofs(create_app(library))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
+                                http="h11", ws="none", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + WAIT_S
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the live server did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=WAIT_S)
+
+
+def publish_worked_example(url: str, founding: Founding) -> dict[str, str]:
+    names: dict[str, str] = {}
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for doc in founding.authority_documents():
+            assert client.post("/api/authority", json=doc).status_code == 201
+        for step in CONTRACT["object_examples"]["steps"]:
+            content = resolve_refs(step["content"], names)
+            now = format_ms(int(time.time() * 1000))
+            env = founding.participants[step["actor"]].envelope(founding.genesis, content, now)
+            r = client.post("/api/entries", json=env)
+            assert r.status_code == 201, r.text
+            names[step["name"]] = r.json()["id"]
+    return names
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    founding = found_library(seed=b"alexandria-browser-test", created_at="2026-01-01T00:00:00.000Z")
+    founding.enroll("owner")
+    founding.enroll("peer")
+    server = LiveServer(tmp_path_factory.mktemp("browser-lib"), founding)
+    try:
+        yield server, publish_worked_example(server.url, founding)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run",
+                "--disable-dev-shm-usage", "--window-size=1280,1000",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+                # a name that is not a secure context, still resolved to loopback
+                "--host-resolver-rules=MAP library.test 127.0.0.1"):
+        options.add_argument(arg)
+    browser = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    browser.set_page_load_timeout(WAIT_S)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+def shot(driver: Any, name: str) -> None:
+    SHOTS.mkdir(exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, min(max(int(height), 800), 6000))
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    driver.set_window_size(1280, 1000)
+
+
+def wait(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, WAIT_S).until(condition, message=what)
+
+
+def badge_settled(driver: Any) -> Any:
+    from selenium.webdriver.common.by import By
+
+    el = driver.find_element(By.ID, "verification")
+    state = el.get_attribute("data-state")
+    return state if state in ("ok", "bad", "unavailable") else None
+
+
+def axe_violations(driver: Any) -> list[dict[str, Any]]:
+    """Serious and critical axe-core violations of the current page (WCAG 2 A and AA rules)."""
+    driver.execute_script((ASSETS / "axe.min.js").read_text())
+    result = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21aa',"
+        " 'best-practice']}}).then((r) => done(r.violations), (e) => done(String(e)));"
+    )
+    assert isinstance(result, list), result
+    return [
+        {"id": v["id"], "impact": v["impact"], "nodes": [n["html"][:200] for n in v["nodes"]]}
+        for v in result if v["impact"] in ("serious", "critical")
+    ]
+
+
+def test_reader_browses_the_worked_example(live: tuple[LiveServer, dict[str, str]],
+                                           driver: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    server, names = live
+    driver.get(server.url + "/")
+    assert driver.title.startswith("Catalogue")
+    shot(driver, "01-catalogue")
+
+    # search
+    box = driver.find_element(By.ID, "q")
+    box.send_keys("Peano", Keys.ENTER)
+    wait(driver, lambda d: "q=Peano" in d.current_url, "the search was submitted")
+    claim_link = wait(
+        driver,
+        lambda d: d.find_elements(By.CSS_SELECTOR, f'#results a[href="/objects/{names["claim"]}"]'),
+        "the merged claim is found",
+    )[0]
+    shot(driver, "02-search")
+
+    # open the merged claim
+    claim_link.click()
+    wait(driver, lambda d: d.current_url.endswith(f"/objects/{names['claim']}"), "claim page")
+    text = driver.find_element(By.TAG_NAME, "main").text
+    assert "Natural numbers under Peano axioms" in text
+    for heading in ("Evidence", "Assessments", "Discussions", "Proposals", "Relationships",
+                    "History"):
+        assert driver.find_elements(By.XPATH, f"//h2[starts-with(normalize-space(), '{heading}')]")
+    # its history, with the diff between the two revisions
+    removed = driver.find_elements(By.CSS_SELECTOR, "pre.diff .d-removed")
+    added = driver.find_elements(By.CSS_SELECTOR, "pre.diff .d-added")
+    assert any("Natural numbers with standard addition" in e.text for e in removed)
+    assert any("Natural numbers under Peano axioms" in e.text for e in added)
+    shot(driver, "03-claim")
+
+    # follow its evidence
+    driver.find_element(By.CSS_SELECTOR,
+                        f'.section-evidence a[href="/objects/{names["evidence"]}"]').click()
+    wait(driver, lambda d: d.current_url.endswith(f"/objects/{names['evidence']}"), "evidence")
+    main = driver.find_element(By.TAG_NAME, "main").text
+    assert "The successor of one is two." in main and "Sources" in main
+    shot(driver, "04-evidence")
+    driver.back()
+
+    # the merge's revision page: the badge says verified
+    wait(driver, lambda d: d.current_url.endswith(f"/objects/{names['claim']}"), "back")
+    driver.find_element(By.CSS_SELECTOR, f'.history a[href="/revisions/{names["merge"]}"]').click()
+    assert wait(driver, badge_settled, "the badge settles") == "ok", \
+        driver.find_element(By.ID, "verification").text
+    badge = driver.find_element(By.ID, "badge").text
+    assert badge.startswith("Verified"), badge
+    steps = driver.find_elements(By.CSS_SELECTOR, "#verify-steps li.ok")
+    assert len(steps) == 7, [s.text for s in steps]
+    shot(driver, "05-revision-verified")
+
+
+def test_tampered_proof_fails_the_badge_with_its_reason(
+    live: tuple[LiveServer, dict[str, str]], driver: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    server, names = live
+    server.app.enabled = True
+    try:
+        driver.get(f"{server.url}/revisions/{names['evidence']}")
+        assert wait(driver, badge_settled, "the badge settles") == "bad"
+    finally:
+        server.app.enabled = False
+    badge = driver.find_element(By.ID, "badge").text
+    assert badge.startswith("Not verified"), badge
+    assert "inclusion proof does not lead to the checkpoint's root" in badge
+    failed = driver.find_elements(By.CSS_SELECTOR, "#verify-steps li.fail")
+    assert len(failed) == 1
+    shot(driver, "06-revision-tampered")
+    driver.get(f"{server.url}/revisions/{names['evidence']}")  # the honest server verifies
+    assert wait(driver, badge_settled, "the badge settles") == "ok"
+
+
+def test_no_badge_outside_a_secure_context(
+    live: tuple[LiveServer, dict[str, str]], driver: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    server, names = live
+    driver.get(f"http://library.test:{server.port}/revisions/{names['claim']}")
+    assert wait(driver, badge_settled, "the badge settles") == "unavailable"
+    badge = driver.find_element(By.ID, "badge").text
+    assert "only available on HTTPS or on http://127.0.0.1" in badge
+    shot(driver, "07-revision-insecure-context")
+
+
+def test_badge_names_the_servers_refusal(
+    tmp_path: Path, live: tuple[LiveServer, dict[str, str]], driver: Any
+) -> None:
+    """A server without its log key cannot sign a checkpoint: the badge says so, with the
+    typed error the server gave."""
+    from selenium.webdriver.common.by import By
+
+    founding = found_library(seed=b"alexandria-browser-test", created_at="2026-01-01T00:00:00.000Z")
+    founding.enroll("owner")
+    founding.enroll("peer")
+    server = LiveServer(tmp_path, founding, log_key=False)
+    try:
+        names = publish_worked_example(server.url, founding)
+        driver.get(f"{server.url}/revisions/{names['claim']}")
+        assert wait(driver, badge_settled, "the badge settles") == "bad"
+        badge = driver.find_element(By.ID, "badge").text
+        assert "/api/log/checkpoint answered 503" in badge and "[LOG_KEY_MISSING]" in badge
+    finally:
+        server.stop()
+
+
+def test_live_search_updates_results_without_reload(
+    live: tuple[LiveServer, dict[str, str]], driver: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    server, names = live
+    driver.get(server.url + "/")
+    driver.execute_script("document.body.dataset.marker = 'same page'")
+    driver.find_element(By.ID, "q").send_keys("successor")
+    wait(driver, lambda d: "q=successor" in d.current_url, "the address follows the query")
+    wait(driver, lambda d: d.find_elements(
+        By.CSS_SELECTOR, f'#results a[href="/objects/{names["evidence"]}"]'), "results")
+    assert driver.execute_script("return document.body.dataset.marker") == "same page"
+
+
+def test_keyboard_reaches_the_content_first(
+    live: tuple[LiveServer, dict[str, str]], driver: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    server, names = live
+    driver.get(f"{server.url}/objects/{names['claim']}")
+    driver.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
+    active = driver.switch_to.active_element
+    assert active.text == "Skip to content"
+    active.send_keys(Keys.ENTER)
+    assert driver.switch_to.active_element.get_attribute("id") == "main"
+
+
+def test_pages_have_no_serious_accessibility_violations(
+    live: tuple[LiveServer, dict[str, str]], driver: Any
+) -> None:
+    server, names = live
+    author = httpx.get(f"{server.url}/api/entries/{names['claim']}").json()["record"]["author"]
+    paths = [
+        "/", "/?q=Peano", f"/objects/{names['claim']}", f"/objects/{names['space']}",
+        f"/objects/{names['discussion']}", f"/objects/{names['evidence']}",
+        f"/objects/{names['proposal']}", f"/revisions/{names['merge']}", f"/authors/{author}",
+        "/log", "/?kind=vote",
+    ]
+    found = {}
+    for path in paths:
+        driver.get(server.url + path)
+        if path.startswith("/revisions/"):
+            wait(driver, badge_settled, "the badge settles")
+        if path == f"/objects/{names['discussion']}":
+            shot(driver, "08-discussion-thread")
+        violations = axe_violations(driver)
+        if violations:
+            found[path] = violations
+    assert not found, found
+
+
+# --- the page's script agrees with the server's Python ----------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@pytest.fixture(scope="module")
+def script_page(live: tuple[LiveServer, dict[str, str]], driver: Any) -> Any:
+    server, names = live
+    driver.get(f"{server.url}/revisions/{names['claim']}")
+    wait(driver, badge_settled, "the badge settles")
+    return driver
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(JSON_VALUES, min_size=1, max_size=25))
+def test_browser_jcs_is_rfc8785(script_page: Any, values: list[Any]) -> None:
+    """The script's canonical form is byte for byte ``core.canonical`` (non-BMP keys sort by
+    UTF-16 code units, escapes, integers): the record id and the leaf bytes depend on it."""
+    got = script_page.execute_script(
+        "return arguments[0].map((v) => window.AlexandriaVerify.jcs(v));", values
+    )
+    assert got == [canonical(v).decode() for v in values]
+
+
+def test_browser_inclusion_matches_rfc9162(script_page: Any) -> None:
+    """Every (index, size) up to 33 leaves: the script recomputes the root from the server's
+    proofs, and a proof with a flipped, missing or extra hash never gives the root."""
+    leaves = [merkle.leaf_hash(b"leaf %d" % i) for i in range(33)]
+
+    def node(level: int, idx: int) -> bytes:
+        return merkle.root_from_leaves(leaves[idx << level:(idx + 1) << level])
+
+    cases, expected = [], []
+    for size in range(1, 34):
+        root = merkle.root_from_leaves(leaves[:size]).hex()
+        for index in range(size):
+            proof = [p.hex() for p in merkle.inclusion_proof(index, size, node)]
+            cases.append([index, size, leaves[index].hex(), proof])
+            expected.append(root)
+            if proof:
+                bad = [("0" if proof[0][0] != "0" else "1") + proof[0][1:], *proof[1:]]
+                for broken in (bad, proof[:-1], [*proof, proof[0]]):
+                    cases.append([index, size, leaves[index].hex(), broken])
+                    expected.append("not " + root)
+    got = script_page.execute_async_script(
+        "const done = arguments[arguments.length - 1]; const V = window.AlexandriaVerify;"
+        "(async () => { const out = []; for (const [i, n, leaf, proof] of arguments[0]) {"
+        "  try { const hashes = proof.map(V.unhex);"
+        "    out.push(V.hex(await V.rootFromInclusion(i, n, V.unhex(leaf), hashes)));"
+        "  } catch (e) { out.push('error: ' + e.message); } } return out; })()"
+        ".then(done, (e) => done(String(e)));",
+        cases,
+    )
+    assert len(got) == len(expected)
+    for case, want, have in zip(cases, expected, got, strict=True):
+        if want.startswith("not "):
+            assert have != want[4:], case
+        else:
+            assert have == want, case
