@@ -12,6 +12,7 @@ accessibility violations.  Screenshots go to ``tests/screenshots/`` (git-ignored
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
@@ -24,13 +25,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alexandria.api.app import create_app
-from alexandria.core import merkle
+from alexandria.core import merkle, note
 from alexandria.core.canonical import canonical
+from alexandria.core.checkpoint import parse_checkpoint
+from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import format_ms
 from alexandria.service.bootstrap import Founding, found_library, resolve_refs
+from alexandria.service.cosigning import Cosigning, WitnessEndpoint
 from alexandria.service.library import Library
+from alexandria.store import cosignatures
 from alexandria.store.sqlite import SqliteStorage
-from tests.conftest import CONTRACT
+from tests.conftest import CONTRACT, SEED, T0
 from tests.liveserver import free_port
 
 CHROMIUM = shutil.which("chromium")
@@ -79,11 +84,14 @@ class TamperProofs:
 class LiveServer:
     """uvicorn serving the real app on 127.0.0.1 in a thread of this process."""
 
-    def __init__(self, tmp: Path, founding: Founding, log_key: bool = True) -> None:
+    def __init__(self, tmp: Path, founding: Founding, log_key: bool = True,
+                 cosigning: Cosigning | None = None) -> None:
         import uvicorn
 
-        storage = SqliteStorage(tmp / "lib.db", founding.genesis)
-        library = Library(founding.genesis, storage, founding.log_key if log_key else None)
+        self.db = tmp / "lib.db"
+        storage = SqliteStorage(self.db, founding.genesis)
+        library = Library(founding.genesis, storage, founding.log_key if log_key else None,
+                          cosigning=cosigning or Cosigning())
         self.app = TamperProofs(create_app(library))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -419,3 +427,45 @@ def test_browser_inclusion_matches_rfc9162(script_page: Any) -> None:
             assert have != want[4:], case
         else:
             assert have == want, case
+
+
+def test_badge_checks_the_cosignatures_of_the_librarys_witnesses(
+    tmp_path: Path, driver: Any
+) -> None:
+    """A library with a witness (quorum 1): the badge refuses its checkpoint until the witness's
+    cosignature/v1 line is served with it, then verifies it with WebCrypto and names it."""
+    from selenium.webdriver.common.by import By
+
+    founding = found_library(seed=SEED, created_at=T0)
+    founding.enroll("owner")
+    founding.enroll("peer")
+    witness_key = SigningKey(b"w" * 32)
+    name = "witness.example/w1"
+    verifier = note.Verifier(name, note.COSIGNATURE_V1, witness_key.public_bytes)
+    # the witness is never reached (port 9): the test itself plays its part below
+    server = LiveServer(tmp_path, founding, cosigning=Cosigning(
+        [WitnessEndpoint("http://127.0.0.1:9", verifier)], quorum=1))
+    try:
+        names = publish_worked_example(server.url, founding)
+        signed_note = httpx.get(f"{server.url}/api/log/checkpoint").text
+        size = parse_checkpoint(signed_note)[0].size
+        driver.get(f"{server.url}/revisions/{names['claim']}")
+        assert wait(driver, badge_settled, "the badge settles") == "bad"
+        assert "0/1 valid cosignatures" in driver.find_element(By.ID, "badge").text
+        text = signed_note[: signed_note.index("\n\n") + 1].encode()
+        line = note.cosign(text, name, witness_key, 1_767_225_600).line()
+        conn = sqlite3.connect(server.db, timeout=30)
+        try:
+            with conn:
+                cosignatures.store(conn, size, name, line)
+        finally:
+            conn.close()
+        driver.get(f"{server.url}/revisions/{names['claim']}")
+        assert wait(driver, badge_settled, "the badge settles") == "ok", \
+            driver.find_element(By.ID, "verification").text
+        steps = [s.text for s in driver.find_elements(By.CSS_SELECTOR, "#verify-steps li.ok")]
+        assert any("cosigned by 1 of the library's witnesses (witness.example/w1)" in s
+                   for s in steps), steps
+        shot(driver, "09-revision-witnessed")
+    finally:
+        server.stop()

@@ -193,6 +193,7 @@ async def revision_page(request: Request) -> Response:
         "revision.html", **_common(request, f"Revision of {item.title}"),
         item=item, head=present.revision(found.head), subject=found.subject,
         worker=worker, authority=authority, genesis=lib.genesis,
+        witnesses=lib.cosigning.vkeys, witness_quorum=lib.cosigning.quorum,
         signed_json=present.pretty_json(found.signed),
         safe_url=present.safe_url, is_revision_id=present.is_revision_id,
     )

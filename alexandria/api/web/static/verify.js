@@ -136,16 +136,23 @@
     if (!/^(0|[1-9][0-9]{0,15})$/.test(lines[1])) throw new Failure("the checkpoint size is malformed");
     const root = unbase64(lines[2]);
     if (root.length !== 32) throw new Failure("the checkpoint root is not 32 bytes");
-    const signatures = [];
+    const signatures = [], cosignatures = [];
     for (const line of note.slice(cut + 2).split("\n")) {
       if (!line) continue;
       const m = /^\u2014 (\S+) ([A-Za-z0-9+/=]+)$/.exec(line);
       if (!m) throw new Failure("a checkpoint signature line is malformed");
       const blob = unbase64(m[2]);
-      if (blob.length !== 68) continue; // not an Ed25519 signature
-      signatures.push({ name: m[1], keyId: blob.slice(0, 4), signature: blob.slice(4) });
+      if (blob.length === 68) { // an Ed25519 note signature (the log's)
+        signatures.push({ name: m[1], keyId: blob.slice(0, 4), signature: blob.slice(4) });
+      } else if (blob.length === 76) { // a cosignature/v1: key id, u64 timestamp, signature
+        let time = 0n;
+        for (const b of blob.slice(4, 12)) time = time * 256n + BigInt(b);
+        cosignatures.push({ name: m[1], keyId: blob.slice(0, 4), time: time.toString(),
+                            signature: blob.slice(12) });
+      }
     }
-    return { text: enc.encode(text), origin: lines[0], size: Number(lines[1]), root, signatures };
+    return { text: enc.encode(text), origin: lines[0], size: Number(lines[1]), root, signatures,
+             cosignatures };
   }
 
   // --- Ed25519 --------------------------------------------------------------------------------
@@ -166,6 +173,37 @@
   async function ed25519Verify(publicHex, signatureHex, message) {
     const key = await crypto.subtle.importKey("raw", unhex(publicHex), { name: "Ed25519" }, false, ["verify"]);
     return crypto.subtle.verify({ name: "Ed25519" }, key, unhex(signatureHex), message);
+  }
+
+  // 5b. The library's witnesses (their cosignature/v1 verifier keys and quorum, as the page
+  // names them: compare them with the witnesses you trust): each named witness's line must
+  // verify over "cosignature/v1\ntime T\n" and the checkpoint text (C2SP tlog-cosignature),
+  // and at least the quorum of them must have cosigned.
+  async function witnessed(cp) {
+    const vkeys = (box.dataset.witnesses || "").split(" ").filter(Boolean);
+    if (!vkeys.length) return;
+    const quorum = Number(box.dataset.witnessQuorum || vkeys.length);
+    const cosigners = [];
+    for (const vkey of vkeys) {
+      const parts = vkey.split("+");
+      if (parts.length !== 3) continue;
+      const [name, , encoded] = parts;
+      const raw = unbase64(encoded);
+      if (raw.length !== 33 || raw[0] !== 4) continue;
+      const pub = raw.slice(1);
+      const id = (await sha256(concat(enc.encode(name + "\n"), Uint8Array.of(4), pub))).slice(0, 4);
+      const line = cp.cosignatures.find((s) => s.name === name && equal(s.keyId, id));
+      if (!line) continue;
+      const message = concat(enc.encode("cosignature/v1\ntime " + line.time + "\n"), cp.text);
+      const key = await crypto.subtle.importKey("raw", pub, { name: "Ed25519" }, false, ["verify"]);
+      check(await crypto.subtle.verify({ name: "Ed25519" }, key, line.signature, message),
+            "witness " + name + "'s cosignature of the checkpoint does not verify");
+      cosigners.push(name);
+    }
+    check(cosigners.length >= quorum, "the checkpoint carries " + cosigners.length + "/" + quorum +
+          " valid cosignatures of the library's witnesses");
+    step("the checkpoint is cosigned by " + cosigners.length + " of the library's witnesses (" +
+         cosigners.join(", ") + ")", true);
   }
 
   // Threshold of distinct root keys over JCS(payload); returns how many signed validly.
@@ -286,6 +324,7 @@
       }
       check(logKey !== null, "the checkpoint is not signed by a root-certified log key");
       step("checkpoint of " + cp.size + " entries signed by log key " + logKey.slice(0, 12), true);
+      await witnessed(cp);
     }
     check(sequence >= 1 && sequence <= cp.size, "the checkpoint (" + cp.size + " entries) does not cover entry " + sequence + " yet");
 
