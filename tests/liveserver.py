@@ -59,8 +59,7 @@ class Server:
         ]
         if log_key is not None:
             cmd += ["--log-key", str(log_key)]
-        if workers > 1:
-            cmd += ["--workers", str(workers)]
+        cmd += ["--workers", str(workers)]  # the default depends on the machine's cores
         cmd += extra
         self.proc = subprocess.Popen(
             cmd,

@@ -197,6 +197,11 @@ class WriterClient:
                     raise
                 await asyncio.sleep(0.05)
 
+    @property
+    def lost(self) -> str | None:
+        """Why the connection to the writer is gone, or None while it is up."""
+        return self._lost
+
     async def close(self) -> None:
         if self._frames is not None and self._frames.transport is not None:
             self._frames.transport.close()

@@ -282,6 +282,13 @@ class SqliteStorage(Storage):
             self._writer_conn.close()
             self._writer_conn = None
 
+    @property
+    def writing(self) -> bool:
+        """False once the writer thread has ended (it runs from the first write until close),
+        or before the storage was opened: ``/healthz`` is not ready then."""
+        return self._writer_conn is not None and (self._writing is None
+                                                  or not self._writing.done())
+
     async def meta(self, key: str) -> str | None:
         row = await self.read(
             lambda conn: conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
