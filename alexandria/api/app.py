@@ -13,6 +13,7 @@ from alexandria.api import changes as changes_api
 from alexandria.api import contract as contract_api
 from alexandria.api import log as log_api
 from alexandria.api import metrics as metrics_api
+from alexandria.api import mirror as mirror_api
 from alexandria.api import objects as object_api
 from alexandria.api import personal as personal_api
 from alexandria.api import read as read_api
@@ -30,7 +31,7 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
         if manage_lifecycle:
             await library.open()
         try:
-            async with background_signer(library):
+            async with background_signer(library), mirror_api.following(library):
                 yield
         finally:
             if manage_lifecycle:

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "alexandria.cli.personal",
     "alexandria.cli.operator",
     "alexandria.cli.log",
+    "alexandria.cli.operations",
 )
 
 EXIT_FAILURE = 1

@@ -3,6 +3,7 @@ operator commands share this object; nothing else holds global state."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ class MirrorState:
     origin_size: int = 0
     synced: bool = False  # caught up with the origin's checkpoint at least once
     error: str | None = None  # why the follower stopped
+    failure: Exception | None = None  # the typed error it stopped with
+    #: stops the server once the follower has stopped (set by whoever runs it)
+    stop: Callable[[], None] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

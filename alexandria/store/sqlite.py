@@ -47,8 +47,8 @@ from alexandria.errors import AlexandriaError, BadRequest, Forbidden, ServiceErr
 from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.state import ObjectFacts, RevisionFacts, Verdict, check_revocation
 from alexandria.store import schema, search_index
-from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Storage
-from alexandria.store.merkle_nodes import tree_size
+from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
+from alexandria.store.merkle_nodes import node_reader, tree_size
 from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
 from alexandria.store.writer_memory import WriterMemory
 
@@ -573,10 +573,14 @@ class SqliteStorage(Storage):
     async def admit_authority(self, document: Any) -> AuthorityAdmitted:
         return await self.write(lambda conn: self._admit_authority(conn, document))
 
-    def _admit_authority(self, conn: sqlite3.Connection, document: Any) -> AuthorityAdmitted:
+    def _admit_authority(
+        self, conn: sqlite3.Connection, document: Any, now: int | None = None
+    ) -> AuthorityAdmitted:
+        """``now``: the admission time (a replay passes the recorded one)."""
         name = document_name(document)
         view = self.state_view(conn)
-        now = self._admission_clock(conn)
+        if now is None:
+            now = self._admission_clock(conn)
         if name == "certificate":
             payload = document["certificate"]
             if isinstance(payload, dict) and payload.get("format") != AUTHORITY_FORMAT:
@@ -637,6 +641,128 @@ class SqliteStorage(Storage):
             {"sequence": s, "type": t, "admitted_at": a, "document": orjson.loads(leaf)}
             for s, t, a, leaf in rows
         ]
+
+    # --- replaying another copy of the log -----------------------------------------------------
+
+    async def replay(self, entries: Sequence[Replayed]) -> tuple[int, Exception | None]:
+        """Append ``entries`` (the next ones of another copy of this log) at their recorded
+        sequences and admission times, through the same code as an admission: the rules
+        (``admission.decide``, at the recorded time), the leaf and its Merkle nodes, every
+        projection.  Stops at the first entry that does not hold and returns how many were
+        stored (they are committed) and why it stopped."""
+
+        def run(conn: sqlite3.Connection) -> tuple[int, Exception | None]:
+            done = 0
+            for entry in entries:
+                conn.execute("SAVEPOINT replay")
+                try:
+                    self._replay_one(conn, entry)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO replay")
+                    conn.execute("RELEASE replay")
+                    self._memory.forget()
+                    return done, exc
+                conn.execute("RELEASE replay")
+                done += 1
+            return done, None
+
+        return await self.write(run)
+
+    def _replay_one(self, conn: sqlite3.Connection, e: Replayed) -> None:
+        size, last_ms = self._memory.tail(conn)
+        if e.sequence != size + 1:
+            raise ServiceError(f"entry {e.sequence} does not follow the log's {size} leaves",
+                               "REPLAY_OUT_OF_ORDER", sequence=e.sequence, tree_size=size)
+        if e.admitted_ms < last_ms:
+            raise ServiceError("admitted_at is before the previous entry's", "ADMITTED_AT_ORDER")
+        if e.candidate is not None:
+            cand = e.candidate
+            if e.kind != "contribution":
+                raise BadRequest(f"a contribution recorded as a {e.kind}", "TYPE_MISMATCH")
+            if conn.execute("SELECT 1 FROM revisions WHERE id = ?",
+                            (cand.record.id,)).fetchone() is not None:
+                raise BadRequest("the same contribution was already admitted",
+                                 "DUPLICATE_ENTRY")
+            verdict = decide(self.state_view(conn), cand, e.admitted_ms)
+            sequence, _ = self._append_leaf(conn, "contribution", cand.leaf, e.admitted_ms)
+            self._store_contribution(conn, cand, verdict, sequence)
+            return
+        name = document_name(e.document)
+        if name != e.kind:
+            raise BadRequest(f"a {name} recorded as a {e.kind}", "TYPE_MISMATCH")
+        result = self._admit_authority(conn, e.document, e.admitted_ms)
+        if not result.created:
+            raise BadRequest(f"the same document was already admitted at {result.sequence}",
+                             "DUPLICATE_ENTRY")
+
+    async def store_checkpoint(self, size: int, root: bytes, note: str, key: str,
+                               received_at: str) -> None:
+        """Keep a checkpoint signed elsewhere (a mirror's origin) whose root the caller has
+        verified; checked again here against the tree, inside the write transaction."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            latest = conn.execute("SELECT max(size) FROM checkpoints").fetchone()[0] or 0
+            if size <= latest:
+                return
+            if size > tree_size(conn) or merkle.root_hash(size, node_reader(conn)) != root:
+                raise ServiceError(f"checkpoint {size} is not the root of the stored tree",
+                                   "LOG_INCONSISTENT")
+            conn.execute(
+                "INSERT INTO checkpoints(size, root, note, key, signed_at) VALUES (?, ?, ?, ?, ?)",
+                (size, root, note, key, received_at),
+            )
+
+        await self.write(run)
+
+    async def key_authorities(
+        self, key: str, upto: int
+    ) -> tuple[list[tuple[int, AuthorityCertificate]], bool]:
+        """A key's authority certificates admitted among the first ``upto`` leaves (oldest
+        first) and whether root revoked it among them: who may sign a checkpoint of that
+        size."""
+
+        def read(conn: sqlite3.Connection) -> tuple[list[tuple[int, bytes]], bool]:
+            certs = conn.execute("SELECT sequence, document FROM authorities WHERE key = ?"
+                                 " AND sequence <= ? ORDER BY sequence", (key, upto)).fetchall()
+            revoked = conn.execute("SELECT 1 FROM revocations WHERE key = ? AND issuer = 'root'"
+                                   " AND sequence <= ?", (key, upto)).fetchone() is not None
+            return [(int(s), bytes(d)) for s, d in certs], revoked
+
+        rows, revoked = await self.read(read)
+        return [(s, AuthorityCertificate.from_document(orjson.loads(d), self.genesis))
+                for s, d in rows], revoked
+
+    async def authority_keys(self, upto: int) -> list[str]:
+        """Keys certified among the first ``upto`` leaves (who may sign a checkpoint)."""
+        return await self.read(lambda conn: [str(k) for (k,) in conn.execute(
+            "SELECT DISTINCT key FROM authorities WHERE sequence <= ?", (upto,))])
+
+    async def leaf_hashes(self, start: int, end: int) -> list[bytes]:
+        """Leaf hashes of sequences ``start+1 .. end``, in order."""
+        return await self.read(lambda conn: [bytes(h) for (h,) in conn.execute(
+            "SELECT leaf_hash FROM log WHERE sequence > ? AND sequence <= ? ORDER BY sequence",
+            (start, end))])
+
+    async def tail(self) -> tuple[int, str]:
+        """The log size and the last leaf's ``admitted_at`` ('' when empty), as committed."""
+        def read(conn: sqlite3.Connection) -> tuple[int, str]:
+            row = conn.execute("SELECT sequence, admitted_at FROM log ORDER BY sequence DESC"
+                               " LIMIT 1").fetchone()
+            return (0, "") if row is None else (int(row[0]), str(row[1]))
+
+        return await self.read(read)
+
+    async def admitted_ms(self, sequence: int) -> int:
+        """When leaf ``sequence`` was admitted (ms)."""
+        row = await self.read(lambda conn: conn.execute(
+            "SELECT admitted_at FROM log WHERE sequence = ?", (sequence,)).fetchone())
+        ms = parse_ms(row[0]) if row is not None else None
+        if ms is None:
+            raise ServiceError(f"leaf {sequence} is missing", "LOG_CORRUPT")
+        return ms
+
+    async def root_at(self, size: int) -> bytes:
+        return await self.read(lambda conn: merkle.root_hash(size, node_reader(conn)))
 
     # --- reads -------------------------------------------------------------------------------
 

@@ -1,0 +1,367 @@
+"""Following another copy of a library's log: a mirror's origin, or a restore's catch-up source.
+
+Every entry is checked with the code of ``alexandria verify`` and stored with the code of an
+admission, so a follower ends with exactly the database the origin has, or stops at the first
+thing that does not hold, keeping everything it verified before it:
+
+- an entry line: its canonical form, order and admission time (verify steps 2a, 2b), its
+  signatures, certificate chain, content schema and canonical leaf (2c,
+  ``verify._prepare_entry`` → ``admission.prepare``), then the admission rules at its recorded
+  ``admitted_at`` (2d: ``admission.decide``, inside the storage's write transaction, via
+  ``SqliteStorage.replay``, which appends the leaf, its Merkle nodes and every projection as
+  the origin did);
+- a checkpoint: its note, origin and size (3a), its signer certified among the first ``size``
+  leaves (3b, ``verify.checkpoint_signer``), its root the root of the stored tree (3c); against
+  the last checkpoint the follower verified, the origin's consistency proof (3d) — a fork is
+  refused before a single entry of it is fetched, and the first leaf that differs is named.
+
+The follower never signs: it stores the origin's signed notes as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from alexandria.audit.export import Fetch, http_fetcher
+from alexandria.audit.verify import (
+    CheckpointFailed,
+    EntryOutOfOrder,
+    HeaderInvalid,
+    KeyFacts,
+    VerificationFailed,
+    _prepare_entry,
+    _refused,
+    checkpoint_signer,
+    read_header,
+)
+from alexandria.core import merkle
+from alexandria.core.canonical import canonical
+from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
+from alexandria.core.timestamps import format_ms, now_ms, parse_ms
+from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.reads.log import latest_checkpoint
+from alexandria.store.interface import Replayed
+from alexandria.store.sqlite import SqliteStorage
+
+BATCH = 256  # entries stored per write transaction
+
+Progress = Callable[["Follower"], None]
+
+
+class Forked(VerificationFailed):
+    """The source serves a log that is not an extension of what this copy verified."""
+
+    default_code = "LOG_FORKED"
+
+
+@dataclass
+class Verified:
+    size: int = 0
+    root: bytes = b""
+
+
+class Follower:
+    """Verifies and stores the entries and checkpoints of another copy of ``storage``'s log."""
+
+    def __init__(self, storage: SqliteStorage, progress: Progress | None = None) -> None:
+        self.storage = storage
+        self.genesis = storage.genesis
+        self.size = 0
+        self.last_ms = 0
+        self.checkpoint = Verified()
+        self.source_size = 0  # the largest tree size the source claimed (signed)
+        self.stored = 0  # entries stored by this follower
+        self.started = time.perf_counter()
+        self.progress = progress
+
+    async def load(self) -> None:
+        """Resume from what the database holds."""
+        size, admitted_at = await self.storage.tail()
+        self.size, self.last_ms = size, (parse_ms(admitted_at) or 0) if admitted_at else 0
+        latest = await self.storage.read(_latest)
+        if latest is not None:
+            self.checkpoint = Verified(*latest)
+
+    # --- entries ---------------------------------------------------------------------------
+
+    async def entries(self, lines: list[bytes]) -> None:
+        """Verify and store the next entry lines (each ``JCS({admitted_at, leaf, sequence,
+        type})``); at a failure, store those before it and raise."""
+        base, genesis = self.size, self.genesis
+        prepared = await asyncio.to_thread(
+            lambda: [_prepare_entry(line, base + i + 1, genesis) for i, line in enumerate(lines)]
+        )
+        batch: list[Replayed] = []
+        last_ms = self.last_ms
+        failure: VerificationFailed | None = None
+        for e in prepared:
+            expected = base + len(batch) + 1
+            if e.sequence != expected:  # 2a
+                failure = EntryOutOfOrder(expected, "2a", f"expected sequence {expected}, the"
+                                          f" line says {e.sequence}", found=e.sequence)
+            elif e.admitted_ms < last_ms:  # 2b
+                failure = EntryOutOfOrder(expected, "2b", "admitted_at is before the previous"
+                                          " entry's", "ADMITTED_AT_ORDER")
+            elif e.error is not None:  # 2c
+                failure = e.error
+            if failure is not None:
+                break
+            batch.append(Replayed(e.sequence, e.kind, e.leaf, e.admitted_ms, e.candidate,
+                                  e.document))
+            last_ms = e.admitted_ms
+        for start in range(0, len(batch), BATCH):
+            chunk = batch[start:start + BATCH]
+            done, exc = await self.storage.replay(chunk)
+            if done:
+                self.size = chunk[done - 1].sequence
+                self.last_ms = chunk[done - 1].admitted_ms
+                self.stored += done
+            if exc is not None:  # 2d
+                seq = chunk[done].sequence
+                if isinstance(exc, AlexandriaError):
+                    raise _refused(seq, "2d", exc) from exc
+                raise _refused(seq, "2d", AlexandriaError(str(exc), "STORAGE_FAILED")) from exc
+        if self.progress is not None:
+            self.progress(self)
+        if failure is not None:
+            raise failure
+
+    # --- checkpoints -----------------------------------------------------------------------
+
+    def parse(self, note: str, at: int) -> tuple[int, bytes]:
+        """3a (stateless): a checkpoint note of this library's origin."""
+        try:
+            cp, _sigs = parse_checkpoint(note)
+        except CheckpointError as exc:
+            raise CheckpointFailed(at, "3a", exc.message, exc.code) from exc
+        if cp.origin != self.genesis.origin:
+            raise CheckpointFailed(at, "3a", f"the checkpoint is for origin {cp.origin!r}, not"
+                                   f" {self.genesis.origin!r}", "CHECKPOINT_ORIGIN")
+        return cp.size, cp.root
+
+    async def check_consistent(self, size: int, root: bytes, proof: list[bytes] | None) -> None:
+        """3d against the last checkpoint verified: ``proof`` is the source's consistency proof
+        from it to ``size`` (None when ``size`` is not larger)."""
+        prev = self.checkpoint
+        if not prev.size:
+            return
+        if size < prev.size:
+            raise Forked(size + 1, "3d", f"the source's checkpoint has size {size}, smaller than"
+                         f" the checkpoint of size {prev.size} already verified: its log lost"
+                         " leaves", "SOURCE_SHRANK", size=size, verified=prev.size)
+        if size == prev.size:
+            if root != prev.root:
+                raise Forked(size, "3d", f"the source signed another root for size {size}",
+                             "CHECKPOINT_INCONSISTENT")
+            return
+        try:
+            merkle.verify_consistency(prev.size, size, prev.root, root, proof or [])
+        except merkle.MerkleError as exc:
+            raise Forked(prev.size, "3d", f"the source's checkpoint of size {size} is not"
+                         f" consistent with the checkpoint of size {prev.size} already"
+                         f" verified: {exc.reason}", "CHECKPOINT_INCONSISTENT") from exc
+
+    async def accept_checkpoint(self, note: str) -> None:
+        """3a–3c for a checkpoint of a tree this copy holds (the whole stored tree, or a
+        prefix of it), then keep it."""
+        size, root = self.parse(note, self.size)
+        if size <= self.checkpoint.size:
+            return
+        if size > self.size:
+            raise CheckpointFailed(self.size + 1, "3a", f"a checkpoint of size {size} stands"
+                                   f" after leaf {self.size}", "CHECKPOINT_PLACE")
+        keys: KeyFacts = {}
+        for key in await self.storage.authority_keys(size):
+            keys[key] = await self.storage.key_authorities(key, size)
+        last_ms = self.last_ms if size == self.size else await self.storage.admitted_ms(size)
+        signer = checkpoint_signer(note, size, self.genesis.origin, keys, last_ms)  # 3b
+        computed = await self.storage.root_at(size)  # 3c
+        if computed != root:
+            raise CheckpointFailed(size, "3c", f"the signed root of size {size} is not the root"
+                                   f" of the verified leaves 1..{size}", "CHECKPOINT_ROOT",
+                                   signed=root.hex(), computed=computed.hex())
+        await self.storage.store_checkpoint(size, root, note, signer, format_ms(now_ms()))
+        self.checkpoint = Verified(size, root)
+
+    # --- naming the first leaf that differs ------------------------------------------------
+
+    async def first_difference(self, theirs: Iterable[tuple[int, bytes]]) -> int | None:
+        """The first sequence whose leaf hash differs from the stored one, given the source's
+        ``(sequence, leaf_hash)`` in order; None when every one agrees."""
+        mine: dict[int, bytes] = {}
+        for seq, leaf_hash in theirs:
+            if seq > self.size:
+                return None
+            if seq not in mine:
+                mine = dict(zip(range(seq, min(seq + 1000, self.size + 1)),
+                                await self.storage.leaf_hashes(seq - 1, seq + 999), strict=False))
+            if mine.get(seq) != leaf_hash:
+                return seq
+        return None
+
+
+def _latest(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
+    found = latest_checkpoint(conn)
+    return None if found is None else (found.size, found.root)
+
+
+# --- a running server as the source --------------------------------------------------------
+
+
+async def _get(fetch: Fetch, path: str) -> bytes:
+    return await asyncio.to_thread(fetch, path)
+
+
+async def _entry_hashes(fetch: Fetch, upto: int, size: int) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    start = 0
+    while start < min(upto, size):
+        page = orjson.loads(await _get(fetch, f"/api/log/entries?start={start}&end={size}"))
+        entries = page["entries"]
+        if not entries:
+            break
+        for e in entries:
+            out.append((int(e["sequence"]), merkle.leaf_hash(canonical(e["leaf"]))))
+        start += len(entries)
+    return out
+
+
+async def sync_from_server(follower: Follower, fetch: Fetch) -> int:
+    """One round: verify and store the source's log up to the checkpoint it serves now, and
+    every persisted checkpoint of the source on the way.  Returns the source's size."""
+    note = (await _get(fetch, "/api/log/checkpoint")).decode("utf-8")
+    size, root = follower.parse(note, follower.size)
+    follower.source_size = max(follower.source_size, size)
+    prev = follower.checkpoint
+    proof = None
+    if prev.size and size > prev.size:
+        answer = orjson.loads(await _get(
+            fetch, f"/api/log/proof/consistency?old={prev.size}&new={size}"))
+        proof = [bytes.fromhex(h) for h in answer["proof"]]
+    try:
+        await follower.check_consistent(size, root, proof)
+    except Forked as exc:
+        first = await follower.first_difference(
+            await _entry_hashes(fetch, follower.size, size))
+        if first is not None:
+            raise Forked(first, "3d", f"the source's leaf differs from the one verified and"
+                         f" stored here: a fork ({exc.reason})", "LOG_FORKED",
+                         checkpoint_size=size, verified=prev.size) from exc
+        raise
+    # the source's own checkpoints between, so that this copy holds the same ones
+    targets: list[tuple[int, str]] = []
+    after: int | None = prev.size
+    while after is not None:
+        page = orjson.loads(await _get(fetch, f"/api/log/checkpoints?after={after}"))
+        for c in page["checkpoints"]:
+            if int(c["size"]) >= size:
+                page["next"] = None
+                break
+            if int(c["size"]) > follower.size:
+                targets.append((int(c["size"]), str(c["note"])))
+        after = page["next"]
+    targets.append((size, note))
+    for target, target_note in targets:
+        while follower.size < target:
+            page = orjson.loads(await _get(
+                fetch, f"/api/log/entries?start={follower.size}&end={target}"))
+            lines = [canonical(e) for e in page["entries"]]
+            if not lines:
+                raise Forked(follower.size + 1, "2a", "the source returned no entries",
+                             "BAD_PAGE")
+            await follower.entries(lines)
+        if follower.size == target:
+            await follower.accept_checkpoint(target_note)
+    return size
+
+
+# --- an export as the source -----------------------------------------------------------------
+
+
+async def sync_from_export(follower: Follower, lines: Iterable[bytes]) -> int:
+    """Verify and store the entries of an export (``alexandria export``) beyond the stored
+    tree, and its checkpoints; the entries already stored must be the same leaves."""
+    it = iter(lines)
+    first = next(it, None)
+    if first is None:
+        raise HeaderInvalid(0, "1", "the export is empty")
+    _genesis, size = read_header(first.rstrip(b"\n"), follower.genesis.pin)
+    follower.source_size = max(follower.source_size, size)
+    pending: list[bytes] = []
+    known: list[tuple[int, bytes]] = []
+    position = 0
+
+    async def flush() -> None:
+        if known:
+            differs = await follower.first_difference(known)
+            if differs is not None:
+                raise Forked(differs, "2a", "the export's leaf differs from the one stored here",
+                             "LOG_FORKED")
+            known.clear()
+        if pending:
+            await follower.entries(list(pending))
+            pending.clear()
+
+    for raw in it:
+        line = raw.rstrip(b"\n")
+        if line.startswith(b'{"checkpoint"'):
+            await flush()
+            value = orjson.loads(line)
+            note = value["checkpoint"] if isinstance(value, dict) else None
+            if not isinstance(note, str):
+                raise CheckpointFailed(position, "3a", "not a checkpoint line", "EXPORT_LINE")
+            cp_size, cp_root = follower.parse(note, position)
+            if cp_size > follower.checkpoint.size:
+                await follower.accept_checkpoint(note)
+            elif cp_size == follower.checkpoint.size:
+                await follower.check_consistent(cp_size, cp_root, None)
+            continue
+        position += 1
+        if position <= follower.size:
+            value = orjson.loads(line)
+            known.append((position, merkle.leaf_hash(canonical(value["leaf"]))))
+            if len(known) >= 1000:
+                await flush()
+            continue
+        pending.append(line)
+        if len(pending) >= BATCH:
+            await flush()
+    await flush()
+    return size
+
+
+# --- a restore's catch-up --------------------------------------------------------------------
+
+
+def is_url(source: str) -> bool:
+    return source.startswith(("http://", "https://"))
+
+
+async def catch_up(storage: SqliteStorage, source: str,
+                   progress: Progress | None = None) -> Follower:
+    """Verify and store what ``source`` (the URL of a mirror or of the origin, or an export
+    file) holds beyond ``storage``'s log; ``storage`` is open.  Returns the follower, whose
+    ``size`` is the log's size afterwards."""
+    follower = Follower(storage, progress)
+    await follower.load()
+    if is_url(source):
+        fetch, close = http_fetcher(source)
+        try:
+            await sync_from_server(follower, fetch)
+        finally:
+            close()
+        return follower
+    path = Path(source)
+    if not path.is_file():
+        raise BadRequest(f"{source}: neither a URL nor an export file", "NO_SOURCE",
+                         source=source)
+    with path.open("rb") as lines:
+        await sync_from_export(follower, lines)
+    return follower
