@@ -21,6 +21,7 @@ The follower never signs: it stores the origin's signed notes as they are.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -269,17 +270,42 @@ async def sync_from_server(follower: Follower, fetch: Fetch) -> int:
         after = page["next"]
     targets.append((size, note))
     for target, target_note in targets:
-        while follower.size < target:
-            page = orjson.loads(await _get(
-                fetch, f"/api/log/entries?start={follower.size}&end={target}"))
-            lines = [canonical(e) for e in page["entries"]]
-            if not lines:
-                raise Forked(follower.size + 1, "2a", "the source returned no entries",
-                             "BAD_PAGE")
-            await follower.entries(lines)
+        if follower.size < target:
+            await _copy_range(follower, fetch, target)
         if follower.size == target:
             await follower.accept_checkpoint(target_note)
     return size
+
+
+async def _copy_range(follower: Follower, fetch: Fetch, target: int) -> None:
+    """Entries ``follower.size + 1 .. target``: the next page is fetched while the current
+    ones are verified and stored, and up to ``BATCH`` entries are stored per transaction."""
+
+    async def page(start: int) -> list[bytes]:
+        body = orjson.loads(await _get(fetch, f"/api/log/entries?start={start}&end={target}"))
+        return [canonical(e) for e in body["entries"]]
+
+    fetched = follower.size
+    pending: asyncio.Task[list[bytes]] | None = asyncio.ensure_future(page(fetched))
+    buffer: list[bytes] = []
+    try:
+        while pending is not None:
+            lines = await pending
+            pending = None
+            if not lines:
+                raise Forked(fetched + 1, "2a", "the source returned no entries", "BAD_PAGE")
+            fetched += len(lines)
+            if fetched < target:
+                pending = asyncio.ensure_future(page(fetched))
+            buffer.extend(lines)
+            if len(buffer) >= BATCH or pending is None:
+                await follower.entries(buffer)
+                buffer = []
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
 
 
 # --- an export as the source -----------------------------------------------------------------
