@@ -46,7 +46,7 @@ from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
-from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.errors import AlexandriaError, BadRequest, ServiceError
 from alexandria.reads.log import latest_checkpoint
 from alexandria.store.interface import Replayed
 from alexandria.store.sqlite import SqliteStorage
@@ -124,11 +124,13 @@ class Follower:
                 self.size = chunk[done - 1].sequence
                 self.last_ms = chunk[done - 1].admitted_ms
                 self.stored += done
-            if exc is not None:  # 2d
+            if exc is not None:
                 seq = chunk[done].sequence
-                if isinstance(exc, AlexandriaError):
-                    raise _refused(seq, "2d", exc) from exc
-                raise _refused(seq, "2d", AlexandriaError(str(exc), "STORAGE_FAILED")) from exc
+                if isinstance(exc, AlexandriaError) and not isinstance(exc, ServiceError):
+                    raise _refused(seq, "2d", exc) from exc  # 2d: the rules refuse it
+                # not the entry's fault (the disk, another writer): typed, not a verdict
+                raise ServiceError(f"could not store entry {seq}: {exc}", "STORAGE_FAILED",
+                                   sequence=seq) from exc
         if self.progress is not None:
             self.progress(self)
         if failure is not None:
