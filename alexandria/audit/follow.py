@@ -47,6 +47,7 @@ from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.errors import AlexandriaError, BadRequest, ServiceError
+from alexandria.reads import log
 from alexandria.reads.log import latest_checkpoint
 from alexandria.store.interface import Replayed
 from alexandria.store.sqlite import SqliteStorage
@@ -196,18 +197,34 @@ class Follower:
     # --- naming the first leaf that differs ------------------------------------------------
 
     async def first_difference(self, theirs: Iterable[tuple[int, bytes]]) -> int | None:
-        """The first sequence whose leaf hash differs from the stored one, given the source's
-        ``(sequence, leaf_hash)`` in order; None when every one agrees."""
+        """The first sequence whose entry differs from the stored one, given the source's
+        ``(sequence, canonical entry line)`` in order; None when every one agrees.  Entry
+        lines, not leaf hashes, are compared: both sides make them with the same code
+        (``reads.log.entry_bytes``), whatever the leaf format."""
         mine: dict[int, bytes] = {}
-        for seq, leaf_hash in theirs:
+        for seq, line in theirs:
             if seq > self.size:
                 return None
             if seq not in mine:
-                mine = dict(zip(range(seq, min(seq + 1000, self.size + 1)),
-                                await self.storage.leaf_hashes(seq - 1, seq + 999), strict=False))
-            if mine.get(seq) != leaf_hash:
+                start, end = seq - 1, min(seq + 999, self.size)
+
+                def read(conn: sqlite3.Connection, a: int = start, b: int = end) -> list[bytes]:
+                    return _entry_lines(conn, a, b)
+
+                mine = dict(enumerate(await self.storage.read(read), start=seq))
+            if mine.get(seq) != line:
                 return seq
         return None
+
+
+def _entry_lines(conn: sqlite3.Connection, start: int, end: int) -> list[bytes]:
+    """The stored entry lines ``start+1 .. end`` (the pages of ``GET /api/log/entries``)."""
+    out: list[bytes] = []
+    while start < end:
+        page = orjson.loads(log.entries_page(conn, start, end))
+        out.extend(canonical(e) for e in page["entries"])
+        start += len(page["entries"])
+    return out
 
 
 def _latest(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
@@ -222,7 +239,7 @@ async def _get(fetch: Fetch, path: str) -> bytes:
     return await asyncio.to_thread(fetch, path)
 
 
-async def _entry_hashes(fetch: Fetch, upto: int, size: int) -> list[tuple[int, bytes]]:
+async def _entry_lines_of(fetch: Fetch, upto: int, size: int) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
     start = 0
     while start < min(upto, size):
@@ -231,7 +248,7 @@ async def _entry_hashes(fetch: Fetch, upto: int, size: int) -> list[tuple[int, b
         if not entries:
             break
         for e in entries:
-            out.append((int(e["sequence"]), merkle.leaf_hash(canonical(e["leaf"]))))
+            out.append((int(e["sequence"]), canonical(e)))
         start += len(entries)
     return out
 
@@ -252,7 +269,7 @@ async def sync_from_server(follower: Follower, fetch: Fetch) -> int:
         await follower.check_consistent(size, root, proof)
     except Forked as exc:
         first = await follower.first_difference(
-            await _entry_hashes(fetch, follower.size, size))
+            await _entry_lines_of(fetch, follower.size, size))
         if first is not None:
             raise Forked(first, "3d", f"the source's leaf differs from the one verified and"
                          f" stored here: a fork ({exc.reason})", "LOG_FORKED",
@@ -353,8 +370,7 @@ async def sync_from_export(follower: Follower, lines: Iterable[bytes]) -> int:
             continue
         position += 1
         if position <= follower.size:
-            value = orjson.loads(line)
-            known.append((position, merkle.leaf_hash(canonical(value["leaf"]))))
+            known.append((position, line))
             if len(known) >= 1000:
                 await flush()
             continue

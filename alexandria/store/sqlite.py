@@ -737,12 +737,6 @@ class SqliteStorage(Storage):
         return await self.read(lambda conn: [str(k) for (k,) in conn.execute(
             "SELECT DISTINCT key FROM authorities WHERE sequence <= ?", (upto,))])
 
-    async def leaf_hashes(self, start: int, end: int) -> list[bytes]:
-        """Leaf hashes of sequences ``start+1 .. end``, in order."""
-        return await self.read(lambda conn: [bytes(h) for (h,) in conn.execute(
-            "SELECT leaf_hash FROM log WHERE sequence > ? AND sequence <= ? ORDER BY sequence",
-            (start, end))])
-
     async def tail(self) -> tuple[int, str]:
         """The log size and the last leaf's ``admitted_at`` ('' when empty), as committed."""
         def read(conn: sqlite3.Connection) -> tuple[int, str]:
