@@ -372,7 +372,11 @@ PATHS: dict[str, Any] = {
                           **ERROR_RESPONSES,
                           "503": _json(_ref("Error"), "the tree grew and the log cannot sign"
                                        " it: LOG_KEY_MISSING, LOG_KEY_NOT_CERTIFIED, ..."
-                                       " (docs/log.md)")},
+                                       " (docs/log.md); CATCH_UP_REQUIRED or LOG_FORKED: the"
+                                       " database does not extend the largest checkpoint"
+                                       " this library published (docs/operations.md);"
+                                       " MIRROR_NO_CHECKPOINT: a mirror that has verified"
+                                       " none of its origin's yet")},
         }
     },
     "/healthz": {
