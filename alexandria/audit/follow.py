@@ -37,6 +37,7 @@ from alexandria.audit.verify import (
     HeaderInvalid,
     KeyFacts,
     VerificationFailed,
+    _Entry,
     _prepare_entry,
     _refused,
     checkpoint_signer,
@@ -52,7 +53,8 @@ from alexandria.reads.log import latest_checkpoint
 from alexandria.store.interface import Replayed
 from alexandria.store.sqlite import SqliteStorage
 
-BATCH = 256  # entries stored per write transaction
+BATCH = 1024  # entries verified and stored per call of ``Follower.entries``
+CHUNK = 128  # entries per write transaction, checked while the previous chunk is stored
 
 Progress = Callable[["Follower"], None]
 
@@ -95,16 +97,36 @@ class Follower:
 
     async def entries(self, lines: list[bytes]) -> None:
         """Verify and store the next entry lines (each ``JCS({admitted_at, leaf, sequence,
-        type})``); at a failure, store those before it and raise."""
-        base, genesis = self.size, self.genesis
-        prepared = await asyncio.to_thread(
-            lambda: [_prepare_entry(line, base + i + 1, genesis) for i, line in enumerate(lines)]
-        )
+        type})``); at a failure, store those before it and raise.  The stateless checks of
+        one chunk (on a thread: Ed25519 releases the GIL) run while the previous chunk is
+        replayed and stored (on the storage's writer thread)."""
+        genesis = self.genesis
+
+        def prepare(start: int, chunk: list[bytes]) -> list[_Entry]:
+            return [_prepare_entry(line, start + i + 1, genesis) for i, line in enumerate(chunk)]
+
+        chunks = [(self.size + i, lines[i:i + CHUNK]) for i in range(0, len(lines), CHUNK)]
+        ahead: asyncio.Future[list[_Entry]] | None = None
+        try:
+            for k, (start, chunk) in enumerate(chunks):
+                prepared = await (ahead or asyncio.to_thread(prepare, start, chunk))
+                ahead = (asyncio.ensure_future(asyncio.to_thread(prepare, *chunks[k + 1]))
+                         if k + 1 < len(chunks) else None)
+                await self._store(prepared)
+        finally:
+            if ahead is not None:
+                with contextlib.suppress(BaseException):
+                    await ahead
+        if self.progress is not None:
+            self.progress(self)
+
+    async def _store(self, prepared: list[_Entry]) -> None:
+        """Steps 2a, 2b, 2c (raised in order), then 2d and the store for what held."""
         batch: list[Replayed] = []
         last_ms = self.last_ms
         failure: VerificationFailed | None = None
         for e in prepared:
-            expected = base + len(batch) + 1
+            expected = self.size + len(batch) + 1
             if e.sequence != expected:  # 2a
                 failure = EntryOutOfOrder(expected, "2a", f"expected sequence {expected}, the"
                                           f" line says {e.sequence}", found=e.sequence)
@@ -118,22 +140,19 @@ class Follower:
             batch.append(Replayed(e.sequence, e.kind, e.leaf, e.admitted_ms, e.candidate,
                                   e.document))
             last_ms = e.admitted_ms
-        for start in range(0, len(batch), BATCH):
-            chunk = batch[start:start + BATCH]
-            done, exc = await self.storage.replay(chunk)
+        if batch:
+            done, exc = await self.storage.replay(batch)
             if done:
-                self.size = chunk[done - 1].sequence
-                self.last_ms = chunk[done - 1].admitted_ms
+                self.size = batch[done - 1].sequence
+                self.last_ms = batch[done - 1].admitted_ms
                 self.stored += done
             if exc is not None:
-                seq = chunk[done].sequence
+                seq = batch[done].sequence
                 if isinstance(exc, AlexandriaError) and not isinstance(exc, ServiceError):
                     raise _refused(seq, "2d", exc) from exc  # 2d: the rules refuse it
                 # not the entry's fault (the disk, another writer): typed, not a verdict
                 raise ServiceError(f"could not store entry {seq}: {exc}", "STORAGE_FAILED",
                                    sequence=seq) from exc
-        if self.progress is not None:
-            self.progress(self)
         if failure is not None:
             raise failure
 

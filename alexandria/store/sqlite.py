@@ -652,21 +652,20 @@ class SqliteStorage(Storage):
         stored (they are committed) and why it stopped."""
 
         def run(conn: sqlite3.Connection) -> tuple[int, Exception | None]:
+            # like an admission, an entry raises its refusal before it writes anything (so no
+            # savepoint); a failure while writing aborts the whole batch, nothing committed
             done = 0
             for entry in entries:
-                conn.execute("SAVEPOINT replay")
                 try:
                     self._replay_one(conn, entry)
-                except Exception as exc:
-                    conn.execute("ROLLBACK TO replay")
-                    conn.execute("RELEASE replay")
-                    self._memory.forget()
+                except AlexandriaError as exc:
+                    if isinstance(exc, ServiceError):
+                        raise
                     return done, exc
-                conn.execute("RELEASE replay")
                 done += 1
             return done, None
 
-        return await self.write(run)
+        return await self.write(run, checks_first=True)
 
     def _replay_one(self, conn: sqlite3.Connection, e: Replayed) -> None:
         size, last_ms = self._memory.tail(conn)
