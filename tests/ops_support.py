@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -101,6 +103,16 @@ def stop_with_error(proc: Server, timeout: float = 60) -> str:
     """Wait for a command to exit on its own with status 1; its stderr."""
     proc.proc.wait(timeout)
     assert proc.proc.returncode == 1, proc.proc.returncode
+    assert proc.proc.stderr is not None
+    err = proc.proc.stderr.read().decode()
+    proc.proc.stderr.close()
+    return err
+
+
+def stop_and_read(proc: Server) -> str:
+    """Stop a command (SIGTERM, as an operator would) and return what it said on stderr."""
+    os.killpg(proc.proc.pid, signal.SIGTERM)
+    proc.proc.wait(30)
     assert proc.proc.stderr is not None
     err = proc.proc.stderr.read().decode()
     proc.proc.stderr.close()

@@ -21,6 +21,7 @@ from tests.ops_support import (
     log_size,
     mirror,
     same_checkpoint,
+    stop_and_read,
     stop_with_error,
     wait_for,
 )
@@ -72,8 +73,12 @@ def test_mirror_follows_resumes_and_refuses_writes(tmp_path: Path, founding: Fou
             r = httpx.post(f"{replica.url}/api/authority",
                            json=founding.authority_documents()[0])
             assert r.status_code == 403 and r.json()["code"] == "READ_ONLY_MIRROR"
+            r = httpx.post(f"{replica.url}/api/personal", content=b"{}")
+            assert r.status_code == 403 and r.json()["code"] == "READ_ONLY_MIRROR"
+            first_size = log_size(origin.url)
         finally:
-            replica.stop()
+            err = stop_and_read(replica)
+        assert f"mirror: caught up with {origin.url}: {first_size} entries" in err, err
         # a restart resumes from what it stored
         stored = leaf_hashes(tmp_path / "mirror.db")
         writer.publish(10)
@@ -84,7 +89,9 @@ def test_mirror_follows_resumes_and_refuses_writes(tmp_path: Path, founding: Fou
             same_reads(origin.url, replica.url, writer)
             assert leaf_hashes(tmp_path / "mirror.db")[: len(stored)] == stored
         finally:
-            replica.stop()
+            err = stop_and_read(replica)
+        # it resumed: only the ten new entries were fetched, verified and stored
+        assert f"{first_size + 10} entries (10 stored since start)" in err, err
         writer.close()
     # what the mirror holds verifies offline like the origin's log
     export = tmp_path / "mirror.jsonl"

@@ -56,7 +56,8 @@ class _Reporter:
         seen = (follower.size, follower.checkpoint.size)
         if seen != self.reported:
             self.reported = seen
-            self.out(f"mirror: caught up with {origin}: {follower.size} entries, checkpoint"
+            self.out(f"mirror: caught up with {origin}: {follower.size} entries"
+                     f" ({follower.stored} stored since start), checkpoint"
                      f" {follower.checkpoint.size} verified")
 
 
