@@ -41,7 +41,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match, Route
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from alexandria.api.http import json_response, query_params
@@ -88,15 +88,14 @@ class RequestTimer:
 
     def __init__(self, app: ASGIApp, routes: list[Any]) -> None:
         self.app = app
-        self.routes = routes
+        # the router records the matched route's endpoint in the request's scope: one dict
+        # lookup per request, no second pass over the routes' patterns
+        self.templates: dict[object, str] = {
+            r.endpoint: r.path for r in routes if isinstance(r, Route)
+        }
 
     def _template(self, scope: Scope) -> str:
-        for route in self.routes:
-            if isinstance(route, Route):
-                match, _ = route.matches(scope)
-                if match is Match.FULL:
-                    return route.path
-        return "unmatched"
+        return self.templates.get(scope.get("endpoint"), "unmatched")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
