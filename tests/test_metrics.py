@@ -78,6 +78,13 @@ async def test_metrics_move_with_admissions(api: Api) -> None:
     again = await scrape(api)
     assert value(again, count, route="/api/entries/{revision}", method="GET") >= 1
     assert not any(root in dict(k[1]).get("route", "") for k in again)
+    # a stranger's paths and methods never make new labels
+    await api.client.request("BREW", f"/no/such/{root}")
+    await api.client.get(f"/no/such/{root[:10]}")
+    labels = {dict(k[1]).get("route") for k in await scrape(api)} | {
+        dict(k[1]).get("method") for k in await scrape(api)}
+    assert not any(label and root[:10] in label for label in labels)
+    assert "BREW" not in labels and "OTHER" in labels and "unmatched" in labels
 
 
 async def test_healthz_ready(api: Api) -> None:

@@ -23,6 +23,7 @@ scrape sums them (the queue depth gauge: summed over the live workers).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Iterator
@@ -74,12 +75,27 @@ def admission_outcome() -> Iterator[list[str]]:
     try:
         yield outcome
     except AlexandriaError as exc:
-        ADMISSIONS.labels(exc.code).inc()
+        _admissions(exc.code).inc()
         raise
     except Exception:
-        ADMISSIONS.labels("INTERNAL").inc()
+        _admissions("INTERNAL").inc()
         raise
-    ADMISSIONS.labels(outcome[0] if outcome else "unknown").inc()
+    _admissions(outcome[0] if outcome else "unknown").inc()
+
+
+@functools.cache
+def _admissions(outcome: str) -> Any:
+    """The counter's child of one outcome (a bounded set: the typed codes), looked up once."""
+    return ADMISSIONS.labels(outcome)
+
+
+#: a stranger chooses the method: any other is labelled OTHER, so the label set stays bounded
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+@functools.cache
+def _latency(route: str, method: str) -> Any:
+    return REQUEST_SECONDS.labels(route, method)
 
 
 class RequestTimer:
@@ -106,7 +122,8 @@ class RequestTimer:
         async def timed_send(message: Message) -> None:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body"):
-                REQUEST_SECONDS.labels(self._template(scope), scope["method"]).observe(
+                method = scope["method"] if scope["method"] in _METHODS else "OTHER"
+                _latency(self._template(scope), method).observe(
                     time.perf_counter() - started
                 )
 
