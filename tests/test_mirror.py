@@ -35,6 +35,7 @@ def same_reads(origin: str, replica: str, writer: Writer) -> None:
         f"/api/objects/{writer.root}", f"/api/entries/{writer.acknowledged[-1]}",
         f"/api/entries/{writer.acknowledged[1]}/head", "/api/authority", "/api/genesis",
         f"/api/log/entries?start=0&end={log_size(origin)}",
+        "/api/log/checkpoints?after=0",  # every checkpoint the origin signed, as signed
     ]
     for path in paths:
         a = httpx.get(origin + path, timeout=30)

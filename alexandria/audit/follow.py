@@ -294,25 +294,28 @@ async def sync_from_server(follower: Follower, fetch: Fetch) -> int:
                          f" stored here: a fork ({exc.reason})", "LOG_FORKED",
                          checkpoint_size=size, verified=prev.size) from exc
         raise
-    # the source's own checkpoints between, so that this copy holds the same ones
-    targets: list[tuple[int, str]] = []
+    # the source's own checkpoints between, so that this copy holds the same ones: one page
+    # of them at a time, each reached by copying the entries up to it
     after: int | None = prev.size
     while after is not None:
         page = orjson.loads(await _get(fetch, f"/api/log/checkpoints?after={after}"))
-        for c in page["checkpoints"]:
-            if int(c["size"]) >= size:
-                page["next"] = None
-                break
-            if int(c["size"]) > follower.size:
-                targets.append((int(c["size"]), str(c["note"])))
         after = page["next"]
-    targets.append((size, note))
-    for target, target_note in targets:
-        if follower.size < target:
-            await _copy_range(follower, fetch, target)
-        if follower.size == target:
-            await follower.accept_checkpoint(target_note)
+        for c in page["checkpoints"]:
+            target = int(c["size"])
+            if target >= size:
+                after = None
+                break
+            await _reach(follower, fetch, target, str(c["note"]))
+    await _reach(follower, fetch, size, note)
     return size
+
+
+async def _reach(follower: Follower, fetch: Fetch, target: int, note: str) -> None:
+    """Copy the entries up to ``target`` and check the checkpoint ``note`` of that size."""
+    if follower.size < target:
+        await _copy_range(follower, fetch, target)
+    if follower.size >= target:
+        await follower.accept_checkpoint(note)
 
 
 async def _copy_range(follower: Follower, fetch: Fetch, target: int) -> None:
