@@ -67,15 +67,21 @@ def stored_genesis(path: str | Path) -> dict[str, Any]:
 
 def _copy(source: sqlite3.Connection, target: Path) -> None:
     """Everything in ``source`` (one consistent snapshot) into a new file ``target``."""
+    if not target.parent.is_dir():
+        raise BadRequest(f"{target.parent}: no such directory", "NO_DIRECTORY",
+                         path=str(target.parent))
     target.unlink(missing_ok=True)
-    dest = sqlite3.connect(target)
     try:
-        source.backup(dest)  # pages=-1: one step, one read transaction
-        check = dest.execute("PRAGMA quick_check").fetchone()[0]
-        if check != "ok":
-            raise ServiceError(f"the copy does not pass quick_check: {check}", "BACKUP_CORRUPT")
-    finally:
-        dest.close()
+        dest = sqlite3.connect(target)
+        try:
+            source.backup(dest)  # pages=-1: one step, one read transaction
+            check = dest.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            dest.close()
+    except sqlite3.Error as exc:
+        raise ServiceError(f"copying the database failed: {exc}", "COPY_FAILED") from exc
+    if check != "ok":
+        raise ServiceError(f"the copy does not pass quick_check: {check}", "COPY_CORRUPT")
     fd = os.open(target, os.O_RDONLY)
     try:
         os.fsync(fd)
