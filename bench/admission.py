@@ -208,8 +208,7 @@ def main() -> None:
             "--port",
             str(port),
         ]
-        if args.workers > 1:
-            cmd += ["--workers", str(args.workers)]
+        cmd += ["--workers", str(args.workers)]  # serve's default depends on the cores
         if args.writer_process:
             cmd += ["--writer-process"]
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=os.environ.copy())

@@ -185,7 +185,7 @@ def bench_library(directory: Path, runs: int, members: int | None) -> dict[str, 
     print("  " + describe(db, root), flush=True)
     port = free_port()
     cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis", str(genesis),
-           "--db", str(db), "--port", str(port)]
+           "--db", str(db), "--port", str(port), "--workers", "1"]
     if (directory / "log.key").exists():
         cmd += ["--log-key", str(directory / "log.key")]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)

@@ -100,7 +100,8 @@ def sample_inputs(directory: Path, rng: random.Random, n: int = 400) -> Inputs:
 def start_server(directory: Path, port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis",
            str(directory / "genesis.json"), "--db", str(directory / "library.db"),
-           "--log-key", str(directory / "log.key"), "--host", "127.0.0.1", "--port", str(port)]
+           "--log-key", str(directory / "log.key"), "--host", "127.0.0.1", "--port", str(port),
+           "--workers", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 600  # a first open may rebuild derived indexes
     while time.monotonic() < deadline:

@@ -59,8 +59,7 @@ class Server:
         ]
         if log_key is not None:
             cmd += ["--log-key", str(log_key)]
-        if workers > 1:
-            cmd += ["--workers", str(workers)]
+        cmd += ["--workers", str(workers)]  # the default depends on the machine's cores
         cmd += extra
         self.proc = subprocess.Popen(
             cmd,
@@ -111,3 +110,18 @@ def serving(
         yield server
     finally:
         server.stop()
+
+
+class Command(Server):
+    """Another long-running ``alexandria`` command on 127.0.0.1 (``mirror``), stopped like a
+    server."""
+
+    def __init__(self, args: list[str], port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "alexandria.cli", *args, "--port", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.wait_ready()

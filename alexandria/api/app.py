@@ -6,11 +6,14 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from alexandria.api import catalogue as catalogue_api
 from alexandria.api import changes as changes_api
 from alexandria.api import contract as contract_api
 from alexandria.api import log as log_api
+from alexandria.api import metrics as metrics_api
+from alexandria.api import mirror as mirror_api
 from alexandria.api import objects as object_api
 from alexandria.api import personal as personal_api
 from alexandria.api import read as read_api
@@ -34,20 +37,24 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
                 background_signer(library),
                 library.cosigning.running(library.storage),
                 mcp.running(app),
+                mirror_api.following(library),
             ):
                 yield
         finally:
             if manage_lifecycle:
                 await library.close()
+            metrics_api.worker_exited()
 
     # the read tools for agents, at /mcp (docs/mcp.md); with witnesses, their quorum is required
     mcp = McpMount(library.genesis, library.cosigning.policy())
+    routes = [mcp.route, *write_api.routes, *read_api.routes, *personal_api.routes,
+              *changes_api.routes, *log_api.routes,
+              *catalogue_api.routes, *object_api.routes, *contract_api.routes,
+              *metrics_api.routes, *web_routes.routes]
     app = Starlette(
-        routes=[mcp.route, *write_api.routes, *read_api.routes, *personal_api.routes,
-                *changes_api.routes, *log_api.routes,
-                *catalogue_api.routes, *object_api.routes, *contract_api.routes,
-                *web_routes.routes],
+        routes=routes,
         exception_handlers=EXCEPTION_HANDLERS,
+        middleware=[Middleware(metrics_api.RequestTimer, routes=routes)],
         lifespan=lifespan,
     )
     app.state.library = library

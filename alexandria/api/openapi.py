@@ -53,13 +53,18 @@ def _error(description: str) -> dict[str, Any]:
 
 WRITE_ERRORS = {
     "400": _error("body not JSON or not an envelope/document shape; bad query parameter"),
-    "403": _error("certificate, authority, revocation, validity window, proof or scope failure"),
+    "403": _error("certificate, authority, revocation, validity window, proof or scope"
+                  " failure; READ_ONLY_MIRROR: this server is a mirror, details.origin takes"
+                  " writes"),
     "409": _error("previous is not the current head, second vote, stale proposal base, or a"
                   " personal-state compare-and-set conflict; details name the current head"),
     "413": _error("request body over 65,536 bytes"),
     "422": _error("record shape, content schema, state rule or timestamp rule"),
     "503": _error("storage unavailable (STORAGE_BUSY, STORAGE_FAILED) or the writer process is"
-                  " gone (WRITER_UNAVAILABLE): nothing was acknowledged; retrying is safe"),
+                  " gone (WRITER_UNAVAILABLE): nothing was acknowledged; retrying is safe;"
+                  " CATCH_UP_REQUIRED: the database was restored behind the checkpoint this"
+                  " library published and takes writes once `alexandria restore --catch-up`"
+                  " replayed the missing tail"),
 }
 
 
@@ -75,6 +80,17 @@ def _get(summary: str, params: list[dict[str, Any]], ok: dict[str, Any],
 
 
 SCHEMAS: dict[str, Any] = {
+    "Health": {
+        "type": "object",
+        "required": ["live", "ready", "reasons", "log_size", "checkpoint_size"],
+        "properties": {
+            "live": {"type": "boolean"}, "ready": {"type": "boolean"},
+            "reasons": {"type": "array", "items": {"type": "string"}},
+            "log_size": {"type": "integer"}, "checkpoint_size": {"type": "integer"},
+            "origin": {"type": "string", "description": "a mirror's origin"},
+            "origin_size": {"type": "integer"},
+        },
+    },
     "Error": {
         "type": "object",
         "required": ["error", "code", "details"],
@@ -374,7 +390,34 @@ PATHS: dict[str, Any] = {
                           **ERROR_RESPONSES,
                           "503": _json(_ref("Error"), "the tree grew and the log cannot sign"
                                        " it: LOG_KEY_MISSING, LOG_KEY_NOT_CERTIFIED, ..."
-                                       " (docs/log.md)")},
+                                       " (docs/log.md); CATCH_UP_REQUIRED or LOG_FORKED: the"
+                                       " database does not extend the largest checkpoint"
+                                       " this library published (docs/operations.md);"
+                                       " MIRROR_NO_CHECKPOINT: a mirror that has verified"
+                                       " none of its origin's yet")},
+        }
+    },
+    "/healthz": {
+        "get": {
+            "summary": "Liveness and readiness: 200 when ready, 503 with the reasons when not"
+                       " (the writer is gone, a restore is catching up, a mirror stopped or is"
+                       " still catching up with its origin)",
+            "parameters": [],
+            "responses": {
+                "200": _json({"$ref": "#/components/schemas/Health"}, "ready"),
+                **ERROR_RESPONSES,
+                "503": _json({"$ref": "#/components/schemas/Health"}, "live, not ready"),
+            },
+        }
+    },
+    "/metrics": {
+        "get": {
+            "summary": "Prometheus text exposition (names prefixed alexandria_): admissions by"
+                       " outcome, request latency per route, log size, checkpoint age, writer"
+                       " queue depth, mirror lag",
+            "parameters": [],
+            "responses": {"200": {"description": "text format 0.0.4", "content": {
+                "text/plain": {"schema": {"type": "string"}}}}, **ERROR_RESPONSES},
         }
     },
     "/api/log/checkpoints": _get(

@@ -20,6 +20,8 @@ PRIVATE = {"Cache-Control": "no-store"}
 async def post_personal(request: Request) -> Response:
     lib: Library = request.app.state.library
     query_params(request, ())
+    if lib.mirror is not None:  # personal lists are not in the log: a mirror has none
+        await lib.check_writable()
     body = await read_body(request)
     cand = prepare(body, lib.genesis, kinds=PERSONAL_KINDS)
     decision = await personal_store.submit(lib.storage, cand)

@@ -123,6 +123,40 @@ _UVICORN: dict[str, Any] = {"log_level": "warning", "server_header": False, "dat
             "access_log": False, "proxy_headers": False}
 
 
+MAX_AUTO_WORKERS = 8
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def auto_workers(cores: int | None = None) -> int:
+    """``serve``'s default: one HTTP process on one core; with more, one HTTP process per core
+    (up to ``MAX_AUTO_WORKERS``) beside the admission writer process — on two cores that is
+    the fastest layout measured (docs/admission.md, ``--workers 2``)."""
+    cores = usable_cores() if cores is None else cores
+    return 1 if cores <= 1 else min(cores, MAX_AUTO_WORKERS)
+
+
+@contextlib.contextmanager
+def metrics_directory() -> Iterator[str]:
+    """prometheus-client's multiprocess mode for the HTTP workers (``api/metrics.py``): a
+    fresh private directory, named in the environment the workers inherit, removed at exit."""
+    from alexandria.api.metrics import MULTIPROC_ENV
+
+    directory = tempfile.mkdtemp(prefix="alexandria-metrics-")
+    os.environ[MULTIPROC_ENV] = directory
+    try:
+        yield directory
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def run(library: Library, host: str, port: int, workers: int = 1,
         files: tuple[str, str, str | None] | None = None, dedicated_writer: bool = False) -> None:
     """Serve ``library``.  With several workers or ``dedicated_writer`` (``files`` names the
@@ -136,7 +170,7 @@ def run(library: Library, host: str, port: int, workers: int = 1,
         for name, value in zip(_ENV, files, strict=True):
             if value:
                 os.environ[name] = str(value)
-        with writer_process(files[0], files[1]) as socket_path:
+        with writer_process(files[0], files[1]) as socket_path, metrics_directory():
             os.environ[_WRITER_ENV] = socket_path
             uvicorn.run(
                 "alexandria.api.serve:app_from_env", factory=True, workers=workers, host=host,

@@ -7,6 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from alexandria.api.http import bool_param, json_response, query_params, raw_json, read_body
+from alexandria.api.metrics import WRITER_QUEUE, admission_outcome
 from alexandria.core.canonical import parse_json
 from alexandria.rules.admission import prepare
 from alexandria.service.library import Library
@@ -19,11 +20,20 @@ def _library(request: Request) -> Library:
 
 
 async def post_entry(request: Request) -> Response:
+    with admission_outcome() as outcome:
+        response = await _post_entry(request, outcome)
+    return response
+
+
+async def _post_entry(request: Request, outcome: list[str]) -> Response:
     lib = _library(request)
     dry_run = bool_param(query_params(request, ("dry_run",)), "dry_run")
     body = await read_body(request)
     cand = prepare(body, lib.genesis, index_text=True)
-    result = await lib.admit(cand, dry_run=dry_run)
+    with WRITER_QUEUE.track_inprogress():
+        result = await lib.admit(cand, dry_run=dry_run)
+    outcome.append("dry_run" if isinstance(result, DryRun) else
+                   "created" if result.created else "retry")
     if isinstance(result, DryRun):
         return json_response(
             {"dry_run": True, "id": result.id, "root": result.root,
@@ -38,7 +48,7 @@ async def post_authority(request: Request) -> Response:
     query_params(request, ())
     body = await read_body(request)
     document = parse_json(body)
-    result = await lib.storage.admit_authority(document)
+    result = await lib.admit_authority(document)
     return json_response(result.to_json(), 201 if result.created else 200)
 
 

@@ -52,7 +52,7 @@ import re
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,7 +72,7 @@ from alexandria.core.witness_policy import NotWitnessed, WitnessPolicy
 from alexandria.errors import AlexandriaError
 from alexandria.reads.log import ENTRY_HEAD
 from alexandria.rules.admission import Candidate, prepare
-from alexandria.rules.authority import check_log_key
+from alexandria.rules.authority import LOG_ROLE, check_log_key
 from alexandria.rules.signed import check_signed_record
 
 AHEAD = 2048  # lines checked ahead of the replay
@@ -382,24 +382,42 @@ class _Replay:
     def _signer(self, c: _CheckpointLine) -> str:
         """3b: the log key that signed ``c``, certified as of leaf ``c.size``."""
         ledger = self.ledger
-        at, origin = ledger.size, ledger.genesis.origin
-        _cp, sigs = parse_checkpoint(c.note)
-        ids = {kid for kid, _sig in sigs}
-        for key in ledger.log_keys():
-            if key_id(origin, bytes.fromhex(key)) not in ids:
-                continue
-            try:
-                verify_checkpoint(c.note, origin, key)
-            except CheckpointError as exc:
-                raise CheckpointFailed(at, "3b", exc.message, "CHECKPOINT_SIGNATURE") from exc
-            try:
-                check_log_key(ledger.authorities(key), ledger.revoked(key, None), key,
-                                  ledger.last_ms)
-            except AlexandriaError as exc:
-                raise CheckpointFailed(at, "3b", exc.message, exc.code, key=key) from exc
-            return key
-        raise CheckpointFailed(at, "3b", "signed by no key that holds a log certificate among"
-                               f" the first {at} leaves", "CHECKPOINT_KEY_UNKNOWN")
+        return checkpoint_signer(
+            c.note, ledger.size, ledger.genesis.origin,
+            {key: (ledger.authorities(key), ledger.revoked(key, None))
+             for key in ledger.log_keys()},
+            ledger.last_ms,
+        )
+
+
+KeyFacts = dict[str, tuple[Sequence[tuple[int, AuthorityCertificate]], bool]]
+"""``key -> (its admitted authority certificates, oldest first; revoked by root)`` as of a
+checkpoint's last leaf."""
+
+
+def checkpoint_signer(note: str, at: int, origin: str, keys: KeyFacts, last_ms: int) -> str:
+    """Step 3b for a checkpoint of size ``at`` whose last leaf was admitted at ``last_ms``:
+    the key among ``keys`` that signed it, holding a ``log`` certificate valid then and not
+    revoked (``authority.check_log_key``, as the server checks before signing).  Shared by
+    ``verify_export`` and a mirror's follower (``audit/follow.py``)."""
+    _cp, sigs = parse_checkpoint(note)
+    ids = {kid for kid, _sig in sigs}
+    for key, (certificates, revoked) in keys.items():
+        if not any(LOG_ROLE in c.roles for _s, c in certificates):
+            continue
+        if key_id(origin, bytes.fromhex(key)) not in ids:
+            continue
+        try:
+            verify_checkpoint(note, origin, key)
+        except CheckpointError as exc:
+            raise CheckpointFailed(at, "3b", exc.message, "CHECKPOINT_SIGNATURE") from exc
+        try:
+            check_log_key(certificates, revoked, key, last_ms)
+        except AlexandriaError as exc:
+            raise CheckpointFailed(at, "3b", exc.message, exc.code, key=key) from exc
+        return key
+    raise CheckpointFailed(at, "3b", "signed by no key that holds a log certificate among"
+                           f" the first {at} leaves", "CHECKPOINT_KEY_UNKNOWN")
 
 
 # --- driving ---------------------------------------------------------------------------------

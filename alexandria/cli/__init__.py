@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "alexandria.cli.log",
     "alexandria.cli.witness",
     "alexandria.cli.mcp",
+    "alexandria.cli.operations",
 )
 
 EXIT_FAILURE = 1

@@ -33,9 +33,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--log-key", metavar="FILE", help="private key file of the log signing key")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--workers", type=int, default=1,
-                   help="HTTP server processes (default 1); with more than one, they share one"
-                   " admission writer process")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="HTTP server processes; with more than one, they share one admission"
+                   " writer process (default: one per usable core, up to 8, so 1 on a"
+                   " one-core machine; --workers 1 pins one process)")
     p.add_argument("--writer-process", action="store_true",
                    help="admit in a dedicated writer process, beside the HTTP process(es): uses"
                    " a second core")
@@ -77,15 +78,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if created:
             print(f"created a new library in {data.root}/", file=sys.stderr)
     configure_witnesses(library, args.witness, args.witness_quorum)
+    from alexandria.api.serve import auto_workers, usable_cores
+
+    workers = args.workers if args.workers is not None else auto_workers()
+    if workers < 1:
+        raise BadRequest("--workers must be at least 1", "USAGE")
     url = f"http://{args.host}:{args.port}"
     print(f"genesis pin {library.genesis.pin}")
     print(f"serving {library.genesis.library} on {url}", flush=True)
+    layout = (f"{workers} HTTP worker processes and one admission writer process"
+              if workers > 1 or args.writer_process else "one process")
+    why = "" if args.workers is not None else f" ({usable_cores()} usable cores; --workers N)"
+    print(f"running {layout}{why}", file=sys.stderr, flush=True)
     if args.genesis:
         files = (args.genesis, args.db, args.log_key)
     else:  # the log key may have been created just now, with the library
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
-    run(library, args.host, args.port, args.workers, files, args.writer_process)
+    run(library, args.host, args.port, workers, files, args.writer_process)
     return 0
 
 

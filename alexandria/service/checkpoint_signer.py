@@ -34,6 +34,12 @@ from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.errors import ServiceError
 from alexandria.reads.log import StoredCheckpoint, latest_checkpoint
 from alexandria.rules.authority import LOG_ROLE, LogUnavailable, check_log_key
+from alexandria.service.published import (
+    CatchUpRequired,
+    Published,
+    PublishedCheckpoint,
+    behind_message,
+)
 from alexandria.store.merkle_nodes import LogCorrupt, node_reader, tree_size
 from alexandria.store.sqlite import SqliteStorage
 
@@ -47,6 +53,11 @@ class SigningLibrary(Protocol):
 
     storage: SqliteStorage
     log_key: SigningKey | None
+    published: PublishedCheckpoint | None  # the largest checkpoint served, outside the db
+
+    @property
+    def origin_url(self) -> str | None:
+        """A mirror's origin: it serves the origin's checkpoints and signs none."""
 
     @property
     def checkpoints(self) -> CheckpointSigner: ...
@@ -54,9 +65,11 @@ class SigningLibrary(Protocol):
 
 def sign_checkpoint_now(
     conn: sqlite3.Connection, storage: SqliteStorage, key: SigningKey | None,
-    min_interval_ms: int = 0,
+    min_interval_ms: int = 0, published: Published | None = None,
 ) -> StoredCheckpoint:
-    """Steps 1–5 of the module docstring, inside the caller's write transaction."""
+    """Steps 1–5 of the module docstring, inside the caller's write transaction;
+    ``published``: the largest checkpoint served (``service/published.py``), which the tree
+    must extend."""
     now = storage.clock()
     # 1.
     latest = latest_checkpoint(conn)
@@ -66,6 +79,8 @@ def sign_checkpoint_now(
             f"the log holds {size} leaves but checkpoint {latest.size} was signed",
             "LOG_TRUNCATED", tree_size=size, checkpoint_size=latest.size,
         )
+    if published is not None:
+        _check_published(conn, published, size)
     # 2.
     if latest is not None:
         signed_ms = parse_ms(latest.signed_at) or 0
@@ -117,6 +132,22 @@ def sign_checkpoint_now(
     return signed
 
 
+def _check_published(conn: sqlite3.Connection, published: Published, size: int) -> None:
+    """1b. the tree extends the largest checkpoint ever served: never fork the log."""
+    if size < published.size:
+        raise CatchUpRequired(behind_message(published, size), published_size=published.size,
+                              tree_size=size)
+    root = merkle.root_hash(published.size, node_reader(conn))
+    if root != published.root:
+        raise LogCorrupt(
+            f"the first {published.size} leaves of the database do not have the root of the"
+            f" checkpoint of size {published.size} this library published: the database is"
+            " not this library's history (a backup of another library, or a doctored one);"
+            " signing would fork the log", "LOG_FORKED", published_size=published.size,
+            published_root=published.root.hex(), root=root.hex(),
+        )
+
+
 class CheckpointSigner:
     """One library's checkpoint signer; concurrent requests share one signing."""
 
@@ -129,9 +160,14 @@ class CheckpointSigner:
 
     async def _sign(self, min_interval_ms: int) -> StoredCheckpoint:
         storage, key = self.library.storage, self.library.log_key
+        keeper = self.library.published
+        published = keeper.load() if keeper is not None else None
         signed = await storage.write(
-            lambda conn: sign_checkpoint_now(conn, storage, key, min_interval_ms)
+            lambda conn: sign_checkpoint_now(conn, storage, key, min_interval_ms, published)
         )
+        if keeper is not None and (published is None or signed.size > published.size):
+            # remembered before it is served: a restore can never sign under it
+            await asyncio.to_thread(keeper.record, signed.size, signed.note)
         if self._latest is None or signed.size > self._latest.size:
             self._latest = signed
             for listener in self.listeners:
@@ -139,7 +175,10 @@ class CheckpointSigner:
         return signed
 
     async def current(self) -> StoredCheckpoint:
-        """A checkpoint of the whole tree as it is now, signed on demand if needed."""
+        """A checkpoint of the whole tree as it is now, signed on demand if needed (on a
+        mirror: the latest of its origin's checkpoints it verified)."""
+        if self.library.origin_url is not None:
+            return await self._mirrored()
         size = await self.library.storage.log_size()
         latest = self._latest
         if latest is not None and latest.size >= size:
@@ -150,9 +189,20 @@ class CheckpointSigner:
                 return latest
             return await self._sign(0)
 
+    async def _mirrored(self) -> StoredCheckpoint:
+        latest = await self.library.storage.read(latest_checkpoint)
+        if latest is None:
+            raise LogUnavailable(
+                f"this mirror has not verified a checkpoint of {self.library.origin_url} yet",
+                "MIRROR_NO_CHECKPOINT", origin=self.library.origin_url,
+            )
+        return latest
+
     async def tick(self) -> StoredCheckpoint | None:
         """The background step: sign when the tree grew and the last checkpoint is at least
         ``SIGN_INTERVAL_MS`` old (across every process serving the database)."""
+        if self.library.origin_url is not None:
+            return None
         size = await self.library.storage.log_size()
         latest = self._latest
         if size == 0 or (latest is not None and latest.size >= size):

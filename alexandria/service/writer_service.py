@@ -276,20 +276,33 @@ class WriterClient:
         self._next = 0
         self._lost: str | None = None
 
-    async def connect(self, timeout: float = 30.0) -> None:
-        """Connect, waiting for the writer process to start listening."""
+    async def connect(self, timeout: float = 30.0, refused_for: float = 2.0) -> None:
+        """Connect, waiting for the writer process to start listening.  No socket file yet:
+        the writer is starting, wait up to ``timeout``.  A socket nobody listens on: the
+        writer is gone (the server is stopping), give up after ``refused_for`` (it is also
+        refused for an instant between the writer's bind and listen)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        refused: float | None = None
         while True:
             try:
                 _transport, self._frames = await loop.create_unix_connection(
                     lambda: _Frames(self._answered, self._gone), self._path
                 )
                 return
+            except ConnectionRefusedError:
+                refused = loop.time() if refused is None else refused
+                if loop.time() > min(deadline, refused + refused_for):
+                    raise
             except OSError:
                 if loop.time() > deadline:
                     raise
-                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)
+
+    @property
+    def lost(self) -> str | None:
+        """Why the connection to the writer is gone, or None while it is up."""
+        return self._lost
 
     async def close(self) -> None:
         if self._frames is not None and self._frames.transport is not None:

@@ -53,6 +53,20 @@ class AuthorityAdmitted:
         }
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """An entry of another copy of this log (a mirror's origin, a restore's catch-up source)
+    to store at its recorded ``sequence`` and admission time, after its stateless checks:
+    a contribution's ``candidate`` (``admission.prepare``), or an authority ``document``."""
+
+    sequence: int
+    kind: str
+    leaf: bytes = field(repr=False)
+    admitted_ms: int
+    candidate: Candidate | None = field(default=None, repr=False)
+    document: Any = field(default=None, repr=False)
+
+
 class Storage(ABC):
     genesis: Genesis
 

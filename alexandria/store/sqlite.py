@@ -38,14 +38,14 @@ from alexandria.core.canonical import canonical
 from alexandria.core.leaf import LEAF_FORMAT, document_of, leaf_bytes, record_sql
 from alexandria.core.records import admission_bytes, signed_record_bytes
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
-from alexandria.core.trust import AuthorityCertificate, Genesis
-from alexandria.errors import AlexandriaError, ServiceError
+from alexandria.core.trust import AuthorityCertificate, Genesis, document_name
+from alexandria.errors import AlexandriaError, BadRequest, ServiceError
 from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.authority import check_authority_document
 from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, object_after
 from alexandria.store import schema, search_index
-from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Storage
-from alexandria.store.merkle_nodes import tree_size
+from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
+from alexandria.store.merkle_nodes import node_reader, tree_size
 from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
 from alexandria.store.writer_memory import WriterMemory
 
@@ -296,6 +296,13 @@ class SqliteStorage(Storage):
         if self._writer_conn is not None:
             self._writer_conn.close()
             self._writer_conn = None
+
+    @property
+    def writing(self) -> bool:
+        """False once the writer thread has ended (it runs from the first write until close),
+        or before the storage was opened: ``/healthz`` is not ready then."""
+        return self._writer_conn is not None and (self._writing is None
+                                                  or not self._writing.done())
 
     async def meta(self, key: str) -> str | None:
         row = await self.read(
@@ -577,10 +584,14 @@ class SqliteStorage(Storage):
     async def admit_authority(self, document: Any) -> AuthorityAdmitted:
         return await self.write(lambda conn: self._admit_authority(conn, document))
 
-    def _admit_authority(self, conn: sqlite3.Connection, document: Any) -> AuthorityAdmitted:
+    def _admit_authority(
+        self, conn: sqlite3.Connection, document: Any, now: int | None = None
+    ) -> AuthorityAdmitted:
         """The rules' verdict (``authority.check_authority_document``), then the leaf and the
-        row the rules will ask about later."""
-        now = self._admission_clock(conn)
+        row the rules will ask about later.  ``now``: the admission time (a replay passes the
+        recorded one)."""
+        if now is None:
+            now = self._admission_clock(conn)
         v = check_authority_document(self.state_view(conn), document, self.genesis, now)
         if v.retry_of is not None:
             row = conn.execute(
@@ -615,6 +626,120 @@ class SqliteStorage(Storage):
              "document": orjson.loads(document_of(bytes(leaf)))}
             for s, t, a, leaf in rows
         ]
+
+    # --- replaying another copy of the log -----------------------------------------------------
+
+    async def replay(self, entries: Sequence[Replayed]) -> tuple[int, Exception | None]:
+        """Append ``entries`` (the next ones of another copy of this log) at their recorded
+        sequences and admission times, through the same code as an admission: the rules
+        (``admission.decide``, at the recorded time), the leaf and its Merkle nodes, every
+        projection.  Stops at the first entry that does not hold and returns how many were
+        stored (they are committed) and why it stopped."""
+
+        def run(conn: sqlite3.Connection) -> tuple[int, Exception | None]:
+            # like an admission, an entry raises its refusal before it writes anything (so no
+            # savepoint); a failure while writing aborts the whole batch, nothing committed
+            done = 0
+            for entry in entries:
+                try:
+                    self._replay_one(conn, entry)
+                except AlexandriaError as exc:
+                    if isinstance(exc, ServiceError):
+                        raise
+                    return done, exc
+                done += 1
+            return done, None
+
+        return await self.write(run, checks_first=True)
+
+    def _replay_one(self, conn: sqlite3.Connection, e: Replayed) -> None:
+        size, last_ms = self._memory.tail(conn)
+        if e.sequence != size + 1:
+            raise ServiceError(f"entry {e.sequence} does not follow the log's {size} leaves",
+                               "REPLAY_OUT_OF_ORDER", sequence=e.sequence, tree_size=size)
+        if e.admitted_ms < last_ms:
+            raise ServiceError("admitted_at is before the previous entry's", "ADMITTED_AT_ORDER")
+        if e.candidate is not None:
+            cand = e.candidate
+            if e.kind != "contribution":
+                raise BadRequest(f"a contribution recorded as a {e.kind}", "TYPE_MISMATCH")
+            verdict = decide(self.state_view(conn), cand, e.admitted_ms)
+            if isinstance(verdict, Retry):  # the server answers a retry without a new leaf
+                raise BadRequest("the same contribution was already admitted",
+                                 "DUPLICATE_ENTRY", first=verdict.sequence)
+            sequence, _ = self._append_leaf(conn, "contribution", cand.document, e.admitted_ms)
+            self._store_contribution(conn, cand, verdict, sequence)
+            return
+        name = document_name(e.document)
+        if name != e.kind:
+            raise BadRequest(f"a {name} recorded as a {e.kind}", "TYPE_MISMATCH")
+        result = self._admit_authority(conn, e.document, e.admitted_ms)
+        if not result.created:
+            raise BadRequest(f"the same document was already admitted at {result.sequence}",
+                             "DUPLICATE_ENTRY")
+
+    async def store_checkpoint(self, size: int, root: bytes, note: str, key: str,
+                               received_at: str) -> None:
+        """Keep a checkpoint signed elsewhere (a mirror's origin) whose root the caller has
+        verified; checked again here against the tree, inside the write transaction."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            latest = conn.execute("SELECT max(size) FROM checkpoints").fetchone()[0] or 0
+            if size <= latest:
+                return
+            if size > tree_size(conn) or merkle.root_hash(size, node_reader(conn)) != root:
+                raise ServiceError(f"checkpoint {size} is not the root of the stored tree",
+                                   "LOG_INCONSISTENT")
+            conn.execute(
+                "INSERT INTO checkpoints(size, root, note, key, signed_at) VALUES (?, ?, ?, ?, ?)",
+                (size, root, note, key, received_at),
+            )
+
+        await self.write(run)
+
+    async def key_authorities(
+        self, key: str, upto: int
+    ) -> tuple[list[tuple[int, AuthorityCertificate]], bool]:
+        """A key's authority certificates admitted among the first ``upto`` leaves (oldest
+        first) and whether root revoked it among them: who may sign a checkpoint of that
+        size."""
+
+        def read(conn: sqlite3.Connection) -> tuple[list[tuple[int, bytes]], bool]:
+            certs = conn.execute("SELECT sequence, document FROM authorities WHERE key = ?"
+                                 " AND sequence <= ? ORDER BY sequence", (key, upto)).fetchall()
+            revoked = conn.execute("SELECT 1 FROM revocations WHERE key = ? AND issuer = 'root'"
+                                   " AND sequence <= ?", (key, upto)).fetchone() is not None
+            return [(int(s), bytes(d)) for s, d in certs], revoked
+
+        rows, revoked = await self.read(read)
+        return [(s, AuthorityCertificate.from_document(orjson.loads(d), self.genesis))
+                for s, d in rows], revoked
+
+    async def authority_keys(self, upto: int) -> list[str]:
+        """Keys certified among the first ``upto`` leaves (who may sign a checkpoint)."""
+        return await self.read(lambda conn: [str(k) for (k,) in conn.execute(
+            "SELECT DISTINCT key FROM authorities WHERE sequence <= ?", (upto,))])
+
+    async def tail(self) -> tuple[int, str]:
+        """The log size and the last leaf's ``admitted_at`` ('' when empty), as committed."""
+        def read(conn: sqlite3.Connection) -> tuple[int, str]:
+            row = conn.execute("SELECT sequence, admitted_at FROM log ORDER BY sequence DESC"
+                               " LIMIT 1").fetchone()
+            return (0, "") if row is None else (int(row[0]), str(row[1]))
+
+        return await self.read(read)
+
+    async def admitted_ms(self, sequence: int) -> int:
+        """When leaf ``sequence`` was admitted (ms)."""
+        row = await self.read(lambda conn: conn.execute(
+            "SELECT admitted_at FROM log WHERE sequence = ?", (sequence,)).fetchone())
+        ms = parse_ms(row[0]) if row is not None else None
+        if ms is None:
+            raise ServiceError(f"leaf {sequence} is missing", "LOG_CORRUPT")
+        return ms
+
+    async def root_at(self, size: int) -> bytes:
+        return await self.read(lambda conn: merkle.root_hash(size, node_reader(conn)))
 
     # --- reads -------------------------------------------------------------------------------
 

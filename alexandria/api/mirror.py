@@ -1,0 +1,149 @@
+"""``alexandria mirror``: a read-only replica that follows its origin's log.
+
+The app is the library's own (same read API, same storage); beside it runs the follower
+(``audit/follow.py``): once a second it asks the origin for its checkpoint, checks the
+origin's consistency proof from the last checkpoint it verified, fetches the new entries,
+verifies each with the code of ``alexandria verify`` and stores it with the code of an
+admission, then checks and keeps the origin's signed checkpoints.  It resumes from its
+database after a restart.  Writes are refused (403 ``READ_ONLY_MIRROR``, naming the origin).
+
+If the origin ever serves an entry that does not verify, or a checkpoint inconsistent with one
+the mirror verified (a fork), the mirror says which sequence, keeps everything it verified
+before it, and stops (exit status 1): a replica must not keep serving a log it can no longer
+vouch for.  An unreachable origin is not a failure: the mirror says so once and keeps trying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+
+from alexandria.audit.export import Fetch, http_fetcher
+from alexandria.audit.follow import Follower, sync_from_server
+from alexandria.audit.verify import VerificationFailed
+from alexandria.errors import AlexandriaError
+from alexandria.service.library import Library
+
+FOLLOW_INTERVAL_S = 1.0
+PROGRESS_INTERVAL_S = 2.0
+
+
+class _Reporter:
+    """Progress on stderr: at most every ``PROGRESS_INTERVAL_S`` while copying, and once
+    each time the mirror catches up."""
+
+    def __init__(self, out: Callable[[str], None]) -> None:
+        self.out = out
+        self.last = 0.0
+        self.reported: tuple[int, int] | None = None
+
+    def copying(self, follower: Follower) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_INTERVAL_S:
+            return
+        self.last = now
+        elapsed = time.perf_counter() - follower.started
+        rate = follower.stored / elapsed if elapsed > 0 else 0.0
+        self.out(f"mirror: {follower.size} of {follower.source_size} entries verified and"
+                 f" stored ({rate:,.0f}/s)")
+
+    def caught_up(self, follower: Follower, origin: str) -> None:
+        seen = (follower.size, follower.checkpoint.size)
+        if seen != self.reported:
+            self.reported = seen
+            self.out(f"mirror: caught up with {origin}: {follower.size} entries"
+                     f" ({follower.stored} stored since start), checkpoint"
+                     f" {follower.checkpoint.size} verified")
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+async def follow(library: Library, fetch: Fetch, interval: float = FOLLOW_INTERVAL_S,
+                 out: Callable[[str], None] = _stderr, stop: Callable[[], None] | None = None,
+                 ) -> None:
+    """Follow the origin until cancelled or until a verification failure (then ``stop``)."""
+    state = library.mirror
+    assert state is not None
+    reporter = _Reporter(out)
+
+    def progress(f: Follower) -> None:
+        state.origin_size = f.source_size
+        reporter.copying(f)
+
+    follower = Follower(library.storage, progress)
+    await follower.load()
+    unreachable = ""
+    while True:
+        try:
+            size = await sync_from_server(follower, fetch)
+        except VerificationFailed as exc:
+            state.failure = exc
+            state.error = f"{exc.message} [{exc.code}]"
+            out(f"mirror: stopped following {state.origin}: {state.error}; the"
+                f" {follower.size} entries verified before it are kept")
+            if stop is not None:
+                stop()
+            return
+        except (AlexandriaError, OSError, ValueError, KeyError, TypeError) as exc:
+            text = f"{exc}"
+            if text != unreachable:  # once, not once a second
+                out(f"mirror: cannot follow {state.origin} now ({text}); retrying")
+                unreachable = text
+        else:
+            unreachable = ""
+            state.origin_size = max(size, follower.source_size)
+            if follower.size >= size:
+                state.synced = True
+                reporter.caught_up(follower, state.origin)
+        await asyncio.sleep(interval)
+
+
+def _stop_server() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.asynccontextmanager
+async def following(library: Library) -> AsyncIterator[None]:
+    """Run the follower beside the app of a mirror (a no-op for any other library)."""
+    state = library.mirror
+    if state is None:
+        yield
+        return
+    fetch, close = http_fetcher(state.origin)
+    task = asyncio.get_running_loop().create_task(
+        follow(library, fetch, stop=state.stop or _stop_server))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        close()
+
+
+def run_mirror(library: Library, host: str, port: int) -> None:
+    """Serve the mirror's read API with its follower until stopped, or until the follower
+    stops at something that does not verify (``library.mirror.failure`` then says what)."""
+    import uvicorn
+
+    from alexandria.api.app import create_app
+
+    state = library.mirror
+    assert state is not None
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(library), host=host, port=port, log_level="warning", server_header=False,
+        access_log=False, proxy_headers=False,
+    ))
+
+    def stop() -> None:
+        server.should_exit = True  # a graceful shutdown; the command then exits 1
+
+    state.stop = stop
+    server.run()

@@ -1,0 +1,433 @@
+"""Following another copy of a library's log: a mirror's origin, or a restore's catch-up source.
+
+Every entry is checked with the code of ``alexandria verify`` and stored with the code of an
+admission, so a follower ends with exactly the database the origin has, or stops at the first
+thing that does not hold, keeping everything it verified before it:
+
+- an entry line: its canonical form, order and admission time (verify steps 2a, 2b), its
+  signatures, certificate chain, content schema and canonical leaf (2c,
+  ``verify._prepare_entry`` → ``admission.prepare``), then the admission rules at its recorded
+  ``admitted_at`` (2d: ``admission.decide``, inside the storage's write transaction, via
+  ``SqliteStorage.replay``, which appends the leaf, its Merkle nodes and every projection as
+  the origin did);
+- a checkpoint: its note, origin and size (3a), its signer certified among the first ``size``
+  leaves (3b, ``verify.checkpoint_signer``), its root the root of the stored tree (3c); against
+  the last checkpoint the follower verified, the origin's consistency proof (3d) — a fork is
+  refused before a single entry of it is fetched, and the first leaf that differs is named.
+
+The follower never signs: it stores the origin's signed notes as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from alexandria.audit.export import Fetch, http_fetcher
+from alexandria.audit.verify import (
+    CheckpointFailed,
+    EntryOutOfOrder,
+    HeaderInvalid,
+    KeyFacts,
+    VerificationFailed,
+    _Entry,
+    _prepare_entry,
+    _refused,
+    checkpoint_signer,
+    read_header,
+)
+from alexandria.core import merkle
+from alexandria.core.canonical import canonical
+from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
+from alexandria.core.timestamps import format_ms, now_ms, parse_ms
+from alexandria.errors import AlexandriaError, BadRequest, ServiceError
+from alexandria.reads import log
+from alexandria.reads.log import latest_checkpoint
+from alexandria.store.interface import Replayed
+from alexandria.store.sqlite import SqliteStorage
+
+BATCH = 1024  # entries verified and stored per call of ``Follower.entries``
+CHUNK = 128  # entries per write transaction, checked while the previous chunk is stored
+
+Progress = Callable[["Follower"], None]
+
+
+class Forked(VerificationFailed):
+    """The source serves a log that is not an extension of what this copy verified."""
+
+    default_code = "LOG_FORKED"
+
+
+@dataclass
+class Verified:
+    size: int = 0
+    root: bytes = b""
+
+
+class Follower:
+    """Verifies and stores the entries and checkpoints of another copy of ``storage``'s log."""
+
+    def __init__(self, storage: SqliteStorage, progress: Progress | None = None) -> None:
+        self.storage = storage
+        self.genesis = storage.genesis
+        self.size = 0
+        self.last_ms = 0
+        self.checkpoint = Verified()
+        self.source_size = 0  # the largest tree size the source claimed (signed)
+        self.stored = 0  # entries stored by this follower
+        self.started = time.perf_counter()
+        self.progress = progress
+
+    async def load(self) -> None:
+        """Resume from what the database holds."""
+        size, admitted_at = await self.storage.tail()
+        self.size, self.last_ms = size, (parse_ms(admitted_at) or 0) if admitted_at else 0
+        latest = await self.storage.read(_latest)
+        if latest is not None:
+            self.checkpoint = Verified(*latest)
+
+    # --- entries ---------------------------------------------------------------------------
+
+    async def entries(self, lines: list[bytes]) -> None:
+        """Verify and store the next entry lines (each ``JCS({admitted_at, leaf, sequence,
+        type})``); at a failure, store those before it and raise.  The stateless checks of
+        one chunk (on a thread: Ed25519 releases the GIL) run while the previous chunk is
+        replayed and stored (on the storage's writer thread)."""
+        genesis = self.genesis
+
+        def prepare(start: int, chunk: list[bytes]) -> list[_Entry]:
+            return [_prepare_entry(line, start + i + 1, genesis) for i, line in enumerate(chunk)]
+
+        chunks = [(self.size + i, lines[i:i + CHUNK]) for i in range(0, len(lines), CHUNK)]
+        ahead: asyncio.Future[list[_Entry]] | None = None
+        try:
+            for k, (start, chunk) in enumerate(chunks):
+                prepared = await (ahead or asyncio.to_thread(prepare, start, chunk))
+                ahead = (asyncio.ensure_future(asyncio.to_thread(prepare, *chunks[k + 1]))
+                         if k + 1 < len(chunks) else None)
+                await self._store(prepared)
+        finally:
+            if ahead is not None:
+                with contextlib.suppress(BaseException):
+                    await ahead
+        if self.progress is not None:
+            self.progress(self)
+
+    async def _store(self, prepared: list[_Entry]) -> None:
+        """Steps 2a, 2b, 2c (raised in order), then 2d and the store for what held."""
+        batch: list[Replayed] = []
+        last_ms = self.last_ms
+        failure: VerificationFailed | None = None
+        for e in prepared:
+            expected = self.size + len(batch) + 1
+            if e.sequence != expected:  # 2a
+                failure = EntryOutOfOrder(expected, "2a", f"expected sequence {expected}, the"
+                                          f" line says {e.sequence}", found=e.sequence)
+            elif e.admitted_ms < last_ms:  # 2b
+                failure = EntryOutOfOrder(expected, "2b", "admitted_at is before the previous"
+                                          " entry's", "ADMITTED_AT_ORDER")
+            elif e.error is not None:  # 2c
+                failure = e.error
+            if failure is not None:
+                break
+            batch.append(Replayed(e.sequence, e.kind, e.leaf, e.admitted_ms, e.candidate,
+                                  e.document))
+            last_ms = e.admitted_ms
+        if batch:
+            done, exc = await self.storage.replay(batch)
+            if done:
+                self.size = batch[done - 1].sequence
+                self.last_ms = batch[done - 1].admitted_ms
+                self.stored += done
+            if exc is not None:
+                seq = batch[done].sequence
+                if isinstance(exc, AlexandriaError) and not isinstance(exc, ServiceError):
+                    raise _refused(seq, "2d", exc) from exc  # 2d: the rules refuse it
+                # not the entry's fault (the disk, another writer): typed, not a verdict
+                raise ServiceError(f"could not store entry {seq}: {exc}", "STORAGE_FAILED",
+                                   sequence=seq) from exc
+        if failure is not None:
+            raise failure
+
+    # --- checkpoints -----------------------------------------------------------------------
+
+    def parse(self, note: str, at: int) -> tuple[int, bytes]:
+        """3a (stateless): a checkpoint note of this library's origin."""
+        try:
+            cp, _sigs = parse_checkpoint(note)
+        except CheckpointError as exc:
+            raise CheckpointFailed(at, "3a", exc.message, exc.code) from exc
+        if cp.origin != self.genesis.origin:
+            raise CheckpointFailed(at, "3a", f"the checkpoint is for origin {cp.origin!r}, not"
+                                   f" {self.genesis.origin!r}", "CHECKPOINT_ORIGIN")
+        return cp.size, cp.root
+
+    async def check_consistent(self, size: int, root: bytes, proof: list[bytes] | None) -> None:
+        """3d against the last checkpoint verified: ``proof`` is the source's consistency proof
+        from it to ``size`` (None when ``size`` is not larger)."""
+        prev = self.checkpoint
+        if not prev.size:
+            return
+        if size < prev.size:
+            raise Forked(size + 1, "3d", f"the source's checkpoint has size {size}, smaller than"
+                         f" the checkpoint of size {prev.size} already verified: its log lost"
+                         " leaves", "SOURCE_SHRANK", size=size, verified=prev.size)
+        if size == prev.size:
+            if root != prev.root:
+                raise Forked(size, "3d", f"the source signed another root for size {size}",
+                             "CHECKPOINT_INCONSISTENT")
+            return
+        try:
+            merkle.verify_consistency(prev.size, size, prev.root, root, proof or [])
+        except merkle.MerkleError as exc:
+            raise Forked(prev.size, "3d", f"the source's checkpoint of size {size} is not"
+                         f" consistent with the checkpoint of size {prev.size} already"
+                         f" verified: {exc.reason}", "CHECKPOINT_INCONSISTENT") from exc
+
+    async def accept_checkpoint(self, note: str) -> None:
+        """3a–3c for a checkpoint of a tree this copy holds (the whole stored tree, or a
+        prefix of it), then keep it."""
+        size, root = self.parse(note, self.size)
+        if size <= self.checkpoint.size:
+            return
+        if size > self.size:
+            raise CheckpointFailed(self.size + 1, "3a", f"a checkpoint of size {size} stands"
+                                   f" after leaf {self.size}", "CHECKPOINT_PLACE")
+        keys: KeyFacts = {}
+        for key in await self.storage.authority_keys(size):
+            keys[key] = await self.storage.key_authorities(key, size)
+        last_ms = self.last_ms if size == self.size else await self.storage.admitted_ms(size)
+        signer = checkpoint_signer(note, size, self.genesis.origin, keys, last_ms)  # 3b
+        computed = await self.storage.root_at(size)  # 3c
+        if computed != root:
+            raise CheckpointFailed(size, "3c", f"the signed root of size {size} is not the root"
+                                   f" of the verified leaves 1..{size}", "CHECKPOINT_ROOT",
+                                   signed=root.hex(), computed=computed.hex())
+        await self.storage.store_checkpoint(size, root, note, signer, format_ms(now_ms()))
+        self.checkpoint = Verified(size, root)
+
+    # --- naming the first leaf that differs ------------------------------------------------
+
+    async def first_difference(self, theirs: Iterable[tuple[int, bytes]]) -> int | None:
+        """The first sequence whose entry differs from the stored one, given the source's
+        ``(sequence, canonical entry line)`` in order; None when every one agrees.  Entry
+        lines, not leaf hashes, are compared: both sides make them with the same code
+        (``reads.log.entry_bytes``), whatever the leaf format."""
+        mine: dict[int, bytes] = {}
+        for seq, line in theirs:
+            if seq > self.size:
+                return None
+            if seq not in mine:
+                start, end = seq - 1, min(seq + 999, self.size)
+
+                def read(conn: sqlite3.Connection, a: int = start, b: int = end) -> list[bytes]:
+                    return _entry_lines(conn, a, b)
+
+                mine = dict(enumerate(await self.storage.read(read), start=seq))
+            if mine.get(seq) != line:
+                return seq
+        return None
+
+
+def _entry_lines(conn: sqlite3.Connection, start: int, end: int) -> list[bytes]:
+    """The stored entry lines ``start+1 .. end`` (the pages of ``GET /api/log/entries``)."""
+    out: list[bytes] = []
+    while start < end:
+        page = orjson.loads(log.entries_page(conn, start, end))
+        out.extend(canonical(e) for e in page["entries"])
+        start += len(page["entries"])
+    return out
+
+
+def _latest(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
+    found = latest_checkpoint(conn)
+    return None if found is None else (found.size, found.root)
+
+
+# --- a running server as the source --------------------------------------------------------
+
+
+async def _get(fetch: Fetch, path: str) -> bytes:
+    return await asyncio.to_thread(fetch, path)
+
+
+async def _entry_lines_of(fetch: Fetch, upto: int, size: int) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    start = 0
+    while start < min(upto, size):
+        page = orjson.loads(await _get(fetch, f"/api/log/entries?start={start}&end={size}"))
+        entries = page["entries"]
+        if not entries:
+            break
+        for e in entries:
+            out.append((int(e["sequence"]), canonical(e)))
+        start += len(entries)
+    return out
+
+
+async def sync_from_server(follower: Follower, fetch: Fetch) -> int:
+    """One round: verify and store the source's log up to the checkpoint it serves now, and
+    every persisted checkpoint of the source on the way.  Returns the source's size."""
+    note = (await _get(fetch, "/api/log/checkpoint")).decode("utf-8")
+    size, root = follower.parse(note, follower.size)
+    follower.source_size = max(follower.source_size, size)
+    prev = follower.checkpoint
+    proof = None
+    if prev.size and size > prev.size:
+        answer = orjson.loads(await _get(
+            fetch, f"/api/log/proof/consistency?old={prev.size}&new={size}"))
+        proof = [bytes.fromhex(h) for h in answer["proof"]]
+    try:
+        await follower.check_consistent(size, root, proof)
+    except Forked as exc:
+        first = await follower.first_difference(
+            await _entry_lines_of(fetch, follower.size, size))
+        if first is not None:
+            raise Forked(first, "3d", f"the source's leaf differs from the one verified and"
+                         f" stored here: a fork ({exc.reason})", "LOG_FORKED",
+                         checkpoint_size=size, verified=prev.size) from exc
+        raise
+    # the source's own checkpoints between, so that this copy holds the same ones: one page
+    # of them at a time, each reached by copying the entries up to it
+    after: int | None = prev.size
+    while after is not None:
+        page = orjson.loads(await _get(fetch, f"/api/log/checkpoints?after={after}"))
+        after = page["next"]
+        for c in page["checkpoints"]:
+            target = int(c["size"])
+            if target >= size:
+                after = None
+                break
+            await _reach(follower, fetch, target, str(c["note"]))
+    await _reach(follower, fetch, size, note)
+    return size
+
+
+async def _reach(follower: Follower, fetch: Fetch, target: int, note: str) -> None:
+    """Copy the entries up to ``target`` and check the checkpoint ``note`` of that size."""
+    if follower.size < target:
+        await _copy_range(follower, fetch, target)
+    if follower.size >= target:
+        await follower.accept_checkpoint(note)
+
+
+async def _copy_range(follower: Follower, fetch: Fetch, target: int) -> None:
+    """Entries ``follower.size + 1 .. target``: the next page is fetched while the current
+    ones are verified and stored, and up to ``BATCH`` entries are stored per transaction."""
+
+    async def page(start: int) -> list[bytes]:
+        body = orjson.loads(await _get(fetch, f"/api/log/entries?start={start}&end={target}"))
+        return [canonical(e) for e in body["entries"]]
+
+    fetched = follower.size
+    pending: asyncio.Task[list[bytes]] | None = asyncio.ensure_future(page(fetched))
+    buffer: list[bytes] = []
+    try:
+        while pending is not None:
+            lines = await pending
+            pending = None
+            if not lines:
+                raise Forked(fetched + 1, "2a", "the source returned no entries", "BAD_PAGE")
+            fetched += len(lines)
+            if fetched < target:
+                pending = asyncio.ensure_future(page(fetched))
+            buffer.extend(lines)
+            if len(buffer) >= BATCH or pending is None:
+                await follower.entries(buffer)
+                buffer = []
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+
+
+# --- an export as the source -----------------------------------------------------------------
+
+
+async def sync_from_export(follower: Follower, lines: Iterable[bytes]) -> int:
+    """Verify and store the entries of an export (``alexandria export``) beyond the stored
+    tree, and its checkpoints; the entries already stored must be the same leaves."""
+    it = iter(lines)
+    first = next(it, None)
+    if first is None:
+        raise HeaderInvalid(0, "1", "the export is empty")
+    _genesis, size = read_header(first.rstrip(b"\n"), follower.genesis.pin)
+    follower.source_size = max(follower.source_size, size)
+    pending: list[bytes] = []
+    known: list[tuple[int, bytes]] = []
+    position = 0
+
+    async def flush() -> None:
+        if known:
+            differs = await follower.first_difference(known)
+            if differs is not None:
+                raise Forked(differs, "2a", "the export's leaf differs from the one stored here",
+                             "LOG_FORKED")
+            known.clear()
+        if pending:
+            await follower.entries(list(pending))
+            pending.clear()
+
+    for raw in it:
+        line = raw.rstrip(b"\n")
+        if line.startswith(b'{"checkpoint"'):
+            await flush()
+            value = orjson.loads(line)
+            note = value["checkpoint"] if isinstance(value, dict) else None
+            if not isinstance(note, str):
+                raise CheckpointFailed(position, "3a", "not a checkpoint line", "EXPORT_LINE")
+            cp_size, cp_root = follower.parse(note, position)
+            if cp_size > follower.checkpoint.size:
+                await follower.accept_checkpoint(note)
+            elif cp_size == follower.checkpoint.size:
+                await follower.check_consistent(cp_size, cp_root, None)
+            continue
+        position += 1
+        if position <= follower.size:
+            known.append((position, line))
+            if len(known) >= 1000:
+                await flush()
+            continue
+        pending.append(line)
+        if len(pending) >= BATCH:
+            await flush()
+    await flush()
+    return size
+
+
+# --- a restore's catch-up --------------------------------------------------------------------
+
+
+def is_url(source: str) -> bool:
+    return source.startswith(("http://", "https://"))
+
+
+async def catch_up(storage: SqliteStorage, source: str,
+                   progress: Progress | None = None) -> Follower:
+    """Verify and store what ``source`` (the URL of a mirror or of the origin, or an export
+    file) holds beyond ``storage``'s log; ``storage`` is open.  Returns the follower, whose
+    ``size`` is the log's size afterwards."""
+    follower = Follower(storage, progress)
+    await follower.load()
+    if is_url(source):
+        fetch, close = http_fetcher(source)
+        try:
+            await sync_from_server(follower, fetch)
+        finally:
+            close()
+        return follower
+    path = Path(source)
+    if not path.is_file():
+        raise BadRequest(f"{source}: neither a URL nor an export file", "NO_SOURCE",
+                         source=source)
+    with path.open("rb") as lines:
+        await sync_from_export(follower, lines)
+    return follower

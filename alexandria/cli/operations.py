@@ -1,0 +1,188 @@
+"""Operating a library: ``backup``, ``restore`` (with ``--catch-up``) and ``mirror``.
+
+docs/operations.md says when to use which; the code that does the work is in
+``store/backup.py`` (SQLite's online backup API), ``audit/follow.py`` (verify and store another
+copy's entries) and ``api/mirror.py`` (the mirror's follower beside its read API).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from alexandria.cli.participant import command
+from alexandria.cli.terminal import emit_json, note, say
+from alexandria.errors import BadRequest
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = command(sub, "backup", "copy a library's database while it serves", cmd_backup,
+                "An online, consistent backup of the SQLite database FILE to OUT (SQLite's"
+                " backup API: one snapshot of committed state; admissions go on meanwhile).")
+    p.add_argument("--db", required=True, metavar="FILE", help="the library's database")
+    p.add_argument("out", metavar="OUT", help="the backup file to create (must not exist)")
+
+    p = command(sub, "restore", "restore a backup, and catch up with a mirror or an export",
+                cmd_restore,
+                "Copy BACKUP to the database FILE (stop the server first), then with"
+                " --catch-up replay, verified, everything admitted after the backup from a"
+                " mirror's (or the origin's) URL or an export file. Without BACKUP,"
+                " --catch-up catches up FILE in place, also while the server runs. Until the"
+                " database holds every leaf of the largest checkpoint the library published"
+                " (LOG_KEY.published), the server refuses writes and checkpoints (503"
+                " CATCH_UP_REQUIRED).")
+    p.add_argument("backup", nargs="?", metavar="BACKUP", help="a file made by `alexandria"
+                   " backup`")
+    p.add_argument("--db", required=True, metavar="FILE", help="the library's database")
+    p.add_argument("--catch-up", metavar="URL|EXPORT",
+                   help="replay the missing tail from this mirror/origin URL or export file")
+    p.add_argument("--replace", action="store_true",
+                   help="replace an existing FILE (of the same library)")
+    p.add_argument("--log-key", metavar="FILE",
+                   help="the library's log key: check the result against the largest"
+                   " checkpoint it published (LOG_KEY.published)")
+
+    p = command(sub, "mirror", "serve a verified read-only replica of a library",
+                cmd_mirror,
+                "Follow the library at URL: verify every entry and checkpoint against the"
+                " pinned genesis (as `alexandria verify` does), store them in FILE, and serve"
+                " the same read API and the origin's signed checkpoints. Resumes from FILE"
+                " after a restart; stops (exit 1) at an entry that does not verify or a"
+                " checkpoint inconsistent with one it verified, keeping what it verified.")
+    p.add_argument("--from", dest="origin", required=True, metavar="URL",
+                   help="the origin library")
+    p.add_argument("--db", required=True, metavar="FILE", help="the mirror's database")
+    pin = p.add_mutually_exclusive_group()
+    pin.add_argument("--pin", metavar="HEX", help="the origin's genesis pin (first run)")
+    pin.add_argument("--genesis", metavar="FILE", help="the origin's genesis document")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from alexandria.store.backup import backup
+
+    snap = backup(args.db, args.out)
+    if args.json:
+        emit_json({"path": snap.path, "genesis_pin": snap.genesis_pin, "size": snap.size,
+                   "bytes": snap.bytes})
+        return 0
+    say(snap.path)
+    note(f"backed up {args.db}: {snap.size} log entries, {snap.bytes:,} bytes")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from alexandria.store.backup import describe, restore
+
+    if args.backup is None and args.catch_up is None:
+        raise BadRequest("give a BACKUP to restore, --catch-up URL|EXPORT, or both", "USAGE")
+    result: dict[str, object] = {"db": args.db}
+    if args.backup is not None:
+        snap = restore(args.backup, args.db, args.replace)
+        result["restored"] = snap.size
+        note(f"restored {args.backup} to {args.db}: {snap.size} log entries")
+    elif not Path(args.db).exists():
+        raise BadRequest(f"{args.db}: no such database", "NO_DATABASE")
+    if args.catch_up is not None:
+        before, after = asyncio.run(_catch_up(args.db, args.catch_up))
+        result["caught_up"] = after - before
+        note(f"caught up from {args.catch_up}: {after - before} entries verified and stored"
+             f" ({after} in the log)")
+    size = describe(args.db).size
+    result["size"] = size
+    published = _published_state(args.log_key, size)
+    if published is not None:
+        result["published"] = published
+    if args.json:
+        emit_json(result)
+    else:
+        say(str(size))
+    return 0
+
+
+async def _catch_up(db: str, source: str) -> tuple[int, int]:
+    from alexandria.audit.follow import Follower, catch_up
+    from alexandria.core.trust import Genesis
+    from alexandria.store.backup import stored_genesis
+    from alexandria.store.sqlite import SqliteStorage
+
+    storage = SqliteStorage(db, Genesis.from_document(stored_genesis(db)))
+    await storage.open()
+    try:
+        before = await storage.log_size()
+        last = [0]
+
+        def progress(f: Follower) -> None:
+            if f.size - last[0] >= 10_000:
+                last[0] = f.size
+                note(f"catch-up: {f.size} of {f.source_size} entries")
+
+        follower = await catch_up(storage, source, progress)
+        return before, follower.size
+    finally:
+        await storage.close()
+
+
+def _published_state(log_key: str | None, size: int) -> int | None:
+    """Compare with the largest checkpoint the library published: refuse to call a restore
+    complete that still misses part of it."""
+    from alexandria.service.published import CatchUpRequired, PublishedCheckpoint, path_for
+
+    if log_key is None:
+        note("no --log-key: not compared with the largest checkpoint the library published")
+        return None
+    published = PublishedCheckpoint(path_for(log_key)).load()
+    if published is None:
+        note(f"{path_for(log_key)} does not exist: this library never published a checkpoint")
+        return None
+    if size < published.size:
+        raise CatchUpRequired(
+            f"the database holds {size} leaves but the library published a checkpoint of size"
+            f" {published.size}: until a mirror or an export supplies the missing entries"
+            " (`alexandria restore --db FILE --catch-up URL|EXPORT`), the server serves reads"
+            " and refuses writes", published_size=published.size, tree_size=size,
+        )
+    note(f"the database extends the largest checkpoint published ({published.size}):"
+         " writes and checkpoints resume")
+    return published.size
+
+
+def cmd_mirror(args: argparse.Namespace) -> int:
+    from alexandria.api.mirror import run_mirror
+    from alexandria.audit.export import http_fetcher
+    from alexandria.core.trust import Genesis
+    from alexandria.service.library import Library, MirrorState, load_genesis
+    from alexandria.store.backup import stored_genesis
+    from alexandria.store.sqlite import SqliteStorage
+
+    origin = args.origin.rstrip("/")
+    if args.genesis:
+        genesis = load_genesis(args.genesis)
+    elif Path(args.db).exists():
+        genesis = Genesis.from_document(stored_genesis(args.db), args.pin)
+    elif args.pin:
+        import orjson
+
+        fetch, close = http_fetcher(origin)
+        try:
+            document = orjson.loads(fetch("/api/genesis"))["document"]
+        finally:
+            close()
+        genesis = Genesis.from_document(document, args.pin)  # refuses another pin
+    else:
+        raise BadRequest("a new mirror needs the origin's genesis pin (--pin) or genesis"
+                         " document (--genesis): it verifies everything against it", "USAGE")
+    if args.pin and genesis.pin != args.pin:
+        raise BadRequest(f"{args.db} mirrors the library {genesis.pin}, not {args.pin}",
+                         "GENESIS_MISMATCH")
+    state = MirrorState(origin)
+    library = Library(genesis, SqliteStorage(args.db, genesis), mirror=state)
+    print(f"genesis pin {genesis.pin}")
+    print(f"mirroring {genesis.library} from {origin} on http://{args.host}:{args.port}",
+          flush=True)
+    run_mirror(library, args.host, args.port)
+    if state.failure is not None:
+        raise state.failure
+    return 0

@@ -1,0 +1,102 @@
+"""The largest checkpoint a library has published, kept outside the database it protects.
+
+A database restored from an older backup has forgotten the entries admitted (and acknowledged)
+after the backup, and the checkpoints signed over them.  If it signed a new checkpoint over a
+different tail, the log would fork: two signed roots that no consistency proof can join.  So
+the library keeps the largest checkpoint it has served in a small file beside its log key
+(``LOG_KEY.published``; a restore copies the database, not this file), written atomically before
+the checkpoint is served, and:
+
+- signs nothing that is not consistent with it (``sign_checkpoint_now``): the tree must hold
+  at least its leaves, and its first ``size`` leaves must have its root;
+- takes no writes while the database holds fewer leaves than it (503 ``CATCH_UP_REQUIRED``,
+  saying how: ``alexandria restore --db FILE --catch-up URL|EXPORT`` replays the missing tail,
+  verified, from a mirror or an export).
+
+Several server processes may sign; a lock file serialises the read-compare-replace, so the file
+only ever grows.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
+from alexandria.errors import ServiceError
+from alexandria.files import atomic_write
+
+SUFFIX = ".published"
+
+
+class CatchUpRequired(ServiceError):
+    """The database is behind the checkpoint this library published (a restore from an older
+    backup): reads are served, writes and checkpoints wait for the missing tail."""
+
+    default_code = "CATCH_UP_REQUIRED"
+
+
+@dataclass(frozen=True)
+class Published:
+    size: int
+    root: bytes
+    note: str
+
+
+def path_for(log_key: str | Path) -> Path:
+    key = Path(log_key)
+    return key.with_name(key.name + SUFFIX)
+
+
+class PublishedCheckpoint:
+    """The file ``path`` (see the module docstring)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+
+    def load(self) -> Published | None:
+        try:
+            note = self.path.read_text("utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            cp, _sigs = parse_checkpoint(note)
+        except CheckpointError as exc:
+            raise ServiceError(
+                f"{self.path} does not hold a checkpoint note: {exc.message}; it records the"
+                " largest checkpoint this library published, so it must not be edited",
+                "PUBLISHED_CHECKPOINT_UNREADABLE", path=str(self.path),
+            ) from exc
+        return Published(cp.size, cp.root, note)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def record(self, size: int, note: str) -> None:
+        """Remember ``note`` (of tree size ``size``) unless a larger one is remembered."""
+        with self._locked():
+            current = self.load()
+            if current is None or size > current.size:
+                atomic_write(self.path, note.encode("utf-8"), 0o600)
+
+
+def behind_message(published: Published, tree_size: int) -> str:
+    return (
+        f"this library published a checkpoint of size {published.size} but its database"
+        f" holds {tree_size} leaves (restored from an older backup?): it serves reads but takes"
+        " no writes and signs no checkpoint until the missing entries are replayed. Stop"
+        " nothing; run `alexandria restore --db DB --catch-up URL` with the URL of a mirror"
+        " (or of an export file: --catch-up FILE)"
+    )

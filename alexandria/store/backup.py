@@ -1,0 +1,152 @@
+"""Online backups and restores of a SQLite library (``alexandria backup`` / ``restore``).
+
+A backup uses SQLite's online backup API in a single step: it reads the whole database under
+one read transaction, so the copy is one consistent snapshot of a committed state, while the
+library keeps admitting (in WAL mode a reader never blocks the writer).  It is written beside
+its destination, checked (``PRAGMA quick_check``) and renamed into place, so a crash leaves no
+half backup.
+
+A restore copies a backup over the database the same way.  The server must be stopped: the
+database's old write-ahead log is removed first (SQLite would otherwise replay its frames into
+the restored file).  What the backup lacks — everything admitted after it — is then replayed by
+``--catch-up`` (``audit/follow.py``); until then the library refuses writes and checkpoints
+(``service/published.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from alexandria.errors import BadRequest, ServiceError
+from alexandria.store.merkle_nodes import tree_size
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    path: str
+    genesis_pin: str
+    size: int  # leaves in the log
+    bytes: int
+
+
+def _open_ro(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise BadRequest(f"{path}: no such database", "NO_DATABASE", path=str(path))
+    return sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+
+
+def _describe(conn: sqlite3.Connection, path: Path) -> tuple[str, int]:
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise BadRequest(f"{path} is not an Alexandria database: {exc}", "NOT_A_LIBRARY",
+                         path=str(path)) from exc
+    if row is None:
+        raise BadRequest(f"{path} is not an Alexandria database", "NOT_A_LIBRARY",
+                         path=str(path))
+    return str(row[0]), tree_size(conn)
+
+
+def stored_genesis(path: str | Path) -> dict[str, Any]:
+    """The genesis document a library's database was created for."""
+    conn = _open_ro(Path(path))
+    try:
+        _describe(conn, Path(path))
+        row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
+        value: dict[str, Any] = orjson.loads(row[0])
+        return value
+    finally:
+        conn.close()
+
+
+def _copy(source: sqlite3.Connection, target: Path) -> None:
+    """Everything in ``source`` (one consistent snapshot) into a new file ``target``."""
+    if not target.parent.is_dir():
+        raise BadRequest(f"{target.parent}: no such directory", "NO_DIRECTORY",
+                         path=str(target.parent))
+    target.unlink(missing_ok=True)
+    try:
+        dest = sqlite3.connect(target)
+        try:
+            source.backup(dest)  # pages=-1: one step, one read transaction
+            check = dest.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            dest.close()
+    except sqlite3.Error as exc:
+        raise ServiceError(f"copying the database failed: {exc}", "COPY_FAILED") from exc
+    if check != "ok":
+        raise ServiceError(f"the copy does not pass quick_check: {check}", "COPY_CORRUPT")
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def backup(db: str | Path, out: str | Path) -> Snapshot:
+    """A consistent copy of the database ``db`` at ``out`` (which must not exist), taken while
+    a library may be serving from ``db``."""
+    db, out = Path(db), Path(out)
+    if out.exists():
+        raise BadRequest(f"{out} exists: a backup never replaces a file", "BACKUP_EXISTS",
+                         path=str(out))
+    source = _open_ro(db)
+    tmp = out.with_name(f".{out.name}.partial")
+    try:
+        _describe(source, db)
+        _copy(source, tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        source.close()
+    os.replace(tmp, out)
+    return describe(out)
+
+
+def describe(path: str | Path) -> Snapshot:
+    path = Path(path)
+    conn = _open_ro(path)
+    try:
+        pin, size = _describe(conn, path)
+    finally:
+        conn.close()
+    return Snapshot(str(path), pin, size, path.stat().st_size)
+
+
+def restore(backup_path: str | Path, db: str | Path, replace: bool = False) -> Snapshot:
+    """Copy the backup at ``backup_path`` to ``db``.  An existing ``db`` is replaced only with
+    ``replace`` and only by a backup of the same library; the server must be stopped."""
+    backup_path, db = Path(backup_path), Path(db)
+    snapshot = describe(backup_path)
+    if db.exists():
+        if not replace:
+            raise BadRequest(
+                f"{db} exists: stop the server and pass --replace to restore over it",
+                "DATABASE_EXISTS", path=str(db),
+            )
+        current = describe(db)
+        if current.genesis_pin != snapshot.genesis_pin:
+            raise BadRequest(
+                f"{backup_path} is a backup of the library {snapshot.genesis_pin}, {db} belongs"
+                f" to {current.genesis_pin}", "GENESIS_MISMATCH",
+            )
+    source = _open_ro(backup_path)
+    tmp = db.with_name(f".{db.name}.restoring")
+    try:
+        _copy(source, tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        source.close()
+    for suffix in ("-wal", "-shm"):  # the old database's log must not be replayed into this one
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    os.replace(tmp, db)
+    return describe(db)

@@ -1,0 +1,92 @@
+"""The largest checkpoint served, kept beside the log key: the signer never signs a tree that
+does not extend it, and a database behind it takes no writes (``service/published.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from alexandria.api.app import create_app
+from alexandria.api.serve import auto_workers
+from alexandria.core.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
+from alexandria.service.bootstrap import Founding
+from alexandria.service.library import Library
+from alexandria.service.published import CatchUpRequired, PublishedCheckpoint, path_for
+from alexandria.store.sqlite import SqliteStorage
+from tests.admission_support import claim, space
+from tests.conftest import Api, Clock
+
+
+@pytest.fixture
+async def guarded(tmp_path: Path, founding: Founding, clock: Clock) -> AsyncIterator[Api]:
+    storage = SqliteStorage(tmp_path / "lib.db", founding.genesis)
+    storage.clock = clock
+    published = PublishedCheckpoint(path_for(tmp_path / "log.key"))
+    library = Library(founding.genesis, storage, founding.log_key, published=published)
+    app = create_app(library)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                          base_url="http://testserver") as client,
+    ):
+        for doc in founding.authority_documents():
+            assert (await client.post("/api/authority", json=doc)).status_code == 201
+        yield Api(client, founding, clock, library)
+
+
+async def test_a_served_checkpoint_is_remembered_before_it_is_served(guarded: Api) -> None:
+    root = (await guarded.publish("owner", space()))["id"]
+    await guarded.publish("owner", claim(root))
+    note = (await guarded.client.get("/api/log/checkpoint")).text
+    keeper = guarded.library.published
+    assert keeper is not None and keeper.path.name == "log.key.published"
+    remembered = keeper.load()
+    assert remembered is not None and remembered.note == note and remembered.size == 4
+    assert keeper.path.stat().st_mode & 0o777 == 0o600
+    keeper.record(3, "older notes are never written over larger ones")
+    assert keeper.load() == remembered
+
+
+async def test_the_signer_refuses_a_tree_that_does_not_extend_the_published_one(
+    guarded: Api, founding: Founding
+) -> None:
+    root = (await guarded.publish("owner", space()))["id"]
+    assert (await guarded.client.get("/api/log/checkpoint")).status_code == 200
+    keeper = guarded.library.published
+    assert keeper is not None
+    # what another history of this library would have published at this size
+    forged = sign_checkpoint(Checkpoint(founding.genesis.origin, 3, b"\x07" * 32),
+                             founding.log_key)
+    keeper.path.write_text(forged)
+    await guarded.publish("owner", claim(root))
+    r = await guarded.client.get("/api/log/checkpoint")
+    assert r.status_code == 503 and r.json()["code"] == "LOG_FORKED", r.text
+    assert r.json()["details"]["published_size"] == 3
+    # and a published checkpoint beyond the tree: behind, writes refused until caught up
+    ahead = sign_checkpoint(Checkpoint(founding.genesis.origin, 40, b"\x07" * 32),
+                            founding.log_key)
+    keeper.path.write_text(ahead)
+    assert parse_checkpoint(ahead)[0].size == 40
+    second = Library(founding.genesis, SqliteStorage(guarded.library.storage.path,
+                                                     founding.genesis),
+                     founding.log_key, published=keeper)
+    await second.open()
+    try:
+        with pytest.raises(CatchUpRequired) as refused:
+            await second.check_writable()
+        assert refused.value.status == 503
+        assert refused.value.details == {"published_size": 40, "tree_size": 4}
+        status = await second.status()
+        assert not status.ready and "catching up" in status.reasons[0]
+    finally:
+        await second.close()
+
+
+def test_serve_uses_the_cores_it_may_run_on() -> None:
+    assert auto_workers(1) == 1
+    assert auto_workers(2) == 2
+    assert auto_workers(4) == 4
+    assert auto_workers(64) == 8
