@@ -154,6 +154,9 @@ def test_two_witnesses_cosign_and_a_fork_is_refused_by_both(
     final = cp.size
 
     # The fork: another database, the same genesis and log key, other entries, same size.
+    # A copy of the key file elsewhere: an honest server refuses to sign behind the checkpoint
+    # it published (LOG_KEY.published, beside its key file); a forking one would not keep it.
+    genesis, log_key = write_library_files(founding, tmp_path / "fork-files")
     with serving(genesis, fork_db, log_key, extra=witnesses.library_options()) as fork:
         publish(fork, founding, ["un", "deux", "trois", "quatre"])
         forked = httpx.get(f"{fork.url}/api/log/checkpoint").text
