@@ -77,7 +77,7 @@ def test_genesis_with_two_of_three_roots(tmp_path: Path) -> None:
         # root keys revoke the authority key: its worker certificates stop working
         revoked = cli_json("authority", "revoke", key, "--dir", str(op), "--library", server.url)
         assert revoked["sequence"] == 2
-        r = cli("--json", "publish", "-", home=home, expect=1, stdin=json.dumps(
+        r = cli("--json", "publish", "-", home=home, expect=3, stdin=json.dumps(
             {"kind": "discussion", "title": "After", "body": {"text": "revoked"}}))
         assert json.loads(r.stdout)["code"] and "rejected" in r.stderr
     finally:

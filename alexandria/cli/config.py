@@ -187,11 +187,15 @@ class Home:
 
     def append_name(self, name: str, rev: str, path: Path | None = None) -> None:
         """Append-only: one ``write`` of a whole line, so concurrent appends never interleave."""
+        self.append_names([(name, rev)], path)
+
+    def append_names(self, pairs: list[tuple[str, str]], path: Path | None = None) -> None:
+        """Several lines in one ``write`` (whole lines, never interleaved) and one fsync."""
         p = path or self.names_path
         p.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, f"{name} {rev}\n".encode())
+            os.write(fd, "".join(f"{name} {rev}\n" for name, rev in pairs).encode())
             os.fsync(fd)
         finally:
             os.close(fd)

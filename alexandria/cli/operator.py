@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from alexandria.cli.config import DEFAULT_LIBRARY
-from alexandria.cli.participant import command
+from alexandria.cli.participant import command, library_url
 from alexandria.cli.terminal import emit_json, note, say
 from alexandria.errors import BadRequest
 from alexandria.service.operator_dir import OperatorDir
@@ -39,6 +39,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--writer-process", action="store_true",
                    help="admit in a dedicated writer process, beside the HTTP process(es): uses"
                    " a second core")
+    p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None,
+                   help="log each request on stderr (default: when stderr is a terminal)")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)
     register_operator(sub)
@@ -46,10 +48,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from alexandria.api.serve import DataDir, default_library, run
+    from alexandria.cli.demo import check_port_free
     from alexandria.service.library import Library
 
     if bool(args.genesis) != bool(args.db):
         raise BadRequest("--genesis and --db go together", "USAGE")
+    check_port_free(args.host, args.port)  # before anything is created or announced
     if args.genesis:
         library = Library.from_files(args.genesis, args.db, args.log_key)
     else:
@@ -68,15 +72,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if created:
             print(f"created a new library in {data.root}/", file=sys.stderr)
     url = f"http://{args.host}:{args.port}"
-    print(f"genesis pin {library.genesis.pin}")
+    pin_file = Path(args.genesis).with_suffix(".pin") if args.genesis else data.pin_path
+    _write_pin(pin_file, library.genesis.pin)
+    print(f"genesis pin {library.genesis.pin}   (in {pin_file})")
     print(f"serving {library.genesis.library} on {url}", flush=True)
+    operator_dir = Path(args.genesis).parent if args.genesis else data.root
+    _next_steps(url, operator_dir, pin_file)
     if args.genesis:
         files = (args.genesis, args.db, args.log_key)
     else:  # the log key may have been created just now, with the library
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
-    run(library, args.host, args.port, args.workers, files, args.writer_process)
+    access_log = sys.stderr.isatty() if args.access_log is None else args.access_log
+    run(library, args.host, args.port, args.workers, files, args.writer_process,
+        access_log=access_log)
     return 0
+
+
+def _write_pin(path: Path, pin: str) -> None:
+    """``genesis.pin`` beside the genesis: what participants pin (`alexandria login --genesis`)."""
+    from alexandria.files import atomic_write
+
+    if not path.exists() or path.read_text().strip() != pin:
+        atomic_write(path, f"{pin}\n".encode())
+
+
+def _next_steps(url: str, operator_dir: Path, pin_file: Path) -> None:
+    roots = sorted(operator_dir.glob("root*.key"))
+    if roots:
+        note(f"warning: {', '.join(str(r) for r in roots)} (root key) sits beside the library:"
+             " it certifies authorities and is needed only for `alexandria authority issue`"
+             " and `revoke`; keep it offline")
+    note(f"next: participants run `alexandria login {url} --genesis $(cat {pin_file})`;"
+         f" you approve them with `alexandria authority requests --dir {operator_dir}` and"
+         " `alexandria authority approve CODE`")
 
 
 # --- genesis, authority, demo -----------------------------------------------------------------
@@ -87,9 +116,10 @@ def _dir_option(p: argparse.ArgumentParser) -> None:
                    " creates)")
 
 
-def _url_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--library", metavar="URL", default=DEFAULT_LIBRARY,
-                   help=f"library to submit to (default {DEFAULT_LIBRARY})")
+def _library(args: argparse.Namespace) -> str:
+    """Where operator documents go: ``--library``, ``$ALEXANDRIA_LIBRARY``, else the local
+    default."""
+    return library_url(args) or DEFAULT_LIBRARY
 
 
 def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -97,7 +127,8 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                              description="The genesis pins a library: its name, its log origin"
                              " and the root keys that certify its authorities.")
     gsub = genesis.add_subparsers(dest="genesis_command", metavar="COMMAND", required=True)
-    p = command(gsub, "init", "write a genesis document and its root keys", cmd_genesis_init)
+    p = command(gsub, "init", "write a genesis document and its root keys", cmd_genesis_init,
+                library=False)
     _dir_option(p)
     p.add_argument("--library", required=True, metavar="NAME", help="the library's namespace")
     p.add_argument("--origin", required=True,
@@ -116,7 +147,6 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                  " root keys and submit it to POST /api/authority. The key is created when"
                  " absent.")
     _dir_option(p)
-    _url_option(p)
     p.add_argument("--roles", default="native-application",
                    help="comma-separated: native-application, log (default native-application)")
     p.add_argument("--key", metavar="FILE",
@@ -130,15 +160,15 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _dir_option(p)
 
     p = command(asub, "approve", "issue a worker certificate for a participant's key",
-                 cmd_authority_approve,
-                 "Approve one participant's worker key: a worker certificate signed by the"
-                 " authority key. It is printed (or written to --out) for the participant to"
-                 " `alexandria worker import`.")
+                cmd_authority_approve,
+                "Approve one participant's worker key: a worker certificate signed by the"
+                " authority key. It is printed (or written to --out) for the participant to"
+                " `alexandria worker import`.")
     p.add_argument("--actor", required=True, help="enrolled NAME or 64-hex actor id")
     p.add_argument("--worker", required=True, metavar="KEY", help="the participant's public key")
     p.add_argument("--scopes", required=True, action="append",
                    help="comma-separated: publish, comment, vote, curate, or all")
-    p.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    p.add_argument("--days", type=int, default=365, help="validity in days")
     p.add_argument("--out", metavar="FILE", help="write the certificate here")
     p.add_argument("--authority-key", metavar="FILE", help="default DIR/authority.key")
     _dir_option(p)
@@ -156,7 +186,6 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--root-key", action="append", metavar="FILE",
                    help="root key file (repeatable; default DIR/root*.key)")
     _dir_option(p)
-    _url_option(p)
 
     p = command(sub, "demo", "serve a fresh library seeded with the contract's worked example",
                  cmd_demo,
@@ -207,13 +236,13 @@ def cmd_authority_issue(args: argparse.Namespace) -> int:
     if created:
         note(f"created {key_path} (mode 0600)")
     note(f"wrote {op.certificate_path(key_path)}")
-    result = _submit(args.library, doc)
+    result = _submit(_library(args), doc)
     if args.json:
         emit_json(result)
         return 0
     say(doc["certificate"]["key"])
     note(f"admitted authority certificate ({', '.join(roles)}) as #{result['sequence']}"
-         f" in {args.library}")
+         f" in {_library(args)}")
     return 0
 
 
@@ -254,7 +283,7 @@ def cmd_authority_revoke(args: argparse.Namespace) -> int:
     op = _op(args)
     key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
     doc = revocation(op, args.key, args.reason, args.by, key, args.root_key)
-    result = _submit(args.library, doc)
+    result = _submit(_library(args), doc)
     if args.json:
         emit_json(result)
         return 0

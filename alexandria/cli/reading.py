@@ -89,7 +89,9 @@ def cmd_get(args: argparse.Namespace) -> int:
             ("previous", record["previous"] or "—")]
     rows += [("link", f"{lk['relation']} → {lk['target']}") for lk in record["links"]]
     pin = short(session.genesis().pin)
-    rows.append(("verified", f"signatures chain to the pinned genesis {pin}"))
+    rows.append(("verified", f"signatures chain to the pinned genesis {pin}" if session.pinned
+                 else f"signatures chain to the library's own genesis {pin} (not pinned:"
+                 " pass a pin with `alexandria login` or `worker init --genesis`)"))
     for label, value in rows:
         say(f"  {label:<9} {value}")
     body = body_of(record)

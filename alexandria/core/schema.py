@@ -23,7 +23,6 @@ from urllib.parse import urlsplit
 
 import jsonschema_rs
 from rfc3339_validator import validate_rfc3339
-from rfc3986_validator import validate_rfc3986
 
 from alexandria.core.canonical import pointer
 from alexandria.core.contract import write_contract
@@ -40,6 +39,10 @@ def is_https_url(value: object) -> bool:
         return True  # formats only constrain strings
     if not value.startswith("https://") or not _URI_CHARACTERS.match(value):
         return False  # a URI is printable ASCII without spaces (RFC 3986 §2)
+    # imported on first use: it compiles its RFC 3986 grammar at import, which would cost every
+    # CLI command that checks content (most have no URL) more than the check itself
+    from rfc3986_validator import validate_rfc3986
+
     if not validate_rfc3986(value, rule="URI"):
         return False
     try:
