@@ -10,6 +10,7 @@ from starlette.applications import Starlette
 from alexandria.api import catalogue as catalogue_api
 from alexandria.api import changes as changes_api
 from alexandria.api import contract as contract_api
+from alexandria.api import enrolment as enrolment_api
 from alexandria.api import log as log_api
 from alexandria.api import objects as object_api
 from alexandria.api import personal as personal_api
@@ -37,7 +38,8 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
     app = Starlette(
         routes=[*write_api.routes, *read_api.routes, *personal_api.routes,
                 *changes_api.routes, *log_api.routes,
-                *catalogue_api.routes, *object_api.routes, *contract_api.routes],
+                *catalogue_api.routes, *object_api.routes, *contract_api.routes,
+                *enrolment_api.routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )

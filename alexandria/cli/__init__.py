@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 #: command -> (module that registers it, group in the help, one-line summary)
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "login": ("alexandria.cli.login", "start", "create your key and ask a library to approve it"),
     "whoami": ("alexandria.cli.participant", "start", "show your key, actor, scopes and library"),
     "worker": ("alexandria.cli.participant", "start",
                "set up a worker key by hand (init, import CERT)"),
@@ -48,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("alexandria.cli.operator", "operate", "serve a library over HTTP"),
     "genesis": ("alexandria.cli.operator", "operate", "create a library's genesis"),
     "authority": ("alexandria.cli.operator", "operate",
-                  "approve participants, certify and revoke keys"),
+                  "approve participants (requests, approve CODE), certify and revoke keys"),
     "demo": ("alexandria.cli.operator", "operate",
              "serve a fresh library seeded with the contract's worked example"),
     "export": ("alexandria.cli.log", "audit", "write a library's log as JSON Lines"),
@@ -68,10 +69,12 @@ GROUPS = {
 
 EXAMPLES = """\
 examples:
+  alexandria login http://127.0.0.1:8080 --name alice   # then the operator approves the code
   alexandria search arithmetic --library http://127.0.0.1:8080
   alexandria publish claim.json --name claim
   alexandria revise claim                                 # edit the head, publish the revision
   alexandria publish --jsonl many.jsonl                   # many contributions, one connection
+  alexandria authority approve K7QF-2XMB                  # operator: approve a login request
 """
 
 #: exit statuses, by the name of the exception class (or a base class); names rather than

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from alexandria.cli.config import DEFAULT_LIBRARY
 from alexandria.cli.participant import command, library_url
 from alexandria.cli.terminal import emit_json, note, say
@@ -159,17 +161,34 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("name", metavar="NAME")
     _dir_option(p)
 
-    p = command(asub, "approve", "issue a worker certificate for a participant's key",
+    p = command(asub, "requests", "list the open enrolment requests (`alexandria login`)",
+                cmd_authority_requests,
+                "The requests participants made with `alexandria login`, not approved yet and"
+                " not expired: their one-time code, the name and scopes they ask for, their key."
+                " Approve one with `alexandria authority approve CODE`.")
+    _dir_option(p)
+
+    p = command(asub, "approve", "approve a login request by its code (or a key by hand)",
                 cmd_authority_approve,
-                "Approve one participant's worker key: a worker certificate signed by the"
-                " authority key. It is printed (or written to --out) for the participant to"
-                " `alexandria worker import`.")
-    p.add_argument("--actor", required=True, help="enrolled NAME or 64-hex actor id")
-    p.add_argument("--worker", required=True, metavar="KEY", help="the participant's public key")
-    p.add_argument("--scopes", required=True, action="append",
-                   help="comma-separated: publish, comment, vote, curate, or all")
+                "With CODE: approve the `alexandria login` request of that one-time code: the"
+                " name is enrolled when new, a worker certificate is signed here with the"
+                " authority key (which never leaves this machine) and handed to the library,"
+                " which gives it to the waiting `login`. Without CODE: --actor, --worker and"
+                " --scopes certify a key by hand; the certificate is printed (or written to"
+                " --out) for `alexandria worker import`.",
+                examples="  alexandria authority requests\n"
+                "  alexandria authority approve K7QF-2XMB\n"
+                "  alexandria authority approve K7QF-2XMB --scopes comment   # narrower\n"
+                "  alexandria authority approve --actor alice --worker KEY --scopes all"
+                " --out alice.cert.json")
+    p.add_argument("code", metavar="CODE", nargs="?", help="the one-time code `login` showed")
+    p.add_argument("--actor", help="enrolled NAME or 64-hex actor id (without CODE)")
+    p.add_argument("--worker", metavar="KEY", help="the participant's public key (without CODE)")
+    p.add_argument("--scopes", action="append",
+                   help="comma-separated: publish, comment, vote, curate, or all (with CODE:"
+                   " default what was asked)")
     p.add_argument("--days", type=int, default=365, help="validity in days")
-    p.add_argument("--out", metavar="FILE", help="write the certificate here")
+    p.add_argument("--out", metavar="FILE", help="write the certificate here (without CODE)")
     p.add_argument("--authority-key", metavar="FILE", help="default DIR/authority.key")
     _dir_option(p)
 
@@ -259,10 +278,72 @@ def cmd_authority_enroll(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_authority_requests(args: argparse.Namespace) -> int:
+    from alexandria.client import Client
+
+    op = _op(args)
+    with Client(_library(args)) as client:
+        requests = client.get_json("/api/enrolments")["requests"]
+    if args.json:
+        emit_json({"requests": requests})
+        return 0
+    actors = op.actors() if op.actors_path.exists() else {}
+    for r in requests:
+        who = f"{r['name']} (enrolled)" if r["name"] in actors else f"{r['name']} (new)"
+        scopes = ",".join(s.removeprefix("library.") for s in r["scopes"])
+        say(f"{r['code']}  {who:<24} {scopes:<22} key {r['worker'][:16]}…"
+            f"  until {r['expires_at']}")
+    if requests:
+        note(f"approve one: alexandria authority approve CODE --dir {op.root}")
+    else:
+        note(f"no open requests at {_library(args)}")
+    return 0
+
+
+def _approve_code(args: argparse.Namespace) -> int:
+    from alexandria.client import Client
+    from alexandria.errors import NotFound
+    from alexandria.service.enrolment import normalize_code
+    from alexandria.service.operator_dir import approve, enroll, parse_scopes
+
+    if args.actor or args.worker or args.out:
+        raise BadRequest("CODE takes no --actor, --worker or --out: the request names them",
+                         "USAGE")
+    code = normalize_code(args.code)
+    op = _op(args)
+    key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
+    with Client(_library(args)) as client:
+        requests = client.get_json("/api/enrolments")["requests"]
+        request = next((r for r in requests if r["code"] == code), None)
+        if request is None:
+            raise NotFound(f"no open request {code} at {client.base_url} (expired, approved"
+                           " already, or mistyped): `alexandria authority requests` lists them",
+                           "UNKNOWN_CODE", enrolment=code)
+        actors = op.actors() if op.actors_path.exists() else {}
+        name = request["name"]
+        actor = actors.get(name) or enroll(op, name)
+        scopes = parse_scopes(args.scopes) if args.scopes else list(request["scopes"])
+        doc = approve(op, actor, request["worker"], scopes, args.days, key)
+        client.post(f"/api/enrolments/{code}/certificate", orjson.dumps(doc))
+    if args.json:
+        emit_json({"code": code, "name": name, "actor": actor, "worker": request["worker"],
+                   "scopes": scopes})
+        return 0
+    say(actor)
+    note(f"approved {code}: {name} ({'enrolled now' if name not in actors else 'enrolled'}),"
+         f" scopes {', '.join(scopes)}, {args.days} days; their `alexandria login` finishes")
+    return 0
+
+
 def cmd_authority_approve(args: argparse.Namespace) -> int:
     from alexandria.files import write_json
     from alexandria.service.operator_dir import approve, parse_scopes
 
+    if args.code:
+        return _approve_code(args)
+    if not (args.actor and args.worker and args.scopes):
+        raise BadRequest("give CODE (from `alexandria login`), or --actor, --worker and"
+                         " --scopes", "USAGE")
     op = _op(args)
     key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
     doc = approve(op, args.actor, args.worker, parse_scopes(args.scopes), args.days, key)

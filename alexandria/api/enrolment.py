@@ -1,0 +1,91 @@
+"""Enrolment requests over HTTP: ``alexandria login`` and ``alexandria authority approve``
+(``service/enrolment.py`` says why and what is bounded).
+
+- ``POST /api/enrolments``: a request → 201 ``{code, expires_at}``;
+- ``GET /api/enrolments``: the open requests, for the operator;
+- ``GET /api/enrolments/{code}?worker=KEY``: the requester polls: ``pending`` or ``approved``
+  with the certificate (404 for another key: a code alone shows nothing);
+- ``POST /api/enrolments/{code}/certificate``: the operator's signed worker certificate.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from alexandria.api.http import json_response, query_params, read_body
+from alexandria.core.canonical import parse_json
+from alexandria.core.keys import HEX64
+from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.core.trust import parse_worker_certificate
+from alexandria.errors import BadRequest, NotFound
+from alexandria.service import enrolment
+from alexandria.service.library import Library
+from alexandria.store import enrolments as store
+
+PRIVATE = {"Cache-Control": "no-store"}
+LIST_LIMIT = 100
+_LIMITERS: dict[int, enrolment.AddressLimiter] = {}
+
+
+def _limiter(lib: Library) -> enrolment.AddressLimiter:
+    return _LIMITERS.setdefault(id(lib), enrolment.AddressLimiter())
+
+
+async def post_enrolment(request: Request) -> Response:
+    lib: Library = request.app.state.library
+    query_params(request, ())
+    body = await read_body(request, enrolment.MAX_REQUEST_BYTES)
+    req = enrolment.parse_request(body, lib.genesis.pin)
+    _limiter(lib).check(request.client.host if request.client else "unknown")
+    code = enrolment.new_code()
+    expires = await store.create(lib.storage, code, req.worker, req.name, req.scopes, now_ms(),
+                                 enrolment.TTL_MS, enrolment.MAX_OPEN)
+    return json_response({"code": code, "expires_at": format_ms(expires)}, 201,
+                         headers=PRIVATE)
+
+
+async def list_enrolments(request: Request) -> Response:
+    lib: Library = request.app.state.library
+    query_params(request, ())
+    rows = await store.open_requests(lib.storage, now_ms(), LIST_LIMIT)
+    return json_response({"requests": [enrolment.public_view(r) for r in rows]},
+                         headers=PRIVATE)
+
+
+async def get_enrolment(request: Request) -> Response:
+    lib: Library = request.app.state.library
+    params = query_params(request, ("worker",))
+    code = enrolment.normalize_code(str(request.path_params["code"]))
+    worker = params.get("worker", "")
+    if not HEX64.match(worker):
+        raise BadRequest("worker is the requesting 64-hex public key", "BAD_KEY",
+                         parameter="worker")
+    row = await store.get(lib.storage, code, now_ms())
+    if row is None or row["worker"] != worker:
+        raise NotFound(f"no open enrolment request {code} for this key (expired, or never"
+                       " made)", "UNKNOWN_CODE", enrolment=code)
+    out = {"code": code, "status": "approved" if row["certificate"] else "pending",
+           "expires_at": format_ms(row["expires_ms"])}
+    if row["certificate"]:
+        out["certificate"] = row["certificate"]
+    return json_response(out, headers=PRIVATE)
+
+
+async def post_certificate(request: Request) -> Response:
+    lib: Library = request.app.state.library
+    query_params(request, ())
+    code = enrolment.normalize_code(str(request.path_params["code"]))
+    body = await read_body(request, enrolment.MAX_REQUEST_BYTES * 4)
+    cert = parse_worker_certificate(parse_json(body), lib.genesis)
+    await store.approve(lib.storage, code, cert, now_ms())
+    return json_response({"code": code, "status": "approved"}, headers=PRIVATE)
+
+
+routes = [
+    Route("/api/enrolments", post_enrolment, methods=["POST"]),
+    Route("/api/enrolments", list_enrolments, methods=["GET"]),
+    Route("/api/enrolments/{code}", get_enrolment, methods=["GET"]),
+    Route("/api/enrolments/{code}/certificate", post_certificate, methods=["POST"]),
+]
