@@ -92,6 +92,7 @@ EXIT_CODES: dict[str, int] = {
     "KeptPending": EXIT_PENDING,
     "SetupRequired": EXIT_SETUP,
     "VerificationFailed": EXIT_VERIFICATION,
+    "RecordNotVerified": EXIT_VERIFICATION,
     "UsageError": EXIT_USAGE,
     "ContentRefused": EXIT_REFUSED,
     "ServerNotFound": EXIT_FAILURE,

@@ -299,10 +299,24 @@ def fetch_genesis(client: Client, pin: str | None) -> Genesis:
     return Genesis.from_document(answer.get("document"), pin=pin)
 
 
+class RecordNotVerified(AlexandriaError):
+    """A record the library served does not check against the pinned genesis (exit 6)."""
+
+    default_code = "NOT_VERIFIED"
+
+
 def check_signed_record(signed: Mapping[str, Any], genesis: Genesis) -> None:
     """What a reader holding only the pinned genesis can check of one signed record: its id is
     the hash of its record, the worker certificate chains to an authority certificate signed by
     the genesis roots, and the proof is the worker's signature of the record."""
+    try:
+        _check_signed_record(signed, genesis)
+    except AlexandriaError as exc:
+        raise RecordNotVerified(f"the library served a record that does not verify:"
+                                f" {exc.message}", exc.code, **exc.details) from exc
+
+
+def _check_signed_record(signed: Mapping[str, Any], genesis: Genesis) -> None:
     record = parse_record(signed.get("record"), genesis.pin, kinds=_ALL_KINDS)
     if signed.get("id") != record.id:
         raise Forbidden("the record does not hash to its id", "ID_MISMATCH",
