@@ -8,13 +8,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.cli_support import CLI, ROOT, Library, cli, cli_env, cli_json, write_content
+from tests.liveserver import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -271,3 +274,53 @@ def test_completion_scripts(tmp_path: Path) -> None:
          " _alexandria; echo ${COMPREPLY[@]}"], capture_output=True, text=True, check=True)
     assert words.stdout.split() == ["approve"]
     assert "complete -c alexandria" in cli("completion", "fish").stdout
+
+
+# --- serve, export ---------------------------------------------------------------------------
+
+
+def test_serve_checks_its_port_first_writes_the_pin_and_logs(lib: Library,
+                                                             tmp_path: Path) -> None:
+    op = tmp_path / "op"
+    op.mkdir()
+    genesis = op / "genesis.json"
+    genesis.write_bytes((lib.operator / "genesis.json").read_bytes())
+    (op / "root-1.key").write_bytes((lib.operator / "root-1.key").read_bytes())
+    db = tmp_path / "second.db"
+    r = cli("serve", "--genesis", str(genesis), "--db", str(db), "--port", str(lib.port),
+            expect=1)
+    assert "PORT_IN_USE" in r.stderr and "serving" not in r.stdout and not db.exists()
+    port = free_port()
+    server = subprocess.Popen(
+        [*CLI, "serve", "--genesis", str(genesis), "--db", str(db), "--port", str(port),
+         "--access-log"], env=cli_env(None), cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        for line in server.stdout:
+            if line.startswith("serving"):
+                break
+        assert (op / "genesis.pin").read_text().strip() == lib.pin
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/genesis").status_code == 200:
+                    break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+    finally:
+        server.terminate()
+        out, err = server.communicate(timeout=30)
+    assert f"next: participants run `alexandria login http://127.0.0.1:{port}" in err
+    assert "root key" in err and "keep it offline" in err
+    assert "GET /api/genesis" in out  # requests are logged after start-up
+
+
+def test_export_progress_only_when_asked_or_on_a_terminal(lib: Library, tmp_path: Path) -> None:
+    out = tmp_path / "log.jsonl"
+    r = cli("export", "--db", str(lib.db), "--output", str(out))
+    assert "exporting [" not in r.stderr and out.exists()
+    r = cli("export", "--db", str(lib.db), "--output", str(out), "--progress")
+    assert "exporting [" in r.stderr and " entries " in r.stderr

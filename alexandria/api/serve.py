@@ -109,7 +109,7 @@ def run(library: Library, host: str, port: int, workers: int = 1,
         access_log: bool = False) -> None:
     """Serve ``library``.  With several workers or ``dedicated_writer`` (``files`` names the
     genesis, database and log key), N HTTP processes share one admission writer process
-    (``writer_service``).  ``access_log``: one line per request on stderr."""
+    (``writer_service``).  ``access_log``: one line per request (uvicorn's, on stdout)."""
     import uvicorn
 
     from alexandria.api.app import create_app

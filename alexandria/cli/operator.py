@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="admit in a dedicated writer process, beside the HTTP process(es): uses"
                    " a second core")
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None,
-                   help="log each request on stderr (default: when stderr is a terminal)")
+                   help="log each request on stdout (default: when stdout is a terminal)")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)
     register_operator(sub)
@@ -85,7 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:  # the log key may have been created just now, with the library
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
-    access_log = sys.stderr.isatty() if args.access_log is None else args.access_log
+    access_log = sys.stdout.isatty() if args.access_log is None else args.access_log
     run(library, args.host, args.port, args.workers, files, args.writer_process,
         access_log=access_log)
     return 0
