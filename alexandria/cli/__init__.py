@@ -195,6 +195,9 @@ def _unknown_command(word: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list == ["--version"]:  # what scripts probe most: not even argparse
+        print(f"alexandria {__version__}")
+        return EXIT_OK
     word = command_word(args_list)
     if word is not None and word not in COMMANDS:
         return _unknown_command(word)

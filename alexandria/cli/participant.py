@@ -244,7 +244,7 @@ def cmd_whoami(args: argparse.Namespace) -> int:
         emit_json(out)
         return 0
     rows = [("worker", key.public_hex), ("home", str(home.root)),
-            ("library", out["library"] or "— (run `alexandria worker init`)"),
+            ("library", out["library"] or "— (run `alexandria login URL`)"),
             ("genesis", out["genesis"] or "—")]
     if cert:
         left = (cert.not_after - now_ms()) // 86_400_000
@@ -254,7 +254,8 @@ def cmd_whoami(args: argparse.Namespace) -> int:
                            f" ({state})"),
                  ("authority", cert.authority)]
     else:
-        rows.append(("actor", "— not approved yet: send the worker key to the operator"))
+        rows.append(("actor", "— not approved yet: `alexandria login` (the operator approves"
+                              " its code)"))
     for label, value in rows:
         say(f"{label:<10} {value}")
     return 0

@@ -22,7 +22,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import jsonschema_rs
-from rfc3339_validator import validate_rfc3339
 
 from alexandria.core.canonical import pointer
 from alexandria.core.contract import write_contract
@@ -58,6 +57,8 @@ def is_https_url(value: object) -> bool:
 def is_utc_datetime(value: object) -> bool:
     if not isinstance(value, str):
         return True
+    from rfc3339_validator import validate_rfc3339  # on first use, as rfc3986 above
+
     return value.endswith("Z") and bool(validate_rfc3339(value))
 
 
