@@ -6,6 +6,8 @@
 - ``GET /api/enrolments/{code}?worker=KEY``: the requester polls: ``pending`` or ``approved``
   with the certificate (404 for another key: a code alone shows nothing);
 - ``POST /api/enrolments/{code}/certificate``: the operator's signed worker certificate.
+
+Times are the storage's clock (the server's, controllable in tests), as for admissions.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from starlette.routing import Route
 from alexandria.api.http import json_response, query_params, read_body
 from alexandria.core.canonical import parse_json
 from alexandria.core.keys import HEX64
-from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.core.timestamps import format_ms
 from alexandria.core.trust import parse_worker_certificate
 from alexandria.errors import BadRequest, NotFound
 from alexandria.service import enrolment
@@ -38,9 +40,10 @@ async def post_enrolment(request: Request) -> Response:
     query_params(request, ())
     body = await read_body(request, enrolment.MAX_REQUEST_BYTES)
     req = enrolment.parse_request(body, lib.genesis.pin)
-    _limiter(lib).check(request.client.host if request.client else "unknown")
+    now = lib.storage.clock()
+    _limiter(lib).check(request.client.host if request.client else "unknown", now)
     code = enrolment.new_code()
-    expires = await store.create(lib.storage, code, req.worker, req.name, req.scopes, now_ms(),
+    expires = await store.create(lib.storage, code, req.worker, req.name, req.scopes, now,
                                  enrolment.TTL_MS, enrolment.MAX_OPEN)
     return json_response({"code": code, "expires_at": format_ms(expires)}, 201,
                          headers=PRIVATE)
@@ -49,7 +52,7 @@ async def post_enrolment(request: Request) -> Response:
 async def list_enrolments(request: Request) -> Response:
     lib: Library = request.app.state.library
     query_params(request, ())
-    rows = await store.open_requests(lib.storage, now_ms(), LIST_LIMIT)
+    rows = await store.open_requests(lib.storage, lib.storage.clock(), LIST_LIMIT)
     return json_response({"requests": [enrolment.public_view(r) for r in rows]},
                          headers=PRIVATE)
 
@@ -62,7 +65,7 @@ async def get_enrolment(request: Request) -> Response:
     if not HEX64.match(worker):
         raise BadRequest("worker is the requesting 64-hex public key", "BAD_KEY",
                          parameter="worker")
-    row = await store.get(lib.storage, code, now_ms())
+    row = await store.get(lib.storage, code, lib.storage.clock())
     if row is None or row["worker"] != worker:
         raise NotFound(f"no open enrolment request {code} for this key (expired, or never"
                        " made)", "UNKNOWN_CODE", enrolment=code)
@@ -79,7 +82,7 @@ async def post_certificate(request: Request) -> Response:
     code = enrolment.normalize_code(str(request.path_params["code"]))
     body = await read_body(request, enrolment.MAX_REQUEST_BYTES * 4)
     cert = parse_worker_certificate(parse_json(body), lib.genesis)
-    await store.approve(lib.storage, code, cert, now_ms())
+    await store.approve(lib.storage, code, cert, lib.storage.clock())
     return json_response({"code": code, "status": "approved"}, headers=PRIVATE)
 
 
