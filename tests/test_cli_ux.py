@@ -324,3 +324,42 @@ def test_export_progress_only_when_asked_or_on_a_terminal(lib: Library, tmp_path
     assert "exporting [" not in r.stderr and out.exists()
     r = cli("export", "--db", str(lib.db), "--output", str(out), "--progress")
     assert "exporting [" in r.stderr and " entries " in r.stderr
+
+
+class _TamperingProxy:
+    """Forwards GETs to the library, changing the title of every record it passes on."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                r = httpx.get(upstream + self.path)
+                body = r.content.replace(b'"title":"Thread"', b'"title":"Thread!"')
+                self.send_response(r.status_code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_record_that_does_not_verify_exits_6(lib: Library) -> None:
+    thread = cli_json("get", "thread", home=lib.homes["owner"])["id"]
+    proxy = _TamperingProxy(lib.url)
+    try:
+        r = cli("get", thread, "--library", proxy.url, expect=6)
+        assert "does not verify" in r.stderr
+    finally:
+        proxy.close()
