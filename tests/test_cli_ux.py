@@ -85,11 +85,13 @@ def test_a_command_imports_only_its_own_module_and_no_tls_for_http(lib: Library)
 # --- exit statuses, did-you-mean -------------------------------------------------------------
 
 
-def test_a_mistyped_command_suggests_the_right_one() -> None:
+def test_a_mistyped_command_or_option_suggests_the_right_one() -> None:
     r = cli("publsh", "x.json", expect=2)
     assert "did you mean: publish?" in r.stderr
     r = cli("authority", "aprove", "X", expect=2)
     assert "did you mean: approve?" in r.stderr
+    r = cli("publish", "x.json", "--nmae", "q", expect=2)
+    assert "did you mean: --name?" in r.stderr
 
 
 def test_help_has_groups_examples_and_defaults() -> None:

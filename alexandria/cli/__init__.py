@@ -117,13 +117,31 @@ class Parser(argparse.ArgumentParser):
         import re
 
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        unknown = re.search(r"unrecognized arguments: (.*)", message)
+        close: list[str] = []
         if match:
             choices = re.findall(r"'([^']*)'", match.group(2))
             close = difflib.get_close_matches(match.group(1), choices, n=3, cutoff=0.5)
-            if close:
-                message += "\n\ndid you mean: " + ", ".join(close) + "?"
+        elif unknown:
+            options = {o for p in _parsers(self) for a in p._actions for o in a.option_strings}
+            for word in unknown.group(1).split():
+                if word.startswith("--"):
+                    close += difflib.get_close_matches(word.split("=")[0], options, n=1,
+                                                       cutoff=0.6)
+        if close:
+            message += "\n\ndid you mean: " + ", ".join(close) + "?"
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every parser below it (the commands loaded)."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found += _parsers(child)
+    return found
 
 
 def command_list() -> str:
