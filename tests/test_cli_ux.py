@@ -119,6 +119,15 @@ def test_a_conflict_shows_the_head_and_how_to_revise(lib: Library) -> None:
     assert r.stderr.count("[HEAD_CONFLICT]") == 1
 
 
+def test_a_second_vote_shows_the_first_and_how_to_change_it(lib: Library) -> None:
+    home = lib.homes["owner"]
+    vote = {"kind": "vote", "title": "Useful", "body": "1",
+            "links": [{"relation": "votes_on", "target": "$space"}]}
+    first = cli("publish", "-", home=home, stdin=json.dumps(vote)).stdout.strip()
+    r = cli("publish", "-", home=home, stdin=json.dumps({**vote, "title": "Again"}), expect=4)
+    assert "[DUPLICATE_VOTE]" in r.stderr and f"alexandria revise {first}" in r.stderr
+
+
 def test_content_mistakes_are_caught_before_signing(lib: Library, tmp_path: Path) -> None:
     home = lib.homes["owner"]
     rejected = _files(home / "rejected")
