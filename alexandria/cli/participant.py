@@ -72,9 +72,17 @@ def command(sub: Sub, name: str, help_text: str, func: Callable[[argparse.Namesp
     return p
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter,
-                    argparse.RawDescriptionHelpFormatter):
-    """Defaults shown after each option's help; examples kept as written."""
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's default after its help (when it has a real one: not for flags); the
+    description and examples kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "%(default)" in text or default in (None, False, [], argparse.SUPPRESS) \
+                or "(default" in text or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 LIBRARY_HELP = "library URL (default: $ALEXANDRIA_LIBRARY, else the one in your config home)"
