@@ -33,4 +33,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.admission
 
 clean:
-	rm -rf $(VENV) alexandria-data alexandria-demo
+	rm -rf $(VENV) alexandria-data alexandria-demo alexandria-demo-homes
