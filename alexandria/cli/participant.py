@@ -641,7 +641,8 @@ def cmd_pending(args: argparse.Namespace) -> int:
         return 0
     items, rejected = outbox.pending(), outbox.rejected()
     if args.json:
-        emit_json({"pending": [{"id": p.id, **p.meta} for p in items], "rejected": rejected})
+        emit_json({"pending": [{"id": p.id, "kind": p.record["kind"], "title": p.record["title"],
+                                **p.meta} for p in items], "rejected": rejected})
         return 0
     for p in items:
         name = f"  ${p.meta['name']}" if "name" in p.meta else ""

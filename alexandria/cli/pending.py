@@ -5,7 +5,7 @@ On a definitive validation rejection correct content and use a new pending file.
 
 1. ``write``: the signed envelope's exact bytes (``JCS(envelope)``) go to ``pending/ID.json``
    *before* anything is sent; ``ID`` is the revision id, known before sending.  What ``publish``
-   needs afterwards (the name to record) goes to ``pending/ID.meta.json``.
+   needs afterwards (the name to record, when there is one) goes to ``pending/ID.meta.json``.
 2. ``deliver`` sends those bytes — the same bytes on every retry, never re-signed.  Then:
    - admitted (201, or 200 for an envelope the library already holds): the signed record the
      library returned goes to ``published/ID.json``, the name (if any) is appended to the names
@@ -79,8 +79,11 @@ class Outbox:
         return folder / f"{rev}{suffix}"
 
     def write(self, rev: str, envelope: bytes, meta: dict[str, Any]) -> Pending:
-        meta = {**meta, "written_at": now()}
-        write_json(self._path(self.home.pending_dir, rev, ".meta.json"), meta)
+        """The envelope, durable before it is sent; its ``.meta.json`` only when there is a
+        name to record (everything else is in the envelope): one wait for the disk less."""
+        if "name" in meta:
+            meta = {**meta, "written_at": now()}
+            write_json(self._path(self.home.pending_dir, rev, ".meta.json"), meta)
         atomic_write(self._path(self.home.pending_dir, rev), envelope)
         return Pending(rev, envelope, meta)
 
