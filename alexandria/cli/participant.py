@@ -32,7 +32,16 @@ from alexandria.cli.session import (
     parse_refs,
     read_input,
 )
-from alexandria.cli.terminal import Progress, emit_json, emit_raw, note, one_line, say, short
+from alexandria.cli.terminal import (
+    Progress,
+    debug,
+    emit_json,
+    emit_raw,
+    note,
+    one_line,
+    say,
+    short,
+)
 from alexandria.client import Client, check_library_url
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms, now_ms
@@ -476,13 +485,17 @@ def _publish_one(session: Session, outbox: Outbox, item: Item, refs: dict[str, s
     soon as this one is admitted."""
     content = session.resolve(item.content, refs)
     signed = session.sign(content)
+    debug(f"checked and signed {signed.id}")
     meta: dict[str, Any] = {"kind": content["kind"], "title": content["title"],
                             "library": session.library.url}
     if item.name is not None:
         meta["name"] = item.name
         if session.names_path is not None:
             meta["names_file"] = str(session.names_path)
-    outcome = outbox.deliver(outbox.write(signed.id, signed.envelope, meta), session.client)
+    pending = outbox.write(signed.id, signed.envelope, meta)
+    debug(f"written to {session.home.pending_dir}/ (durable)")
+    outcome = outbox.deliver(pending, session.client)
+    debug(f"{outcome.status}; recorded")
     if outcome.status == "admitted" and item.name is not None:
         session.remember(item.name, signed.id)
     return outcome
