@@ -28,11 +28,16 @@ from alexandria.store import enrolments as store
 
 PRIVATE = {"Cache-Control": "no-store"}
 LIST_LIMIT = 100
-_LIMITERS: dict[int, enrolment.AddressLimiter] = {}
 
 
-def _limiter(lib: Library) -> enrolment.AddressLimiter:
-    return _LIMITERS.setdefault(id(lib), enrolment.AddressLimiter())
+def _limiter(request: Request) -> enrolment.AddressLimiter:
+    """One per app (per server process: N workers allow N times the rate; the table's cap on
+    open requests is shared)."""
+    state = request.app.state
+    if not hasattr(state, "enrolment_limiter"):
+        state.enrolment_limiter = enrolment.AddressLimiter()
+    limiter: enrolment.AddressLimiter = state.enrolment_limiter
+    return limiter
 
 
 async def post_enrolment(request: Request) -> Response:
@@ -41,7 +46,7 @@ async def post_enrolment(request: Request) -> Response:
     body = await read_body(request, enrolment.MAX_REQUEST_BYTES)
     req = enrolment.parse_request(body, lib.genesis.pin)
     now = lib.storage.clock()
-    _limiter(lib).check(request.client.host if request.client else "unknown", now)
+    _limiter(request).check(request.client.host if request.client else "unknown", now)
     code = enrolment.new_code()
     expires = await store.create(lib.storage, code, req.worker, req.name, req.scopes, now,
                                  enrolment.TTL_MS, enrolment.MAX_OPEN)
