@@ -257,9 +257,10 @@ class Client:
         return r.status_code, r.reason_phrase, r.content
 
     def request(self, method: str, path: str, params: Mapping[str, str | int] | None = None,
-                content: bytes | None = None) -> Answer:
+                content: bytes | None = None,
+                headers: Mapping[str, str] | None = None) -> Answer:
         """The answer of a 2xx; typed errors otherwise (see the module docstring)."""
-        headers = dict(_HEADERS)
+        headers = {**_HEADERS, **(headers or {})}
         if content is not None:
             headers["content-type"] = "application/json"
         query = f"?{urlencode(params)}" if params else ""

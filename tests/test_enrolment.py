@@ -13,7 +13,14 @@ from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import format_ms
 from alexandria.core.trust import make_worker_certificate
 from alexandria.errors import BadRequest, RateLimited
-from alexandria.service.enrolment import TTL_MS, AddressLimiter, normalize_code, signed_bytes
+from alexandria.service.enrolment import (
+    LIST_HEADER,
+    TTL_MS,
+    AddressLimiter,
+    list_header,
+    normalize_code,
+    signed_bytes,
+)
 from tests.conftest import Api
 
 
@@ -22,6 +29,13 @@ def _body(api: Api, key: SigningKey, name: str = "zoe") -> bytes:
     scopes = ["library.comment"]
     return orjson.dumps({"worker": key.public_hex, "name": name, "scopes": scopes,
                          "proof": key.sign(signed_bytes(pin, key.public_hex, name, scopes))})
+
+
+async def _list(api: Api, key: SigningKey | None = None, skew_ms: int = 0) -> Any:
+    """``GET /api/enrolments`` as the operator's CLI sends it: signed by the authority key."""
+    at = format_ms(api.clock.ms + skew_ms)
+    header = list_header(api.founding.genesis.pin, key or api.founding.authority, at)
+    return await api.client.get("/api/enrolments", headers={LIST_HEADER: header})
 
 
 def _certificate(api: Api, worker: str) -> dict[str, Any]:
@@ -36,12 +50,12 @@ async def test_a_request_expires(api: Api) -> None:
     r = await api.client.post("/api/enrolments", content=_body(api, key))
     assert r.status_code == 201
     code = r.json()["code"]
-    listing = (await api.client.get("/api/enrolments")).json()["requests"]
+    listing = (await _list(api)).json()["requests"]
     assert [x["code"] for x in listing] == [code] and listing[0]["name"] == "zoe"
     api.clock.tick(TTL_MS + 1)
     poll = await api.client.get(f"/api/enrolments/{code}", params={"worker": key.public_hex})
     assert poll.status_code == 404 and poll.json()["code"] == "UNKNOWN_CODE"
-    assert (await api.client.get("/api/enrolments")).json()["requests"] == []
+    assert (await _list(api)).json()["requests"] == []
     late = await api.client.post(f"/api/enrolments/{code}/certificate",
                                  content=orjson.dumps(_certificate(api, key.public_hex)))
     assert late.status_code == 404
@@ -63,7 +77,23 @@ async def test_a_code_approves_once_and_asking_again_replaces_the_request(api: A
         key.public_hex
     again = await api.client.post(f"/api/enrolments/{code}/certificate", content=cert)
     assert again.status_code == 409 and again.json()["code"] == "CODE_USED"
-    assert (await api.client.get("/api/enrolments")).json()["requests"] == []
+    assert (await _list(api)).json()["requests"] == []
+
+
+async def test_only_an_authority_of_the_library_lists_requests(api: Api) -> None:
+    await api.client.post("/api/enrolments", content=_body(api, SigningKey.generate()))
+    bare = await api.client.get("/api/enrolments")
+    assert bare.status_code == 403 and bare.json()["code"] == "AUTHORITY_REQUIRED"
+    stranger = await _list(api, SigningKey.generate())
+    assert stranger.status_code == 403 and stranger.json()["code"] == "AUTHORITY_UNKNOWN"
+    stale = await _list(api, skew_ms=-10 * 60 * 1000)
+    assert stale.status_code == 403 and stale.json()["code"] == "STALE_SIGNATURE"
+    forged = list_header(api.founding.genesis.pin, SigningKey.generate(), api.clock.now())
+    key = api.founding.authority.public_hex
+    r = await api.client.get("/api/enrolments",
+                             headers={LIST_HEADER: f"{key} {forged.split(' ', 1)[1]}"})
+    assert r.status_code == 403 and r.json()["code"] == "PROOF_INVALID"
+    assert len((await _list(api)).json()["requests"]) == 1
 
 
 def test_codes_are_forgiving_to_type() -> None:

@@ -2,7 +2,7 @@
 (``service/enrolment.py`` says why and what is bounded).
 
 - ``POST /api/enrolments``: a request → 201 ``{code, expires_at}``;
-- ``GET /api/enrolments``: the open requests, for the operator;
+- ``GET /api/enrolments``: the open requests, for the operator (signed by an authority key);
 - ``GET /api/enrolments/{code}?worker=KEY``: the requester polls: ``pending`` or ``approved``
   with the certificate (404 for another key: a code alone shows nothing);
 - ``POST /api/enrolments/{code}/certificate``: the operator's signed worker certificate.
@@ -57,7 +57,10 @@ async def post_enrolment(request: Request) -> Response:
 async def list_enrolments(request: Request) -> Response:
     lib: Library = request.app.state.library
     query_params(request, ())
-    rows = await store.open_requests(lib.storage, lib.storage.clock(), LIST_LIMIT)
+    now = lib.storage.clock()
+    key = enrolment.parse_list_header(request.headers.get(enrolment.LIST_HEADER),
+                                      lib.genesis.pin, now)
+    rows = await store.open_requests(lib.storage, now, LIST_LIMIT, key)
     return json_response({"requests": [enrolment.public_view(r) for r in rows]},
                          headers=PRIVATE)
 

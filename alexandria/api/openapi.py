@@ -353,10 +353,19 @@ PATHS: dict[str, Any] = {
     },
     "/api/enrolments": {
         **_get("Open enrolment requests (not approved, not expired), oldest first: what"
-               " `alexandria authority requests` lists", [],
+               " `alexandria authority requests` lists; for an authority of the library only",
+               [{"name": "x-alexandria-authority", "in": "header", "required": True,
+                 "schema": {"type": "string"},
+                 "description": "KEY AT SIGNATURE: a certified native-application authority"
+                                " key, a time within 5 minutes of the server's, and the key's"
+                                " signature of JCS({purpose: 'alexandria.enrolment-list/1',"
+                                " genesis, key, at})"}],
                _json({"type": "object", "required": ["requests"], "properties": {
                    "requests": {"type": "array", "maxItems": 100,
-                                "items": _ref("EnrolmentRequest")}}}, "open requests")),
+                                "items": _ref("EnrolmentRequest")}}}, "open requests"),
+               {"403": _error("no, a stale or a bad signature, or not a certified, unrevoked"
+                              " authority (AUTHORITY_REQUIRED, STALE_SIGNATURE, PROOF_INVALID,"
+                              " AUTHORITY_UNKNOWN)")}),
         "post": {
             "summary": "Ask for a worker certificate (`alexandria login`): kept aside, never in"
                        " the log, for 15 minutes; answers a one-time code",

@@ -165,7 +165,9 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                 cmd_authority_requests,
                 "The requests participants made with `alexandria login`, not approved yet and"
                 " not expired: their one-time code, the name and scopes they ask for, their key."
-                " Approve one with `alexandria authority approve CODE`.")
+                " Approve one with `alexandria authority approve CODE`. The listing is signed"
+                " with the authority key: nobody else sees who waits.")
+    p.add_argument("--authority-key", metavar="FILE", help="default DIR/authority.key")
     _dir_option(p)
 
     p = command(asub, "approve", "approve a login request by its code (or a key by hand)",
@@ -278,12 +280,29 @@ def cmd_authority_enroll(args: argparse.Namespace) -> int:
     return 0
 
 
+def _authority_key_path(args: argparse.Namespace, op: OperatorDir) -> Path:
+    return Path(args.authority_key) if args.authority_key else op.root / "authority.key"
+
+
+def _open_requests(client: Any, op: OperatorDir, key_path: Path) -> list[dict[str, Any]]:
+    """``GET /api/enrolments``, signed with the authority key: only an authority of the library
+    sees who waits for approval."""
+    from alexandria.core.timestamps import now
+    from alexandria.service.enrolment import LIST_HEADER, list_header
+    from alexandria.service.operator_dir import load_key
+
+    header = list_header(op.genesis().pin, load_key(key_path, "authority"), now())
+    answer = client.request("GET", "/api/enrolments", headers={LIST_HEADER: header})
+    requests: list[dict[str, Any]] = orjson.loads(answer.content)["requests"]
+    return requests
+
+
 def cmd_authority_requests(args: argparse.Namespace) -> int:
     from alexandria.client import Client
 
     op = _op(args)
     with Client(_library(args)) as client:
-        requests = client.get_json("/api/enrolments")["requests"]
+        requests = _open_requests(client, op, _authority_key_path(args, op))
     if args.json:
         emit_json({"requests": requests})
         return 0
@@ -313,7 +332,7 @@ def _approve_code(args: argparse.Namespace) -> int:
     op = _op(args)
     key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
     with Client(_library(args)) as client:
-        requests = client.get_json("/api/enrolments")["requests"]
+        requests = _open_requests(client, op, key)
         request = next((r for r in requests if r["code"] == code), None)
         if request is None:
             raise NotFound(f"no open request {code} at {client.base_url} (expired, approved"

@@ -27,8 +27,9 @@ from typing import Any
 
 from alexandria.core.canonical import canonical, parse_json
 from alexandria.core.keys import HEX64, verify
+from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import SCOPES
-from alexandria.errors import BadRequest, RateLimited
+from alexandria.errors import BadRequest, Forbidden, RateLimited
 from alexandria.files import NAME
 
 PURPOSE = "alexandria.enrolment/1"
@@ -37,6 +38,10 @@ TTL_MS = 15 * 60 * 1000
 PER_ADDRESS = 10
 WINDOW_MS = 10 * 60 * 1000
 MAX_OPEN = 1000
+#: the operator's listing is signed by an authority key: ``KEY AT SIGNATURE`` in this header
+LIST_HEADER = "x-alexandria-authority"
+LIST_PURPOSE = "alexandria.enrolment-list/1"
+LIST_SKEW_MS = 5 * 60 * 1000
 #: codes: 8 characters of Crockford's base 32 (no I, L, O, U), shown as XXXX-XXXX (40 bits)
 ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -97,6 +102,37 @@ def parse_request(body: bytes, genesis_pin: str) -> EnrolmentRequest:
         raise BadRequest("proof is not the worker key's signature of the request",
                          "PROOF_INVALID", pointer="/proof")
     return EnrolmentRequest(worker, name, tuple(sorted(scopes)), proof)
+
+
+def list_signed_bytes(genesis_pin: str, key: str, at: str) -> bytes:
+    """What an authority key signs to list open requests: ``JCS({purpose, genesis, key, at})``.
+    Who waits for approval (names, keys, codes) is the operator's business, not the world's."""
+    return canonical({"purpose": LIST_PURPOSE, "genesis": genesis_pin, "key": key, "at": at})
+
+
+def list_header(genesis_pin: str, key: Any, at: str) -> str:
+    """The header value the operator's CLI sends (``key`` is a ``SigningKey``)."""
+    return f"{key.public_hex} {at} {key.sign(list_signed_bytes(genesis_pin, key.public_hex, at))}"
+
+
+def parse_list_header(value: str | None, genesis_pin: str, now_ms: int) -> str:
+    """The authority key that signed ``value``, made within ``LIST_SKEW_MS`` of now.  Whether
+    that key is a certified, unrevoked authority is the ledger's question (the store asks)."""
+    if not value:
+        raise Forbidden(f"listing enrolment requests needs an authority's signature"
+                        f" ({LIST_HEADER}: KEY AT SIGNATURE): `alexandria authority requests`",
+                        "AUTHORITY_REQUIRED")
+    parts = value.split(" ")
+    at_ms = parse_ms(parts[1]) if len(parts) == 3 else None
+    if len(parts) != 3 or not HEX64.match(parts[0]) or at_ms is None:
+        raise Forbidden(f"{LIST_HEADER} is KEY AT SIGNATURE", "BAD_AUTHORITY_HEADER")
+    key, at, signature = parts
+    if abs(now_ms - at_ms) > LIST_SKEW_MS:
+        raise Forbidden("the listing signature is more than 5 minutes from the server's clock",
+                        "STALE_SIGNATURE", at=at)
+    if not verify(key, signature, list_signed_bytes(genesis_pin, key, at)):
+        raise Forbidden("the listing signature is not the key's", "PROOF_INVALID")
+    return key
 
 
 class AddressLimiter:

@@ -62,15 +62,29 @@ async def get(storage: SqliteStorage, code: str, now_ms: int) -> dict[str, Any] 
     return await storage.read(fn)
 
 
-async def open_requests(storage: SqliteStorage, now_ms: int, limit: int) -> list[dict[str, Any]]:
-    """Requests not approved yet and not expired, oldest first."""
+def _check_authority(storage: SqliteStorage, conn: sqlite3.Connection, key: str,
+                     now_ms: int) -> None:
+    view = storage.state_view(conn)
+    certified = [a for _seq, a in view.authorities(key)
+                 if "native-application" in a.roles and a.valid_at(now_ms)]
+    if not certified or view.revoked(key, None):
+        raise Forbidden("not a certified, unrevoked native-application authority of this"
+                        " library", "AUTHORITY_UNKNOWN", authority=key)
+
+
+async def open_requests(storage: SqliteStorage, now_ms: int, limit: int, authority: str
+                        ) -> list[dict[str, Any]]:
+    """Requests not approved yet and not expired, oldest first, for ``authority`` (a key that
+    signed the request for them: it must be certified and unrevoked).  In the writer's
+    transaction, as ``approve``, for its view of the authorities; operators list rarely."""
     def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        _check_authority(storage, conn, authority, now_ms)
         rows = conn.execute(
             f"SELECT {_COLUMNS} FROM enrolment_requests WHERE certificate IS NULL"
             " AND expires_ms >= ? ORDER BY requested_ms, code LIMIT ?", (now_ms, limit))
         return [_row(r) for r in rows]
 
-    return await storage.read(fn)
+    return await storage.write(fn)
 
 
 async def approve(storage: SqliteStorage, code: str, cert: WorkerCertificate, now_ms: int
@@ -96,13 +110,7 @@ async def approve(storage: SqliteStorage, code: str, cert: WorkerCertificate, no
                             certificate_worker=cert.worker)
         if not cert.valid_at(now_ms):
             raise Forbidden("the certificate is not valid now", "CERTIFICATE_NOT_VALID")
-        view = storage.state_view(conn)
-        certified = [a for _seq, a in view.authorities(cert.authority)
-                     if "native-application" in a.roles and a.valid_at(now_ms)]
-        if not certified or view.revoked(cert.authority, None):
-            raise Forbidden("the certificate's authority is not a certified, unrevoked"
-                            " native-application authority of this library",
-                            "AUTHORITY_UNKNOWN", authority=cert.authority)
+        _check_authority(storage, conn, cert.authority, now_ms)
         conn.execute("UPDATE enrolment_requests SET certificate = ? WHERE code = ?",
                      (orjson.dumps(dict(cert.document)).decode(), code))
 
