@@ -10,6 +10,7 @@ edit and publishes it with ``previous`` set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import threading
@@ -361,6 +362,14 @@ def _report_publish(args: argparse.Namespace, outcome: Outcome, home: Home) -> i
 def _rejected(exc: AlexandriaError, p: Pending, home: Home) -> AlexandriaError:
     exc.message = (f"rejected: {exc.message} — recorded in {home.rejected_dir / (p.id + '.json')}"
                    " and never resent; correct the content and publish anew")
+    root = exc.details.get("root")
+    if isinstance(root, str):  # a conflict: name the object as the user knows it
+        names_file = p.meta.get("names_file")
+        with contextlib.suppress(AlexandriaError, OSError):
+            names = home.names(Path(names_file) if isinstance(names_file, str) else None)
+            name = next((n for n, rev in names.items() if rev == root), None)
+            if name is not None:  # a client-side hint: --json prints the library's document
+                exc.details["revise_as"] = name
     return exc
 
 

@@ -75,10 +75,12 @@ _DETAIL_LABELS = (("head", "current head"), ("root", "object"), ("pointer", "at"
 def next_step(exc: AlexandriaError) -> str | None:
     """What to do about a typed error, when the error alone says it."""
     head = exc.details.get("head")
+    name = exc.details.get("revise_as")  # publish: the name the user knows the object by
+    target = name if isinstance(name, str) else head
     if exc.code in ("HEAD_CONFLICT", "STALE_BASE") and isinstance(head, str):
-        return f"edit the current head instead: `alexandria revise {head}`"
+        return f"edit the current head instead: `alexandria revise {target}`"
     if exc.code == "DUPLICATE_VOTE" and isinstance(head, str):
-        return f"you voted already: run `alexandria revise {head}` to change that vote"
+        return f"you voted already: run `alexandria revise {target}` to change that vote"
     return None
 
 
