@@ -227,15 +227,18 @@ def test_publish_many_files_and_jsonl_with_names(lib: Library, tmp_path: Path) -
         _reply("batch 3", "$bthread"),
     ]
     jsonl = tmp_path / "batch.jsonl"
-    jsonl.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    text = [json.dumps(line) + "\n" for line in lines]
+    text.insert(3, "{not json\n")  # an unreadable line is reported in its place
+    jsonl.write_text("".join(text))
     r = cli("--json", "publish", "--jsonl", str(jsonl), home=home, expect=3)
     results = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["status"] for x in results] == ["admitted", "admitted", "admitted", "refused",
-                                              "admitted"]
-    assert results[3]["error"]["code"] == "UNKNOWN_REFERENCE"
+                                              "refused", "admitted"]
+    assert results[3]["source"].endswith(":4") and results[3]["error"]["code"] == "NOT_JSON"
+    assert results[4]["error"]["code"] == "UNKNOWN_REFERENCE"
     names = dict(line.split() for line in (home / "names").read_text().splitlines())
     assert names["bspace"] == results[0]["id"] and names["bthread"] == results[1]["id"]
-    reply = cli_json("get", results[2]["id"], home=home)
+    reply = cli_json("get", results[5]["id"], home=home)
     assert reply["record"]["links"][0]["target"] == results[1]["id"]
     assert _files(home / "pending") == []
 

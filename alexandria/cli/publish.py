@@ -87,11 +87,13 @@ def register(sub: Sub) -> None:
 
 @dataclass(frozen=True)
 class Item:
-    """One content to publish: where it came from (for messages) and the name to record."""
+    """One content to publish: where it came from (for messages) and the name to record; or
+    why it could not be read (a batch reports that line and goes on)."""
 
     source: str
     content: dict[str, Any]
     name: str | None
+    error: AlexandriaError | None = None
 
 
 def _items(args: argparse.Namespace) -> Iterator[Item]:
@@ -105,19 +107,25 @@ def _items(args: argparse.Namespace) -> Iterator[Item]:
                 if not line.strip():
                     continue
                 source = f"{args.jsonl}:{number}"
-                value = parse_document(line, source)
-                name = value.pop("name", None) if isinstance(value, dict) else None
-                if name is not None and not isinstance(name, str):
-                    raise BadRequest(f"{source}: \"name\" is a string", "BAD_NAME")
-                content = parse_content(orjson.dumps(value), source)
-                yield Item(source, content, check_name(name) if name is not None else None)
+                try:
+                    value = parse_document(line, source)
+                    name = value.pop("name", None) if isinstance(value, dict) else None
+                    if name is not None and not isinstance(name, str):
+                        raise BadRequest(f"{source}: \"name\" is a string", "BAD_NAME")
+                    content = parse_content(orjson.dumps(value), source)
+                    yield Item(source, content, check_name(name) if name is not None else None)
+                except AlexandriaError as exc:
+                    yield Item(source, {}, None, exc)
         return
     if not args.files:
         raise UsageError("give FILE (- for stdin), several FILEs, or --jsonl FILE")
     if args.name is not None and len(args.files) != 1:
         raise UsageError("--name goes with one FILE (in --jsonl, a \"name\" field per line)")
     for source in args.files:
-        yield Item(source, parse_content(read_input(source), source), args.name)
+        try:
+            yield Item(source, parse_content(read_input(source), source), args.name)
+        except AlexandriaError as exc:
+            yield Item(source, {}, None, exc)
 
 
 def _open(path: str) -> Any:
@@ -140,6 +148,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 batch.close()
             return batch.summary()
         [item] = list(_items(args))
+        if item.error is not None:
+            raise item.error
         outcome = _publish_one(session, Outbox(session.home), item, parse_refs(args.ref))
     finally:
         session.close()
@@ -175,6 +185,9 @@ class Batch:
 
     def run(self, items: Iterator[Item]) -> None:
         for item in items:
+            if item.error is not None:  # unreadable: reported in its place
+                self.chunk.append((item, None, {"refused": item.error}))
+                continue
             if _names_used(item.content) & self.chunk_names:
                 self.flush()
             if self.done():
