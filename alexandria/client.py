@@ -14,12 +14,16 @@ Two kinds of failure, because the pending-file rule depends on the difference:
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
-from collections.abc import Iterator, Mapping
+import re
+import socket
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
-import httpx
 import orjson
 
 from alexandria.errors import (
@@ -35,6 +39,9 @@ from alexandria.errors import (
 )
 
 TIMEOUT_SECONDS = 30.0
+_HEADERS = {"accept": "application/json", "user-agent": "alexandria-cli"}
+#: set by ``alexandria -v``: called with one line per request (method, URL, status, time)
+TRACE: Callable[[str], None] | None = None
 RETRYABLE_4XX = (408, 425, 429)
 
 
@@ -94,6 +101,21 @@ def rejection(status: int, document: dict[str, Any]) -> ServerError:
     return exc
 
 
+def answer_of(status: int, reason: str, body: bytes, where: str) -> Answer:
+    """The answer of a 2xx; typed errors otherwise (see the module docstring).  Shared by
+    ``Client`` and by the MCP server's in-process reader of the same routes."""
+    if 200 <= status < 300:
+        return Answer(status, body)
+    document: Any = None
+    with contextlib.suppress(orjson.JSONDecodeError):
+        document = orjson.loads(body)
+    library_error = isinstance(document, dict) and isinstance(document.get("code"), str)
+    if status >= 500 or status in RETRYABLE_4XX or not library_error:
+        detail = document.get("error") if library_error else reason
+        raise Unreachable(f"{where}: HTTP {status} {detail}", "SERVER_ERROR", status=status)
+    raise rejection(status, document)
+
+
 def is_definitive(exc: AlexandriaError) -> bool:
     return isinstance(exc, ServerError)
 
@@ -107,53 +129,72 @@ class Answer:
         return orjson.loads(self.content)
 
 
-@contextlib.contextmanager
-def typed_failures(base_url: str, method: str, path: str) -> Iterator[None]:
-    """httpx's transport failures as ``Unreachable`` (the request may have been acted on)."""
-    where = f"{method} {base_url}{path}"
+#: the largest answer the client reads: a library's pages are far smaller; a misbehaving server
+#: cannot make the CLI hold more than this in memory
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#@\s]*)@")
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the credentials of every ``scheme://user:password@`` replaced by ``***``,
+    so that a password typed into a URL is never echoed, logged or kept."""
+    return _USERINFO.sub(lambda m: f"{m.group(1)}***@", text)
+
+
+def has_credentials(text: str) -> bool:
+    return _USERINFO.search(text) is not None
+
+
+def check_library_url(url: str) -> str:
+    """A library URL the client can use: ``http(s)://host[:port][/prefix]``, no credentials
+    (they would be sent in the clear and kept in the configuration)."""
+    if has_credentials(url):
+        raise BadRequest(f"{redact_url(url)}: a library URL carries no user name or password",
+                         "CREDENTIALS_IN_URL", url=redact_url(url))
     try:
-        yield
-    except httpx.TimeoutException as exc:
-        raise Unreachable(f"{where}: no answer in time ({type(exc).__name__})", "TIMEOUT",
-                          url=base_url) from exc
-    except httpx.ConnectError as exc:
-        raise Unreachable(f"cannot connect to {base_url}: {exc}", "CONNECTION_FAILED",
-                          url=base_url) from exc
-    except httpx.TransportError as exc:
-        raise Unreachable(f"{where}: connection lost before the answer ({exc})",
-                          "CONNECTION_LOST", url=base_url) from exc
-
-
-def answer_of(r: httpx.Response, where: str) -> Answer:
-    """The answer of a 2xx; typed errors otherwise (see the module docstring).  Shared by the
-    synchronous ``Client`` and by asynchronous readers of the same routes."""
-    if 200 <= r.status_code < 300:
-        return Answer(r.status_code, r.content)
-    document: Any = None
-    with contextlib.suppress(orjson.JSONDecodeError):
-        document = orjson.loads(r.content)
-    library_error = isinstance(document, dict) and isinstance(document.get("code"), str)
-    if r.status_code >= 500 or r.status_code in RETRYABLE_4XX or not library_error:
-        detail = document.get("error") if library_error else r.reason_phrase
-        raise Unreachable(f"{where}: HTTP {r.status_code} {detail}", "SERVER_ERROR",
-                          status=r.status_code)
-    raise rejection(r.status_code, document)
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
+            or parts.query or parts.fragment:
+        raise BadRequest(f"{url[:200]!r} is not a library URL (http://HOST[:PORT])", "BAD_URL",
+                         url=url[:200])
+    return url.rstrip("/")
 
 
 class Client:
-    """One library at ``base_url``; a thin layer over ``httpx.Client`` that types failures."""
+    """One library at ``base_url``, over one kept-alive HTTP/1.1 connection.
+
+    Built on the standard library's ``http.client`` rather than httpx: a CLI command lives for
+    tens of milliseconds, and importing httpx (and, for an ``http://`` URL, loading the TLS
+    certificate store it prepares up front) cost more than signing and sending.  TLS is set up
+    only for ``https://``.  ``transport`` (an httpx transport, for tests) switches to httpx."""
 
     def __init__(self, base_url: str, timeout: float | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
-        timeout = timeout_seconds() if timeout is None else timeout
-        self._http = httpx.Client(
-            base_url=self.base_url, timeout=timeout, transport=transport,
-            headers={"accept": "application/json", "user-agent": "alexandria-cli"},
-        )
+                 transport: Any | None = None) -> None:
+        self.base_url = check_library_url(base_url)
+        self.timeout = timeout_seconds() if timeout is None else timeout
+        parts = urlsplit(self.base_url)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or ""
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._conn: http.client.HTTPConnection | None = None
+        self._used = False
+        self._httpx: Any = None
+        if transport is not None:
+            import httpx
+
+            self._httpx = httpx.Client(base_url=self.base_url, timeout=self.timeout,
+                                       transport=transport, headers=_HEADERS)
 
     def close(self) -> None:
-        self._http.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._httpx is not None:
+            self._httpx.close()
 
     def __enter__(self) -> Client:
         return self
@@ -163,13 +204,91 @@ class Client:
 
     # --- transport -----------------------------------------------------------------------------
 
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            if self._https:
+                import ssl
+
+                self._conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self.timeout,
+                    context=ssl.create_default_context())
+            else:
+                self._conn = http.client.HTTPConnection(self._host, self._port,
+                                                        timeout=self.timeout)
+            self._used = False
+        return self._conn
+
+    def _exchange(self, method: str, target: str, content: bytes | None,
+                  headers: dict[str, str]) -> tuple[int, str, bytes]:
+        """One request and its whole answer.  A kept-alive connection the server has closed
+        meanwhile fails before any answer: that attempt is made again, once, on a new one."""
+        where = f"{method} {self.base_url}{target}"
+        for attempt in (1, 2):
+            conn = self._connection()
+            reused = self._used
+            try:
+                conn.request(method, target, body=content, headers=headers)
+                response = conn.getresponse()
+                body = response.read(MAX_ANSWER_BYTES + 1)
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise http.client.HTTPException("answer larger than the client reads")
+                self._used = True
+                if response.will_close:
+                    self.close()
+                return response.status, response.reason, body
+            except TimeoutError as exc:
+                self.close()
+                raise Unreachable(f"{where}: no answer in {self.timeout:g} s", "TIMEOUT",
+                                  url=self.base_url) from exc
+            except (http.client.RemoteDisconnected, BrokenPipeError,
+                    ConnectionResetError) as exc:
+                self.close()
+                if reused and attempt == 1:
+                    continue
+                raise Unreachable(f"{where}: connection lost before the answer ({exc})",
+                                  "CONNECTION_LOST", url=self.base_url) from exc
+            except (ConnectionRefusedError, socket.gaierror) as exc:
+                self.close()
+                raise Unreachable(f"cannot connect to {self.base_url}: {exc.strerror or exc}",
+                                  "CONNECTION_FAILED", url=self.base_url) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                code = "CONNECTION_LOST" if reused else "CONNECTION_FAILED"
+                raise Unreachable(f"{where}: {exc}", code, url=self.base_url) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _exchange_httpx(self, method: str, target: str, content: bytes | None,
+                        headers: dict[str, str]) -> tuple[int, str, bytes]:
+        import httpx
+
+        where = f"{method} {self.base_url}{target}"
+        try:
+            r = self._httpx.request(method, target, content=content, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise Unreachable(f"{where}: no answer in time", "TIMEOUT",
+                              url=self.base_url) from exc
+        except httpx.TransportError as exc:
+            raise Unreachable(f"{where}: {exc}", "CONNECTION_FAILED", url=self.base_url) from exc
+        return r.status_code, r.reason_phrase, r.content
+
     def request(self, method: str, path: str, params: Mapping[str, str | int] | None = None,
-                content: bytes | None = None) -> Answer:
+                content: bytes | None = None,
+                headers: Mapping[str, str] | None = None) -> Answer:
         """The answer of a 2xx; typed errors otherwise (see the module docstring)."""
-        headers = {"content-type": "application/json"} if content is not None else None
-        with typed_failures(self.base_url, method, path):
-            r = self._http.request(method, path, params=params, content=content, headers=headers)
-        return answer_of(r, f"{method} {self.base_url}{path}")
+        headers = {**_HEADERS, **(headers or {})}
+        if content is not None:
+            headers["content-type"] = "application/json"
+        query = f"?{urlencode(params)}" if params else ""
+        started = time.perf_counter()
+        if self._httpx is not None:
+            status, reason, body = self._exchange_httpx(method, path + query, content, headers)
+        else:
+            status, reason, body = self._exchange(method, self._prefix + path + query, content,
+                                                  headers)
+        if TRACE is not None:
+            TRACE(f"{method} {self.base_url}{path}{query} -> {status}, {len(body)} bytes in"
+                  f" {(time.perf_counter() - started) * 1000:.1f} ms")
+        return answer_of(status, reason, body, f"{method} {self.base_url}{path}")
 
     def get(self, path: str, **params: str | int | None) -> Answer:
         clean = {k: v for k, v in params.items() if v is not None}

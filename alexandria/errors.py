@@ -83,6 +83,12 @@ class Unprocessable(AlexandriaError):
     default_code = "UNPROCESSABLE"
 
 
+class RateLimited(AlexandriaError):
+    """Too many requests of one kind (enrolment requests): try again later."""
+
+    default_code = "RATE_LIMITED"
+
+
 class ServiceError(AlexandriaError):
     """The server could not do its part (storage unavailable, corrupted state)."""
 
@@ -97,6 +103,7 @@ HTTP_STATUS: dict[type[AlexandriaError], int] = {
     PayloadTooLarge: 413,
     Unprocessable: 422,
     UnsafeNumber: 422,
+    RateLimited: 429,
     ServiceError: 503,
     AlexandriaError: 500,
 }

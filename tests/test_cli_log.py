@@ -91,19 +91,19 @@ def test_verify_an_export_file_stdin_and_a_server(live: Live) -> None:
     assert r.returncode == 0, r.stderr
 
 
-def test_verify_names_the_first_bad_sequence_and_exits_1(live: Live) -> None:
+def test_verify_names_the_first_bad_sequence_and_exits_6(live: Live) -> None:
     data = alexandria("export", "--db", str(live.db)).stdout
     lines = data.splitlines(keepends=True)
     del lines[3]  # the entry with sequence 3
     r = alexandria("verify", "--genesis-pin", live.founding.genesis.pin, "-",
                    stdin=b"".join(lines))
-    assert r.returncode == 1
+    assert r.returncode == 6  # verification failed (docs/cli.md)
     assert b"sequence 3: expected sequence 3, the line says 4 [SEQUENCE_MISMATCH]" in r.stderr
     lines = data.splitlines(keepends=True)
     del lines[5]  # the entry with sequence 5, which the first checkpoint ends at
     r = alexandria("verify", "--genesis-pin", live.founding.genesis.pin, "-",
                    stdin=b"".join(lines))
-    assert r.returncode == 1
+    assert r.returncode == 6
     assert b"sequence 5: a checkpoint of size 5 stands after leaf 4" in r.stderr
     r = alexandria("--json", "verify", "--genesis-pin", live.founding.genesis.pin, "-",
                    stdin=b"".join(lines))
@@ -120,7 +120,7 @@ def test_verify_refuses_an_export_no_checkpoint_covers_to_its_end(live: Live) ->
     entries = [line for line in lines[1:] if not line.startswith(b'{"checkpoint"')]
     stripped = canonical({**header, "size": 6}) + b"\n" + b"".join(entries[:6])
     r = alexandria("--json", "verify", "--genesis-pin", pin, "-", stdin=stripped)
-    assert r.returncode == 1
+    assert r.returncode == 6
     err = orjson.loads(r.stdout)
     assert err["code"] == "NOT_COVERED"
     details = err["details"]
@@ -147,7 +147,7 @@ def test_verify_one_entry_against_a_checkpoint(live: Live) -> None:
     assert b"included in the checkpoint of size 5" in r.stdout
     r = alexandria("verify", "--genesis-pin", pin, "--url", live.server.url, "--entry",
                    live.ids[4], "--checkpoint", str(early))
-    assert r.returncode == 1 and b"[NOT_YET_COVERED]" in r.stderr
+    assert r.returncode == 6 and b"[NOT_YET_COVERED]" in r.stderr
 
 
 def test_verify_entry_refuses_what_does_not_hold(live: Live) -> None:
@@ -210,7 +210,7 @@ def test_usage_errors(live: Live) -> None:
         ("verify", "--genesis-pin", pin, "f", "--entry", live.ids[0]),
     ):
         r = alexandria(*args)
-        assert r.returncode == 1 and b"[USAGE]" in r.stderr, args
+        assert r.returncode == 2 and b"[USAGE]" in r.stderr, args
 
 
 def _one_ms_later(admitted_at: str) -> str:

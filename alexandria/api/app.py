@@ -11,6 +11,7 @@ from starlette.middleware import Middleware
 from alexandria.api import catalogue as catalogue_api
 from alexandria.api import changes as changes_api
 from alexandria.api import contract as contract_api
+from alexandria.api import enrolment as enrolment_api
 from alexandria.api import log as log_api
 from alexandria.api import metrics as metrics_api
 from alexandria.api import mirror as mirror_api
@@ -50,7 +51,7 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
     routes = [mcp.route, *write_api.routes, *read_api.routes, *personal_api.routes,
               *changes_api.routes, *log_api.routes,
               *catalogue_api.routes, *object_api.routes, *contract_api.routes,
-              *metrics_api.routes, *web_routes.routes]
+              *enrolment_api.routes, *metrics_api.routes, *web_routes.routes]
     app = Starlette(
         routes=routes,
         exception_handlers=EXCEPTION_HANDLERS,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from alexandria import __version__
+from alexandria.core.trust import SCOPES
 from alexandria.reads.catalogue import METHODS, PAGE_SIZE, PROJECTIONS, SORTS, VERDICTS, VIEWS
 from alexandria.store.search_index import LISTED_KINDS
 
@@ -41,6 +42,11 @@ ERROR_RESPONSES = {
     "400": {"$ref": "#/components/responses/BadRequest"},
 }
 NOT_FOUND = {"404": {"$ref": "#/components/responses/NotFound"}}
+CODE = {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{4}$"}
+ENROLMENT_CODE = {
+    "name": "code", "in": "path", "required": True, "schema": {"type": "string"},
+    "description": "the one-time code, e.g. K7QF-2XMB (any case; O reads as 0, I and L as 1)",
+}
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -90,6 +96,14 @@ SCHEMAS: dict[str, Any] = {
             "origin": {"type": "string", "description": "a mirror's origin"},
             "origin_size": {"type": "integer"},
         },
+    },
+    "EnrolmentRequest": {
+        "type": "object",
+        "required": ["code", "name", "worker", "scopes", "requested_at", "expires_at"],
+        "properties": {"code": CODE, "name": {"type": "string"}, "worker": HEX64,
+                       "scopes": {"type": "array", "items": {"type": "string"}},
+                       "requested_at": {"type": "string", "format": "date-time"},
+                       "expires_at": {"type": "string", "format": "date-time"}},
     },
     "Error": {
         "type": "object",
@@ -350,6 +364,74 @@ PATHS: dict[str, Any] = {
                 "200": _json(_ref("AuthorityAdmission"), "already admitted"),
                 "201": _json(_ref("AuthorityAdmission"), "admitted"),
                 **{k: v for k, v in WRITE_ERRORS.items() if k != "409"},
+            },
+        },
+    },
+    "/api/enrolments": {
+        **_get("Open enrolment requests (not approved, not expired), oldest first: what"
+               " `alexandria authority requests` lists; for an authority of the library only",
+               [{"name": "x-alexandria-authority", "in": "header", "required": True,
+                 "schema": {"type": "string"},
+                 "description": "KEY AT SIGNATURE: a certified native-application authority"
+                                " key, a time within 5 minutes of the server's, and the key's"
+                                " signature of JCS({purpose: 'alexandria.enrolment-list/1',"
+                                " genesis, key, at})"}],
+               _json({"type": "object", "required": ["requests"], "properties": {
+                   "requests": {"type": "array", "maxItems": 100,
+                                "items": _ref("EnrolmentRequest")}}}, "open requests"),
+               {"403": _error("no, a stale or a bad signature, or not a certified, unrevoked"
+                              " authority (AUTHORITY_REQUIRED, STALE_SIGNATURE, PROOF_INVALID,"
+                              " AUTHORITY_UNKNOWN)")}),
+        "post": {
+            "summary": "Ask for a worker certificate (`alexandria login`): kept aside, never in"
+                       " the log, for 15 minutes; answers a one-time code",
+            "parameters": [],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["worker", "name", "scopes", "proof"],
+                "additionalProperties": False,
+                "description": "proof: the worker key's signature of JCS({purpose:"
+                               " 'alexandria.enrolment/1', genesis, worker, name, scopes})",
+                "properties": {
+                    "worker": HEX64,
+                    "name": {"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"},
+                    "scopes": {"type": "array", "minItems": 1, "uniqueItems": True,
+                               "items": {"enum": list(SCOPES)}},
+                    "proof": {"type": "string", "pattern": "^[0-9a-f]{128}$"}}}}}},
+            "responses": {
+                "201": _json({"type": "object", "required": ["code", "expires_at"],
+                              "properties": {"code": CODE,
+                                             "expires_at": {"type": "string",
+                                                            "format": "date-time"}}},
+                             "the request is kept; show the code to the operator"),
+                **ERROR_RESPONSES,
+                "413": _error("request body over 2,048 bytes"),
+                "429": _error("too many requests from this address, or open at once"),
+            },
+        },
+    },
+    "/api/enrolments/{code}": _get(
+        "The requester polls its request: pending, or approved with the worker certificate",
+        [ENROLMENT_CODE, _q("worker", HEX64, "the requesting public key", required=True)],
+        _json({"type": "object", "required": ["code", "status", "expires_at"], "properties": {
+            "code": CODE, "status": {"enum": ["pending", "approved"]},
+            "expires_at": {"type": "string", "format": "date-time"},
+            "certificate": _ref("SignedDocument")}}, "the request's state"),
+        {"404": _error("no open request with this code for this key (UNKNOWN_CODE)")}),
+    "/api/enrolments/{code}/certificate": {
+        "post": {
+            "summary": "Approve a request (`alexandria authority approve CODE`): the worker"
+                       " certificate the operator signed with the authority key; once per code",
+            "parameters": [ENROLMENT_CODE],
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": _ref("SignedDocument")}}},
+            "responses": {
+                "200": _json({"type": "object", "required": ["code", "status"]}, "approved"),
+                **ERROR_RESPONSES,
+                "403": _error("not for the requesting key, not valid now, or not issued by a"
+                              " certified, unrevoked native-application authority"),
+                "404": _error("no open request with this code (UNKNOWN_CODE)"),
+                "409": _error("the code was already approved (CODE_USED)"),
+                "413": _error("request body over 8,192 bytes"),
             },
         },
     },

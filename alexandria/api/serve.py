@@ -158,13 +158,18 @@ def metrics_directory() -> Iterator[str]:
 
 
 def run(library: Library, host: str, port: int, workers: int = 1,
-        files: tuple[str, str, str | None] | None = None, dedicated_writer: bool = False) -> None:
+        files: tuple[str, str, str | None] | None = None, dedicated_writer: bool = False,
+        access_log: bool = False) -> None:
     """Serve ``library``.  With several workers or ``dedicated_writer`` (``files`` names the
     genesis, database and log key), N HTTP processes share one admission writer process
-    (``writer_service``)."""
+    (``writer_service``).  ``access_log``: one line per request (uvicorn's, on stdout)."""
     import uvicorn
 
     from alexandria.api.app import create_app
+
+    options = {**_UVICORN, "access_log": access_log}
+    if access_log:
+        options["log_level"] = "info"
 
     if (workers > 1 or dedicated_writer) and files is not None:
         for name, value in zip(_ENV, files, strict=True):
@@ -174,10 +179,10 @@ def run(library: Library, host: str, port: int, workers: int = 1,
             os.environ[_WRITER_ENV] = socket_path
             uvicorn.run(
                 "alexandria.api.serve:app_from_env", factory=True, workers=workers, host=host,
-                port=port, **_UVICORN,
+                port=port, **options,
             )
     else:
-        uvicorn.run(create_app(library), host=host, port=port, **_UVICORN)
+        uvicorn.run(create_app(library), host=host, port=port, **options)
 
 
 def app_from_env() -> object:

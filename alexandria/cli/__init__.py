@@ -1,67 +1,262 @@
 """``alexandria`` (and ``python cli.py``): the participant and operator command line.
 
-Each command group lives in its own module with a ``register(subparsers)`` function; this module
-builds the parser, dispatches, and turns every ``AlexandriaError`` into one clear line on stderr
-(or, with ``--json``, the typed error document) and a non-zero exit status.
+Startup cost is the whole cost of a short command, so nothing is imported up front: ``COMMANDS``
+names each command's module, group and summary; ``main`` finds the command word, imports only
+that module and lets it ``register(subparsers)`` its commands.  ``alexandria --version`` and the
+top-level help import no command module at all.  Every ``AlexandriaError`` becomes one clear
+message on stderr (with ``--json``, the typed error document on stdout) and the exit status of
+``EXIT_CODES`` (documented in docs/cli.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import os
 import sys
 from collections.abc import Sequence
-
-import orjson
+from typing import TYPE_CHECKING, NoReturn
 
 from alexandria import __version__
-from alexandria.errors import AlexandriaError
 
-COMMAND_MODULES = (
-    "alexandria.cli.participant",
-    "alexandria.cli.reading",
-    "alexandria.cli.personal",
-    "alexandria.cli.operator",
-    "alexandria.cli.log",
-    "alexandria.cli.witness",
-    "alexandria.cli.mcp",
-    "alexandria.cli.operations",
-)
+if TYPE_CHECKING:
+    from alexandria.errors import AlexandriaError
 
+#: command -> (module that registers it, group in the help, one-line summary)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "login": ("alexandria.cli.login", "start", "create your key and ask a library to approve it"),
+    "whoami": ("alexandria.cli.participant", "start", "show your key, actor, scopes and library"),
+    "worker": ("alexandria.cli.participant", "start",
+               "set up a worker key by hand (init, import CERT)"),
+    "publish": ("alexandria.cli.publish", "publish",
+                "sign content and publish it (FILE…, or --jsonl)"),
+    "revise": ("alexandria.cli.publish", "publish",
+               "edit the current head of an object and publish the revision"),
+    "validate": ("alexandria.cli.participant", "publish",
+                 "ask the library whether it would admit content (dry run)"),
+    "pending": ("alexandria.cli.participant", "publish",
+                "list envelopes not yet admitted, and rejected ones"),
+    "retry": ("alexandria.cli.participant", "publish", "resend pending envelopes, byte for byte"),
+    "search": ("alexandria.cli.reading", "read", "search the library's catalogue"),
+    "get": ("alexandria.cli.reading", "read",
+            "fetch a signed record and check it against the pinned genesis"),
+    "object": ("alexandria.cli.reading", "read", "show an object and what surrounds it"),
+    "changes": ("alexandria.cli.reading", "read", "print what changed under a root, resuming"),
+    "follow": ("alexandria.cli.personal", "lists", "follow objects"),
+    "unfollow": ("alexandria.cli.personal", "lists", "stop following objects"),
+    "save": ("alexandria.cli.personal", "lists", "save objects"),
+    "unsave": ("alexandria.cli.personal", "lists", "remove objects from saved"),
+    "lists": ("alexandria.cli.personal", "lists", "show what you follow and what you saved"),
+    "serve": ("alexandria.cli.operator", "operate", "serve a library over HTTP"),
+    "genesis": ("alexandria.cli.operator", "operate", "create a library's genesis"),
+    "authority": ("alexandria.cli.operator", "operate",
+                  "approve participants (requests, approve CODE), certify and revoke keys"),
+    "demo": ("alexandria.cli.operator", "operate",
+             "serve a fresh library seeded with the contract's worked example"),
+    "export": ("alexandria.cli.log", "audit", "write a library's log as JSON Lines"),
+    "verify": ("alexandria.cli.log", "audit", "check a log offline with only the genesis pin"),
+    "backup": ("alexandria.cli.operations", "operate",
+               "copy a library's database while it serves"),
+    "restore": ("alexandria.cli.operations", "operate",
+                "restore a backup, and catch up with a mirror or an export"),
+    "mirror": ("alexandria.cli.operations", "operate",
+               "serve a verified read-only replica of a library"),
+    "witness": ("alexandria.cli.witness", "operate",
+                "run a C2SP witness that cosigns other logs' checkpoints"),
+    "mcp": ("alexandria.cli.mcp", "more", "serve your library to an AI agent over MCP (stdio)"),
+    "completion": ("alexandria.cli.completion", "more", "print a shell completion script"),
+}
+
+GROUPS = {
+    "start": "Get started",
+    "publish": "Publish",
+    "read": "Read (no key needed)",
+    "lists": "Personal lists",
+    "operate": "Run a library (operators)",
+    "audit": "Audit",
+    "more": "More",
+}
+
+EXAMPLES = """\
+examples:
+  alexandria login http://127.0.0.1:8080 --name alice   # then the operator approves the code
+  alexandria search arithmetic --library http://127.0.0.1:8080
+  alexandria publish claim.json --name claim
+  alexandria revise claim                                 # edit the head, publish the revision
+  alexandria publish --jsonl many.jsonl                   # many contributions, one connection
+  alexandria authority approve K7QF-2XMB                  # operator: approve a login request
+"""
+
+#: exit statuses, by the name of the exception class (or a base class); names rather than
+#: classes so that mapping an error never imports the module that defines it
+EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_CONFLICT = 4
+EXIT_PENDING = 5
+EXIT_VERIFICATION = 6
+EXIT_SETUP = 7
+EXIT_INTERRUPTED = 130
+EXIT_CODES: dict[str, int] = {
+    "KeptPending": EXIT_PENDING,
+    "SetupRequired": EXIT_SETUP,
+    "VerificationFailed": EXIT_VERIFICATION,
+    "RecordNotVerified": EXIT_VERIFICATION,
+    "UsageError": EXIT_USAGE,
+    "ContentRefused": EXIT_REFUSED,
+    "ServerNotFound": EXIT_FAILURE,
+    "ServerConflict": EXIT_CONFLICT,
+    "ServerResyncRequired": EXIT_CONFLICT,
+    "ServerError": EXIT_REFUSED,
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def exit_code(exc: AlexandriaError) -> int:
+    for cls in type(exc).__mro__:
+        if cls.__name__ in EXIT_CODES:
+            return EXIT_CODES[cls.__name__]
+    return EXIT_USAGE if exc.code == "USAGE" else EXIT_FAILURE
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse`` with did-you-mean for a mistyped command or choice."""
+
+    def error(self, message: str) -> NoReturn:
+        import difflib
+        import re
+
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        unknown = re.search(r"unrecognized arguments: (.*)", message)
+        close: list[str] = []
+        if match:
+            choices = re.findall(r"'([^']*)'", match.group(2))
+            close = difflib.get_close_matches(match.group(1), choices, n=3, cutoff=0.5)
+        elif unknown:
+            options = {o for p in _parsers(self) for a in p._actions for o in a.option_strings}
+            for word in unknown.group(1).split():
+                if word.startswith("--"):
+                    close += difflib.get_close_matches(word.split("=")[0], options, n=1,
+                                                       cutoff=0.6)
+        if close:
+            message += "\n\ndid you mean: " + ", ".join(close) + "?"
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every parser below it (the commands loaded)."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found += _parsers(child)
+    return found
+
+
+def command_list() -> str:
+    lines = []
+    for group, title in GROUPS.items():
+        lines.append(f"{title}:")
+        for name, (_module, g, summary) in COMMANDS.items():
+            if g == group:
+                lines.append(f"  {name:<11} {summary}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser: every command (``None``), only the module of ``command``, or none
+    (``""``: the top-level help and ``--version``)."""
+    import importlib
+
+    parser = Parser(
         prog="alexandria",
-        description="Alexandria: a signed, append-only contribution ledger for a public library.",
+        description="Alexandria: a signed, append-only contribution ledger for a public library."
+        "\n\n" + command_list(),
+        epilog=EXAMPLES + "\nexit statuses: 0 ok, 1 failure, 2 usage, 3 refused, 4 conflict,"
+        " 5 kept pending, 6 verification failed, 7 not set up (docs/cli.md).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"alexandria {__version__}")
-    parser.add_argument(
-        "--json", action="store_true", help="machine-readable output (and typed errors) on stdout"
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    parser.add_argument("--json", action="store_true",
+                        help="machine-readable output (and typed errors) on stdout")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug output on stderr: requests, timings, tracebacks")
+    parser.add_argument("--library", dest="global_library", metavar="URL",
+                        help="library URL (default: $ALEXANDRIA_LIBRARY, else your config)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser,
+                                help=argparse.SUPPRESS)
+    if command is None:
+        modules = list(dict.fromkeys(m for m, _g, _s in COMMANDS.values()))
+    else:
+        modules = [COMMANDS[command][0]] if command in COMMANDS else []
+    for name in modules:
         importlib.import_module(name).register(sub)
     return parser
 
 
+def command_word(argv: Sequence[str]) -> str | None:
+    """The first word that is not a global option (``--library`` takes a value)."""
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--library":
+            skip = True
+        elif token == "--":
+            return None
+        elif not token.startswith("-"):
+            return token
+    return None
+
+
+def _unknown_command(word: str) -> int:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(COMMANDS), n=3, cutoff=0.5)
+    hint = f"\n\ndid you mean: {', '.join(close)}?" if close else ""
+    sys.stderr.write(f"alexandria: error: unknown command {word!r}{hint}\n"
+                     "run `alexandria --help` for the list of commands\n")
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list == ["--version"]:  # what scripts probe most: not even argparse
+        print(f"alexandria {__version__}")
+        return EXIT_OK
+    word = command_word(args_list)
+    if word is not None and word not in COMMANDS:
+        return _unknown_command(word)
+    parser = build_parser(word or "")
+    args = parser.parse_args(args_list)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if args.verbose:
+        from alexandria.cli import terminal
+
+        terminal.set_verbose(True)
+    try:
+        return _run(args)
+    except BrokenPipeError:
+        # `alexandria search x | head -3`: the reader left; say nothing, as cat does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from alexandria.errors import AlexandriaError
+
     try:
         result = args.func(args)
     except AlexandriaError as exc:
-        if args.json:
-            sys.stdout.buffer.write(orjson.dumps(exc.to_json()) + b"\n")
-        print(f"alexandria: error: {exc.message} [{exc.code}]", file=sys.stderr)
-        return EXIT_FAILURE
+        from alexandria.cli.terminal import report_error
+
+        report_error(exc, json_output=args.json, verbose=args.verbose)
+        return exit_code(exc)
     except KeyboardInterrupt:
         print("alexandria: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     return int(result or 0)
-

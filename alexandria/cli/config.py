@@ -125,7 +125,8 @@ class Home:
     def worker_key(self) -> SigningKey:
         if not self.key_path.exists():
             raise SetupRequired(
-                f"no worker key in {self.root}: run `alexandria worker init`", "NO_WORKER_KEY",
+                f"no worker key in {self.root}: run `alexandria login URL` (or, by hand,"
+                " `alexandria worker init`)", "NO_WORKER_KEY",
                 home=str(self.root),
             )
         mode = self.key_path.stat().st_mode & 0o777
@@ -139,8 +140,9 @@ class Home:
     def certificate(self) -> dict[str, Any]:
         if not self.certificate_path.exists():
             raise SetupRequired(
-                "no worker certificate yet: send your public key (`alexandria whoami`) to the"
-                " operator, then `alexandria worker import CERT`", "NO_CERTIFICATE",
+                "no worker certificate yet: run `alexandria login` and have the operator approve"
+                " the code (or import one by hand: `alexandria worker import CERT`)",
+                "NO_CERTIFICATE",
                 home=str(self.root),
             )
         doc: dict[str, Any] = read_json(self.certificate_path)
@@ -154,8 +156,8 @@ class Home:
     def library(self) -> LibraryConfig:
         if not self.library_path.exists():
             raise SetupRequired(
-                "no library configured: run `alexandria worker init --library URL --genesis PIN`",
-                "NO_LIBRARY", home=str(self.root),
+                "no library configured: pass --library URL (or set ALEXANDRIA_LIBRARY) to read,"
+                " or run `alexandria login URL` to publish", "NO_LIBRARY", home=str(self.root),
             )
         value = read_json(self.library_path)
         if not (isinstance(value, dict) and isinstance(value.get("url"), str)
@@ -187,11 +189,15 @@ class Home:
 
     def append_name(self, name: str, rev: str, path: Path | None = None) -> None:
         """Append-only: one ``write`` of a whole line, so concurrent appends never interleave."""
+        self.append_names([(name, rev)], path)
+
+    def append_names(self, pairs: list[tuple[str, str]], path: Path | None = None) -> None:
+        """Several lines in one ``write`` (whole lines, never interleaved) and one fsync."""
         p = path or self.names_path
         p.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, f"{name} {rev}\n".encode())
+            os.write(fd, "".join(f"{name} {rev}\n" for name, rev in pairs).encode())
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -6,7 +6,8 @@ it, so the demo doubles as a check that the documented flow works end to end:
 1. ``genesis init`` in DIR/operator; the server (``alexandria serve --genesis --db --log-key``)
    starts as a child process;
 2. ``authority issue`` for the native application and for the log;
-3. for ``owner`` and ``peer``, each with their own config home (DIR/owner, DIR/peer):
+3. for ``owner`` and ``peer``, each with their own config home beside DIR (DIR-homes/owner,
+   DIR-homes/peer, kept when the next demo replaces DIR):
    ``worker init``, ``authority enroll``, ``authority approve``, ``worker import``;
 4. the twelve steps of the contract's ``object_examples``, each written to DIR/examples/ with its
    ``$name`` references and published by its actor with ``publish FILE --name NAME``;
@@ -45,6 +46,13 @@ START_TIMEOUT_S = 60.0
 
 class DemoFailed(AlexandriaError):
     default_code = "DEMO_FAILED"
+
+
+def homes_dir(directory: Path) -> Path:
+    """The participants' config homes live beside the demo directory, not in it: the next demo
+    replaces DIR, and a key someone kept using must not go with it.  A home found there is
+    reused: same key, the new library's pin and a new certificate."""
+    return directory.parent / f"{directory.name}-homes"
 
 
 def worked_example() -> list[dict[str, Any]]:
@@ -130,7 +138,7 @@ def seed(directory: Path, url: str, pin: str, progress: Progress) -> dict[str, s
     cli(["authority", "issue", "--dir", op, "--library", url, "--roles", "log"])
     progress.step("log authority")
     for name in PARTICIPANTS:
-        home = directory / name
+        home = homes_dir(directory) / name
         worker = cli(["worker", "init", "--library", url, "--genesis", pin], home)["worker"]
         cli(["authority", "enroll", name, "--dir", op])
         cert = home / "approved-certificate.json"
@@ -144,10 +152,10 @@ def seed(directory: Path, url: str, pin: str, progress: Progress) -> dict[str, s
         path = examples / f"{i:02d}-{step['name']}.json"
         write_json(path, step["content"])
         cli(["publish", str(path), "--name", step["name"], "--names", str(names_file)],
-            directory / step["actor"])
+            homes_dir(directory) / step["actor"])
         progress.step(f"{step['actor']} published ${step['name']}")
     for name in PARTICIPANTS:
-        shutil.copyfile(names_file, directory / name / "names")
+        shutil.copyfile(names_file, homes_dir(directory) / name / "names")
     return dict(line.split() for line in names_file.read_text().splitlines())
 
 
@@ -187,14 +195,15 @@ def _summary(directory: Path, url: str, pin: str, names: dict[str, str]) -> None
     say("")
     say(f"Alexandria demo library: {url}")
     say(f"genesis pin: {pin}   (also in {rel}/operator/genesis.pin)")
-    say(f"the worked example: {len(names)} contributions by owner and peer ({rel}/examples/)")
+    say(f"the worked example: {len(names)} contributions by owner and peer ({rel}/examples/;"
+        f" their config homes: {homes_dir(Path(rel))}/)")
     say("")
-    say("Try, in another terminal:")
-    say(f"  export ALEXANDRIA_HOME=$PWD/{rel}/owner PATH=$PWD/.venv/bin:$PATH")
-    say("  alexandria whoami")
-    say("  alexandria search arithmetic")
-    say("  alexandria get claim --head")
-    say("  alexandria changes --root space        # run it again: only what is new")
+    say("Try, in another terminal (the README's tour goes further):")
+    say(f"  export ALEXANDRIA_LIBRARY={url} PATH=$PWD/.venv/bin:$PATH")
+    say("  alexandria search arithmetic               # reading needs no key")
+    say(f"  alexandria get claim --head --names {rel}/names")
+    say(f"  alexandria login --name alice --genesis {pin}")
+    say(f"  alexandria authority approve CODE --dir {rel}/operator   # the operator's side")
     say(f"  curl -s {url}/api/entries/{names.get('merge', '')}")
     say("")
     say(f"Restart later without reseeding: alexandria serve --genesis {rel}/operator/genesis.json"

@@ -80,6 +80,8 @@ def register(sub: Sub) -> None:
     src.add_argument("--db", metavar="FILE", help="the library's SQLite database")
     src.add_argument("--url", metavar="URL", help="a running library, e.g. http://127.0.0.1:8080")
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
     p.set_defaults(func=cmd_export)
 
@@ -124,7 +126,9 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
 def cmd_export(args: argparse.Namespace) -> int:
     from alexandria.audit import export  # imported here: every other command starts without it
 
+    bar = Bar("exporting", _progress_wanted(args))
     with ExitStack() as stack:
+        stack.callback(bar.close)
         if args.db:
             lines = export.iter_db(args.db)
         else:
@@ -135,10 +139,10 @@ def cmd_export(args: argparse.Namespace) -> int:
             target = Path(args.output)
             tmp = target.with_name(target.name + ".part")
             with tmp.open("wb") as out:
-                count = _write(lines, out)
+                count = _write(lines, out, bar)
             os.replace(tmp, target)
         else:
-            count = _write(lines, sys.stdout.buffer)
+            count = _write(lines, sys.stdout.buffer, bar)
     if _json_wanted(args) and args.output:
         sys.stdout.buffer.write(orjson.dumps({"output": args.output, "lines": count}) + b"\n")
     elif args.output:
@@ -146,11 +150,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(lines: Iterator[bytes], out: IO[bytes]) -> int:
-    count = 0
+def _write(lines: Iterator[bytes], out: IO[bytes], bar: Bar | None = None) -> int:
+    """Every line to ``out``; the bar counts leaves against the header's ``size``."""
+    count = leaves = total = 0
     for line in lines:
         out.write(line)
         count += 1
+        if bar is None or not bar.enabled:
+            continue
+        if count == 1:
+            try:
+                total = int(orjson.loads(line).get("size", 0))
+            except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+                total = 0
+        elif not line.startswith(b'{"checkpoint"'):
+            leaves += 1
+            bar(leaves, max(total, leaves))
     out.flush()
     return count
 

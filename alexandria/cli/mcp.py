@@ -11,7 +11,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from alexandria.cli.config import Home, LibraryConfig
-from alexandria.cli.participant import command
+from alexandria.cli.participant import command, library_url
 from alexandria.cli.session import Session
 from alexandria.core.witness_policy import policy_of
 
@@ -20,10 +20,9 @@ if TYPE_CHECKING:
 
 
 def register(sub: Sub) -> None:
+    # --library URL (or $ALEXANDRIA_LIBRARY) replaces the configured library's URL; answers are
+    # always checked against the pin in your configuration
     p = command(sub, "mcp", "serve your library to an AI agent over MCP (stdio)", cmd_mcp)
-    p.add_argument("--library", metavar="URL",
-                   help="library URL (default: the one `alexandria worker init` configured);"
-                   " answers are always checked against your pinned genesis")
     p.add_argument("--witness", action="append", default=[], metavar="NAME=VKEY",
                    help="a witness you trust (repeatable): `verify` and with_proof answers then"
                    " require checkpoints cosigned by --witness-quorum of them")
@@ -38,7 +37,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     home = Home.locate()
     config = home.library()
-    url = (args.library or config.url).rstrip("/")
+    url = (library_url(args) or config.url).rstrip("/")
     session = Session(home, library=LibraryConfig(url, config.pin))
     try:
         session.genesis()  # the pin is checked before the first message is served

@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from alexandria.cli.config import DEFAULT_LIBRARY
-from alexandria.cli.participant import command
+from alexandria.cli.participant import command, library_url
 from alexandria.cli.terminal import emit_json, note, say
 from alexandria.errors import BadRequest
 from alexandria.service.operator_dir import OperatorDir
@@ -46,6 +48,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--witness-quorum", type=int, default=0, metavar="N",
                    help="serve at /api/log/checkpoint the newest checkpoint N witnesses cosigned"
                    " (default 0: the newest checkpoint)")
+    p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None,
+                   help="log each request on stdout (default: when stdout is a terminal)")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)
     register_operator(sub)
@@ -53,10 +57,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from alexandria.api.serve import DataDir, configure_witnesses, default_library, run
+    from alexandria.cli.demo import check_port_free
     from alexandria.service.library import Library
 
     if bool(args.genesis) != bool(args.db):
         raise BadRequest("--genesis and --db go together", "USAGE")
+    check_port_free(args.host, args.port)  # before anything is created or announced
     from alexandria.store.schema import check_database
 
     check_database(args.db or DataDir(Path(args.data_dir)).db)  # an old leaf format: refused
@@ -84,19 +90,44 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if workers < 1:
         raise BadRequest("--workers must be at least 1", "USAGE")
     url = f"http://{args.host}:{args.port}"
-    print(f"genesis pin {library.genesis.pin}")
+    pin_file = Path(args.genesis).with_suffix(".pin") if args.genesis else data.pin_path
+    _write_pin(pin_file, library.genesis.pin)
+    print(f"genesis pin {library.genesis.pin}   (in {pin_file})")
     print(f"serving {library.genesis.library} on {url}", flush=True)
     layout = (f"{workers} HTTP worker processes and one admission writer process"
               if workers > 1 or args.writer_process else "one process")
     why = "" if args.workers is not None else f" ({usable_cores()} usable cores; --workers N)"
     print(f"running {layout}{why}", file=sys.stderr, flush=True)
+    operator_dir = Path(args.genesis).parent if args.genesis else data.root
+    _next_steps(url, operator_dir, pin_file)
     if args.genesis:
         files = (args.genesis, args.db, args.log_key)
     else:  # the log key may have been created just now, with the library
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
-    run(library, args.host, args.port, workers, files, args.writer_process)
+    access_log = sys.stdout.isatty() if args.access_log is None else args.access_log
+    run(library, args.host, args.port, workers, files, args.writer_process,
+        access_log=access_log)
     return 0
+
+
+def _write_pin(path: Path, pin: str) -> None:
+    """``genesis.pin`` beside the genesis: what participants pin (`alexandria login --genesis`)."""
+    from alexandria.files import atomic_write
+
+    if not path.exists() or path.read_text().strip() != pin:
+        atomic_write(path, f"{pin}\n".encode())
+
+
+def _next_steps(url: str, operator_dir: Path, pin_file: Path) -> None:
+    roots = sorted(operator_dir.glob("root*.key"))
+    if roots:
+        note(f"warning: {', '.join(str(r) for r in roots)} (root key) sits beside the library:"
+             " it certifies authorities and is needed only for `alexandria authority issue`"
+             " and `revoke`; keep it offline")
+    note(f"next: participants run `alexandria login {url} --genesis $(cat {pin_file})`;"
+         f" you approve them with `alexandria authority requests --dir {operator_dir}` and"
+         " `alexandria authority approve CODE`")
 
 
 # --- genesis, authority, demo -----------------------------------------------------------------
@@ -107,9 +138,10 @@ def _dir_option(p: argparse.ArgumentParser) -> None:
                    " creates)")
 
 
-def _url_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--library", metavar="URL", default=DEFAULT_LIBRARY,
-                   help=f"library to submit to (default {DEFAULT_LIBRARY})")
+def _library(args: argparse.Namespace) -> str:
+    """Where operator documents go: ``--library``, ``$ALEXANDRIA_LIBRARY``, else the local
+    default."""
+    return library_url(args) or DEFAULT_LIBRARY
 
 
 def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -117,7 +149,8 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                              description="The genesis pins a library: its name, its log origin"
                              " and the root keys that certify its authorities.")
     gsub = genesis.add_subparsers(dest="genesis_command", metavar="COMMAND", required=True)
-    p = command(gsub, "init", "write a genesis document and its root keys", cmd_genesis_init)
+    p = command(gsub, "init", "write a genesis document and its root keys", cmd_genesis_init,
+                library=False)
     _dir_option(p)
     p.add_argument("--library", required=True, metavar="NAME", help="the library's namespace")
     p.add_argument("--origin", required=True,
@@ -136,7 +169,6 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                  " root keys and submit it to POST /api/authority. The key is created when"
                  " absent.")
     _dir_option(p)
-    _url_option(p)
     p.add_argument("--roles", default="native-application",
                    help="comma-separated: native-application, log (default native-application)")
     p.add_argument("--key", metavar="FILE",
@@ -149,17 +181,36 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("name", metavar="NAME")
     _dir_option(p)
 
-    p = command(asub, "approve", "issue a worker certificate for a participant's key",
-                 cmd_authority_approve,
-                 "Approve one participant's worker key: a worker certificate signed by the"
-                 " authority key. It is printed (or written to --out) for the participant to"
-                 " `alexandria worker import`.")
-    p.add_argument("--actor", required=True, help="enrolled NAME or 64-hex actor id")
-    p.add_argument("--worker", required=True, metavar="KEY", help="the participant's public key")
-    p.add_argument("--scopes", required=True, action="append",
-                   help="comma-separated: publish, comment, vote, curate, or all")
-    p.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
-    p.add_argument("--out", metavar="FILE", help="write the certificate here")
+    p = command(asub, "requests", "list the open enrolment requests (`alexandria login`)",
+                cmd_authority_requests,
+                "The requests participants made with `alexandria login`, not approved yet and"
+                " not expired: their one-time code, the name and scopes they ask for, their key."
+                " Approve one with `alexandria authority approve CODE`. The listing is signed"
+                " with the authority key: nobody else sees who waits.")
+    p.add_argument("--authority-key", metavar="FILE", help="default DIR/authority.key")
+    _dir_option(p)
+
+    p = command(asub, "approve", "approve a login request by its code (or a key by hand)",
+                cmd_authority_approve,
+                "With CODE: approve the `alexandria login` request of that one-time code: the"
+                " name is enrolled when new, a worker certificate is signed here with the"
+                " authority key (which never leaves this machine) and handed to the library,"
+                " which gives it to the waiting `login`. Without CODE: --actor, --worker and"
+                " --scopes certify a key by hand; the certificate is printed (or written to"
+                " --out) for `alexandria worker import`.",
+                examples="  alexandria authority requests\n"
+                "  alexandria authority approve K7QF-2XMB\n"
+                "  alexandria authority approve K7QF-2XMB --scopes comment   # narrower\n"
+                "  alexandria authority approve --actor alice --worker KEY --scopes all"
+                " --out alice.cert.json")
+    p.add_argument("code", metavar="CODE", nargs="?", help="the one-time code `login` showed")
+    p.add_argument("--actor", help="enrolled NAME or 64-hex actor id (without CODE)")
+    p.add_argument("--worker", metavar="KEY", help="the participant's public key (without CODE)")
+    p.add_argument("--scopes", action="append",
+                   help="comma-separated: publish, comment, vote, curate, or all (with CODE:"
+                   " default what was asked)")
+    p.add_argument("--days", type=int, default=365, help="validity in days")
+    p.add_argument("--out", metavar="FILE", help="write the certificate here (without CODE)")
     p.add_argument("--authority-key", metavar="FILE", help="default DIR/authority.key")
     _dir_option(p)
 
@@ -176,7 +227,6 @@ def register_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--root-key", action="append", metavar="FILE",
                    help="root key file (repeatable; default DIR/root*.key)")
     _dir_option(p)
-    _url_option(p)
 
     p = command(sub, "demo", "serve a fresh library seeded with the contract's worked example",
                  cmd_demo,
@@ -227,13 +277,13 @@ def cmd_authority_issue(args: argparse.Namespace) -> int:
     if created:
         note(f"created {key_path} (mode 0600)")
     note(f"wrote {op.certificate_path(key_path)}")
-    result = _submit(args.library, doc)
+    result = _submit(_library(args), doc)
     if args.json:
         emit_json(result)
         return 0
     say(doc["certificate"]["key"])
     note(f"admitted authority certificate ({', '.join(roles)}) as #{result['sequence']}"
-         f" in {args.library}")
+         f" in {_library(args)}")
     return 0
 
 
@@ -250,10 +300,89 @@ def cmd_authority_enroll(args: argparse.Namespace) -> int:
     return 0
 
 
+def _authority_key_path(args: argparse.Namespace, op: OperatorDir) -> Path:
+    return Path(args.authority_key) if args.authority_key else op.root / "authority.key"
+
+
+def _open_requests(client: Any, op: OperatorDir, key_path: Path) -> list[dict[str, Any]]:
+    """``GET /api/enrolments``, signed with the authority key: only an authority of the library
+    sees who waits for approval."""
+    from alexandria.core.timestamps import now
+    from alexandria.service.enrolment import LIST_HEADER, list_header
+    from alexandria.service.operator_dir import load_key
+
+    header = list_header(op.genesis().pin, load_key(key_path, "authority"), now())
+    answer = client.request("GET", "/api/enrolments", headers={LIST_HEADER: header})
+    requests: list[dict[str, Any]] = orjson.loads(answer.content)["requests"]
+    return requests
+
+
+def cmd_authority_requests(args: argparse.Namespace) -> int:
+    from alexandria.client import Client
+
+    op = _op(args)
+    with Client(_library(args)) as client:
+        requests = _open_requests(client, op, _authority_key_path(args, op))
+    if args.json:
+        emit_json({"requests": requests})
+        return 0
+    actors = op.actors() if op.actors_path.exists() else {}
+    for r in requests:
+        who = f"{r['name']} (enrolled)" if r["name"] in actors else f"{r['name']} (new)"
+        scopes = ",".join(s.removeprefix("library.") for s in r["scopes"])
+        say(f"{r['code']}  {who:<24} {scopes:<22} key {r['worker'][:16]}…"
+            f"  until {r['expires_at']}")
+    if requests:
+        note(f"approve one: alexandria authority approve CODE --dir {op.root}")
+    else:
+        note(f"no open requests at {_library(args)}")
+    return 0
+
+
+def _approve_code(args: argparse.Namespace) -> int:
+    from alexandria.client import Client
+    from alexandria.errors import NotFound
+    from alexandria.service.enrolment import normalize_code
+    from alexandria.service.operator_dir import approve, enroll, parse_scopes
+
+    if args.actor or args.worker or args.out:
+        raise BadRequest("CODE takes no --actor, --worker or --out: the request names them",
+                         "USAGE")
+    code = normalize_code(args.code)
+    op = _op(args)
+    key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
+    with Client(_library(args)) as client:
+        requests = _open_requests(client, op, key)
+        request = next((r for r in requests if r["code"] == code), None)
+        if request is None:
+            raise NotFound(f"no open request {code} at {client.base_url} (expired, approved"
+                           " already, or mistyped): `alexandria authority requests` lists them",
+                           "UNKNOWN_CODE", enrolment=code)
+        actors = op.actors() if op.actors_path.exists() else {}
+        name = request["name"]
+        actor = actors.get(name) or enroll(op, name)
+        scopes = parse_scopes(args.scopes) if args.scopes else list(request["scopes"])
+        doc = approve(op, actor, request["worker"], scopes, args.days, key)
+        client.post(f"/api/enrolments/{code}/certificate", orjson.dumps(doc))
+    if args.json:
+        emit_json({"code": code, "name": name, "actor": actor, "worker": request["worker"],
+                   "scopes": scopes})
+        return 0
+    say(actor)
+    note(f"approved {code}: {name} ({'enrolled now' if name not in actors else 'enrolled'}),"
+         f" scopes {', '.join(scopes)}, {args.days} days; their `alexandria login` finishes")
+    return 0
+
+
 def cmd_authority_approve(args: argparse.Namespace) -> int:
     from alexandria.files import write_json
     from alexandria.service.operator_dir import approve, parse_scopes
 
+    if args.code:
+        return _approve_code(args)
+    if not (args.actor and args.worker and args.scopes):
+        raise BadRequest("give CODE (from `alexandria login`), or --actor, --worker and"
+                         " --scopes", "USAGE")
     op = _op(args)
     key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
     doc = approve(op, args.actor, args.worker, parse_scopes(args.scopes), args.days, key)
@@ -274,7 +403,7 @@ def cmd_authority_revoke(args: argparse.Namespace) -> int:
     op = _op(args)
     key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
     doc = revocation(op, args.key, args.reason, args.by, key, args.root_key)
-    result = _submit(args.library, doc)
+    result = _submit(_library(args), doc)
     if args.json:
         emit_json(result)
         return 0

@@ -1,18 +1,18 @@
-"""Participant commands: the worker key and publishing.
+"""Participant commands: the worker key, dry runs and what is pending.
 
-``worker init`` / ``worker import CERT`` / ``whoami``; ``publish FILE|-``, ``validate FILE|-``,
-``pending``, ``retry``.  Reading is in ``cli/reading.py``, personal lists in ``cli/personal.py``;
-the helpers here (``command``, ``session_of``…) are shared by the three.  The configuration
-directory is described in ``config.py``; the pending-file rule in ``pending.py``.
+``worker init`` / ``worker import CERT`` / ``whoami``; ``validate FILE|-``,
+``pending [--clear-rejected]``, ``retry``.  Publishing is in ``cli/publish.py``, login in
+``cli/login.py``, reading in ``cli/reading.py``, personal lists in ``cli/personal.py``; the
+helpers here (``command``, ``session_of``, ``library_url``…) are shared by them.  The
+configuration directory is described in ``config.py``; the pending-file rule in ``pending.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from alexandria.cli.config import DEFAULT_LIBRARY, Home, LibraryConfig
 from alexandria.cli.pending import Outbox, Outcome, Pending
@@ -24,13 +24,28 @@ from alexandria.cli.session import (
     parse_refs,
     read_input,
 )
-from alexandria.cli.terminal import Progress, emit_json, emit_raw, note, one_line, say, short
-from alexandria.client import Unreachable
+from alexandria.cli.terminal import (
+    Progress,
+    emit_json,
+    note,
+    one_line,
+    say,
+    short,
+)
+from alexandria.client import check_library_url
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.core.trust import parse_worker_certificate
-from alexandria.errors import AlexandriaError, BadRequest
-from alexandria.files import check_name
+from alexandria.errors import BadRequest
+
+EXIT_REFUSED, EXIT_PENDING = 3, 5  # as alexandria.cli.EXIT_CODES (docs/cli.md)
+
+
+class UsageError(BadRequest):
+    """Arguments that do not go together (exit status 2, as argparse's own)."""
+
+    default_code = "USAGE"
+
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -39,12 +54,41 @@ JSON_HELP = "machine-readable output (and typed errors) on stdout"
 
 
 def command(sub: Sub, name: str, help_text: str, func: Callable[[argparse.Namespace], int],
-            description: str | None = None) -> argparse.ArgumentParser:
-    p: argparse.ArgumentParser = sub.add_parser(name, help=help_text,
-                                                description=description or help_text)
+            description: str | None = None, examples: str = "",
+            library: bool = True) -> argparse.ArgumentParser:
+    """A command whose ``--help`` shows its defaults and ``examples``; ``--json`` and (unless
+    ``library`` is false) ``--library URL`` are accepted after the command as before it."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=help_text, description=description or help_text,
+        epilog=f"examples:\n{examples}" if examples else None,
+        formatter_class=HelpFormatter)
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
+    if library:
+        p.add_argument("--library", dest="global_library", metavar="URL",
+                       default=argparse.SUPPRESS, help=LIBRARY_HELP)
     p.set_defaults(func=func)
     return p
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's default after its help (when it has a real one: not for flags); the
+    description and examples kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "%(default)" in text or default in (None, False, [], argparse.SUPPRESS) \
+                or "(default" in text or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+LIBRARY_HELP = "library URL (default: $ALEXANDRIA_LIBRARY, else the one in your config home)"
+
+
+def library_url(args: argparse.Namespace) -> str | None:
+    """``--library URL``, else ``$ALEXANDRIA_LIBRARY``, else none (the configured library)."""
+    return getattr(args, "global_library", None) or os.environ.get("ALEXANDRIA_LIBRARY") or None
 
 
 def names_file_option(p: argparse.ArgumentParser) -> None:
@@ -65,8 +109,8 @@ def register(sub: Sub) -> None:
     p = command(wsub, "init", "create your Ed25519 worker key and pin your library", cmd_init,
                 "Create the worker key (mode 0600) in your config home (ALEXANDRIA_HOME, else"
                 " XDG_CONFIG_HOME/alexandria, else ~/.config/alexandria), record the library"
-                " and its genesis pin, and print the public key for the operator to approve.")
-    p.add_argument("--library", metavar="URL", help=f"library URL (default {DEFAULT_LIBRARY})")
+                " and its genesis pin, and print the public key for the operator to approve."
+                " (`alexandria login URL` does this and the approval in one step.)")
     p.add_argument("--genesis", metavar="PIN",
                    help="genesis pin, obtained out of band (without it the library's own"
                    " genesis is pinned on first use)")
@@ -75,27 +119,21 @@ def register(sub: Sub) -> None:
 
     command(sub, "whoami", "show your worker key, actor, scopes and library", cmd_whoami)
 
-    p = command(sub, "publish", "sign content and publish it", cmd_publish,
-                "Sign content ({kind,title,body,links,previous} as the write contract's"
-                " content_schema describes it) and publish it. The signed envelope is written to"
-                " pending/ first; when the library cannot be reached it stays there for"
-                " `alexandria retry`.")
-    p.add_argument("file", metavar="FILE", help="content file, or - for stdin")
-    p.add_argument("--name", help="record the published id under NAME in the names file")
-    names_options(p)
-
     p = command(sub, "validate", "ask the library whether it would admit content (dry run)",
                 cmd_validate)
     p.add_argument("file", metavar="FILE", help="content file, or - for stdin")
     names_options(p)
 
-    command(sub, "pending", "list envelopes not yet admitted, and rejected ones", cmd_pending)
+    p = command(sub, "pending", "list envelopes not yet admitted, and rejected ones",
+                cmd_pending)
+    p.add_argument("--clear-rejected", action="store_true",
+                   help="delete the envelopes the library rejected (they are never resent)")
     p = command(sub, "retry", "resend pending envelopes, byte for byte", cmd_retry)
     p.add_argument("ids", nargs="*", metavar="ID", help="only these pending ids")
 
 
 def session_of(args: argparse.Namespace) -> Session:
-    return Session(Home.locate(), getattr(args, "names", None))
+    return Session(Home.locate(), getattr(args, "names", None), library_url=library_url(args))
 
 
 # --- worker, whoami ---------------------------------------------------------------------------
@@ -105,10 +143,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     home = Home.locate()
     if args.genesis is not None and not HEX64.match(args.genesis):
         raise BadRequest("--genesis is a 64-hex pin", "BAD_PIN")
+    chosen = library_url(args)
+    url = check_library_url(chosen) if chosen else None
     key, created = home.create_key()
     known = home.library_or_none()
-    url = (args.library or (known.url if known else DEFAULT_LIBRARY)).rstrip("/")
-    pin = args.genesis or (known.pin if known and not args.library else None)
+    url = url or (known.url if known else DEFAULT_LIBRARY)
+    pin = args.genesis or (known.pin if known and not chosen else None)
     session = Session(home, library=LibraryConfig(url, pin or ""))
     try:
         genesis = fetch_genesis(session.client, pin)
@@ -177,7 +217,7 @@ def cmd_whoami(args: argparse.Namespace) -> int:
         emit_json(out)
         return 0
     rows = [("worker", key.public_hex), ("home", str(home.root)),
-            ("library", out["library"] or "— (run `alexandria worker init`)"),
+            ("library", out["library"] or "— (run `alexandria login URL`)"),
             ("genesis", out["genesis"] or "—")]
     if cert:
         left = (cert.not_after - now_ms()) // 86_400_000
@@ -187,7 +227,8 @@ def cmd_whoami(args: argparse.Namespace) -> int:
                            f" ({state})"),
                  ("authority", cert.authority)]
     else:
-        rows.append(("actor", "— not approved yet: send the worker key to the operator"))
+        rows.append(("actor", "— not approved yet: `alexandria login` (the operator approves"
+                              " its code)"))
     for label, value in rows:
         say(f"{label:<10} {value}")
     return 0
@@ -200,55 +241,6 @@ def _signed_content(session: Session, args: argparse.Namespace) -> tuple[Any, di
     content = parse_content(read_input(args.file), args.file)
     resolved = session.resolve(content, parse_refs(args.ref))
     return session.sign(resolved), resolved
-
-
-def cmd_publish(args: argparse.Namespace) -> int:
-    session = session_of(args)
-    if args.name is not None:
-        check_name(args.name)
-    try:
-        signed, content = _signed_content(session, args)
-        meta: dict[str, Any] = {"kind": content["kind"], "title": content["title"],
-                                "library": session.library.url}
-        if args.name is not None:
-            meta["name"] = args.name
-            if session.names_path is not None:
-                meta["names_file"] = str(session.names_path)
-        outbox = Outbox(session.home)
-        outcome = outbox.deliver(outbox.write(signed.id, signed.envelope, meta), session.client)
-    finally:
-        session.close()
-    return _report_publish(args, outcome, session.home)
-
-
-def _report_publish(args: argparse.Namespace, outcome: Outcome, home: Home) -> int:
-    p = outcome.pending
-    if outcome.status == "kept":
-        assert outcome.error is not None
-        raise Unreachable(
-            f"{outcome.error.message} — the signed envelope is kept in"
-            f" {home.pending_dir / (p.id + '.json')}: `alexandria retry` resends it",
-            outcome.error.code, pending=p.id, **outcome.error.details,
-        )
-    if outcome.status == "rejected":
-        assert outcome.error is not None
-        raise _rejected(outcome.error, p, home)
-    if args.json:
-        emit_raw(outcome.signed)
-        return 0
-    signed = orjson.loads(outcome.signed)
-    say(p.id)
-    verb = "admitted" if outcome.created else "already admitted"
-    name = f" as ${p.meta['name']}" if "name" in p.meta else ""
-    note(f"{verb} {signed['record']['kind']} “{one_line(signed['record']['title'], 60)}”"
-         f" #{signed['admission']['sequence']}{name}")
-    return 0
-
-
-def _rejected(exc: AlexandriaError, p: Pending, home: Home) -> AlexandriaError:
-    exc.message = (f"rejected: {exc.message} — recorded in {home.rejected_dir / (p.id + '.json')}"
-                   " and never resent; correct the content and publish anew")
-    return exc
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -272,9 +264,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_pending(args: argparse.Namespace) -> int:
     home = Home.locate()
     outbox = Outbox(home)
+    if args.clear_rejected:
+        cleared = outbox.clear_rejected()
+        if args.json:
+            emit_json({"cleared": cleared})
+        else:
+            note(f"deleted {len(cleared)} rejected envelope{'' if len(cleared) == 1 else 's'}"
+                 f" from {home.rejected_dir}/")
+        return 0
     items, rejected = outbox.pending(), outbox.rejected()
     if args.json:
-        emit_json({"pending": [{"id": p.id, **p.meta} for p in items], "rejected": rejected})
+        emit_json({"pending": [{"id": p.id, "kind": p.record["kind"], "title": p.record["title"],
+                                **p.meta} for p in items], "rejected": rejected})
         return 0
     for p in items:
         name = f"  ${p.meta['name']}" if "name" in p.meta else ""
@@ -350,5 +351,5 @@ def _report_retry(args: argparse.Namespace, items: list[Pending], outcomes: list
     if kept or rejected:
         note(f"alexandria: {kept} still pending, {rejected} rejected"
              + (f" (see {home.rejected_dir}/)" if rejected else ""))
-        return 1
+        return EXIT_PENDING if kept else EXIT_REFUSED
     return 0

@@ -5,7 +5,7 @@ On a definitive validation rejection correct content and use a new pending file.
 
 1. ``write``: the signed envelope's exact bytes (``JCS(envelope)``) go to ``pending/ID.json``
    *before* anything is sent; ``ID`` is the revision id, known before sending.  What ``publish``
-   needs afterwards (the name to record) goes to ``pending/ID.meta.json``.
+   needs afterwards (the name to record, when there is one) goes to ``pending/ID.meta.json``.
 2. ``deliver`` sends those bytes — the same bytes on every retry, never re-signed.  Then:
    - admitted (201, or 200 for an envelope the library already holds): the signed record the
      library returned goes to ``published/ID.json``, the name (if any) is appended to the names
@@ -15,11 +15,21 @@ On a definitive validation rejection correct content and use a new pending file.
      typed error beside it in ``rejected/ID.error.json``; it is never sent again.
 A crash between any two of these steps is harmless: resending an admitted envelope returns 200
 with the same signed record.
+
+``publish FILE…`` and ``publish --jsonl`` follow the same rule per envelope, a chunk at a time:
+``write_many`` makes a chunk's pending files durable with one wait for the disk (all written,
+then all fsynced: the first fsync commits the journal for every one), the envelopes are sent in
+order, and ``settle`` records what was admitted (published/, names) before removing their
+pending files.  A ``.meta.json`` is written only when there is a name to record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +42,10 @@ from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import now
 from alexandria.errors import AlexandriaError
 from alexandria.files import atomic_write, read_json, write_json
+
+
+class KeptPending(Unreachable):
+    """The library could not be reached: the signed envelope stays in ``pending/``."""
 
 
 @dataclass(frozen=True)
@@ -65,10 +79,28 @@ class Outbox:
         return folder / f"{rev}{suffix}"
 
     def write(self, rev: str, envelope: bytes, meta: dict[str, Any]) -> Pending:
-        meta = {**meta, "written_at": now()}
-        write_json(self._path(self.home.pending_dir, rev, ".meta.json"), meta)
+        """The envelope, durable before it is sent; its ``.meta.json`` only when there is a
+        name to record (everything else is in the envelope): one wait for the disk less."""
+        if "name" in meta:
+            meta = {**meta, "written_at": now()}
+            write_json(self._path(self.home.pending_dir, rev, ".meta.json"), meta)
         atomic_write(self._path(self.home.pending_dir, rev), envelope)
         return Pending(rev, envelope, meta)
+
+    def write_many(self, items: Sequence[tuple[str, bytes, dict[str, Any]]]) -> list[Pending]:
+        """``write`` for a chunk of envelopes, durable together before any is sent."""
+        files: list[tuple[Path, bytes]] = []
+        out = []
+        written_at = now()
+        for rev, envelope, meta in items:
+            if "name" in meta:
+                meta = {**meta, "written_at": written_at}
+                files.append((self._path(self.home.pending_dir, rev, ".meta.json"),
+                              orjson.dumps(meta, option=orjson.OPT_INDENT_2) + b"\n"))
+            files.append((self._path(self.home.pending_dir, rev), envelope))
+            out.append(Pending(rev, envelope, meta))
+        durable_write(files)
+        return out
 
     def load(self, rev: str) -> Pending:
         path = self._path(self.home.pending_dir, rev)
@@ -95,11 +127,22 @@ class Outbox:
                         "path": str(self._path(self.home.rejected_dir, rev))})
         return out
 
+    def clear_rejected(self) -> list[str]:
+        """Delete every rejected envelope and its error; the ids deleted."""
+        ids = self._ids(self.home.rejected_dir)
+        for rev in ids:
+            self._path(self.home.rejected_dir, rev, ".error.json").unlink(missing_ok=True)
+            self._path(self.home.rejected_dir, rev).unlink(missing_ok=True)
+        return ids
+
     def published(self, rev: str) -> bytes | None:
         path = self._path(self.home.published_dir, rev)
         return path.read_bytes() if path.exists() else None
 
-    def deliver(self, pending: Pending, client: Client) -> Outcome:
+    def deliver(self, pending: Pending, client: Client,
+                admitted: list[tuple[Pending, bytes, dict[str, Any]]] | None = None) -> Outcome:
+        """Send one envelope; with ``admitted``, an admission is recorded there for ``settle``
+        instead of at once."""
         try:
             answer = client.publish(pending.envelope)
         except Unreachable as exc:
@@ -110,7 +153,10 @@ class Outbox:
             self._reject(pending, exc, getattr(exc, "http_status", 0))
             return Outcome(pending, "rejected", error=exc)
         signed = self._check_answer(pending, answer.content, client)
-        self._admit(pending, answer.content, signed)
+        if admitted is None:
+            self._admit(pending, answer.content, signed)
+        else:
+            admitted.append((pending, answer.content, signed))
         return Outcome(pending, "admitted", created=answer.status == 201, signed=answer.content)
 
     def _check_answer(self, pending: Pending, content: bytes, client: Client) -> dict[str, Any]:
@@ -134,6 +180,22 @@ class Outbox:
             self.home.append_name(name, signed["id"], path)
         self._remove(pending.id)
 
+    def settle(self, admitted: Sequence[tuple[Pending, bytes, dict[str, Any]]]) -> None:
+        """``_admit`` for a chunk: the signed records durable together, then the names (one
+        append per names file), then the pending files go."""
+        durable_write([(self._path(self.home.published_dir, p.id), content)
+                       for p, content, _signed in admitted])
+        lines: dict[str | None, list[tuple[str, str]]] = {}
+        for p, _content, signed in admitted:
+            name, names_file = p.meta.get("name"), p.meta.get("names_file")
+            if isinstance(name, str):
+                key = names_file if isinstance(names_file, str) else None
+                lines.setdefault(key, []).append((name, signed["id"]))
+        for names_file, pairs in lines.items():
+            self.home.append_names(pairs, Path(names_file) if names_file else None)
+        for p, _content, _signed in admitted:
+            self._remove(p.id, meta="written_at" in p.meta)
+
     def _reject(self, pending: Pending, exc: AlexandriaError, status: int) -> None:
         folder = self.home.rejected_dir
         error = {"status": status, **exc.to_json(), "rejected_at": now(), "meta": pending.meta}
@@ -141,6 +203,67 @@ class Outbox:
         os.replace(self._path(self.home.pending_dir, pending.id), self._path(folder, pending.id))
         self._path(self.home.pending_dir, pending.id, ".meta.json").unlink(missing_ok=True)
 
-    def _remove(self, rev: str) -> None:
+    def _remove(self, rev: str, meta: bool = True) -> None:
         self._path(self.home.pending_dir, rev).unlink(missing_ok=True)
-        self._path(self.home.pending_dir, rev, ".meta.json").unlink(missing_ok=True)
+        if meta:  # only ``write`` and named ``write_many`` entries have one
+            self._path(self.home.pending_dir, rev, ".meta.json").unlink(missing_ok=True)
+
+
+def sync_all(fds: Sequence[int]) -> None:
+    """Every file durable: one ``syncfs`` of their file system on Linux when there are several
+    (each ``fsync`` is a wait for the disk; one ``syncfs`` is one wait for all), else
+    ``fsync`` each."""
+    if len(fds) > 2:
+        syncfs = _syncfs()
+        if syncfs is not None and syncfs(fds[0]) == 0:
+            return
+    for fd in fds:
+        os.fsync(fd)
+
+
+_SYNCFS: list[Any] = []
+
+
+def _syncfs() -> Any:
+    if not _SYNCFS:
+        fn = None
+        if sys.platform.startswith("linux"):
+            import ctypes
+            import ctypes.util
+
+            with contextlib.suppress(OSError, AttributeError):
+                fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6",
+                                 use_errno=True).syncfs
+        _SYNCFS.append(fn)
+    return _SYNCFS[0]
+
+
+def durable_write(files: Sequence[tuple[Path, bytes]]) -> None:
+    """Replace each path atomically (temporary file, rename), with one wait for the disk for
+    all: every file is written, then every one fsynced, then every one renamed into place."""
+    temps: list[tuple[int, str, Path]] = []
+    try:
+        for path, data in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            temps.append((fd, tmp, path))
+            os.fchmod(fd, 0o644)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        sync_all([fd for fd, _tmp, _path in temps])
+        for fd, tmp, path in temps:
+            os.close(fd)
+            os.replace(tmp, path)
+        temps = []
+        for folder in {path.parent for path, _data in files}:
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # the renames themselves
+            finally:
+                os.close(fd)
+    finally:
+        for fd, tmp, _path in temps:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            Path(tmp).unlink(missing_ok=True)

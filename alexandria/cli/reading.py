@@ -25,12 +25,16 @@ if TYPE_CHECKING:
 
 def register(sub: Sub) -> None:
     p = command(sub, "get", "fetch a signed record and check it against the pinned genesis",
-                cmd_get)
+                cmd_get, examples="  alexandria get claim --head\n"
+                "  alexandria --json get 3f2a…64hex --library https://library.example")
     p.add_argument("revision", metavar="REV", help="revision id or a name from the names file")
     p.add_argument("--head", action="store_true", help="the current head of REV's object")
     names_file_option(p)
 
-    p = command(sub, "search", "search the library's catalogue", cmd_search)
+    p = command(sub, "search", "search the library's catalogue", cmd_search,
+                examples="  alexandria search arithmetic\n"
+                "  alexandria search --kind claim --sort top\n"
+                "  ALEXANDRIA_LIBRARY=https://library.example alexandria search successor")
     p.add_argument("query", metavar="Q", nargs="?", default="", help="query tokens")
     p.add_argument("--kind", help="only this kind")
     p.add_argument("--sort", choices=("relevance", "new", "top"),
@@ -51,7 +55,9 @@ def register(sub: Sub) -> None:
                 cmd_changes,
                 "Print the revisions of ROOT and everything under it, in admission order. The"
                 " cursor is saved after each page, so the next run continues where this one"
-                " stopped (also after a restart).")
+                " stopped (also after a restart).",
+                examples="  alexandria changes --root space\n"
+                "  alexandria changes --root space --follow --interval 5")
     p.add_argument("--root", required=True, metavar="R", help="root id or a name")
     p.add_argument("--follow", action="store_true", help="keep polling for new changes")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between polls")
@@ -89,7 +95,9 @@ def cmd_get(args: argparse.Namespace) -> int:
             ("previous", record["previous"] or "—")]
     rows += [("link", f"{lk['relation']} → {lk['target']}") for lk in record["links"]]
     pin = short(session.genesis().pin)
-    rows.append(("verified", f"signatures chain to the pinned genesis {pin}"))
+    rows.append(("verified", f"signatures chain to the pinned genesis {pin}" if session.pinned
+                 else f"signatures chain to the library's own genesis {pin} (not pinned:"
+                 " pass a pin with `alexandria login` or `worker init --genesis`)"))
     for label, value in rows:
         say(f"  {label:<9} {value}")
     body = body_of(record)

@@ -8,22 +8,25 @@ what the library sends back against the pinned genesis.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from alexandria.cli.config import Home, LibraryConfig, SetupRequired
-from alexandria.client import Client
+from alexandria.client import Client, check_library_url, has_credentials, redact_url
 from alexandria.core.canonical import canonical, find_float, parse_json
-from alexandria.core.keys import HEX64
+from alexandria.core.keys import HEX64, SigningKey
 from alexandria.core.records import (
+    MAX_ENVELOPE_BYTES,
+    OBJECT_KINDS,
     PERSONAL_KINDS,
     PUBLIC_KINDS,
     decode_body,
     make_envelope,
     make_record,
     parse_record,
+    revision_id,
 )
 from alexandria.core.timestamps import now
 from alexandria.core.trust import Genesis, WorkerCertificate, parse_worker_certificate
@@ -35,6 +38,69 @@ from alexandria.service.bootstrap import resolve_refs
 
 CONTENT_FIELDS = ("kind", "title", "body", "links", "previous")
 _ALL_KINDS = (*PUBLIC_KINDS, *PERSONAL_KINDS)
+
+
+class ContentRefused(AlexandriaError):
+    """Content the library would refuse, caught before it is signed: nothing is written to
+    ``pending/`` or ``rejected/`` and nothing is sent.  Same code and details as the library's
+    answer would carry."""
+
+    default_code = "CONTENT_REFUSED"
+
+
+def _strings(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{where}/{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{where}/{i}")
+
+
+def check_content(content: Mapping[str, Any], kinds: tuple[str, ...] = PUBLIC_KINDS) -> None:
+    """What can be known about content before signing it, in words a person understands: the
+    kind (with the right case), the body's type for that kind, and no credentials in a URL
+    (they would be signed, sent, kept in ``rejected/`` and printed)."""
+    kind = content.get("kind")
+    if not isinstance(kind, str) or kind not in kinds:
+        hint = ""
+        if isinstance(kind, str):
+            import difflib
+
+            close = [k for k in kinds if k == kind.lower()] or difflib.get_close_matches(
+                kind, kinds, n=1, cutoff=0.6)
+            hint = f": did you mean {close[0]!r}?" if close else ""
+        raise ContentRefused(
+            f"unknown kind {str(kind)[:40]!r}{hint} (kinds: {', '.join(kinds)})",
+            "UNKNOWN_KIND", pointer="/kind", allowed=list(kinds))
+    body = content.get("body")
+    if kind in OBJECT_KINDS and not isinstance(body, dict):
+        raise ContentRefused(f"the body of a {kind} is a JSON object, e.g. {{\"text\": \"…\"}}",
+                             "RECORD_SHAPE", pointer="/body")
+    if kind not in OBJECT_KINDS and kind in PUBLIC_KINDS and not isinstance(body, str):
+        raise ContentRefused(f"the body of a {kind} is a string", "RECORD_SHAPE",
+                             pointer="/body")
+    for where, text in _strings(content):
+        if has_credentials(text):
+            raise ContentRefused(
+                f"{where}: {redact_url(text)[:200]} contains a user name or password; remove"
+                " it (what you publish is public and signed forever)",
+                "CREDENTIALS_IN_URL", pointer=where)
+
+
+def check_record(record: dict[str, Any], pin: str, kinds: tuple[str, ...]) -> None:
+    """The record's shape, body length and (public kinds) the write contract's content
+    schema, as the library checks them: a mistake costs no signature and no pending file."""
+    try:
+        parsed = parse_record(record, pin, kinds=kinds)
+        if parsed.kind in PUBLIC_KINDS:
+            from alexandria.core.schema import validate_content
+
+            validate_content(parsed.content)
+    except AlexandriaError as exc:
+        raise ContentRefused(exc.message, exc.code, **exc.details) from exc
 
 
 @dataclass(frozen=True)
@@ -101,18 +167,32 @@ class Session:
     """One participant (a config home) talking to their library."""
 
     def __init__(self, home: Home, names_file: str | None = None,
-                 library: LibraryConfig | None = None) -> None:
+                 library: LibraryConfig | None = None, library_url: str | None = None) -> None:
+        """``library_url`` (``--library``, ``$ALEXANDRIA_LIBRARY``) overrides the configured
+        library: reading then needs no key and no configuration at all."""
         self.home = home
         self.names_path = Path(names_file).resolve() if names_file else None
         self._library = library
+        self._library_url = check_library_url(library_url) if library_url else None
         self._client: Client | None = None
         self._genesis: Genesis | None = None
+        self._names: dict[str, str] | None = None
+        self._signer: tuple[SigningKey, dict[str, Any], WorkerCertificate] | None = None
 
     @property
     def library(self) -> LibraryConfig:
         if self._library is None:
-            self._library = self.home.library()
+            known = self.home.library_or_none() if self._library_url else self.home.library()
+            if self._library_url and (known is None or known.url != self._library_url):
+                self._library = LibraryConfig(self._library_url, "")  # no pin: unpinned reads
+            else:
+                assert known is not None
+                self._library = known
         return self._library
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.library.pin)
 
     @property
     def client(self) -> Client:
@@ -129,6 +209,9 @@ class Session:
     def genesis(self) -> Genesis:
         """The pinned genesis: from the home, else fetched once and checked against the pin."""
         if self._genesis is None:
+            if not self.pinned:  # --library URL with no pin of it: the library's own genesis
+                self._genesis = fetch_genesis(self.client, None)
+                return self._genesis
             doc = self.home.genesis_document()
             if doc is None:
                 self._genesis = fetch_genesis(self.client, self.library.pin)
@@ -149,7 +232,15 @@ class Session:
     # --- names ---------------------------------------------------------------------------------
 
     def names(self, refs: Mapping[str, str] | None = None) -> dict[str, str]:
-        return {**self.home.names(self.names_path), **(refs or {})}
+        """The names file, read once per session; ``remember`` adds what this session admits."""
+        if self._names is None:
+            self._names = self.home.names(self.names_path)
+        return {**self._names, **(refs or {})}
+
+    def remember(self, name: str, rev: str) -> None:
+        self.names()
+        assert self._names is not None
+        self._names[name] = rev
 
     def resolve(self, content: dict[str, Any], refs: Mapping[str, str]) -> dict[str, Any]:
         try:
@@ -179,14 +270,23 @@ class Session:
 
     def sign(self, content: Mapping[str, Any]) -> Signed:
         """Fill ``format``, ``genesis``, ``author``, ``authored_at``, JSON-encode object bodies,
-        sign with the worker key; the envelope bytes are ``JCS(envelope)``."""
-        key = self.home.worker_key()
-        cert_doc = self.home.certificate()
-        cert = self.certificate()
+        check everything the library would check of the content alone, then sign with the
+        worker key; the envelope bytes are ``JCS(envelope)``."""
+        check_content(content, _ALL_KINDS if content.get("kind") in PERSONAL_KINDS
+                      else PUBLIC_KINDS)
+        if self._signer is None:
+            self._signer = (self.home.worker_key(), self.home.certificate(), self.certificate())
+        key, cert_doc, cert = self._signer
         record = make_record(self.library.pin, cert.actor, now(), content)
+        check_record(record, self.library.pin, _ALL_KINDS)
         envelope = make_envelope(record, cert_doc, key)
         data = canonical(envelope)
-        return Signed(parse_record(record, self.library.pin, kinds=_ALL_KINDS).id, record, data)
+        if len(data) > MAX_ENVELOPE_BYTES:
+            raise ContentRefused(
+                f"the signed envelope is {len(data):,} bytes; the library takes at most"
+                f" {MAX_ENVELOPE_BYTES:,}: shorten the body", "PAYLOAD_TOO_LARGE",
+                limit=MAX_ENVELOPE_BYTES, actual=len(data))
+        return Signed(revision_id(record), record, data)
 
 
 def fetch_genesis(client: Client, pin: str | None) -> Genesis:
@@ -195,13 +295,24 @@ def fetch_genesis(client: Client, pin: str | None) -> Genesis:
     return Genesis.from_document(answer.get("document"), pin=pin)
 
 
+class RecordNotVerified(AlexandriaError):
+    """A record the library served does not check against the pinned genesis (exit 6)."""
+
+    default_code = "NOT_VERIFIED"
+
+
 def check_signed_record(signed: Any, genesis: Genesis) -> CheckedRecord:
     """What a reader holding only the pinned genesis can check of one signed record, with the
     server's own rules and codes (``rules.signed.check_signed_record``): its id is the hash
     of its record, the worker certificate chains to the admission's authority certificate
     signed by the genesis roots, the author is the certified actor, the proof, scope and
-    content verify, and both certificates were valid at admission."""
-    return rules_signed.check_signed_record(signed, genesis)
+    content verify, and both certificates were valid at admission.  A failure keeps the
+    server's code and is a verification failure (exit 6)."""
+    try:
+        return rules_signed.check_signed_record(signed, genesis)
+    except AlexandriaError as exc:
+        raise RecordNotVerified(f"the library served a record that does not verify:"
+                                f" {exc.message}", exc.code, **exc.details) from exc
 
 
 def body_of(record: Mapping[str, Any]) -> Any:

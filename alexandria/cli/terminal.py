@@ -9,9 +9,36 @@ carries everything else: notes, warnings and progress.
 from __future__ import annotations
 
 import sys
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from alexandria.errors import AlexandriaError
+
+_VERBOSE = False
+_STARTED = time.perf_counter()
+
+
+def set_verbose(on: bool) -> None:
+    """``-v``: debug lines on stderr (requests and their timings, tracebacks of errors)."""
+    global _VERBOSE
+    _VERBOSE = on
+    if on:
+        from alexandria import client
+
+        client.TRACE = debug
+
+
+def verbose() -> bool:
+    return _VERBOSE
+
+
+def debug(text: str) -> None:
+    if _VERBOSE:
+        ms = (time.perf_counter() - _STARTED) * 1000
+        print(f"debug: {ms:7.1f} ms  {text}", file=sys.stderr, flush=True)
 
 
 def emit_json(value: Any) -> None:
@@ -40,8 +67,52 @@ def one_line(text: str, width: int = 72) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+#: details shown in text mode, in this order, with the label they are shown under
+_DETAIL_LABELS = (("head", "current head"), ("root", "object"), ("pointer", "at"),
+                  ("expected", "expected"), ("allowed", "allowed"), ("limit", "limit"))
+
+
+def next_step(exc: AlexandriaError) -> str | None:
+    """What to do about a typed error, when the error alone says it."""
+    head = exc.details.get("head")
+    name = exc.details.get("revise_as")  # publish: the name the user knows the object by
+    target = name if isinstance(name, str) else head
+    if exc.code in ("HEAD_CONFLICT", "STALE_BASE") and isinstance(head, str):
+        return f"edit the current head instead: `alexandria revise {target}`"
+    if exc.code == "DUPLICATE_VOTE" and isinstance(head, str):
+        return f"you voted already: run `alexandria revise {target}` to change that vote"
+    return None
+
+
+def report_error(exc: AlexandriaError, json_output: bool, verbose: bool = False) -> None:
+    """One error: the typed document on stdout with ``--json``; on stderr the message, its
+    code (once), the details that help and the next step."""
+    from alexandria.client import redact_url
+
+    if json_output:
+        sys.stdout.buffer.write(orjson.dumps(exc.to_json()) + b"\n")
+        sys.stdout.flush()
+    message = redact_url(exc.message)
+    tag = f"[{exc.code}]"
+    lines = [f"alexandria: error: {message}" + ("" if message.endswith(tag) else f" {tag}")]
+    for key, label in _DETAIL_LABELS:
+        value = exc.details.get(key)
+        if value is not None:
+            text = value if isinstance(value, str) else orjson.dumps(value).decode()
+            lines.append(f"  {label + ':':<13} {one_line(redact_url(text), 200)}")
+    step = next_step(exc)
+    if step:
+        lines.append(f"  next: {step}")
+    sys.stderr.write("\n".join(lines) + "\n")
+    if verbose:
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+
+
 class Progress:
-    """``[i/n] label`` on stderr: redrawn in place on a terminal, one line each otherwise."""
+    """``what [####----] i/n label`` on stderr, redrawn in place, only when stderr is a
+    terminal: a log file or a pipe gets no progress lines."""
 
     def __init__(self, total: int, what: str) -> None:
         self.total = total
@@ -59,5 +130,3 @@ class Progress:
             end = "\n" if self.done >= self.total else ""
             sys.stderr.write("\r\x1b[2K" + line + end)
             sys.stderr.flush()
-        else:
-            note(line)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from alexandria.errors import BadRequest
 
@@ -34,7 +33,7 @@ class SigningKey:
             raise ValueError("an Ed25519 seed is 32 bytes")
         key = Ed25519PrivateKey.from_private_bytes(self.seed)
         object.__setattr__(self, "_key", key)
-        raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        raw = key.public_key().public_bytes_raw()  # not serialization: its import costs more
         object.__setattr__(self, "public_hex", raw.hex())
 
     @classmethod

@@ -22,8 +22,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import jsonschema_rs
-from rfc3339_validator import validate_rfc3339
-from rfc3986_validator import validate_rfc3986
 
 from alexandria.core.canonical import pointer
 from alexandria.core.contract import write_contract
@@ -40,6 +38,10 @@ def is_https_url(value: object) -> bool:
         return True  # formats only constrain strings
     if not value.startswith("https://") or not _URI_CHARACTERS.match(value):
         return False  # a URI is printable ASCII without spaces (RFC 3986 §2)
+    # imported on first use: it compiles its RFC 3986 grammar at import, which would cost every
+    # CLI command that checks content (most have no URL) more than the check itself
+    from rfc3986_validator import validate_rfc3986
+
     if not validate_rfc3986(value, rule="URI"):
         return False
     try:
@@ -55,6 +57,8 @@ def is_https_url(value: object) -> bool:
 def is_utc_datetime(value: object) -> bool:
     if not isinstance(value, str):
         return True
+    from rfc3339_validator import validate_rfc3339  # on first use, as rfc3986 above
+
     return value.endswith("Z") and bool(validate_rfc3339(value))
 
 

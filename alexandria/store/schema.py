@@ -259,7 +259,23 @@ CREATE TABLE IF NOT EXISTS vote_totals(
 );
 """
 
-TABLES = SCHEMA + CHECKPOINTS + COSIGNATURES + PERSONAL + CATALOGUE
+# Enrolment requests (``store/enrolments.py``, ``service/enrolment.py``): what ``alexandria
+# login`` asked and, once the operator approved it, the worker certificate.  Never in the log;
+# rows are deleted when they expire.
+ENROLMENT = """
+CREATE TABLE IF NOT EXISTS enrolment_requests(
+    code TEXT PRIMARY KEY,
+    worker TEXT NOT NULL,
+    name TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    requested_ms INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL,
+    certificate TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS enrolment_requests_expires ON enrolment_requests(expires_ms);
+"""
+
+TABLES = SCHEMA + CHECKPOINTS + COSIGNATURES + PERSONAL + CATALOGUE + ENROLMENT
 
 # A witness's own database (``alexandria witness serve``), not a library's: per log origin, the
 # latest checkpoint it cosigned.  Updated in the same ``BEGIN IMMEDIATE`` transaction as the

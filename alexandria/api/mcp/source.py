@@ -17,7 +17,7 @@ import anyio.from_thread
 import anyio.to_thread
 import httpx
 
-from alexandria.client import Client, answer_of, typed_failures
+from alexandria.client import Client, Unreachable, answer_of
 
 Params = Mapping[str, str | int]
 
@@ -51,9 +51,12 @@ class AppSource:
         self._http = httpx.AsyncClient(transport=transport, base_url=self.BASE)
 
     async def get(self, path: str, params: Params | None = None) -> bytes:
-        with typed_failures(self.BASE, "GET", path):
+        try:
             r = await self._http.get(path, params=params)
-        return answer_of(r, f"GET {path}").content
+        except httpx.TransportError as exc:  # the app itself failed to answer
+            raise Unreachable(f"GET {path}: no answer from the library ({exc})",
+                              "CONNECTION_LOST", url=self.BASE) from exc
+        return answer_of(r.status_code, r.reason_phrase, r.content, f"GET {path}").content
 
     def fetch(self, path: str) -> bytes:
         return anyio.from_thread.run(self.get, path)

@@ -1,0 +1,442 @@
+"""Publishing: ``publish FILE…|-|--jsonl FILE`` and ``revise REV``.
+
+One content: checked as the library would check it, signed, written to pending/ and sent
+(``pending.py`` states the rule).  Many (files, or JSON Lines): ``Batch`` signs them in order,
+makes a chunk durable at once and sends it over kept-alive connections, recording each name as
+soon as its content is admitted.  ``revise`` turns the current head of an object into a file to
+edit and publishes it with ``previous`` set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from alexandria.cli.config import Home
+from alexandria.cli.participant import (
+    EXIT_PENDING,
+    EXIT_REFUSED,
+    UsageError,
+    command,
+    names_file_option,
+    names_options,
+    session_of,
+)
+from alexandria.cli.pending import KeptPending, Outbox, Outcome, Pending
+from alexandria.cli.session import (
+    Session,
+    body_of,
+    check_signed_record,
+    parse_content,
+    parse_document,
+    parse_refs,
+    read_input,
+)
+from alexandria.cli.terminal import debug, emit_json, emit_raw, note, one_line, say, short
+from alexandria.client import Client
+from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.files import check_name
+
+if TYPE_CHECKING:
+    Sub = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def register(sub: Sub) -> None:
+    p = command(sub, "publish", "sign content and publish it", cmd_publish,
+                "Sign content ({kind,title,body,links,previous} as the write contract's"
+                " content_schema describes it), check it as the library would, and publish it."
+                " Each signed envelope is written to pending/ first; when the library cannot be"
+                " reached it stays there for `alexandria retry`. Many files, or --jsonl (one"
+                " content per line, optionally with a \"name\" field), go over one connection;"
+                " each $name resolves to what an earlier line published.",
+                examples="  alexandria publish claim.json --name claim\n"
+                "  alexandria publish a.json b.json c.json\n"
+                "  alexandria publish --jsonl contributions.jsonl\n"
+                "  echo '{\"kind\": \"reply\", …}' | alexandria publish -")
+    p.add_argument("files", metavar="FILE", nargs="*", help="content file(s), or - for stdin")
+    p.add_argument("--jsonl", metavar="FILE",
+                   help="one content per line (- for stdin); a \"name\" field records its id")
+    p.add_argument("--name", help="record the published id under NAME in the names file"
+                   " (one FILE)")
+    names_options(p)
+
+    p = command(sub, "revise", "edit the current head of an object and publish the revision",
+                cmd_revise,
+                "Fetch the current head of REV's object (checked against the pinned genesis),"
+                " open its content in $VISUAL / $EDITOR, and publish what you saved with"
+                " `previous` set to that head. With --print, write the editable content to"
+                " stdout instead: edit it and `alexandria publish` it yourself.",
+                examples="  alexandria revise claim\n"
+                "  alexandria revise claim --print > claim.json && $EDITOR claim.json"
+                " && alexandria publish claim.json")
+    p.add_argument("revision", metavar="REV", help="revision id or a name of the object")
+    p.add_argument("--print", action="store_true", dest="print_only",
+                   help="print the editable content instead of opening an editor")
+    p.add_argument("--name", help="record the new revision under NAME in the names file")
+    names_file_option(p)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One content to publish: where it came from (for messages) and the name to record; or
+    why it could not be read (a batch reports that line and goes on)."""
+
+    source: str
+    content: dict[str, Any]
+    name: str | None
+    error: AlexandriaError | None = None
+
+
+def _items(args: argparse.Namespace) -> Iterator[Item]:
+    """The contents of ``publish``, in order, read lazily (a 10,000-line file is not held)."""
+    if args.jsonl is not None:
+        if args.files or args.name:
+            raise UsageError("--jsonl takes no FILE and no --name (put \"name\" in each line)")
+        stream = sys.stdin.buffer if args.jsonl == "-" else _open(args.jsonl)
+        with stream:
+            for number, line in enumerate(stream, 1):
+                if not line.strip():
+                    continue
+                source = f"{args.jsonl}:{number}"
+                try:
+                    value = parse_document(line, source)
+                    name = value.pop("name", None) if isinstance(value, dict) else None
+                    if name is not None and not isinstance(name, str):
+                        raise BadRequest(f"{source}: \"name\" is a string", "BAD_NAME")
+                    content = parse_content(orjson.dumps(value), source)
+                    yield Item(source, content, check_name(name) if name is not None else None)
+                except AlexandriaError as exc:
+                    yield Item(source, {}, None, exc)
+        return
+    if not args.files:
+        raise UsageError("give FILE (- for stdin), several FILEs, or --jsonl FILE")
+    if args.name is not None and len(args.files) != 1:
+        raise UsageError("--name goes with one FILE (in --jsonl, a \"name\" field per line)")
+    for source in args.files:
+        try:
+            yield Item(source, parse_content(read_input(source), source), args.name)
+        except AlexandriaError as exc:
+            yield Item(source, {}, None, exc)
+
+
+def _open(path: str) -> Any:
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise BadRequest(f"cannot read {path}: {exc.strerror}", "CANNOT_READ", path=path) from exc
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    if args.name is not None:
+        check_name(args.name)
+    session = session_of(args)
+    try:
+        if args.jsonl is not None or len(args.files) > 1:
+            batch = Batch(args, session)
+            try:
+                batch.run(_items(args))
+            finally:
+                batch.close()
+            return batch.summary()
+        [item] = list(_items(args))
+        if item.error is not None:
+            raise item.error
+        outcome = _publish_one(session, Outbox(session.home), item, parse_refs(args.ref))
+    finally:
+        session.close()
+    return _report_publish(args, outcome, session.home)
+
+
+#: envelopes made durable in pending/ together, then sent together
+CHUNK = 128
+#: connections a batch sends on at once
+SENDERS = 8
+
+
+class Batch:
+    """``publish FILE…`` / ``--jsonl``: every content is checked and signed, written to
+    pending/ a chunk at a time, sent over one connection in order, and its name recorded as
+    soon as it is admitted.  A content that uses a name defined earlier in the unsent chunk
+    waits for that chunk to be sent, so ``$name`` always resolves to an admitted revision.  A
+    refusal (before signing) or a rejection (by the library) is reported and the rest go on;
+    when the library cannot be reached the batch stops, the chunk stays pending for
+    ``alexandria retry`` and what is not signed yet is not published."""
+
+    def __init__(self, args: argparse.Namespace, session: Session) -> None:
+        self.args = args
+        self.session = session
+        self.outbox = Outbox(session.home)
+        self.refs = parse_refs(args.ref)
+        self.chunk: list[tuple[Item, Any, dict[str, Any]]] = []
+        self.chunk_names: set[str] = set()
+        self.results: list[dict[str, Any]] = []
+        self.stopped = False
+        self._local = threading.local()
+        self._clients: list[Client] = []
+
+    def run(self, items: Iterator[Item]) -> None:
+        for item in items:
+            if item.error is not None:  # unreadable: reported in its place
+                self.chunk.append((item, None, {"refused": item.error}))
+                continue
+            if _names_used(item.content) & self.chunk_names:
+                self.flush()
+            if self.done():
+                return
+            try:
+                content = self.session.resolve(item.content, self.refs)
+                signed = self.session.sign(content)
+            except AlexandriaError as exc:  # reported in its place, after what comes before it
+                self.chunk.append((item, None, {"refused": exc}))
+                continue
+            meta: dict[str, Any] = {"kind": content["kind"], "title": content["title"]}
+            if item.name is not None:
+                meta["name"] = item.name
+                if self.session.names_path is not None:
+                    meta["names_file"] = str(self.session.names_path)
+                self.chunk_names.add(item.name)
+            self.chunk.append((item, signed, meta))
+            if len(self.chunk) >= CHUNK:
+                self.flush()
+            if self.done():
+                return
+        self.flush()
+
+    def done(self) -> bool:
+        return self.stopped
+
+    def flush(self) -> None:
+        """The chunk durable in pending/, then sent over ``SENDERS`` kept-alive connections:
+        its contents do not depend on each other (``run`` cut the chunk where one did), so
+        the library's writer may admit them in one group commit."""
+        if not self.chunk:
+            return
+        pendings = self.outbox.write_many([(s.id, s.envelope, m) for _i, s, m in self.chunk
+                                           if s is not None])
+        admitted: list[tuple[Pending, bytes, dict[str, Any]]] = []
+        try:
+            if self.stopped or not pendings:
+                outcomes = [Outcome(p, "kept") for p in pendings]
+            else:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(min(SENDERS, len(pendings))) as pool:
+                    outcomes = list(pool.map(lambda p: self._send(p, admitted), pendings))
+        finally:
+            self.outbox.settle(admitted)
+        sent = iter(outcomes)
+        for item, signed, meta in self.chunk:
+            if signed is None:
+                self.results.append(_batch_line(self.args, item.source, None, meta["refused"]))
+                continue
+            outcome = next(sent)
+            if outcome.status == "admitted" and item.name is not None:
+                self.session.remember(item.name, outcome.pending.id)
+            self.results.append(_batch_line(self.args, item.source, outcome, outcome.error))
+        self.chunk = []
+        self.chunk_names = set()
+        if self.stopped:
+            note("the library cannot be reached: what is signed stays in pending/ for"
+                 " `alexandria retry`; the rest is not signed")
+
+    def _send(self, p: Pending,
+              admitted: list[tuple[Pending, bytes, dict[str, Any]]]) -> Outcome:
+        if self.stopped:
+            return Outcome(p, "kept")
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = Client(self.session.library.url)
+            self._clients.append(client)
+        try:
+            outcome = self.outbox.deliver(p, client, admitted)
+        except AlexandriaError as exc:  # an answer that is not the library's: keep it
+            outcome = Outcome(p, "kept", error=exc)
+        if outcome.status == "kept":
+            self.stopped = True
+        return outcome
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+
+    def summary(self) -> int:
+        return _batch_summary(self.results, self.session.home)
+
+
+def _names_used(content: dict[str, Any]) -> set[str]:
+    """The ``$name`` references of a content (``$$`` escapes a literal dollar)."""
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            if value.startswith("$") and not value.startswith("$$"):
+                found.add(value[1:])
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(content)
+    return found
+
+
+def _publish_one(session: Session, outbox: Outbox, item: Item, refs: dict[str, str]) -> Outcome:
+    """Resolve, check, sign, write to pending/, send; the name is known to the next item as
+    soon as this one is admitted."""
+    content = session.resolve(item.content, refs)
+    signed = session.sign(content)
+    debug(f"checked and signed {signed.id}")
+    meta: dict[str, Any] = {"kind": content["kind"], "title": content["title"],
+                            "library": session.library.url}
+    if item.name is not None:
+        meta["name"] = item.name
+        if session.names_path is not None:
+            meta["names_file"] = str(session.names_path)
+    pending = outbox.write(signed.id, signed.envelope, meta)
+    debug(f"written to {session.home.pending_dir}/ (durable)")
+    outcome = outbox.deliver(pending, session.client)
+    debug(f"{outcome.status}; recorded")
+    if outcome.status == "admitted" and item.name is not None:
+        session.remember(item.name, signed.id)
+    return outcome
+
+
+def _batch_line(args: argparse.Namespace, source: str, outcome: Outcome | None,
+                error: AlexandriaError | None) -> dict[str, Any]:
+    """One line per content: the id when admitted (stdout), else why not (stderr)."""
+    entry: dict[str, Any] = {"source": source}
+    if outcome is not None:
+        entry["id"] = outcome.pending.id
+        entry["status"] = outcome.status
+        if outcome.status == "admitted":
+            entry["created"] = outcome.created
+    else:
+        entry["status"] = "refused"
+    if error is None and entry["status"] == "kept":
+        note(f"{source}: kept pending (not sent): {entry['id']}")
+    if error is not None:
+        entry["error"] = error.to_json()
+    if args.json:
+        emit_json(entry)
+    elif entry["status"] == "admitted":
+        say(entry["id"])
+    elif error is not None:
+        note(f"{source}: {entry['status']}: {error.message} [{error.code}]")
+    return entry
+
+
+def _batch_summary(results: list[dict[str, Any]], _home: Home) -> int:
+    counts = {s: sum(1 for r in results if r["status"] == s)
+              for s in ("admitted", "kept", "rejected", "refused")}
+    note(f"{counts['admitted']} admitted, {counts['rejected']} rejected by the library,"
+         f" {counts['refused']} refused before signing, {counts['kept']} kept pending")
+    if counts["kept"]:
+        return EXIT_PENDING
+    if counts["rejected"] or counts["refused"]:
+        return EXIT_REFUSED
+    return 0
+
+
+def _report_publish(args: argparse.Namespace, outcome: Outcome, home: Home) -> int:
+    p = outcome.pending
+    if outcome.status == "kept":
+        assert outcome.error is not None
+        raise KeptPending(
+            f"{outcome.error.message} — the signed envelope is kept in"
+            f" {home.pending_dir / (p.id + '.json')}: `alexandria retry` resends it",
+            outcome.error.code, pending=p.id, **outcome.error.details,
+        )
+    if outcome.status == "rejected":
+        assert outcome.error is not None
+        raise _rejected(outcome.error, p, home)
+    if args.json:
+        emit_raw(outcome.signed)
+        return 0
+    signed = orjson.loads(outcome.signed)
+    say(p.id)
+    verb = "admitted" if outcome.created else "already admitted"
+    name = f" as ${p.meta['name']}" if "name" in p.meta else ""
+    note(f"{verb} {signed['record']['kind']} “{one_line(signed['record']['title'], 60)}”"
+         f" #{signed['admission']['sequence']}{name}")
+    return 0
+
+
+def _rejected(exc: AlexandriaError, p: Pending, home: Home) -> AlexandriaError:
+    exc.message = (f"rejected: {exc.message} — recorded in {home.rejected_dir / (p.id + '.json')}"
+                   " and never resent; correct the content and publish anew")
+    root = exc.details.get("root")
+    if isinstance(root, str):  # a conflict: name the object as the user knows it
+        names_file = p.meta.get("names_file")
+        with contextlib.suppress(AlexandriaError, OSError):
+            names = home.names(Path(names_file) if isinstance(names_file, str) else None)
+            name = next((n for n, rev in names.items() if rev == root), None)
+            if name is not None:  # a client-side hint: --json prints the library's document
+                exc.details["revise_as"] = name
+    return exc
+
+
+# --- revise -----------------------------------------------------------------------------------
+
+
+def editable_content(record: dict[str, Any], head: str) -> dict[str, Any]:
+    """The content of a head, as a file to edit and publish: the body decoded, ``previous``
+    set to the head."""
+    return {"kind": record["kind"], "title": record["title"], "body": body_of(record),
+            "links": record["links"], "previous": head}
+
+
+def cmd_revise(args: argparse.Namespace) -> int:
+    if args.name is not None:
+        check_name(args.name)
+    session = session_of(args)
+    try:
+        rev = session.revision(args.revision)
+        answer = session.client.entry(rev, head=True)
+        signed = orjson.loads(answer.content)
+        check_signed_record(signed, session.genesis())
+        content = editable_content(signed["record"], signed["id"])
+        text = orjson.dumps(content, option=orjson.OPT_INDENT_2).decode() + "\n"
+        if args.print_only:
+            say(text.rstrip("\n"))
+            return 0
+        edited = _edit(text, signed["id"])
+        if edited is None:
+            note("nothing changed: nothing published")
+            return 0
+        source = f"revision of {short(signed['id'])}"
+        item = Item(source, parse_content(edited.encode(), source), args.name)
+        outcome = _publish_one(session, Outbox(session.home), item, {})
+    finally:
+        session.close()
+    return _report_publish(args, outcome, session.home)
+
+
+def _edit(text: str, head: str) -> str | None:
+    """``text`` after the user's editor (``$VISUAL``, ``$EDITOR``, else ``vi``); ``None`` when
+    it was saved unchanged.  The file stays when the editor fails, so no edit is lost."""
+    import shlex
+    import subprocess
+    import tempfile
+
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    fd, path = tempfile.mkstemp(prefix=f"alexandria-revise-{head[:12]}-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    status = subprocess.call([*shlex.split(editor), path])
+    if status != 0:
+        raise BadRequest(f"the editor ({editor}) exited with status {status}; your text is in"
+                         f" {path}", "EDITOR_FAILED", path=path)
+    edited = Path(path).read_text()
+    os.unlink(path)
+    return None if edited.strip() == text.strip() else edited

@@ -1,0 +1,174 @@
+"""Enrolment requests: how a participant asks for a worker certificate without passing files.
+
+``alexandria login URL`` creates the worker key and sends a request (public key, the actor name
+asked for, scopes, and the key's signature over them, so nobody can ask on behalf of a key they
+do not hold); the library keeps it aside and answers a short one-time code.  The operator lists
+open requests (``alexandria authority requests``) and approves one by its code
+(``alexandria authority approve CODE``): the worker certificate is signed on the operator's
+machine with the authority key, which never leaves it, and handed to the library, which checks
+it (it chains to the genesis, its authority is certified and unrevoked, it is for the requesting
+key) before giving it to ``login``.
+
+Nothing here reaches the log: requests live in their own table (``store/enrolments.py``) and
+are forgotten when they expire.  Every resource a stranger can use is bounded: a request is at
+most ``MAX_REQUEST_BYTES``, lives ``TTL_MS``, each client address may make
+``PER_ADDRESS`` requests per ``WINDOW_MS``, and at most ``MAX_OPEN`` are open at once.  A code
+approves once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from alexandria.core.canonical import canonical, parse_json
+from alexandria.core.keys import HEX64, verify
+from alexandria.core.timestamps import parse_ms
+from alexandria.core.trust import SCOPES
+from alexandria.errors import BadRequest, Forbidden, RateLimited
+from alexandria.files import NAME
+
+PURPOSE = "alexandria.enrolment/1"
+MAX_REQUEST_BYTES = 2048
+TTL_MS = 15 * 60 * 1000
+PER_ADDRESS = 10
+WINDOW_MS = 10 * 60 * 1000
+MAX_OPEN = 1000
+#: the operator's listing is signed by an authority key: ``KEY AT SIGNATURE`` in this header
+LIST_HEADER = "x-alexandria-authority"
+LIST_PURPOSE = "alexandria.enrolment-list/1"
+LIST_SKEW_MS = 5 * 60 * 1000
+#: codes: 8 characters of Crockford's base 32 (no I, L, O, U), shown as XXXX-XXXX (40 bits)
+ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+@dataclass(frozen=True)
+class EnrolmentRequest:
+    worker: str
+    name: str
+    scopes: tuple[str, ...]
+    proof: str
+
+    def signed_bytes(self, genesis_pin: str) -> bytes:
+        return signed_bytes(genesis_pin, self.worker, self.name, list(self.scopes))
+
+
+def signed_bytes(genesis_pin: str, worker: str, name: str, scopes: list[str]) -> bytes:
+    """What the worker key signs: ``JCS({purpose, genesis, worker, name, scopes})``."""
+    return canonical({"purpose": PURPOSE, "genesis": genesis_pin, "worker": worker,
+                      "name": name, "scopes": sorted(scopes)})
+
+
+def new_code() -> str:
+    raw = "".join(secrets.choice(ALPHABET) for _ in range(8))
+    return f"{raw[:4]}-{raw[4:]}"
+
+
+def normalize_code(text: str) -> str:
+    """What a person types: any case, with or without the dash, O for 0 and I/L for 1."""
+    flat = text.strip().upper().replace("-", "").replace(" ", "")
+    flat = flat.replace("O", "0").replace("I", "1").replace("L", "1")
+    if len(flat) != 8 or any(c not in ALPHABET for c in flat):
+        raise BadRequest("an enrolment code is 8 characters, like K7QF-2XMB", "BAD_CODE")
+    return f"{flat[:4]}-{flat[4:]}"
+
+
+def parse_request(body: bytes, genesis_pin: str) -> EnrolmentRequest:
+    if len(body) > MAX_REQUEST_BYTES:
+        raise BadRequest(f"an enrolment request is at most {MAX_REQUEST_BYTES} bytes",
+                         "BODY_TOO_LARGE", limit=MAX_REQUEST_BYTES)
+    value = parse_json(body)
+    fields = {"worker", "name", "scopes", "proof"}
+    if not isinstance(value, dict) or set(value) != fields:
+        raise BadRequest(f"an enrolment request has exactly the fields {sorted(fields)}",
+                         "ENROLMENT_SHAPE", allowed=sorted(fields))
+    worker, name, scopes, proof = (value[k] for k in ("worker", "name", "scopes", "proof"))
+    if not isinstance(worker, str) or not HEX64.match(worker):
+        raise BadRequest("worker is the 64-hex public key", "BAD_KEY", pointer="/worker")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise BadRequest("name: letters, digits, _ . - (at most 64)", "BAD_NAME",
+                         pointer="/name")
+    if not isinstance(scopes, list) or not scopes or len(scopes) > len(SCOPES) \
+            or len(set(map(str, scopes))) != len(scopes) \
+            or any(s not in SCOPES for s in scopes):
+        raise BadRequest("scopes: a non-empty list of distinct scopes", "BAD_SCOPE",
+                         pointer="/scopes", allowed=list(SCOPES))
+    if not isinstance(proof, str) or not verify(worker, proof,
+                                                signed_bytes(genesis_pin, worker, name, scopes)):
+        raise BadRequest("proof is not the worker key's signature of the request",
+                         "PROOF_INVALID", pointer="/proof")
+    return EnrolmentRequest(worker, name, tuple(sorted(scopes)), proof)
+
+
+def list_signed_bytes(genesis_pin: str, key: str, at: str) -> bytes:
+    """What an authority key signs to list open requests: ``JCS({purpose, genesis, key, at})``.
+    Who waits for approval (names, keys, codes) is the operator's business, not the world's."""
+    return canonical({"purpose": LIST_PURPOSE, "genesis": genesis_pin, "key": key, "at": at})
+
+
+def list_header(genesis_pin: str, key: Any, at: str) -> str:
+    """The header value the operator's CLI sends (``key`` is a ``SigningKey``)."""
+    return f"{key.public_hex} {at} {key.sign(list_signed_bytes(genesis_pin, key.public_hex, at))}"
+
+
+def parse_list_header(value: str | None, genesis_pin: str, now_ms: int) -> str:
+    """The authority key that signed ``value``, made within ``LIST_SKEW_MS`` of now.  Whether
+    that key is a certified, unrevoked authority is the ledger's question (the store asks)."""
+    if not value:
+        raise Forbidden(f"listing enrolment requests needs an authority's signature"
+                        f" ({LIST_HEADER}: KEY AT SIGNATURE): `alexandria authority requests`",
+                        "AUTHORITY_REQUIRED")
+    parts = value.split(" ")
+    at_ms = parse_ms(parts[1]) if len(parts) == 3 else None
+    if len(parts) != 3 or not HEX64.match(parts[0]) or at_ms is None:
+        raise Forbidden(f"{LIST_HEADER} is KEY AT SIGNATURE", "BAD_AUTHORITY_HEADER")
+    key, at, signature = parts
+    if abs(now_ms - at_ms) > LIST_SKEW_MS:
+        raise Forbidden("the listing signature is more than 5 minutes from the server's clock",
+                        "STALE_SIGNATURE", at=at)
+    if not verify(key, signature, list_signed_bytes(genesis_pin, key, at)):
+        raise Forbidden("the listing signature is not the key's", "PROOF_INVALID")
+    return key
+
+
+class AddressLimiter:
+    """``PER_ADDRESS`` requests per ``WINDOW_MS`` for each client address (a sliding window;
+    at most ``MAX_ADDRESSES`` addresses remembered, the oldest forgotten first)."""
+
+    MAX_ADDRESSES = 10_000
+
+    def __init__(self, per_address: int = PER_ADDRESS, window_ms: int = WINDOW_MS) -> None:
+        self.per_address = per_address
+        self.window_ms = window_ms
+        self._seen: dict[str, deque[int]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, address: str, now_ms: int | None = None) -> None:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            times = self._seen.pop(address, deque())
+            while times and times[0] <= now - self.window_ms:
+                times.popleft()
+            if len(times) >= self.per_address:
+                self._seen[address] = times
+                retry = (times[0] + self.window_ms - now) // 1000 + 1
+                raise RateLimited(
+                    f"too many enrolment requests from {address}: try again in {retry} s",
+                    retry_after=retry, limit=self.per_address)
+            times.append(now)
+            self._seen[address] = times  # re-inserted: the dict's order is by last use
+            while len(self._seen) > self.MAX_ADDRESSES:
+                del self._seen[next(iter(self._seen))]
+
+
+def public_view(row: dict[str, Any]) -> dict[str, Any]:
+    """A request as the operator sees it (``GET /api/enrolments``)."""
+    from alexandria.core.timestamps import format_ms
+
+    return {"code": row["code"], "name": row["name"], "worker": row["worker"],
+            "scopes": list(row["scopes"]), "requested_at": format_ms(row["requested_ms"]),
+            "expires_at": format_ms(row["expires_ms"])}

@@ -1,0 +1,128 @@
+"""Approval like ``gh auth login``: ``alexandria login`` asks, ``alexandria authority approve
+CODE`` approves, ``login`` receives the certificate.  A live library on 127.0.0.1; every step
+through the real command line, the bounds through raw HTTP."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from alexandria.core.keys import SigningKey
+from alexandria.core.trust import make_worker_certificate
+from alexandria.service.enrolment import signed_bytes
+from alexandria.service.operator_dir import OperatorDir, window
+from tests.cli_support import CLI, ROOT, Library, cli, cli_env, cli_json
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
+    library = Library.create(tmp_path_factory.mktemp("login"))
+    yield library
+    library.stop()
+
+
+def _log_size(lib: Library) -> int:
+    with sqlite3.connect(f"file:{lib.db}?mode=ro", uri=True) as conn:
+        (count,) = conn.execute("SELECT count(*) FROM log").fetchone()
+    return int(count)
+
+
+def _request(lib: Library, key: SigningKey, name: str = "mallory",
+             scopes: tuple[str, ...] = ("library.comment",)) -> httpx.Response:
+    body = {"worker": key.public_hex, "name": name, "scopes": list(scopes),
+            "proof": key.sign(signed_bytes(lib.pin, key.public_hex, name, list(scopes)))}
+    return httpx.post(f"{lib.url}/api/enrolments", content=orjson.dumps(body))
+
+
+def test_login_then_approve_by_code(lib: Library, tmp_path: Path) -> None:
+    home = tmp_path / "alice"
+    op = str(lib.operator)
+    before = _log_size(lib)
+    r = cli("login", lib.url, "--name", "alice", "--genesis", lib.pin, "--no-wait", home=home)
+    code = r.stdout.strip()
+    assert re.fullmatch(r"[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{4}", code), r.stdout
+    assert f"alexandria authority approve {code}" in r.stderr
+    listing = cli_json("authority", "requests", "--dir", op, "--library", lib.url)["requests"]
+    [mine] = [x for x in listing if x["code"] == code]
+    assert mine["name"] == "alice" and mine["worker"] == cli_json("whoami", home=home)["worker"]
+    assert mine["scopes"] == ["library.comment", "library.publish", "library.vote"]
+    assert code in cli("authority", "requests", "--dir", op, "--library", lib.url).stdout
+
+    waiting = subprocess.Popen(
+        [*CLI, "login"], env=cli_env(home, {"ALEXANDRIA_POLL_SECONDS": "0.2"}), cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    approved = cli("authority", "approve", code.lower(), "--dir", op, "--library", lib.url)
+    out, err = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, err
+    actor = approved.stdout.strip()
+    assert out.strip() == actor and "logged in" in err
+    assert json.loads((lib.operator / "actors.json").read_text())["alice"] == actor
+    who = cli_json("whoami", home=home)["certificate"]
+    assert who["actor"] == actor and who["valid_now"] is True
+    space = {"kind": "space", "title": "Alice's", "body": {"summary": "after login"}}
+    r = cli("publish", "-", home=home, stdin=json.dumps(space), expect=3)
+    assert "SCOPE" in r.stderr  # asked for publish, comment, vote: curate was not granted
+    assert not (home / "enrolment.json").exists()
+    assert "already logged in" in cli("login", home=home).stderr
+    assert _log_size(lib) == before  # requests and approvals never touch the log
+
+    # a code approves once; a poll with another key sees nothing
+    r = cli("authority", "approve", code, "--dir", op, "--library", lib.url, expect=1)
+    assert "UNKNOWN_CODE" in r.stderr
+    cert = (home / "certificate.json").read_bytes()
+    again = httpx.post(f"{lib.url}/api/enrolments/{code}/certificate", content=cert)
+    assert again.status_code == 409 and again.json()["code"] == "CODE_USED"
+    other = httpx.get(f"{lib.url}/api/enrolments/{code}", params={"worker": "ab" * 32})
+    assert other.status_code == 404
+
+
+def test_a_certificate_must_be_for_the_requesting_key(lib: Library) -> None:
+    key, stranger = SigningKey.generate(), SigningKey.generate()
+    code = _request(lib, key).json()["code"]
+    op = OperatorDir(lib.operator)
+    genesis = op.genesis()
+    not_before, not_after = window(1)
+    wrong = make_worker_certificate(genesis, "cd" * 32, stranger.public_hex,
+                                    ["library.comment"], SigningKey.load(op.root / "authority.key"),
+                                    not_before, not_after)
+    r = httpx.post(f"{lib.url}/api/enrolments/{code}/certificate", content=orjson.dumps(wrong))
+    assert r.status_code == 403 and r.json()["code"] == "CERTIFICATE_KEY_MISMATCH"
+    forged = make_worker_certificate(genesis, "cd" * 32, key.public_hex, ["library.comment"],
+                                     SigningKey.generate(), not_before, not_after)
+    r = httpx.post(f"{lib.url}/api/enrolments/{code}/certificate", content=orjson.dumps(forged))
+    assert r.status_code == 403 and r.json()["code"] == "AUTHORITY_UNKNOWN"
+    poll = httpx.get(f"{lib.url}/api/enrolments/{code}", params={"worker": key.public_hex})
+    assert poll.json()["status"] == "pending"
+
+
+def test_enrolment_requests_are_small_signed_and_rate_limited(lib: Library) -> None:
+    key = SigningKey.generate()
+    body = {"worker": key.public_hex, "name": "eve", "scopes": ["library.comment"],
+            "proof": SigningKey.generate().sign(b"something else")}
+    r = httpx.post(f"{lib.url}/api/enrolments", content=orjson.dumps(body))
+    assert r.status_code == 400 and r.json()["code"] == "PROOF_INVALID"
+    r = httpx.post(f"{lib.url}/api/enrolments", content=b"{" + b" " * 4000 + b"}")
+    assert r.status_code == 413
+    r = httpx.post(f"{lib.url}/api/enrolments", content=orjson.dumps({**body, "extra": 1}))
+    assert r.status_code == 400 and r.json()["code"] == "ENROLMENT_SHAPE"
+    statuses = [_request(lib, SigningKey.generate()).status_code for _ in range(12)]
+    assert statuses[-1] == 429 and statuses.count(201) <= 10
+    limited = _request(lib, SigningKey.generate()).json()
+    assert limited["code"] == "RATE_LIMITED" and limited["details"]["retry_after"] > 0
+
+
+def test_login_refuses_a_library_that_is_not_the_pinned_one(lib: Library,
+                                                           tmp_path: Path) -> None:
+    r = cli("login", lib.url, "--genesis", "0" * 64, "--no-wait", home=tmp_path / "x",
+            expect=1)
+    assert "GENESIS_PIN_MISMATCH" in r.stderr and not (tmp_path / "x" / "worker.key").exists()

@@ -1,0 +1,116 @@
+"""Enrolment requests through the real app with a controllable clock: they expire, a code
+approves once, codes are forgiving to type, the per-address limit slides
+(``service/enrolment.py``).  The CLI side is ``tests/test_cli_login.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from alexandria.core.keys import SigningKey
+from alexandria.core.timestamps import format_ms
+from alexandria.core.trust import make_worker_certificate
+from alexandria.errors import BadRequest, RateLimited
+from alexandria.service.enrolment import (
+    LIST_HEADER,
+    TTL_MS,
+    AddressLimiter,
+    list_header,
+    normalize_code,
+    signed_bytes,
+)
+from tests.conftest import Api
+
+
+def _body(api: Api, key: SigningKey, name: str = "zoe") -> bytes:
+    pin = api.founding.genesis.pin
+    scopes = ["library.comment"]
+    return orjson.dumps({"worker": key.public_hex, "name": name, "scopes": scopes,
+                         "proof": key.sign(signed_bytes(pin, key.public_hex, name, scopes))})
+
+
+async def _list(api: Api, key: SigningKey | None = None, skew_ms: int = 0) -> Any:
+    """``GET /api/enrolments`` as the operator's CLI sends it: signed by the authority key."""
+    at = format_ms(api.clock.ms + skew_ms)
+    header = list_header(api.founding.genesis.pin, key or api.founding.authority, at)
+    return await api.client.get("/api/enrolments", headers={LIST_HEADER: header})
+
+
+def _certificate(api: Api, worker: str) -> dict[str, Any]:
+    now = api.clock.ms
+    return make_worker_certificate(api.founding.genesis, "ef" * 32, worker, ["library.comment"],
+                                   api.founding.authority, format_ms(now - 1000),
+                                   format_ms(now + 86_400_000))
+
+
+async def test_a_request_expires(api: Api) -> None:
+    key = SigningKey.generate()
+    r = await api.client.post("/api/enrolments", content=_body(api, key))
+    assert r.status_code == 201
+    code = r.json()["code"]
+    listing = (await _list(api)).json()["requests"]
+    assert [x["code"] for x in listing] == [code] and listing[0]["name"] == "zoe"
+    api.clock.tick(TTL_MS + 1)
+    poll = await api.client.get(f"/api/enrolments/{code}", params={"worker": key.public_hex})
+    assert poll.status_code == 404 and poll.json()["code"] == "UNKNOWN_CODE"
+    assert (await _list(api)).json()["requests"] == []
+    late = await api.client.post(f"/api/enrolments/{code}/certificate",
+                                 content=orjson.dumps(_certificate(api, key.public_hex)))
+    assert late.status_code == 404
+
+
+async def test_a_code_approves_once_and_asking_again_replaces_the_request(api: Api) -> None:
+    key = SigningKey.generate()
+    first = (await api.client.post("/api/enrolments", content=_body(api, key))).json()["code"]
+    code = (await api.client.post("/api/enrolments", content=_body(api, key))).json()["code"]
+    assert code != first
+    gone = await api.client.get(f"/api/enrolments/{first}", params={"worker": key.public_hex})
+    assert gone.status_code == 404
+    cert = orjson.dumps(_certificate(api, key.public_hex))
+    ok = await api.client.post(f"/api/enrolments/{code.lower()}/certificate", content=cert)
+    assert ok.status_code == 200
+    poll = (await api.client.get(f"/api/enrolments/{code}",
+                                 params={"worker": key.public_hex})).json()
+    assert poll["status"] == "approved" and poll["certificate"]["certificate"]["worker"] == \
+        key.public_hex
+    again = await api.client.post(f"/api/enrolments/{code}/certificate", content=cert)
+    assert again.status_code == 409 and again.json()["code"] == "CODE_USED"
+    assert (await _list(api)).json()["requests"] == []
+
+
+async def test_only_an_authority_of_the_library_lists_requests(api: Api) -> None:
+    await api.client.post("/api/enrolments", content=_body(api, SigningKey.generate()))
+    bare = await api.client.get("/api/enrolments")
+    assert bare.status_code == 403 and bare.json()["code"] == "AUTHORITY_REQUIRED"
+    stranger = await _list(api, SigningKey.generate())
+    assert stranger.status_code == 403 and stranger.json()["code"] == "AUTHORITY_UNKNOWN"
+    stale = await _list(api, skew_ms=-10 * 60 * 1000)
+    assert stale.status_code == 403 and stale.json()["code"] == "STALE_SIGNATURE"
+    forged = list_header(api.founding.genesis.pin, SigningKey.generate(), api.clock.now())
+    key = api.founding.authority.public_hex
+    r = await api.client.get("/api/enrolments",
+                             headers={LIST_HEADER: f"{key} {forged.split(' ', 1)[1]}"})
+    assert r.status_code == 403 and r.json()["code"] == "PROOF_INVALID"
+    assert len((await _list(api)).json()["requests"]) == 1
+
+
+def test_codes_are_forgiving_to_type() -> None:
+    assert normalize_code(" k7qf2xmb ") == "K7QF-2XMB"
+    assert normalize_code("o0il-1111") == "0011-1111"
+    with pytest.raises(BadRequest):
+        normalize_code("K7QF-2XM")
+    with pytest.raises(BadRequest):
+        normalize_code("K7QF-2XMU")  # U is not in the alphabet
+
+
+def test_the_address_limit_slides() -> None:
+    limiter = AddressLimiter(per_address=2, window_ms=1000)
+    limiter.check("a", 0)
+    limiter.check("a", 10)
+    limiter.check("b", 10)
+    with pytest.raises(RateLimited) as caught:
+        limiter.check("a", 500)
+    assert caught.value.details["retry_after"] == 1
+    limiter.check("a", 1001)
