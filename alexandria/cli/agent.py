@@ -41,7 +41,7 @@ from alexandria.api.mcp.source import ClientSource
 from alexandria.api.mcp.tools import Reader, library_resources, read_tools
 from alexandria.api.openapi import HEX64, OFFSET
 from alexandria.cli.pending import Outbox, Pending
-from alexandria.cli.personal import _lists_of, _personal_read, _update
+from alexandria.cli.personal import _lists_of, _personal_read, apply_action
 from alexandria.cli.session import Session
 from alexandria.client import Unreachable
 from alexandria.core.schema import content_schema
@@ -141,21 +141,7 @@ class Agent:
     # --- personal lists ---------------------------------------------------------------------
 
     def _personal(self, action: str, revisions: list[str]) -> dict[str, Any]:
-        target = "following" if action in ("follow", "unfollow") else "saved"
-        adding = action in ("follow", "save")
-        roots = [orjson.loads(self.session.client.entry(rev).content)["root"]
-                 for rev in revisions]
-
-        def change(lists: dict[str, list[str]]) -> dict[str, list[str]]:
-            items = lists[target]
-            for root in roots:
-                if adding and root not in items:
-                    items.append(root)
-                elif not adding and root in items:
-                    items.remove(root)
-            return lists
-
-        state, changed = _update(self.session, change)
+        _target, roots, state, changed = apply_action(self.session, action, revisions)
         return {"changed": changed, "roots": roots,
                 "state_id": state["id"] if state else None, **_lists_of(state)}
 

@@ -74,27 +74,33 @@ def _update(session: Session, change: Callable[[dict[str, list[str]]], dict[str,
     raise AlexandriaError("your lists kept changing elsewhere; try again", "PERSONAL_BUSY")
 
 
-def cmd_personal(args: argparse.Namespace) -> int:
-    session = session_of(args)
-    action: str = args.personal_action
+def apply_action(session: Session, action: str, revisions: list[str]
+                 ) -> tuple[str, list[str], dict[str, Any] | None, bool]:
+    """``follow``/``unfollow``/``save``/``unsave`` the objects of ``revisions`` (revision ids):
+    their list, their roots, the state now and whether it changed.  The CLI and the MCP tools
+    both call it."""
     target = "following" if action in ("follow", "unfollow") else "saved"
     adding = action in ("follow", "save")
+    roots = [orjson.loads(session.client.entry(rev).content)["root"] for rev in revisions]
+
+    def change(lists: dict[str, list[str]]) -> dict[str, list[str]]:
+        items = lists[target]
+        for root in roots:
+            if adding and root not in items:
+                items.append(root)
+            elif not adding and root in items:
+                items.remove(root)
+        return lists
+
+    state, changed = _update(session, change)
+    return target, roots, state, changed
+
+
+def cmd_personal(args: argparse.Namespace) -> int:
+    session = session_of(args)
     try:
-        roots = []
-        for text in args.revisions:
-            rev = session.revision(text)
-            roots.append(orjson.loads(session.client.entry(rev).content)["root"])
-
-        def change(lists: dict[str, list[str]]) -> dict[str, list[str]]:
-            items = lists[target]
-            for root in roots:
-                if adding and root not in items:
-                    items.append(root)
-                elif not adding and root in items:
-                    items.remove(root)
-            return lists
-
-        state, changed = _update(session, change)
+        revisions = [session.revision(text) for text in args.revisions]
+        target, roots, state, changed = apply_action(session, args.personal_action, revisions)
     finally:
         session.close()
     lists = _lists_of(state)
