@@ -88,6 +88,8 @@ class Server:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
 
     def stop(self) -> None:
         if self.proc.poll() is None:

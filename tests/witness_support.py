@@ -3,18 +3,15 @@ from ``core/merkle.py``; and a witness process on 127.0.0.1."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from alexandria.core import merkle, note
 from alexandria.core.checkpoint import Checkpoint, sign_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.tlog_witness import format_add_checkpoint
-from tests.liveserver import free_port
+from tests.liveserver import Server, free_port
 
 
 class ToyLog:
@@ -54,7 +51,7 @@ class ToyLog:
         return format_add_checkpoint(old, self.proof(old, size), self.checkpoint(size))
 
 
-class WitnessProcess:
+class WitnessProcess(Server):
     """``alexandria witness serve`` as a subprocess (its own session: SIGKILL hits it alone)."""
 
     def __init__(self, directory: Path, logs: list[str], port: int | None = None) -> None:
@@ -66,33 +63,4 @@ class WitnessProcess:
             cmd += ["--log", log]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      start_new_session=True)
-        deadline = time.time() + 30
-        import socket
-
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                raise RuntimeError(f"witness exited with {self.proc.returncode}: {err}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("witness did not start")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        if self.proc.stderr:
-            self.proc.stderr.close()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        if self.proc.stderr:
-            self.proc.stderr.close()
+        self.wait_ready()
