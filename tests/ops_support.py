@@ -100,9 +100,10 @@ def leaf_hashes(db: Path) -> list[bytes]:
 
 
 def stop_with_error(proc: Server, timeout: float = 60) -> str:
-    """Wait for a command to exit on its own with status 1; its stderr."""
+    """Wait for a command to exit on its own with status 6 (verification failed, docs/cli.md);
+    its stderr."""
     proc.proc.wait(timeout)
-    assert proc.proc.returncode == 1, proc.proc.returncode
+    assert proc.proc.returncode == 6, proc.proc.returncode
     assert proc.proc.stderr is not None
     err = proc.proc.stderr.read().decode()
     proc.proc.stderr.close()

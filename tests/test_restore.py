@@ -176,6 +176,6 @@ def test_catch_up_from_an_export_and_a_refused_fork(tmp_path: Path, founding: Fo
     cli("export", "--db", str(other / "lib.db"), "-o", str(fork_export))
     kept = leaf_hashes(db)
     out = cli("restore", "--db", str(db), "--catch-up", str(fork_export), check=False)
-    assert out.returncode == 1
+    assert out.returncode == 6  # verification failed (docs/cli.md)
     assert "sequence 11" in out.stderr and "LOG_FORKED" in out.stderr, out.stderr
     assert leaf_hashes(db) == kept

@@ -174,13 +174,13 @@ def test_two_witnesses_cosign_and_a_fork_is_refused_by_both(
         # a verifier with the policy refuses the forked checkpoint, naming it
         r = alexandria("--json", "verify", "--genesis-pin", pin, "--url", fork.url,
                        *witnesses.verifier_options())
-        assert r.returncode == 1
+        assert r.returncode == 6  # verification failed (docs/cli.md)
         error = orjson.loads(r.stdout)
         assert error["code"] == "CHECKPOINT_NOT_WITNESSED"
         assert error["details"]["size"] == final
         r = alexandria("verify", "--genesis-pin", pin, "--url", fork.url,
                        *witnesses.verifier_options())
-        assert r.returncode == 1 and b"CHECKPOINT_NOT_WITNESSED" in r.stderr
+        assert r.returncode == 6 and b"CHECKPOINT_NOT_WITNESSED" in r.stderr
         # without the policy the fork verifies: only witnesses can tell
         assert alexandria("verify", "--genesis-pin", pin, "--url", fork.url).returncode == 0
         # the MCP verify tool with the policy says why it is not verified
