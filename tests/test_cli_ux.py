@@ -191,6 +191,18 @@ def test_reading_needs_no_key(lib: Library, tmp_path: Path) -> None:
     assert not fresh.exists()  # nothing written for a read
 
 
+def test_publishing_to_an_unpinned_library_is_refused_before_signing(lib: Library) -> None:
+    """``--library`` of another URL reads unpinned; a contribution is signed for one pinned
+    library, so publishing there is a setup error (exit 7), never a record without genesis."""
+    home = lib.homes["owner"]
+    pending = sorted((home / "pending").glob("*.json"))
+    other = lib.url.replace("127.0.0.1", "localhost")
+    r = cli("publish", "-", "--library", other, home=home, stdin=json.dumps(_reply("unpinned")),
+            expect=7)
+    assert "NOT_PINNED" in r.stderr and other in r.stderr, r.stderr
+    assert sorted((home / "pending").glob("*.json")) == pending
+
+
 def test_verbose_shows_requests(lib: Library) -> None:
     r = cli("-v", "search", "Thread", "--library", lib.url)
     assert "debug:" in r.stderr and f"GET {lib.url}/api/catalogue" in r.stderr

@@ -274,6 +274,12 @@ class Session:
         worker key; the envelope bytes are ``JCS(envelope)``."""
         check_content(content, _ALL_KINDS if content.get("kind") in PERSONAL_KINDS
                       else PUBLIC_KINDS)
+        if not self.pinned:  # --library URL other than the configured one: reads only
+            raise SetupRequired(
+                f"{self.library.url} is not the library configured in {self.home.root}: a"
+                " contribution is signed for one pinned library. Publish without --library"
+                " (or $ALEXANDRIA_LIBRARY), or point your configuration at that library with"
+                " `alexandria login URL --genesis PIN`", "NOT_PINNED", library=self.library.url)
         if self._signer is None:
             self._signer = (self.home.worker_key(), self.home.certificate(), self.certificate())
         key, cert_doc, cert = self._signer
