@@ -5,6 +5,7 @@ characters and the integer bounds — and strict parsing refuses what has no can
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from alexandria.core.canonical import (
     canonical,
     canonical_parsed,
     find_float,
+    json_depth,
     parse_json,
     reference_canonical,
 )
@@ -111,3 +113,18 @@ def test_lone_surrogates_have_no_canonical_form() -> None:
     for encode in (canonical, canonical_parsed):
         with pytest.raises(NotCanonical):
             encode(value)
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON.map(lambda v: [[v]]) | JSON, st.booleans())
+def test_json_depth_counts_the_nesting_the_parser_sees(value: Any, ascii_only: bool) -> None:
+    """Brackets and escaped quotes inside strings never count (``parse_json``'s depth cap)."""
+    assert json_depth(json.dumps(value, ensure_ascii=ascii_only)) == _depth(value)

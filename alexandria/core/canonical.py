@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -22,6 +24,11 @@ import rfc8785
 from alexandria.errors import NotCanonical, UnsafeNumber
 
 MAX_SAFE_INTEGER = 2**53 - 1
+# The deepest nesting ``parse_json`` accepts.  The contract's deepest value (an envelope holding
+# a proposal's links) is 6 levels deep; 64 leaves room for any future field while keeping every
+# recursive consumer (the schema validator, JCS, the state rules) far from Python's and
+# jsonschema-rs's recursion limits, whose errors are not typed (docs/protocol.md).
+MAX_JSON_DEPTH = 64
 
 
 def _check(value: Any, ascii_keys: bool = True) -> bool:
@@ -127,15 +134,44 @@ def _no_constants(name: str) -> Any:
     raise NotCanonical(f"{name} is not JSON")
 
 
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(r"[\[\]{}]")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """How deeply the arrays and objects of JSON ``text`` nest (0 for a scalar), without
+    parsing it: the brackets left once the string literals are removed.  Malformed text gets
+    a number too (the parser refuses it next)."""
+    brackets = _BRACKETS.findall(_STRING.sub("", text))
+    return max(accumulate(_STEP[b] for b in brackets), default=0)
+
+
+def check_depth(text: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON nested deeper than ``limit`` before anything recursive sees it."""
+    # as many opening brackets as the limit, counted in C, cannot nest deeper than it: the
+    # common case (an envelope has about a dozen) never pays for the scan
+    if text.count("[") + text.count("{") <= limit:
+        return
+    depth = json_depth(text)
+    if depth > limit:
+        raise NotCanonical(
+            f"JSON nests {depth} levels deep; at most {limit}", "JSON_TOO_DEEP",
+            limit=limit, actual=depth,
+        )
+
+
 def parse_json(data: bytes | str) -> Any:
     """Strict JSON parsing: duplicate keys and NaN/Infinity are errors; floats are kept as
     ``_Float`` markers (``contains_float`` finds them) so the caller decides how to refuse them.
     Bytes must be UTF-8 (RFC 8259 §8.1): ``json.loads`` would otherwise guess UTF-16 or UTF-32
-    and skip a byte order mark.
+    and skip a byte order mark.  Nesting deeper than ``MAX_JSON_DEPTH`` is refused before
+    parsing (``JSON_TOO_DEEP``), so no recursive consumer downstream ever meets it.
     """
     try:
         if isinstance(data, bytes):
             data = data.decode("utf-8")
+        check_depth(data)
         return json.loads(
             data,
             object_pairs_hook=_no_duplicates,

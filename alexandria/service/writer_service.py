@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import pickle
 import struct
@@ -55,6 +56,8 @@ class _Created:
     sequence: int
     admission: bytes
 
+
+log = logging.getLogger(__name__)
 
 class WriterUnavailable(ServiceError):
     default_code = "WRITER_UNAVAILABLE"
@@ -151,7 +154,9 @@ class WriterServer:
                     return
                 exc = fut.exception()
                 if exc is not None and not isinstance(exc, AlexandriaError):
-                    exc = ServiceError(f"storage failed: {exc}", "STORAGE_FAILED")
+                    # the worker answers 500 as it would for its own bug; the text stays here
+                    log.error("an admission failed unexpectedly", exc_info=exc)
+                    exc = AlexandriaError("internal error", "INTERNAL")
                 answer: Any = exc if exc is not None else fut.result()
                 if isinstance(answer, Admitted) and answer.created:
                     answer = _Created(answer.id, answer.root, answer.sequence, answer.admission)
