@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="admit in a dedicated writer process, beside the HTTP process(es): uses"
                    " a second core")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
+    # uvicorn only for bench/'s comparisons: it bounds neither head size nor head time
+    p.add_argument("--front-end", choices=("granian", "uvicorn"), default="granian",
+                   help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)
     register_operator(sub)
 
@@ -75,7 +78,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:  # the log key may have been created just now, with the library
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
-    run(library, args.host, args.port, args.workers, files, args.writer_process)
+    run(library, args.host, args.port, args.workers, files, args.writer_process, args.front_end)
     return 0
 
 
