@@ -16,12 +16,16 @@ from alexandria.api import personal as personal_api
 from alexandria.api import read as read_api
 from alexandria.api import write as write_api
 from alexandria.api.http import EXCEPTION_HANDLERS
+from alexandria.api.origin import Origin
 from alexandria.service.checkpoint_signer import background_signer
 from alexandria.service.library import Library
 
 
-def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
-    """``manage_lifecycle``: open the storage on startup and close it on shutdown."""
+def create_app(
+    library: Library, manage_lifecycle: bool = True, origin: Origin | None = None
+) -> Starlette:
+    """``manage_lifecycle``: open the storage on startup and close it on shutdown.  ``origin``:
+    what the contract and the OpenAPI document advertise (``api/origin.py``)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -41,5 +45,9 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
+    # a trailing-slash redirect would send the client to an address built from its own Host
+    # header; the API's paths have no trailing slash, so such a request is simply not found
+    app.router.redirect_slashes = False
     app.state.library = library
+    app.state.origin = origin or Origin()
     return app

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from alexandria.api.origin import ENV_PUBLIC_URL, ENV_TRUST_PROXY, Origin
 from alexandria.core.timestamps import now
-from alexandria.files import write_json
+from alexandria.files import private_dir, write_json
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.service.library import Library, load_genesis
 from alexandria.service.operator_dir import OperatorDir
@@ -61,7 +62,7 @@ class DataDir(OperatorDir):
 def create_data_dir(data: DataDir, library: str = "alexandria-local",
                     origin: str = "127.0.0.1/alexandria/log") -> Founding:
     """A fresh library: keys, genesis, both authority certificates, admitted."""
-    data.root.mkdir(parents=True, exist_ok=True)
+    private_dir(data.root)
     founding = found_library(library=library, origin=origin, created_at=now())
     founding.roots[0].save(data.root_key)
     founding.authority.save(data.authority_key)
@@ -123,11 +124,16 @@ _UVICORN: dict[str, Any] = {"log_level": "warning", "server_header": False, "dat
 
 def run(library: Library, host: str, port: int, workers: int = 1,
         files: tuple[str, str, str | None] | None = None, dedicated_writer: bool = False,
-        front_end: str = "granian") -> None:
+        front_end: str = "granian", origin: Origin | None = None) -> None:
     """Serve ``library``.  With several workers or ``dedicated_writer`` (``files`` names the
     genesis, database and log key), N HTTP processes share one admission writer process
     (``writer_service``).  Granian builds each worker's app from ``files`` (``app_from_env``),
     so ``library`` itself serves only under uvicorn with one process."""
+    origin = origin or Origin()
+    if origin.public:
+        os.environ[ENV_PUBLIC_URL] = origin.public
+    if origin.trust_proxy_headers:
+        os.environ[ENV_TRUST_PROXY] = "1"
     if files is not None:
         for name, value in zip(_ENV, files, strict=True):
             if value:
@@ -147,7 +153,7 @@ def run(library: Library, host: str, port: int, workers: int = 1,
         else:
             from alexandria.api.app import create_app
 
-            uvicorn.run(create_app(library), host=host, port=port, **_UVICORN)
+            uvicorn.run(create_app(library, origin=origin), host=host, port=port, **_UVICORN)
 
 
 def _run_granian(host: str, port: int, workers: int) -> None:
@@ -180,7 +186,8 @@ def app_from_env() -> object:
     writer = os.environ.get(_WRITER_ENV)
     if writer:
         library.writer = WriterClient(writer)
-    return create_app(library)
+    origin = Origin(os.environ.get(ENV_PUBLIC_URL) or None, bool(os.environ.get(ENV_TRUST_PROXY)))
+    return create_app(library, origin=origin)
 
 
 @contextlib.contextmanager

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 import orjson
 
 from alexandria import __version__
+from alexandria.cli.terminal import inline
 from alexandria.errors import AlexandriaError
+from alexandria.files import PRIVATE_UMASK
 
 COMMAND_MODULES = (
     "alexandria.cli.participant",
@@ -50,12 +53,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # everything the CLI creates (keys, the library's directory and database with its -wal and
+    # -shm files, configuration, exports) is its user's alone: alexandria/files.py
+    os.umask(PRIVATE_UMASK)
     try:
         result = args.func(args)
     except AlexandriaError as exc:
         if args.json:
             sys.stdout.buffer.write(orjson.dumps(exc.to_json()) + b"\n")
-        print(f"alexandria: error: {exc.message} [{exc.code}]", file=sys.stderr)
+        print(f"alexandria: error: {inline(exc.message)} [{inline(exc.code)}]", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("alexandria: interrupted", file=sys.stderr)

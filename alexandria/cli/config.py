@@ -26,7 +26,7 @@ from typing import Any
 
 from alexandria.core.keys import HEX64, SigningKey
 from alexandria.errors import AlexandriaError, BadRequest
-from alexandria.files import NAME, read_json, write_json
+from alexandria.files import NAME, append_line, read_json, write_json
 
 DEFAULT_LIBRARY = "http://127.0.0.1:8080"
 
@@ -187,14 +187,7 @@ class Home:
 
     def append_name(self, name: str, rev: str, path: Path | None = None) -> None:
         """Append-only: one ``write`` of a whole line, so concurrent appends never interleave."""
-        p = path or self.names_path
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, f"{name} {rev}\n".encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_line(path or self.names_path, f"{name} {rev}\n")
 
     # --- changes cursors -----------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from alexandria.cli.config import DEFAULT_LIBRARY
 from alexandria.cli.participant import command
-from alexandria.cli.terminal import emit_json, note, say
+from alexandria.cli.terminal import emit_json, note, say, warn_plain_http
 from alexandria.errors import BadRequest
 from alexandria.service.operator_dir import OperatorDir
 
@@ -39,6 +39,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--writer-process", action="store_true",
                    help="admit in a dedicated writer process, beside the HTTP process(es): uses"
                    " a second core")
+    p.add_argument("--public-url", metavar="URL",
+                   help="the origin clients reach this library at, e.g. https://library.example"
+                   " behind a TLS reverse proxy: what /api/contract and /api/openapi.json"
+                   " advertise (default: the request's scheme and well-formed Host header)")
+    p.add_argument("--trust-proxy-headers", action="store_true",
+                   help="take the advertised origin from X-Forwarded-Proto and X-Forwarded-Host"
+                   " (only behind a proxy that sets both: a client could forge them otherwise)")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
     # uvicorn only for bench/'s comparisons: it bounds neither head size nor head time
     p.add_argument("--front-end", choices=("granian", "uvicorn"), default="granian",
@@ -48,11 +55,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from alexandria.api.origin import Origin, public_url
     from alexandria.api.serve import DataDir, default_library, run
     from alexandria.service.library import Library
 
     if bool(args.genesis) != bool(args.db):
         raise BadRequest("--genesis and --db go together", "USAGE")
+    origin = Origin(public_url(args.public_url) if args.public_url else None,
+                    args.trust_proxy_headers)
     if args.genesis:
         library = Library.from_files(args.genesis, args.db, args.log_key)
     else:
@@ -72,13 +82,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"created a new library in {data.root}/", file=sys.stderr)
     url = f"http://{args.host}:{args.port}"
     print(f"genesis pin {library.genesis.pin}")
-    print(f"serving {library.genesis.library} on {url}", flush=True)
+    print(f"serving {library.genesis.library} on {url}"
+          + (f", advertised as {origin.public}" if origin.public else ""), flush=True)
     if args.genesis:
         files = (args.genesis, args.db, args.log_key)
     else:  # the log key may have been created just now, with the library
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
-    run(library, args.host, args.port, args.workers, files, args.writer_process, args.front_end)
+    run(library, args.host, args.port, args.workers, files, args.writer_process, args.front_end,
+        origin)
     return 0
 
 
@@ -195,6 +207,7 @@ def cmd_genesis_init(args: argparse.Namespace) -> int:
 def _submit(url: str, document: dict[str, Any]) -> dict[str, Any]:
     from alexandria.client import Client
 
+    warn_plain_http(url)
     with Client(url) as client:
         result: dict[str, Any] = client.authority(document).json()
     return result

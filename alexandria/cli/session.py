@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from alexandria.cli.config import Home, LibraryConfig, SetupRequired
+from alexandria.cli.terminal import warn_plain_http
 from alexandria.client import Client
 from alexandria.core.canonical import canonical, find_float, parse_json
 from alexandria.core.keys import HEX64, verify
@@ -107,7 +108,7 @@ class Session:
     def __init__(self, home: Home, names_file: str | None = None,
                  library: LibraryConfig | None = None) -> None:
         self.home = home
-        self.names_path = Path(names_file).resolve() if names_file else None
+        self.names_path = Path(names_file).absolute() if names_file else None
         self._library = library
         self._client: Client | None = None
         self._genesis: Genesis | None = None
@@ -121,6 +122,7 @@ class Session:
     @property
     def client(self) -> Client:
         if self._client is None:
+            warn_plain_http(self.library.url)
             self._client = Client(self.library.url)
         return self._client
 

@@ -4,14 +4,44 @@ stdout carries the result: with ``--json`` one JSON document (stored signed byte
 the library sent them), otherwise readable lines whose first word is the thing a script wants
 (an id, a key), so ``ID=$(alexandria publish claim.json)`` works without ``--json``.  stderr
 carries everything else: notes, warnings and progress.
+
+Text from a library (titles, bodies, names, error messages) is anybody's: ``say`` and ``note``
+print control characters (and the bidirectional overrides) as visible escapes, so a published
+title cannot clear the screen, move the cursor or overwrite a line with a fake verdict;
+``inline`` also escapes line breaks, for a value printed inside a line.
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
+import re
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
+
+# C0 and C1 controls, DEL, and the bidirectional embeddings, overrides and isolates; a line
+# break and a tab survive only in ``say``/``note`` (multi-line text is printed as such)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_INLINE_CONTROLS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but line breaks and tabs made visible."""
+    return _CONTROLS.sub(_escape, text)
+
+
+def inline(text: str) -> str:
+    """``text`` for the inside of a line: line breaks made visible too."""
+    return _INLINE_CONTROLS.sub(_escape, text)
 
 
 def emit_json(value: Any) -> None:
@@ -24,11 +54,11 @@ def emit_raw(content: bytes) -> None:
 
 
 def say(text: str = "") -> None:
-    print(text, flush=True)
+    print(printable(text), flush=True)
 
 
 def note(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    print(printable(text), file=sys.stderr, flush=True)
 
 
 def short(rev: str) -> str:
@@ -36,7 +66,7 @@ def short(rev: str) -> str:
 
 
 def one_line(text: str, width: int = 72) -> str:
-    flat = " ".join(text.split())
+    flat = inline(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
@@ -61,3 +91,23 @@ class Progress:
             sys.stderr.flush()
         else:
             note(line)
+
+
+def is_loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@functools.cache  # once per library and command
+def warn_plain_http(url: str) -> None:
+    """On plain ``http://`` anything between this machine and the library can read what is
+    sent and change what comes back (a genesis, a certificate, a page of entries): say so,
+    unless the library is on this machine."""
+    if urlsplit(url).scheme == "http" and not is_loopback(url):
+        note(f"warning: {url} is plain http: anyone on the network path can read and alter this"
+             " exchange; use the library's https:// address (docs/deployment.md)")

@@ -45,6 +45,7 @@ from alexandria.core.trust import (
     document_name,
 )
 from alexandria.errors import AlexandriaError, BadRequest, Forbidden, ServiceError
+from alexandria.files import create_private
 from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.state import ObjectFacts, RevisionFacts, Verdict, check_revocation
 from alexandria.store import schema, search_index
@@ -239,6 +240,10 @@ class SqliteStorage(Storage):
 
     def _connect_writer(self) -> sqlite3.Connection:
         fresh = not Path(self.path).exists()
+        if fresh:
+            # 0600 in a 0700 directory if new: it holds every actor's private lists and the
+            # cursor secret; SQLite gives the -wal and -shm files the database file's mode
+            create_private(Path(self.path))
         # handed to the writer thread once open: it alone uses the connection from then on
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         if fresh:
