@@ -89,6 +89,12 @@ class PayloadTooLarge(AlexandriaError):
     default_code = "PAYLOAD_TOO_LARGE"
 
 
+class ClientGone(BadRequest):
+    """The client hung up mid-request: the answer goes nowhere, only the log hears of it."""
+
+    default_code = "CLIENT_DISCONNECTED"
+
+
 class RequestTimeout(AlexandriaError):
     """The request body did not arrive in time: a slow client holds no server resource long."""
 

@@ -5,6 +5,8 @@ body time, and a few hundred hostile connections at once not starving ordinary r
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import threading
 import time
@@ -139,3 +141,23 @@ def test_slow_and_many_connections_are_bounded(server: Server) -> None:
             pass
         s.close()
     assert still_open == 0
+
+
+def test_a_client_leaving_mid_body_costs_one_log_line(tmp_path: Path, founding: Founding) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    server = Server(genesis, tmp_path / "lib.db", log_key)
+    try:
+        for _ in range(3):
+            with _connect(server) as s:
+                s.sendall(b"POST /api/entries HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n"
+                          b"\r\n{\"record\":")
+            time.sleep(0.3)
+        assert httpx.get(f"{server.url}/api/genesis").status_code == 200
+    finally:
+        os.killpg(server.proc.pid, signal.SIGTERM)
+        server.proc.wait(30)
+        assert server.proc.stderr is not None
+        err = server.proc.stderr.read().decode()
+        server.proc.stderr.close()
+    assert "Traceback" not in err, err
+    assert err.count("client disconnected before sending the whole body") == 3, err
