@@ -6,6 +6,9 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from alexandria.api import catalogue as catalogue_api
 from alexandria.api import changes as changes_api
@@ -19,6 +22,17 @@ from alexandria.api.http import EXCEPTION_HANDLERS
 from alexandria.api.origin import Origin
 from alexandria.service.checkpoint_signer import background_signer
 from alexandria.service.library import Library
+
+
+async def authority(request: Request) -> Response:
+    """``GET`` and ``POST /api/authority`` on one route: a 405 (an ``OPTIONS``, a ``PUT``)
+    then names both methods in its ``Allow`` header, as the OpenAPI document does."""
+    if request.method == "POST":
+        return await write_api.post_authority(request)
+    return await read_api.get_authority(request)
+
+
+AUTHORITY = Route("/api/authority", authority, methods=["GET", "POST"])
 
 
 def create_app(
@@ -40,7 +54,7 @@ def create_app(
 
     app = Starlette(
         routes=[*write_api.routes, *read_api.routes, *personal_api.routes,
-                *changes_api.routes, *log_api.routes,
+                *changes_api.routes, *log_api.routes, AUTHORITY,
                 *catalogue_api.routes, *object_api.routes, *contract_api.routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
