@@ -18,7 +18,7 @@ from alexandria.core.canonical import (
     canonical,
     canonical_parsed,
     find_float,
-    json_depth,
+    nesting_exceeds,
     parse_json,
     reference_canonical,
 )
@@ -124,7 +124,9 @@ def _depth(value: Any) -> int:
 
 
 @settings(max_examples=300, deadline=None)
-@given(JSON.map(lambda v: [[v]]) | JSON, st.booleans())
-def test_json_depth_counts_the_nesting_the_parser_sees(value: Any, ascii_only: bool) -> None:
-    """Brackets and escaped quotes inside strings never count (``parse_json``'s depth cap)."""
-    assert json_depth(json.dumps(value, ensure_ascii=ascii_only)) == _depth(value)
+@given(JSON.map(lambda v: [[v]]) | JSON, st.integers(0, 6))
+def test_nesting_exceeds_exactly_when_deeper(value: Any, limit: int) -> None:
+    """``parse_json``'s depth cap: the early-stopping walk agrees with the recursive depth."""
+    assert nesting_exceeds(value, limit) == (_depth(value) > limit)
+    if _depth(value) > limit == 4:  # never reached through parse_json's cap of 64: check both
+        assert nesting_exceeds(json.loads(json.dumps(value)), limit)

@@ -43,8 +43,7 @@ async def test_a_deep_body_under_a_self_signed_certificate_is_a_typed_400(api: A
     r = await api.post(json.dumps(env).encode())
     assert r.status_code == 400, r.text
     assert r.json()["code"] == "JSON_TOO_DEEP"
-    # the envelope, its record, then 800 levels
-    assert r.json()["details"] == {"limit": MAX_JSON_DEPTH, "actual": 802}
+    assert r.json()["details"] == {"limit": MAX_JSON_DEPTH}
 
 
 async def test_every_route_that_parses_json_caps_its_depth(api: Api) -> None:

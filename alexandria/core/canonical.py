@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -134,54 +132,59 @@ def _no_constants(name: str) -> Any:
     raise NotCanonical(f"{name} is not JSON")
 
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKETS = re.compile(r"[\[\]{}]")
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+def nesting_exceeds(value: Any, limit: int) -> bool:
+    """Whether parsed JSON ``value`` nests arrays and objects deeper than ``limit``: a walk
+    level by level that stops at level ``limit + 1`` (a 20,000-level chain costs 65 steps) and
+    otherwise looks at each node once, in the order of the parse's own cost."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 1
+    while level:
+        if depth > limit:
+            return True
+        deeper: list[Any] = []
+        for node in level:
+            for child in node.values() if isinstance(node, dict) else node:
+                if isinstance(child, (dict, list)):
+                    deeper.append(child)
+        level = deeper
+        depth += 1
+    return False
 
 
-def json_depth(text: str) -> int:
-    """How deeply the arrays and objects of JSON ``text`` nest (0 for a scalar), without
-    parsing it: the brackets left once the string literals are removed.  Malformed text gets
-    a number too (the parser refuses it next)."""
-    brackets = _BRACKETS.findall(_STRING.sub("", text))
-    return max(accumulate(_STEP[b] for b in brackets), default=0)
-
-
-def check_depth(text: str, limit: int = MAX_JSON_DEPTH) -> None:
-    """Refuse JSON nested deeper than ``limit`` before anything recursive sees it."""
-    # as many opening brackets as the limit, counted in C, cannot nest deeper than it: the
-    # common case (an envelope has about a dozen) never pays for the scan
-    if text.count("[") + text.count("{") <= limit:
-        return
-    depth = json_depth(text)
-    if depth > limit:
-        raise NotCanonical(
-            f"JSON nests {depth} levels deep; at most {limit}", "JSON_TOO_DEEP",
-            limit=limit, actual=depth,
-        )
+def _too_deep(limit: int) -> NotCanonical:
+    return NotCanonical(f"JSON nests more than {limit} levels deep", "JSON_TOO_DEEP", limit=limit)
 
 
 def parse_json(data: bytes | str) -> Any:
     """Strict JSON parsing: duplicate keys and NaN/Infinity are errors; floats are kept as
     ``_Float`` markers (``contains_float`` finds them) so the caller decides how to refuse them.
     Bytes must be UTF-8 (RFC 8259 §8.1): ``json.loads`` would otherwise guess UTF-16 or UTF-32
-    and skip a byte order mark.  Nesting deeper than ``MAX_JSON_DEPTH`` is refused before
-    parsing (``JSON_TOO_DEEP``), so no recursive consumer downstream ever meets it.
+    and skip a byte order mark.  Nesting deeper than ``MAX_JSON_DEPTH`` is refused
+    (``JSON_TOO_DEEP``), so no recursive consumer downstream (JCS, the schema validator, the
+    rules) ever meets it; the parser itself stops at Python's recursion limit, quickly.
     """
     try:
         if isinstance(data, bytes):
             data = data.decode("utf-8")
-        check_depth(data)
-        return json.loads(
+        value = json.loads(
             data,
             object_pairs_hook=_no_duplicates,
             parse_float=_Float,
             parse_constant=_no_constants,
         )
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise _too_deep(MAX_JSON_DEPTH) from None
+    except ValueError as exc:
         if isinstance(exc, NotCanonical):
             raise
         raise NotCanonical(f"not valid JSON: {exc}") from exc
+    # as many opening brackets as the limit cannot nest deeper than it (counted in C): an
+    # envelope has about a dozen, so the walk is for bodies built to be deep
+    if data.count("[") + data.count("{") > MAX_JSON_DEPTH and nesting_exceeds(
+        value, MAX_JSON_DEPTH
+    ):
+        raise _too_deep(MAX_JSON_DEPTH)
+    return value
 
 
 def find_float(value: Any, pointer: str = "") -> str | None:
