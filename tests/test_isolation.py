@@ -11,7 +11,7 @@ from typing import Any
 
 from alexandria.core.canonical import MAX_JSON_DEPTH
 from alexandria.service.bootstrap import found_library
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import READERS, SqliteStorage
 from tests.admission_support import proposal
 from tests.conftest import T0, Api
 
@@ -112,3 +112,27 @@ async def test_a_job_failing_unexpectedly_fails_alone(api: Api) -> None:
         return conn.execute("SELECT value FROM meta WHERE key = 'half-written'").fetchone()
 
     assert await storage.write(half_written) is None
+
+
+async def test_slow_reads_do_not_hold_up_other_reads(api: Api) -> None:
+    """The audit's 20 slow searches delayed an unrelated entry read by 8.7 s (one shared read
+    connection). With a pool, reads that hold all but one reader connection leave an entry
+    read free to answer at once."""
+    storage = api.library.storage
+    assert isinstance(storage, SqliteStorage)
+    rev = (await api.publish("owner", _claim("Unrelated")))["id"]
+    gate = threading.Event()
+
+    def slow(conn: sqlite3.Connection) -> None:
+        conn.execute("SELECT count(*) FROM meta").fetchone()
+        gate.wait(10)  # a search that takes its time, holding its connection
+
+    held = [asyncio.ensure_future(storage.read(slow)) for _ in range(READERS - 1)]
+    try:
+        await asyncio.sleep(0.1)
+        r = await asyncio.wait_for(api.client.get(f"/api/entries/{rev}"), 5)
+        assert r.status_code == 200
+        assert not any(h.done() for h in held)  # answered while the slow reads still ran
+    finally:
+        gate.set()
+        await asyncio.gather(*held)
