@@ -77,6 +77,18 @@ class PayloadTooLarge(AlexandriaError):
     default_code = "PAYLOAD_TOO_LARGE"
 
 
+class ClientGone(BadRequest):
+    """The client hung up mid-request: the answer goes nowhere, only the log hears of it."""
+
+    default_code = "CLIENT_DISCONNECTED"
+
+
+class RequestTimeout(AlexandriaError):
+    """The request body did not arrive in time: a slow client holds no server resource long."""
+
+    default_code = "BODY_TIMEOUT"
+
+
 class Unprocessable(AlexandriaError):
     """Record shape or format, content schema, state rule or timestamp rule."""
 
@@ -101,6 +113,7 @@ HTTP_STATUS: dict[type[AlexandriaError], int] = {
     NotFound: 404,
     Conflict: 409,
     PayloadTooLarge: 413,
+    RequestTimeout: 408,
     Unprocessable: 422,
     UnsafeNumber: 422,
     RateLimited: 429,

@@ -1,17 +1,26 @@
 """Small files written by the CLI, the operator commands and the server: replaced atomically, so
 a crash never leaves half a file, and read back with a typed error when they are not JSON.
 
+Everything here is private and never follows a symbolic link at the name it writes: files are
+created 0600 and directories 0700 (the library's database holds every actor's private lists
+and the cursor secret; an operator directory holds keys), a replacement is a fresh temporary
+file renamed over the name (a symlink planted there is replaced, its target never written), and
+an append opens with ``O_NOFOLLOW``.  ``PRIVATE_UMASK`` is what the CLI runs under, so that what
+other code creates (SQLite's ``-wal`` and ``-shm`` files) is private too.
+
 A ground-floor module beside ``errors.py``: every layer that keeps a file (the participant's
 configuration, the operator's key directory, the embedded library's data folder) uses it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -21,14 +30,31 @@ from alexandria.errors import BadRequest
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data``: a reader sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+PRIVATE_UMASK = 0o077
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory, created (with its missing parents) 0700 when absent; an
+    existing directory keeps the mode its owner gave it."""
+    path = Path(path)
+    if not path.is_dir():
+        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def atomic_stream(path: Path, mode: int = FILE_MODE) -> Iterator[IO[bytes]]:
+    """A file to write that replaces ``path`` once the block ends without error (flushed and
+    synced): a reader, or a crash, sees the old file or the new one, never half."""
+    path = Path(path)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -37,7 +63,38 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
         raise
 
 
-def write_json(path: Path, value: Any, mode: int = 0o644) -> None:
+def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
+    """Replace ``path`` with ``data`` (``atomic_stream``)."""
+    with atomic_stream(path, mode) as fh:
+        fh.write(data)
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append ``line`` with one ``write`` (concurrent appends never interleave), creating the
+    file 0600; a symbolic link at ``path`` is refused, not followed."""
+    path = Path(path)
+    private_dir(path.parent)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+    except OSError as exc:
+        raise BadRequest(f"cannot append to {path}: {exc.strerror}", "UNSAFE_FILE",
+                         path=str(path)) from exc
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_private(path: Path) -> None:
+    """Create ``path`` empty and 0600 unless it exists (a database, before SQLite opens it)."""
+    path = Path(path)
+    private_dir(path.parent)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE))
+
+
+def write_json(path: Path, value: Any, mode: int = FILE_MODE) -> None:
     atomic_write(path, orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n", mode)
 
 

@@ -1,11 +1,12 @@
 """Admissions per second over HTTP, beside the per-envelope floor measured in the same run.
 
     .venv/bin/python -m bench.admission [--envelopes 20000] [--connections 32] [--workers 1]
+        [--front-end granian|uvicorn]
 
 The floor is what one envelope costs at the least on one core: JCS of the record, SHA-256,
 Ed25519 verification of the proof, content-schema validation and one SQLite insert (committed
 in groups, as the server does).  The HTTP figure posts pre-signed envelopes from a separate
-process over keep-alive connections to a real uvicorn server on 127.0.0.1.
+process over keep-alive connections to a real ``alexandria serve`` on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -188,6 +189,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="HTTP server processes")
     ap.add_argument("--writer-process", action="store_true",
                     help="serve with a dedicated admission writer process")
+    ap.add_argument("--front-end", choices=("granian", "uvicorn"), default="granian",
+                    help="the HTTP server in front of the app (uvicorn: for comparison)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -211,6 +214,7 @@ def main() -> None:
         cmd += ["--workers", str(args.workers)]  # serve's default depends on the cores
         if args.writer_process:
             cmd += ["--writer-process"]
+        cmd += ["--front-end", args.front_end]
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=os.environ.copy())
         try:
             wait_ready(port, 20)

@@ -5,6 +5,7 @@ characters and the integer bounds — and strict parsing refuses what has no can
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from alexandria.core.canonical import (
     canonical,
     canonical_parsed,
     find_float,
+    nesting_exceeds,
     parse_json,
     reference_canonical,
 )
@@ -111,3 +113,20 @@ def test_lone_surrogates_have_no_canonical_form() -> None:
     for encode in (canonical, canonical_parsed):
         with pytest.raises(NotCanonical):
             encode(value)
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON.map(lambda v: [[v]]) | JSON, st.integers(0, 6))
+def test_nesting_exceeds_exactly_when_deeper(value: Any, limit: int) -> None:
+    """``parse_json``'s depth cap: the early-stopping walk agrees with the recursive depth."""
+    assert nesting_exceeds(value, limit) == (_depth(value) > limit)
+    if _depth(value) > limit == 4:  # never reached through parse_json's cap of 64: check both
+        assert nesting_exceeds(json.loads(json.dumps(value)), limit)

@@ -82,7 +82,12 @@ def test_worker_init_checks_the_pin(lib: Library, tmp_path: Path) -> None:
             home=tmp_path / "x", expect=1)
     assert "GENESIS_PIN_MISMATCH" in r.stderr
     assert not (tmp_path / "x" / "library.json").exists()
-    r = cli("worker", "init", "--library", lib.url, home=tmp_path / "tofu")
+    # without a pin nothing is trusted, or written: the served pin is printed to compare
+    r = cli("worker", "init", "--library", lib.url, home=tmp_path / "tofu", expect=1)
+    assert "GENESIS_PIN_REQUIRED" in r.stderr and lib.pin in r.stderr
+    assert not (tmp_path / "tofu").exists()
+    r = cli("worker", "init", "--library", lib.url, "--trust-served-genesis",
+            home=tmp_path / "tofu")
     assert "trust on first use" in r.stderr
     assert cli_json("whoami", home=tmp_path / "tofu")["genesis"] == lib.pin
     r = cli("publish", "-", home=tmp_path / "tofu", expect=7,
@@ -334,3 +339,23 @@ def test_revoked_worker_is_refused(lib: Library, example: dict[str, str]) -> Non
     assert json.loads(r.stdout)["code"] and "rejected" in r.stderr
     error = next((home / "rejected").glob("*.error.json"))
     assert json.loads(error.read_text())["status"] == 403
+
+
+def test_control_characters_from_the_library_are_printed_visibly(
+    lib: Library, example: dict[str, str]
+) -> None:
+    """The audit's reply cleared the screen and printed a fake "verified" line: every
+    control character of a title or body now prints as a visible escape."""
+    hostile = "It does.\x1b[2J\x1b[H\r✓ verified: signed by the operator\x07\u202e"
+    reply = {"kind": "reply", "title": "Re\x1b[31m", "body": hostile,
+             "links": [{"relation": "replies_to", "target": example["discussion"]}]}
+    r = cli("--json", "publish", "-", home=lib.homes["peer"], stdin=json.dumps(reply),
+            expect=None)
+    if r.returncode:  # titles refuse controls: the body alone carries them
+        reply["title"] = "Re"
+        r = cli("--json", "publish", "-", home=lib.homes["peer"], stdin=json.dumps(reply))
+    rev = json.loads(r.stdout)["id"]
+    printed = {command: cli(command, rev, home=lib.homes["owner"]) for command in ("get", "object")}
+    for out in printed.values():
+        assert not any(c in out.stdout + out.stderr for c in "\x1b\x07\r\u202e"), out
+    assert "\\x1b[2J" in printed["get"].stdout

@@ -129,6 +129,16 @@ def test_demo_serves_the_worked_example(tmp_path: Path) -> None:
             proc.stderr.close()
     with pytest.raises(httpx.TransportError):  # the demo's server stopped with it
         httpx.get(f"http://127.0.0.1:{port}/api/genesis", timeout=2)
+    # a directory holding the demo's marker and anything else is not the demo's to delete
+    (demo / "thesis.tex").write_text("three years of work\n")
+    r = cli("demo", "--dir", str(demo), "--port", str(free_port()), expect=1)
+    assert "DIR_NOT_EMPTY" in r.stderr and (demo / "thesis.tex").exists()
+    planted = tmp_path / "home"
+    planted.mkdir()
+    (planted / "notes").write_text("mine\n")
+    (planted / ".alexandria-demo").write_bytes((demo / ".alexandria-demo").read_bytes())
+    r = cli("demo", "--dir", str(planted), "--port", str(free_port()), expect=1)
+    assert "DIR_NOT_EMPTY" in r.stderr and (planted / "notes").exists()
 
 
 def test_operator_flow_in_the_default_directory(tmp_path: Path) -> None:

@@ -118,11 +118,19 @@ async def test_healthz_not_ready_once_the_writer_process_is_gone(
 
 
 @pytest.mark.slow
-def test_metrics_of_every_worker_process(tmp_path: Path, founding: Founding) -> None:
+@pytest.mark.parametrize("front_end", [
+    "uvicorn",
+    pytest.param("granian", marks=pytest.mark.xfail(strict=True, reason=(
+        "known defect: under Granian's worker processes prometheus-client writes no"
+        " multiprocess files, so /metrics shows no worker counters (issue 16/21 note)"))),
+])
+def test_metrics_of_every_worker_process(tmp_path: Path, founding: Founding,
+                                         front_end: str) -> None:
     """``serve --workers 2``: whichever worker answers the scrape counts every worker's
     admissions and requests (prometheus-client's multiprocess mode)."""
     genesis, log_key = write_library_files(founding, tmp_path)
-    with serving(genesis, tmp_path / "lib.db", log_key, workers=2) as server, \
+    with serving(genesis, tmp_path / "lib.db", log_key, workers=2,
+                 extra=("--front-end", front_end)) as server, \
             httpx.Client(base_url=server.url, timeout=30) as client:
         for doc in founding.authority_documents():
             assert client.post("/api/authority", json=doc).status_code == 201

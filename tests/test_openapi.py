@@ -97,3 +97,41 @@ async def test_described_query_parameters_are_the_accepted_ones(api: Api) -> Non
                                          content=b"{}")
             assert r.status_code == 400, (path, method, r.text)
             assert r.json()["code"] == "UNKNOWN_PARAMETER", (path, method, r.text)
+
+
+async def test_what_the_fuzzing_audit_found_is_now_documented(api: Api) -> None:
+    """Issue 21: each difference between the document and the server that 63,000 generated
+    requests found."""
+    doc = await get_document(api)
+    paths = doc["paths"]
+    # OPTIONS names every method the path serves (it named POST only)
+    r = await api.client.options("/api/authority")
+    assert r.status_code == 405
+    assert {m.strip() for m in r.headers["allow"].split(",")} >= {"GET", "POST"}
+    assert {m for m in paths["/api/authority"] if m in METHODS} == {"get", "post"}
+    # /api/changes' 404 UNKNOWN_ROOT
+    assert "UNKNOWN_ROOT" in paths["/api/changes"]["get"]["responses"]["404"]["description"]
+    r = await api.client.get("/api/changes", params={"root": "ab" * 32})
+    assert r.status_code == 404 and r.json()["code"] == "UNKNOWN_ROOT"
+    # the catalogue's 16-word limit
+    q = next(p for p in paths["/api/catalogue"]["get"]["parameters"] if p["name"] == "q")
+    assert "at most 16 distinct words" in q["description"]
+    r = await api.client.get("/api/catalogue", params={"q": " ".join(f"w{i}" for i in range(17))})
+    assert r.status_code == 400 and r.json()["code"] == "QUERY_TOO_LONG"
+    # old >= 1 of the consistency proof
+    old = paths["/api/log/proof/consistency"]["get"]["parameters"][0]
+    assert old["name"] == "old" and old["schema"]["minimum"] == 1
+    # the authority body schema refuses {"signatures": []} and any other lone key
+    body = paths["/api/authority"]["post"]["requestBody"]["content"]["application/json"]
+    validator = jsonschema.Draft202012Validator(
+        {**body["schema"], "components": doc["components"]})
+    assert not validator.is_valid({"signatures": []})
+    assert not validator.is_valid({"genesis": {}, "signatures": [{"key": "a" * 64,
+                                                                   "signature": "b" * 128}]})
+    # request schemas name the kinds each route admits
+    def kinds(path: str) -> list[str]:
+        schema = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        return list(schema["allOf"][1]["properties"]["record"]["properties"]["kind"]["enum"])
+
+    assert "vote" in kinds("/api/entries") and "personal-state" not in kinds("/api/entries")
+    assert kinds("/api/personal") == ["personal-read", "personal-state"]

@@ -71,6 +71,9 @@ def refused(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
     assert r.status_code == status, r.text
     out: dict[str, Any] = r.json()
     assert out["code"] == code, out
+    if r.request.url.path == "/api/personal":
+        # a refusal may carry the signer's lists (409): no shared cache may keep any of them
+        assert r.headers["cache-control"] == "no-store"
     return out
 
 

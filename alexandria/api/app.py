@@ -7,6 +7,9 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from alexandria.api import catalogue as catalogue_api
 from alexandria.api import changes as changes_api
@@ -21,13 +24,28 @@ from alexandria.api import read as read_api
 from alexandria.api import write as write_api
 from alexandria.api.http import EXCEPTION_HANDLERS
 from alexandria.api.mcp.http import McpMount
+from alexandria.api.origin import Origin
 from alexandria.api.web import routes as web_routes
 from alexandria.service.checkpoint_signer import background_signer
 from alexandria.service.library import Library
 
 
-def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
-    """``manage_lifecycle``: open the storage on startup and close it on shutdown."""
+async def authority(request: Request) -> Response:
+    """``GET`` and ``POST /api/authority`` on one route: a 405 (an ``OPTIONS``, a ``PUT``)
+    then names both methods in its ``Allow`` header, as the OpenAPI document does."""
+    if request.method == "POST":
+        return await write_api.post_authority(request)
+    return await read_api.get_authority(request)
+
+
+AUTHORITY = Route("/api/authority", authority, methods=["GET", "POST"])
+
+
+def create_app(
+    library: Library, manage_lifecycle: bool = True, origin: Origin | None = None
+) -> Starlette:
+    """``manage_lifecycle``: open the storage on startup and close it on shutdown.  ``origin``:
+    what the contract and the OpenAPI document advertise (``api/origin.py``)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -49,7 +67,7 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
     # the read tools for agents, at /mcp (docs/mcp.md); with witnesses, their quorum is required
     mcp = McpMount(library.genesis, library.cosigning.policy())
     routes = [mcp.route, *write_api.routes, *read_api.routes, *personal_api.routes,
-              *changes_api.routes, *log_api.routes,
+              *changes_api.routes, *log_api.routes, AUTHORITY,
               *catalogue_api.routes, *object_api.routes, *contract_api.routes,
               *enrolment_api.routes, *metrics_api.routes, *web_routes.routes]
     app = Starlette(
@@ -58,5 +76,9 @@ def create_app(library: Library, manage_lifecycle: bool = True) -> Starlette:
         middleware=[Middleware(metrics_api.RequestTimer, routes=routes)],
         lifespan=lifespan,
     )
+    # a trailing-slash redirect would send the client to an address built from its own Host
+    # header; the API's paths have no trailing slash, so such a request is simply not found
+    app.router.redirect_slashes = False
     app.state.library = library
+    app.state.origin = origin or Origin()
     return app

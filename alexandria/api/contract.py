@@ -8,13 +8,15 @@ from starlette.routing import Route
 
 from alexandria.api import openapi
 from alexandria.api.http import json_response, query_params
+from alexandria.api.origin import Origin
 from alexandria.api.served_contract import served_contract
 from alexandria.service.library import Library
 
 
 def origin_of(request: Request) -> str:
-    """The origin the reader reached this server at: scheme, host and port of the request."""
-    return f"{request.url.scheme}://{request.url.netloc}"
+    """The origin this server advertises (``api/origin.py``)."""
+    origin: Origin = request.app.state.origin
+    return origin.of(request)
 
 
 async def get_contract(request: Request) -> Response:

@@ -94,9 +94,16 @@ async def post_certificate(request: Request) -> Response:
     return json_response({"code": code, "status": "approved"}, headers=PRIVATE)
 
 
+async def enrolments(request: Request) -> Response:
+    """``GET`` and ``POST /api/enrolments`` on one route: a 405 then names both methods in its
+    ``Allow`` header, as the OpenAPI document does."""
+    if request.method == "POST":
+        return await post_enrolment(request)
+    return await list_enrolments(request)
+
+
 routes = [
-    Route("/api/enrolments", post_enrolment, methods=["POST"]),
-    Route("/api/enrolments", list_enrolments, methods=["GET"]),
+    Route("/api/enrolments", enrolments, methods=["GET", "POST"]),
     Route("/api/enrolments/{code}", get_enrolment, methods=["GET"]),
     Route("/api/enrolments/{code}/certificate", post_certificate, methods=["POST"]),
 ]

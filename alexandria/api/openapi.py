@@ -10,8 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 from alexandria import __version__
+from alexandria.core.canonical import MAX_JSON_DEPTH
+from alexandria.core.records import PERSONAL_KINDS, PUBLIC_KINDS
 from alexandria.core.trust import SCOPES
-from alexandria.reads.catalogue import METHODS, PAGE_SIZE, PROJECTIONS, SORTS, VERDICTS, VIEWS
+from alexandria.reads.catalogue import (
+    MAX_QUERY_WORDS,
+    METHODS,
+    PAGE_SIZE,
+    PROJECTIONS,
+    SORTS,
+    VERDICTS,
+    VIEWS,
+)
+from alexandria.reads.changes import CURSOR_CHARS
 from alexandria.store.search_index import LISTED_KINDS
 
 HEX64 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
@@ -22,6 +33,10 @@ PERSONAL_STATE = {
     "properties": {"state": {"oneOf": [{"$ref": "#/components/schemas/SignedRecord"},
                                        {"type": "null"}]}},
 }
+
+
+# PROTOCOL §1: UTC, milliseconds, "Z" (the one form canonical signed data may carry)
+TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -44,7 +59,8 @@ ERROR_RESPONSES = {
 NOT_FOUND = {"404": {"$ref": "#/components/responses/NotFound"}}
 CODE = {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{4}$"}
 ENROLMENT_CODE = {
-    "name": "code", "in": "path", "required": True, "schema": {"type": "string"},
+    "name": "code", "in": "path", "required": True,
+    "schema": {"type": "string", "pattern": "^[ -]*(?:[0-9A-TV-Za-tv-z][ -]*){8}$"},
     "description": "the one-time code, e.g. K7QF-2XMB (any case; O reads as 0, I and L as 1)",
 }
 
@@ -58,7 +74,10 @@ def _error(description: str) -> dict[str, Any]:
 
 
 WRITE_ERRORS = {
-    "400": _error("body not JSON or not an envelope/document shape; bad query parameter"),
+    "400": _error("body not JSON (NOT_JSON; JSON_TOO_DEEP: nested over"
+                  f" {MAX_JSON_DEPTH} levels) or not an envelope/document shape; bad query"
+                  " parameter"),
+    "408": _error("the body did not arrive in time (BODY_TIMEOUT)"),
     "403": _error("certificate, authority, revocation, validity window, proof or scope"
                   " failure; READ_ONLY_MIRROR: this server is a mirror, details.origin takes"
                   " writes"),
@@ -72,6 +91,12 @@ WRITE_ERRORS = {
                   " library published and takes writes once `alexandria restore --catch-up`"
                   " replayed the missing tail"),
 }
+
+
+def _envelope(kinds: tuple[str, ...]) -> dict[str, Any]:
+    """A request's envelope: its record's kind is one this route admits."""
+    return {"allOf": [_ref("Envelope"), {"properties": {"record": {
+        "properties": {"kind": {"enum": list(kinds)}}}}}]}
 
 
 def _get(summary: str, params: list[dict[str, Any]], ok: dict[str, Any],
@@ -123,9 +148,24 @@ SCHEMAS: dict[str, Any] = {
     },
     "SignedDocument": {
         "type": "object",
-        "description": "{NAME: PAYLOAD, signatures: [...]} (PROTOCOL §2)",
+        "description": "{NAME: PAYLOAD, signatures: [...]} (PROTOCOL §2): exactly one payload"
+                       " and at least one signature",
         "required": ["signatures"],
-        "properties": {"signatures": {"type": "array", "items": _ref("Signature")}},
+        "minProperties": 2, "maxProperties": 2,
+        "properties": {"signatures": {"type": "array", "items": _ref("Signature"),
+                                      "minItems": 1}},
+    },
+    "AuthorityDocument": {
+        "type": "object",
+        "description": "an authority certificate or a revocation: exactly one payload, named"
+                       " certificate or revocation, and at least one signature",
+        "required": ["signatures"],
+        "minProperties": 2, "maxProperties": 2,
+        "properties": {
+            "certificate": {"type": "object"}, "revocation": {"type": "object"},
+            "signatures": {"type": "array", "items": _ref("Signature"), "minItems": 1},
+        },
+        "additionalProperties": False,
     },
     "Record": {
         "type": "object",
@@ -134,8 +174,8 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "format": {"const": "alexandria.contribution/3"},
             "genesis": HEX64, "author": HEX64,
-            "authored_at": {"type": "string", "format": "date-time"},
-            "kind": {"type": "string"}, "title": {"type": "string"},
+            "authored_at": {"type": "string", "pattern": TIMESTAMP},
+            "kind": {"enum": [*PUBLIC_KINDS, *PERSONAL_KINDS]}, "title": {"type": "string"},
             "body": {"type": "string", "maxLength": 48000},
             "links": {"type": "array", "items": {
                 "type": "object", "required": ["relation", "target"],
@@ -265,7 +305,7 @@ PATHS: dict[str, Any] = {
             "parameters": [_q("dry_run", {"enum": ["true", "false"], "default": "false"},
                               "run every check against the current state and store nothing")],
             "requestBody": {"required": True,
-                            "content": {"application/json": {"schema": _ref("Envelope")}}},
+                            "content": {"application/json": {"schema": _envelope(PUBLIC_KINDS)}}},
             "responses": {
                 "200": _json({"oneOf": [_ref("SignedRecord"), {
                     "type": "object", "required": ["dry_run", "id", "root", "already_admitted"],
@@ -307,7 +347,8 @@ PATHS: dict[str, Any] = {
         "Discover current heads: filter, search and rank (docs/read-api.md)",
         [
             _q("q", {"type": "string", "maxLength": 500},
-               "search words; every word must occur in the title or body (NFKC, case folded)"),
+               "search words; every word must occur in the title or body (NFKC, case folded);"
+               f" at most {MAX_QUERY_WORDS} distinct words (400 QUERY_TOO_LONG)"),
             _q("kind", {"enum": list(LISTED_KINDS)}, "one kind (votes are never listed)"),
             _q("sort", {"enum": list(SORTS)},
                "new (default without q), top (vote score), relevance (default with q)"),
@@ -329,17 +370,21 @@ PATHS: dict[str, Any] = {
     "/api/changes": _get(
         "Every revision of a root's members in admission order, by snapshot cursor",
         [_q("root", HEX64, "contribution root id", required=True),
-         _q("cursor", {"type": "string"}, "opaque cursor from the previous page"),
+         _q("cursor", {"type": "string", "pattern": f"^[A-Za-z0-9_-]{{{CURSOR_CHARS}}}$"},
+            "opaque cursor from the previous page (a forged or altered one is 400"
+            " CURSOR_MALFORMED)"),
          _q("limit", {"type": "integer", "minimum": 1, "maximum": 50, "default": 50},
             "items per page")],
         _json(_ref("Changes"), "a page of the feed"),
-        {"409": _error("cursor cannot be honoured: resync_required is true")}),
+        {"404": _error("root is not the id of an admitted object's root (UNKNOWN_ROOT)"),
+         "409": _error("cursor cannot be honoured: resync_required is true")}),
     "/api/personal": {
         "post": {
             "summary": "Read or compare-and-set the signer's private lists",
             "parameters": [],
             "requestBody": {"required": True,
-                            "content": {"application/json": {"schema": _ref("Envelope")}}},
+                            "content": {"application/json": {
+                                "schema": _envelope(PERSONAL_KINDS)}}},
             "responses": {
                 "200": _json(PERSONAL_STATE,
                              "the signer's current state (or null), or an exact retry"),
@@ -359,7 +404,7 @@ PATHS: dict[str, Any] = {
             "summary": "Admit an authority certificate or a revocation",
             "parameters": [],
             "requestBody": {"required": True, "content": {
-                "application/json": {"schema": _ref("SignedDocument")}}},
+                "application/json": {"schema": _ref("AuthorityDocument")}}},
             "responses": {
                 "200": _json(_ref("AuthorityAdmission"), "already admitted"),
                 "201": _json(_ref("AuthorityAdmission"), "admitted"),
@@ -456,6 +501,10 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "200": _json({"type": "object"}, "the JSON-RPC answer; tool refusals are tool"
                              " results with isError and the typed error {error, code, details}"),
+                "400": {"description": "not a JSON-RPC message of the MCP streamable HTTP"
+                        " transport (its content type, its session or its shape)"},
+                "406": {"description": "the Accept header names neither application/json nor"
+                        " text/event-stream"},
                 "413": {"description": "request body over 65,536 bytes"},
             },
         }
@@ -536,8 +585,10 @@ PATHS: dict[str, Any] = {
             "proof": {"type": "array", "items": HEX64}}}, "inclusion proof")),
     "/api/log/proof/consistency": _get(
         "RFC 9162 consistency proof between two tree sizes",
-        [_q("old", {"type": "integer", "minimum": 0}, "older tree size", required=True),
-         _q("new", {"type": "integer", "minimum": 0}, "newer tree size", required=True)],
+        [_q("old", {"type": "integer", "minimum": 1}, "older tree size, at least 1",
+            required=True),
+         _q("new", {"type": "integer", "minimum": 1}, "newer tree size: old ≤ new ≤ tree size"
+            " (400 LOG_RANGE otherwise)", required=True)],
         _json({"type": "object", "required": ["old", "new", "proof"], "properties": {
             "old": {"type": "integer"}, "new": {"type": "integer"},
             "proof": {"type": "array", "items": HEX64}}}, "consistency proof")),

@@ -6,8 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from alexandria.api.http import query_params, raw_json, read_body
+from alexandria.api.http import error_response, query_params, raw_json, read_body
 from alexandria.core.records import PERSONAL_KINDS
+from alexandria.errors import AlexandriaError
 from alexandria.rules.admission import prepare
 from alexandria.rules.personal import response_bytes
 from alexandria.service.library import Library
@@ -19,12 +20,16 @@ PRIVATE = {"Cache-Control": "no-store"}
 
 async def post_personal(request: Request) -> Response:
     lib: Library = request.app.state.library
-    query_params(request, ())
-    if lib.mirror is not None:  # personal lists are not in the log: a mirror has none
-        await lib.check_writable()
-    body = await read_body(request)
-    cand = prepare(body, lib.genesis, kinds=PERSONAL_KINDS)
-    decision = await personal_store.submit(lib.storage, cand)
+    try:
+        query_params(request, ())
+        if lib.mirror is not None:  # personal lists are not in the log: a mirror has none
+            await lib.check_writable()
+        body = await read_body(request)
+        cand = prepare(body, lib.genesis, kinds=PERSONAL_KINDS)
+        decision = await personal_store.submit(lib.storage, cand)
+    except AlexandriaError as exc:
+        # a refusal may carry the signer's current lists (409 on a stale compare-and-set)
+        return error_response(exc, headers=PRIVATE)
     return raw_json(response_bytes(decision.state), 201 if decision.created else 200,
                     headers=PRIVATE)
 

@@ -49,5 +49,4 @@ routes = [
     Route("/api/entries/{revision}", get_entry, methods=["GET"]),
     Route("/api/entries/{revision}/head", get_head, methods=["GET"]),
     Route("/api/genesis", get_genesis, methods=["GET"]),
-    Route("/api/authority", get_authority, methods=["GET"]),
 ]

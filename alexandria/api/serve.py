@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -21,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from alexandria.api.origin import ENV_PUBLIC_URL, ENV_TRUST_PROXY, Origin
 from alexandria.core.timestamps import now
 from alexandria.errors import BadRequest
-from alexandria.files import write_json
+from alexandria.files import private_dir, write_json
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.service.cosigning import Cosigning, WitnessEndpoint
 from alexandria.service.library import Library, load_genesis
@@ -62,7 +64,7 @@ class DataDir(OperatorDir):
 def create_data_dir(data: DataDir, library: str = "alexandria-local",
                     origin: str = "127.0.0.1/alexandria/log") -> Founding:
     """A fresh library: keys, genesis, both authority certificates, admitted."""
-    data.root.mkdir(parents=True, exist_ok=True)
+    private_dir(data.root)
     founding = found_library(library=library, origin=origin, created_at=now())
     founding.roots[0].save(data.root_key)
     founding.authority.save(data.authority_key)
@@ -117,8 +119,24 @@ _QUORUM_ENV = "ALEXANDRIA_WITNESS_QUORUM"
 _ENV = ("ALEXANDRIA_GENESIS", "ALEXANDRIA_DB", "ALEXANDRIA_LOG_KEY")
 _WRITER_ENV = "ALEXANDRIA_WRITER"
 WRITER_SWITCH_INTERVAL = 0.0003  # seconds, in the writer process only
-# the server answers 127.0.0.1 by default and uses no client addresses: no proxy headers, no
-# access log (each costs the admission path a few per cent)
+
+# What a stranger's connection may cost the public server (docs/deployment.md).  Granian's
+# HTTP/1 reads a request head into a buffer of at most HEAD_BUFFER_BYTES (a bigger head is
+# answered 431 and closed) and closes a connection whose head has not arrived HEAD_TIMEOUT_MS
+# after it opened or after its previous answer: a silent, a trickling or an idle keep-alive
+# connection.  A body has ``http.BODY_TIMEOUT_S`` to arrive.  Each worker serves at most
+# MAX_CONNECTIONS connections at once (Granian's "backpressure" counts connections, not
+# requests); the kernel queues up to BACKLOG more, which wait for a slot: a flood of silent
+# connections beyond the limit delays newcomers by at most HEAD_TIMEOUT_MS.  The soft limit on
+# open files is raised to FILE_LIMIT so the connections, not the descriptors, run out first.
+HEAD_BUFFER_BYTES = 65_536
+HEAD_TIMEOUT_MS = 10_000
+MAX_CONNECTIONS = 2048
+BACKLOG = 2048
+FILE_LIMIT = 8192
+FRONT_ENDS = ("granian", "uvicorn")
+# uvicorn remains selectable (``serve --front-end uvicorn``) so bench/ can compare the two; it
+# bounds neither head size (httptools) nor head time: not for a public server
 _UVICORN: dict[str, Any] = {"log_level": "warning", "server_header": False, "date_header": False,
             "access_log": False, "proxy_headers": False}
 
@@ -159,30 +177,62 @@ def metrics_directory() -> Iterator[str]:
 
 def run(library: Library, host: str, port: int, workers: int = 1,
         files: tuple[str, str, str | None] | None = None, dedicated_writer: bool = False,
+        front_end: str = "granian", origin: Origin | None = None,
         access_log: bool = False) -> None:
     """Serve ``library``.  With several workers or ``dedicated_writer`` (``files`` names the
     genesis, database and log key), N HTTP processes share one admission writer process
-    (``writer_service``).  ``access_log``: one line per request (uvicorn's, on stdout)."""
-    import uvicorn
-
-    from alexandria.api.app import create_app
-
-    options = {**_UVICORN, "access_log": access_log}
-    if access_log:
-        options["log_level"] = "info"
-
-    if (workers > 1 or dedicated_writer) and files is not None:
+    (``writer_service``).  Granian builds each worker's app from ``files`` (``app_from_env``),
+    so ``library`` itself serves only under uvicorn with one process.  ``access_log``: one
+    line per request, on stdout."""
+    origin = origin or Origin()
+    if origin.public:
+        os.environ[ENV_PUBLIC_URL] = origin.public
+    if origin.trust_proxy_headers:
+        os.environ[ENV_TRUST_PROXY] = "1"
+    if files is not None:
         for name, value in zip(_ENV, files, strict=True):
             if value:
                 os.environ[name] = str(value)
-        with writer_process(files[0], files[1]) as socket_path, metrics_directory():
-            os.environ[_WRITER_ENV] = socket_path
-            uvicorn.run(
-                "alexandria.api.serve:app_from_env", factory=True, workers=workers, host=host,
-                port=port, **options,
-            )
-    else:
-        uvicorn.run(create_app(library), host=host, port=port, **options)
+    shared = (workers > 1 or dedicated_writer) and files is not None
+    options = {**_UVICORN, "access_log": access_log}
+    if access_log:
+        options["log_level"] = "info"
+    with contextlib.ExitStack() as stack:
+        if shared and files is not None:
+            os.environ[_WRITER_ENV] = stack.enter_context(writer_process(files[0], files[1]))
+            stack.enter_context(metrics_directory())  # every worker's counters, summed
+        if front_end == "granian" and files is not None:
+            _run_granian(host, port, workers, access_log)
+            return
+        import uvicorn
+
+        if shared:
+            uvicorn.run("alexandria.api.serve:app_from_env", factory=True, workers=workers,
+                        host=host, port=port, **options)
+        else:
+            from alexandria.api.app import create_app
+
+            uvicorn.run(create_app(library, origin=origin), host=host, port=port, **options)
+
+
+def _run_granian(host: str, port: int, workers: int, access_log: bool = False) -> None:
+    from granian.constants import HTTPModes, Interfaces, Loops
+    from granian.http import HTTP1Settings
+    from granian.log import LogLevels
+    from granian.server import Server
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = FILE_LIMIT if hard == resource.RLIM_INFINITY else min(FILE_LIMIT, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    Server(
+        "alexandria.api.serve:app_from_env", factory=True, address=host, port=port,
+        interface=Interfaces.ASGI, workers=workers, http=HTTPModes.http1, websockets=False,
+        loop=Loops.auto, backlog=BACKLOG, backpressure=MAX_CONNECTIONS,
+        http1_settings=HTTP1Settings(header_read_timeout=HEAD_TIMEOUT_MS,
+                                     max_buffer_size=HEAD_BUFFER_BYTES),
+        log_level=LogLevels.warning, log_access=access_log,
+    ).serve()
 
 
 def app_from_env() -> object:
@@ -198,7 +248,8 @@ def app_from_env() -> object:
     writer = os.environ.get(_WRITER_ENV)
     if writer:
         library.writer = WriterClient(writer)
-    return create_app(library)
+    origin = Origin(os.environ.get(ENV_PUBLIC_URL) or None, bool(os.environ.get(ENV_TRUST_PROXY)))
+    return create_app(library, origin=origin)
 
 
 @contextlib.contextmanager

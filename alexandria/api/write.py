@@ -1,4 +1,5 @@
-"""Write routes: ``POST /api/entries`` (with ``?dry_run=true``) and ``POST /api/authority``."""
+"""Write routes: ``POST /api/entries`` (with ``?dry_run=true``) and ``POST /api/authority``
+(routed beside its ``GET`` in ``app.py``)."""
 
 from __future__ import annotations
 
@@ -54,5 +55,4 @@ async def post_authority(request: Request) -> Response:
 
 routes = [
     Route("/api/entries", post_entry, methods=["POST"]),
-    Route("/api/authority", post_authority, methods=["POST"]),
 ]

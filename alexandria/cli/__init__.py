@@ -233,6 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # everything the CLI creates (keys, the library's directory and database with its -wal and
+    # -shm files, configuration, exports) is its user's alone (alexandria/files.py:
+    # PRIVATE_UMASK, kept literal here so that start-up imports nothing more)
+    os.umask(0o077)
     if args.verbose:
         from alexandria.cli import terminal
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from alexandria.core.keys import HEX64, SigningKey
 from alexandria.errors import AlexandriaError, BadRequest
-from alexandria.files import NAME, read_json, write_json
+from alexandria.files import NAME, append_line, read_json, write_json
 
 DEFAULT_LIBRARY = "http://127.0.0.1:8080"
 
@@ -192,15 +192,9 @@ class Home:
         self.append_names([(name, rev)], path)
 
     def append_names(self, pairs: list[tuple[str, str]], path: Path | None = None) -> None:
-        """Several lines in one ``write`` (whole lines, never interleaved) and one fsync."""
-        p = path or self.names_path
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, "".join(f"{name} {rev}\n" for name, rev in pairs).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        """Several lines in one ``write`` (whole lines, never interleaved) and one fsync; a
+        symbolic link at the names file is refused, not followed (``files.append_line``)."""
+        append_line(path or self.names_path, "".join(f"{name} {rev}\n" for name, rev in pairs))
 
     # --- changes cursors -----------------------------------------------------------------------
 

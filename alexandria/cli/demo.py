@@ -37,9 +37,10 @@ from alexandria.cli.terminal import Progress, note, say
 from alexandria.core.contract import contract_bytes
 from alexandria.core.keys import SigningKey
 from alexandria.errors import AlexandriaError, BadRequest
-from alexandria.files import write_json
+from alexandria.files import atomic_write, private_dir, write_json
 
 MARKER = ".alexandria-demo"
+DATABASE_FILES = ("library.db", "library.db-wal", "library.db-shm")
 PARTICIPANTS = ("owner", "peer")
 START_TIMEOUT_S = 60.0
 
@@ -83,15 +84,32 @@ def cli(argv: list[str], home: Path | None = None) -> Any:
     return orjson.loads(text) if text else None
 
 
+MARKER_TEXT = "made by `alexandria demo`; replaced by the next one\n"
+
+
+def _made_by_demo(directory: Path) -> bool:
+    """Whether ``directory`` holds what a demo makes and nothing else: a marker file with the
+    demo's text, and only the entries ``run_demo`` creates (a marker copied or planted into
+    somebody's directory does not make it the demo's to delete)."""
+    marker = directory / MARKER
+    if directory.is_symlink() or marker.is_symlink() or not marker.is_file():
+        return False
+    if marker.read_text(errors="replace") != MARKER_TEXT:
+        return False
+    made = {MARKER, "operator", "names", "examples", *DATABASE_FILES, *PARTICIPANTS}
+    return all(entry.name in made and not entry.is_symlink() for entry in directory.iterdir())
+
+
 def fresh_directory(directory: Path) -> None:
-    if directory.exists():
-        if (directory / MARKER).exists():
-            shutil.rmtree(directory)
-        elif any(directory.iterdir()):
-            raise BadRequest(f"{directory}/ exists and is not a demo directory: pass --dir",
-                             "DIR_NOT_EMPTY", dir=str(directory))
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / MARKER).write_text("made by `alexandria demo`; replaced by the next one\n")
+    if directory.exists() and any(directory.iterdir()):
+        if not _made_by_demo(directory):
+            raise BadRequest(
+                f"{directory}/ exists and holds files the demo did not make: pass --dir",
+                "DIR_NOT_EMPTY", dir=str(directory),
+            )
+        shutil.rmtree(directory)
+    private_dir(directory)
+    atomic_write(directory / MARKER, MARKER_TEXT.encode())
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -20,9 +20,11 @@ from typing import IO, TYPE_CHECKING
 
 import orjson
 
+from alexandria.cli.terminal import warn_plain_http
 from alexandria.core.keys import HEX64
 from alexandria.core.witness_policy import WitnessPolicy, policy_of
 from alexandria.errors import BadRequest
+from alexandria.files import atomic_stream
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -132,15 +134,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.db:
             lines = export.iter_db(args.db)
         else:
+            warn_plain_http(args.url)
             fetch, close = export.http_fetcher(args.url)
             stack.callback(close)
             lines = export.iter_server(fetch)
         if args.output:
-            target = Path(args.output)
-            tmp = target.with_name(target.name + ".part")
-            with tmp.open("wb") as out:
+            with atomic_stream(Path(args.output)) as out:
                 count = _write(lines, out, bar)
-            os.replace(tmp, target)
         else:
             count = _write(lines, sys.stdout.buffer, bar)
     if _json_wanted(args) and args.output:
@@ -192,6 +192,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         stack.callback(bar.close)
         if args.url:
+            warn_plain_http(args.url)
             fetch, close = export.http_fetcher(args.url)
             stack.callback(close)
             source: Iterator[bytes] = export.iter_server(fetch)
@@ -237,6 +238,7 @@ def _verify_entry(args: argparse.Namespace, policy: WitnessPolicy | None) -> int
     from alexandria.audit import export, verify
 
     note = Path(args.checkpoint).read_text("utf-8") if args.checkpoint else None
+    warn_plain_http(args.url)
     fetch, close = export.http_fetcher(args.url)
     try:
         result = verify.verify_entry(fetch, args.genesis_pin, args.entry, note, policy)

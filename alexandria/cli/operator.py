@@ -16,7 +16,7 @@ import orjson
 
 from alexandria.cli.config import DEFAULT_LIBRARY
 from alexandria.cli.participant import command, library_url
-from alexandria.cli.terminal import emit_json, note, say
+from alexandria.cli.terminal import emit_json, note, say, warn_plain_http
 from alexandria.errors import BadRequest
 from alexandria.service.operator_dir import OperatorDir
 
@@ -50,12 +50,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    " (default 0: the newest checkpoint)")
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None,
                    help="log each request on stdout (default: when stdout is a terminal)")
+    p.add_argument("--public-url", metavar="URL",
+                   help="the origin clients reach this library at, e.g. https://library.example"
+                   " behind a TLS reverse proxy: what /api/contract and /api/openapi.json"
+                   " advertise (default: the request's scheme and well-formed Host header)")
+    p.add_argument("--trust-proxy-headers", action="store_true",
+                   help="take the advertised origin from X-Forwarded-Proto and X-Forwarded-Host"
+                   " (only behind a proxy that sets both: a client could forge them otherwise)")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
+    # uvicorn only for bench/'s comparisons: it bounds neither head size nor head time
+    p.add_argument("--front-end", choices=("granian", "uvicorn"), default="granian",
+                   help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_serve)
     register_operator(sub)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from alexandria.api.origin import Origin, public_url
     from alexandria.api.serve import DataDir, configure_witnesses, default_library, run
     from alexandria.cli.demo import check_port_free
     from alexandria.service.library import Library
@@ -63,6 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if bool(args.genesis) != bool(args.db):
         raise BadRequest("--genesis and --db go together", "USAGE")
     check_port_free(args.host, args.port)  # before anything is created or announced
+    origin = Origin(public_url(args.public_url) if args.public_url else None,
+                    args.trust_proxy_headers)
     from alexandria.store.schema import check_database
 
     check_database(args.db or DataDir(Path(args.data_dir)).db)  # an old leaf format: refused
@@ -93,7 +106,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     pin_file = Path(args.genesis).with_suffix(".pin") if args.genesis else data.pin_path
     _write_pin(pin_file, library.genesis.pin)
     print(f"genesis pin {library.genesis.pin}   (in {pin_file})")
-    print(f"serving {library.genesis.library} on {url}", flush=True)
+    print(f"serving {library.genesis.library} on {url}"
+          + (f", advertised as {origin.public}" if origin.public else ""), flush=True)
     layout = (f"{workers} HTTP worker processes and one admission writer process"
               if workers > 1 or args.writer_process else "one process")
     why = "" if args.workers is not None else f" ({usable_cores()} usable cores; --workers N)"
@@ -106,8 +120,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
     access_log = sys.stdout.isatty() if args.access_log is None else args.access_log
-    run(library, args.host, args.port, workers, files, args.writer_process,
-        access_log=access_log)
+    run(library, args.host, args.port, workers, files, args.writer_process, args.front_end,
+        origin, access_log=access_log)
     return 0
 
 
@@ -262,6 +276,7 @@ def cmd_genesis_init(args: argparse.Namespace) -> int:
 def _submit(url: str, document: dict[str, Any]) -> dict[str, Any]:
     from alexandria.client import Client
 
+    warn_plain_http(url)
     with Client(url) as client:
         result: dict[str, Any] = client.authority(document).json()
     return result

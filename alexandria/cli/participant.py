@@ -36,7 +36,7 @@ from alexandria.client import check_library_url
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.core.trust import parse_worker_certificate
-from alexandria.errors import BadRequest
+from alexandria.errors import BadRequest, Forbidden
 
 EXIT_REFUSED, EXIT_PENDING = 3, 5  # as alexandria.cli.EXIT_CODES (docs/cli.md)
 
@@ -112,8 +112,11 @@ def register(sub: Sub) -> None:
                 " and its genesis pin, and print the public key for the operator to approve."
                 " (`alexandria login URL` does this and the approval in one step.)")
     p.add_argument("--genesis", metavar="PIN",
-                   help="genesis pin, obtained out of band (without it the library's own"
-                   " genesis is pinned on first use)")
+                   help="genesis pin, obtained out of band from the operator (required unless"
+                   " --trust-served-genesis)")
+    p.add_argument("--trust-served-genesis", action="store_true",
+                   help="pin whatever genesis the library serves (trust on first use): only"
+                   " when you have compared the pin it prints with the operator's")
     p = command(wsub, "import", "import the worker certificate the operator issued", cmd_import)
     p.add_argument("certificate", metavar="CERT", help="certificate file, or - for stdin")
 
@@ -145,7 +148,6 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise BadRequest("--genesis is a 64-hex pin", "BAD_PIN")
     chosen = library_url(args)
     url = check_library_url(chosen) if chosen else None
-    key, created = home.create_key()
     known = home.library_or_none()
     url = url or (known.url if known else DEFAULT_LIBRARY)
     pin = args.genesis or (known.pin if known and not chosen else None)
@@ -154,9 +156,17 @@ def cmd_init(args: argparse.Namespace) -> int:
         genesis = fetch_genesis(session.client, pin)
     finally:
         session.close()
+    if pin is None and not args.trust_served_genesis:
+        # whoever answers at URL (or sits on the path to it) chooses what a served genesis
+        # says: the pin must come from the operator, out of band
+        raise Forbidden(
+            f"{url} serves genesis {genesis.pin}; compare it with the pin the operator"
+            " published, then run again with --genesis PIN (or --trust-served-genesis)",
+            "GENESIS_PIN_REQUIRED", served=genesis.pin, library=url,
+        )
     if pin is None:
-        note(f"pinned genesis {genesis.pin} as the library served it (trust on first use):"
-             " compare it with the pin the operator published")
+        note(f"pinned genesis {genesis.pin} as the library served it (trust on first use)")
+    key, created = home.create_key()
     home.save_library(LibraryConfig(url, genesis.pin))
     home.save_genesis(dict(genesis.document))
     if args.json:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from alexandria.cli.config import Home, LibraryConfig, SetupRequired
+from alexandria.cli.terminal import warn_plain_http
 from alexandria.client import Client, check_library_url, has_credentials, redact_url
 from alexandria.core.canonical import canonical, find_float, parse_json
 from alexandria.core.keys import HEX64, SigningKey
@@ -171,7 +172,7 @@ class Session:
         """``library_url`` (``--library``, ``$ALEXANDRIA_LIBRARY``) overrides the configured
         library: reading then needs no key and no configuration at all."""
         self.home = home
-        self.names_path = Path(names_file).resolve() if names_file else None
+        self.names_path = Path(names_file).absolute() if names_file else None
         self._library = library
         self._library_url = check_library_url(library_url) if library_url else None
         self._client: Client | None = None
@@ -197,6 +198,7 @@ class Session:
     @property
     def client(self) -> Client:
         if self._client is None:
+            warn_plain_http(self.library.url)
             self._client = Client(self.library.url)
         return self._client
 
@@ -274,7 +276,7 @@ class Session:
         worker key; the envelope bytes are ``JCS(envelope)``."""
         check_content(content, _ALL_KINDS if content.get("kind") in PERSONAL_KINDS
                       else PUBLIC_KINDS)
-        if not self.pinned:  # --library URL other than the configured one: reads only
+        if self._library_url and not self.pinned:  # --library of another URL: reads only
             raise SetupRequired(
                 f"{self.library.url} is not the library configured in {self.home.root}: a"
                 " contribution is signed for one pinned library. Publish without --library"

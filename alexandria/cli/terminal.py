@@ -4,18 +4,49 @@ stdout carries the result: with ``--json`` one JSON document (stored signed byte
 the library sent them), otherwise readable lines whose first word is the thing a script wants
 (an id, a key), so ``ID=$(alexandria publish claim.json)`` works without ``--json``.  stderr
 carries everything else: notes, warnings and progress.
+
+Text from a library (titles, bodies, names, error messages) is anybody's: ``say`` and ``note``
+print control characters (and the bidirectional overrides) as visible escapes, so a published
+title cannot clear the screen, move the cursor or overwrite a line with a fake verdict;
+``inline`` also escapes line breaks, for a value printed inside a line.
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 
 if TYPE_CHECKING:
     from alexandria.errors import AlexandriaError
+
+# C0 and C1 controls, DEL, and the bidirectional embeddings, overrides and isolates; a line
+# break and a tab survive only in ``say``/``note`` (multi-line text is printed as such)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_INLINE_CONTROLS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but line breaks and tabs made visible."""
+    return _CONTROLS.sub(_escape, text)
+
+
+def inline(text: str) -> str:
+    """``text`` for the inside of a line: line breaks made visible too."""
+    return _INLINE_CONTROLS.sub(_escape, text)
+
 
 _VERBOSE = False
 _STARTED = time.perf_counter()
@@ -38,7 +69,7 @@ def verbose() -> bool:
 def debug(text: str) -> None:
     if _VERBOSE:
         ms = (time.perf_counter() - _STARTED) * 1000
-        print(f"debug: {ms:7.1f} ms  {text}", file=sys.stderr, flush=True)
+        print(f"debug: {ms:7.1f} ms  {inline(text)}", file=sys.stderr, flush=True)
 
 
 def emit_json(value: Any) -> None:
@@ -51,11 +82,11 @@ def emit_raw(content: bytes) -> None:
 
 
 def say(text: str = "") -> None:
-    print(text, flush=True)
+    print(printable(text), flush=True)
 
 
 def note(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    print(printable(text), file=sys.stderr, flush=True)
 
 
 def short(rev: str) -> str:
@@ -63,7 +94,7 @@ def short(rev: str) -> str:
 
 
 def one_line(text: str, width: int = 72) -> str:
-    flat = " ".join(text.split())
+    flat = inline(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
@@ -92,8 +123,9 @@ def report_error(exc: AlexandriaError, json_output: bool, verbose: bool = False)
     if json_output:
         sys.stdout.buffer.write(orjson.dumps(exc.to_json()) + b"\n")
         sys.stdout.flush()
-    message = redact_url(exc.message)
-    tag = f"[{exc.code}]"
+    # a library's error text can quote contributors' input: control characters made visible
+    message = inline(redact_url(exc.message))
+    tag = f"[{inline(exc.code)}]"
     lines = [f"alexandria: error: {message}" + ("" if message.endswith(tag) else f" {tag}")]
     for key, label in _DETAIL_LABELS:
         value = exc.details.get(key)
@@ -128,5 +160,25 @@ class Progress:
         line = f"{self.what} [{bar}] {self.done}/{self.total} {label}"
         if self.tty:
             end = "\n" if self.done >= self.total else ""
-            sys.stderr.write("\r\x1b[2K" + line + end)
+            sys.stderr.write("\r\x1b[2K" + printable(line) + end)
             sys.stderr.flush()
+
+
+def is_loopback(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@functools.cache  # once per library and command
+def warn_plain_http(url: str) -> None:
+    """On plain ``http://`` anything between this machine and the library can read what is
+    sent and change what comes back (a genesis, a certificate, a page of entries): say so,
+    unless the library is on this machine."""
+    if urlsplit(url).scheme == "http" and not is_loopback(url):
+        note(f"warning: {url} is plain http: anyone on the network path can read and alter this"
+             " exchange; use the library's https:// address (docs/deployment.md)")

@@ -22,6 +22,11 @@ import rfc8785
 from alexandria.errors import NotCanonical, UnsafeNumber
 
 MAX_SAFE_INTEGER = 2**53 - 1
+# The deepest nesting ``parse_json`` accepts.  The contract's deepest value (an envelope holding
+# a proposal's links) is 6 levels deep; 64 leaves room for any future field while keeping every
+# recursive consumer (the schema validator, JCS, the state rules) far from Python's and
+# jsonschema-rs's recursion limits, whose errors are not typed (docs/protocol.md).
+MAX_JSON_DEPTH = 64
 
 
 def _check(value: Any, ascii_keys: bool = True) -> bool:
@@ -127,25 +132,59 @@ def _no_constants(name: str) -> Any:
     raise NotCanonical(f"{name} is not JSON")
 
 
+def nesting_exceeds(value: Any, limit: int) -> bool:
+    """Whether parsed JSON ``value`` nests arrays and objects deeper than ``limit``: a walk
+    level by level that stops at level ``limit + 1`` (a 20,000-level chain costs 65 steps) and
+    otherwise looks at each node once, in the order of the parse's own cost."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 1
+    while level:
+        if depth > limit:
+            return True
+        deeper: list[Any] = []
+        for node in level:
+            for child in node.values() if isinstance(node, dict) else node:
+                if isinstance(child, (dict, list)):
+                    deeper.append(child)
+        level = deeper
+        depth += 1
+    return False
+
+
+def _too_deep(limit: int) -> NotCanonical:
+    return NotCanonical(f"JSON nests more than {limit} levels deep", "JSON_TOO_DEEP", limit=limit)
+
+
 def parse_json(data: bytes | str) -> Any:
     """Strict JSON parsing: duplicate keys and NaN/Infinity are errors; floats are kept as
     ``_Float`` markers (``contains_float`` finds them) so the caller decides how to refuse them.
     Bytes must be UTF-8 (RFC 8259 §8.1): ``json.loads`` would otherwise guess UTF-16 or UTF-32
-    and skip a byte order mark.
+    and skip a byte order mark.  Nesting deeper than ``MAX_JSON_DEPTH`` is refused
+    (``JSON_TOO_DEEP``), so no recursive consumer downstream (JCS, the schema validator, the
+    rules) ever meets it; the parser itself stops at Python's recursion limit, quickly.
     """
     try:
         if isinstance(data, bytes):
             data = data.decode("utf-8")
-        return json.loads(
+        value = json.loads(
             data,
             object_pairs_hook=_no_duplicates,
             parse_float=_Float,
             parse_constant=_no_constants,
         )
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise _too_deep(MAX_JSON_DEPTH) from None
+    except ValueError as exc:
         if isinstance(exc, NotCanonical):
             raise
         raise NotCanonical(f"not valid JSON: {exc}") from exc
+    # as many opening brackets as the limit cannot nest deeper than it (counted in C): an
+    # envelope has about a dozen, so the walk is for bodies built to be deep
+    if data.count("[") + data.count("{") > MAX_JSON_DEPTH and nesting_exceeds(
+        value, MAX_JSON_DEPTH
+    ):
+        raise _too_deep(MAX_JSON_DEPTH)
+    return value
 
 
 def find_float(value: Any, pointer: str = "") -> str | None:

@@ -32,7 +32,7 @@ from alexandria.core.trust import (
     make_worker_certificate,
 )
 from alexandria.errors import AlexandriaError, BadRequest
-from alexandria.files import check_name, read_json, write_json
+from alexandria.files import atomic_write, check_name, private_dir, read_json, write_json
 
 DAY_MS = 86_400_000
 SKEW_MS = 5 * 60 * 1000  # certificates start a little in the past: clocks disagree
@@ -119,14 +119,14 @@ def init_genesis(op: OperatorDir, library: str, origin: str, roots: int, thresho
                             "GENESIS_EXISTS", path=str(op.genesis_path))
     if not 1 <= threshold <= roots <= 16:
         raise BadRequest("need 1 <= threshold <= roots <= 16", "BAD_PARAMETER")
-    op.root.mkdir(parents=True, exist_ok=True)
+    private_dir(op.root)
     keys = [SigningKey.generate() for _ in range(roots)]
     document = make_genesis(library, origin, now(), keys, threshold)
     genesis = Genesis.from_document(document)  # refuses a bad library name or origin
     for i, key in enumerate(keys, 1):
         key.save(op.root / f"root-{i}.key")
     write_json(op.genesis_path, document)
-    op.pin_path.write_text(genesis.pin + "\n")
+    atomic_write(op.pin_path, (genesis.pin + "\n").encode())
     return genesis
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import pickle
 import struct
@@ -52,6 +53,9 @@ from alexandria.rules.admission import Candidate
 from alexandria.store.interface import Admitted, DryRun
 
 _HEADER = struct.Struct(">II")
+
+
+log = logging.getLogger(__name__)
 
 
 class WriterUnavailable(ServiceError):
@@ -248,7 +252,9 @@ class WriterServer:
                     return
                 exc = fut.exception()
                 if exc is not None and not isinstance(exc, AlexandriaError):
-                    exc = ServiceError(f"storage failed: {exc}", "STORAGE_FAILED")
+                    # the worker answers 500 as it would for its own bug; the text stays here
+                    log.error("an admission failed unexpectedly", exc_info=exc)
+                    exc = AlexandriaError("internal error", "INTERNAL")
                 frames.send(request, encode_answer(exc if exc is not None else fut.result()))
 
             return reply

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import queue
 import secrets
 import sqlite3
@@ -40,6 +41,7 @@ from alexandria.core.records import admission_bytes, signed_record_bytes
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis, document_name
 from alexandria.errors import AlexandriaError, BadRequest, ServiceError
+from alexandria.files import create_private
 from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.authority import check_authority_document
 from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, object_after
@@ -170,9 +172,16 @@ class _Job:
 
 
 class _BatchAborted(Exception):
-    pass
+    """The write transaction was rolled back; ``__cause__`` says why."""
 
 
+def _storage_failed(cause: BaseException | None) -> ServiceError:
+    """What a client hears when the storage failed: the cause goes to the log, not to them."""
+    log.error("storage failed", exc_info=cause)
+    return ServiceError("storage failed", "STORAGE_FAILED")
+
+
+log = logging.getLogger(__name__)
 BUSY_TIMEOUT_S = 30.0
 WRITER_CACHE_KIB = 65_536  # the writer's page cache: the hot B-tree pages of every index
 READERS = 4  # read connections, one thread each: SQLite releases the GIL while it reads
@@ -244,6 +253,10 @@ class SqliteStorage(Storage):
     def _connect_writer(self) -> sqlite3.Connection:
         fresh = not Path(self.path).exists()
         schema.check_database(self.path)  # before anything below writes to an old library
+        if fresh:
+            # 0600 in a 0700 directory if new: it holds every actor's private lists and the
+            # cursor secret; SQLite gives the -wal and -shm files the database file's mode
+            create_private(Path(self.path))
         # handed to the writer thread once open: it alone uses the connection from then on
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         if fresh:
@@ -367,7 +380,7 @@ class SqliteStorage(Storage):
             try:
                 results = self._run_batch(conn, batch)
             except Exception as exc:  # the connection itself failed
-                results = [ServiceError(f"storage failed: {exc}")] * len(batch)
+                results = [_storage_failed(exc)] * len(batch)
             loop.call_soon_threadsafe(self._resolve, batch, results)
             if self._checkpointer is not None and self._checkpointer.catch_up:
                 self._checkpointer.catch_up_on(conn)  # after the answers: see wal_checkpointer
@@ -404,23 +417,41 @@ class SqliteStorage(Storage):
             pause = min(pause * 2, 0.002)
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
+        """One write transaction for ``batch``; one result (or exception) per job.
+
+        A ``checks_first`` job that fails in a way it did not plan for (a bug, an input some
+        check missed) may have written part of its rows, so the transaction is rolled back;
+        the batch then runs once more with every job in its own savepoint, so that job fails
+        alone and every other job is answered as if it had never been there (nothing in the
+        batch had been acknowledged)."""
+        try:
+            return self._try_batch(conn, batch, isolate=False)
+        except _BatchAborted:
+            pass
+        try:
+            return self._try_batch(conn, batch, isolate=True)
+        except _BatchAborted as exc:
+            return [_storage_failed(exc.__cause__)] * len(batch)
+
+    def _try_batch(self, conn: sqlite3.Connection, batch: list[_Job], isolate: bool) -> list[Any]:
         results: list[Any] = []
         try:
             SqliteStorage._begin(conn)
         except sqlite3.Error as exc:
-            return [ServiceError(f"database is busy: {exc}", "STORAGE_BUSY")] * len(batch)
+            log.warning("database is busy: %s", exc)
+            return [ServiceError("database is busy", "STORAGE_BUSY")] * len(batch)
         try:
             self._memory.begin(conn)
             for job in batch:
-                if job.checks_first:
+                if job.checks_first and not isolate:
                     try:
                         results.append(job.fn(conn))
                     except AlexandriaError as exc:
                         if isinstance(exc, ServiceError):
-                            raise _BatchAborted(exc) from exc
+                            raise _BatchAborted() from exc
                         results.append(exc)
                     except Exception as exc:
-                        raise _BatchAborted(exc) from exc
+                        raise _BatchAborted() from exc
                     continue
                 conn.execute("SAVEPOINT job")
                 try:
@@ -429,19 +460,27 @@ class SqliteStorage(Storage):
                 except Exception as exc:
                     conn.execute("ROLLBACK TO job")
                     conn.execute("RELEASE job")
+                    if not isinstance(exc, AlexandriaError):
+                        log.error("a write failed unexpectedly", exc_info=exc)
                     results.append(exc)
                 # any other write (authority documents, personal lists, checkpoints, an index
                 # rebuild) may have changed what the memory holds, or been rolled back
                 self._memory.forget()
             conn.execute("COMMIT")
-        except (sqlite3.Error, _BatchAborted) as exc:
-            self._memory.forget()
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            return [ServiceError(f"storage failed: {exc}", "STORAGE_FAILED")] * len(batch)
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            raise _BatchAborted() from exc
+        except _BatchAborted:
+            self._rollback(conn)
+            raise
         if self._checkpointer is not None:
             self._checkpointer.kick()
         return results
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        self._memory.forget()
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
     # --- admission ---------------------------------------------------------------------------
 

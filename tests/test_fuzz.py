@@ -1,0 +1,42 @@
+"""Schemathesis, every check, against a live server's ``/api/openapi.json`` (issue 21): no 5xx
+and every response as documented.  Seeded and small enough for ``make test``; ``bench/fuzz.py``
+runs the same configuration (``schemathesis.toml``) with about 100,000 cases."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from alexandria.service.bootstrap import Founding
+from tests.liveserver import Server, write_library_files
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_schemathesis_finds_nothing(tmp_path: Path, founding: Founding) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    server = Server(genesis, tmp_path / "lib.db", log_key)
+    try:
+        for doc in founding.authority_documents():  # a library with something to read
+            httpx.post(f"{server.url}/api/authority", json=doc).raise_for_status()
+        st = subprocess.run(
+            [str(Path(sys.executable).with_name("st")), "--config-file",
+             str(ROOT / "schemathesis.toml"), "run", f"{server.url}/api/openapi.json",
+             "--checks", "all", "--max-examples", "10", "--seed", "21", "--workers", "1",
+             "--suppress-health-check", "all", "--no-color"],
+            capture_output=True, text=True, timeout=600, check=False,
+        )
+    finally:
+        os.killpg(server.proc.pid, signal.SIGTERM)
+        server.proc.wait(30)
+        assert server.proc.stderr is not None
+        err = server.proc.stderr.read().decode(errors="replace")
+        server.proc.stderr.close()
+    assert st.returncode == 0, st.stdout[-6000:]
+    assert " passed" in st.stdout
+    assert "Traceback" not in err, err[-3000:]

@@ -1,0 +1,88 @@
+"""Where the library says it lives (issue 21): ``--public-url`` and opt-in proxy headers decide
+the origin that ``/api/contract`` and ``/api/openapi.json`` advertise, a request's ``Host``
+header only when well formed, and no redirect is built from it.  The CLI warns on plain
+``http://`` for anything but this machine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from alexandria.cli.terminal import is_loopback, warn_plain_http
+from alexandria.service.bootstrap import Founding
+from tests.cli_support import cli
+from tests.liveserver import Server, serving, write_library_files
+
+
+@pytest.fixture
+def files(tmp_path: Path, founding: Founding) -> tuple[Path, Path, Path]:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    return genesis, tmp_path / "lib.db", log_key
+
+
+@pytest.fixture
+def plain(files: tuple[Path, Path, Path]) -> Iterator[Server]:
+    with serving(*files) as s:
+        yield s
+
+
+def _origins(server: Server, headers: dict[str, str]) -> tuple[str, str]:
+    contract = httpx.get(f"{server.url}/api/contract", headers=headers).json()
+    openapi = httpx.get(f"{server.url}/api/openapi.json", headers=headers).json()
+    return contract["origin"], openapi["servers"][0]["url"]
+
+
+FORGED = {"host": "evil.example", "x-forwarded-proto": "https",
+          "x-forwarded-host": "evil.example"}
+
+
+def test_the_public_url_is_advertised_whatever_the_request_says(
+    files: tuple[Path, Path, Path]
+) -> None:
+    with serving(*files, extra=("--public-url", "https://Library.Example/")) as s:
+        for headers in ({}, FORGED):
+            assert _origins(s, headers) == ("https://library.example",) * 2
+
+
+def test_proxy_headers_count_only_when_trusted(files: tuple[Path, Path, Path]) -> None:
+    with serving(*files, extra=("--trust-proxy-headers",)) as s:
+        assert _origins(s, FORGED) == ("https://evil.example",) * 2
+        # malformed: the scheme falls back to the connection's, the host to Host
+        bad = {"x-forwarded-proto": "gopher", "x-forwarded-host": "a/b@c", "host": "lib.test"}
+        assert _origins(s, bad) == ("http://lib.test",) * 2
+
+
+def test_without_either_only_a_well_formed_host_is_used(plain: Server) -> None:
+    assert _origins(plain, FORGED) == ("http://evil.example",) * 2  # proxy headers ignored
+    for host in ("evil.example/path", "a@b", "x y", "evil.example:99999999"):
+        assert _origins(plain, {"host": host}) == (plain.url,) * 2, host
+
+
+def test_no_redirect_is_built_from_the_host_header(plain: Server) -> None:
+    r = httpx.get(f"{plain.url}/api/genesis/", headers={"host": "evil.example"})
+    assert r.status_code == 404
+    assert "location" not in r.headers
+    assert r.json()["code"] == "NOT_FOUND"
+
+
+def test_a_public_url_that_is_not_an_origin_is_refused(files: tuple[Path, Path, Path]) -> None:
+    for bad in ("ftp://x.example", "https://x.example/path", "https://u:p@x.example",
+                "library.example"):
+        genesis, db, _key = files
+        r = cli("serve", "--genesis", str(genesis), "--db", str(db), "--port", "1",
+                "--public-url", bad, expect=1)
+        assert "BAD_PUBLIC_URL" in r.stderr
+
+
+def test_the_cli_warns_on_plain_http_beyond_this_machine(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    for url in ("http://127.0.0.1:8080", "http://localhost:1", "http://[::1]:8", "https://a.b"):
+        warn_plain_http(url)
+        assert capsys.readouterr().err == "", url
+    warn_plain_http("http://library.example")
+    assert "plain http" in capsys.readouterr().err
+    assert is_loopback("http://127.8.9.10") and not is_loopback("http://10.0.0.1")
