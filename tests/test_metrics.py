@@ -118,12 +118,7 @@ async def test_healthz_not_ready_once_the_writer_process_is_gone(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("front_end", [
-    "uvicorn",
-    pytest.param("granian", marks=pytest.mark.xfail(strict=True, reason=(
-        "known defect: under Granian's worker processes prometheus-client writes no"
-        " multiprocess files, so /metrics shows no worker counters (issue 16/21 note)"))),
-])
+@pytest.mark.parametrize("front_end", ["granian", "uvicorn"])
 def test_metrics_of_every_worker_process(tmp_path: Path, founding: Founding,
                                          front_end: str) -> None:
     """``serve --workers 2``: whichever worker answers the scrape counts every worker's

@@ -118,6 +118,10 @@ _WITNESS_ENV = "ALEXANDRIA_WITNESSES"
 _QUORUM_ENV = "ALEXANDRIA_WITNESS_QUORUM"
 _ENV = ("ALEXANDRIA_GENESIS", "ALEXANDRIA_DB", "ALEXANDRIA_LOG_KEY")
 _WRITER_ENV = "ALEXANDRIA_WRITER"
+# prometheus-client's multiprocess directory (api/metrics.MULTIPROC_ENV), named here without
+# importing api/metrics: prometheus-client picks its value store when first imported, and
+# Granian forks its workers from this process, so it must not be loaded here before it is set
+_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 WRITER_SWITCH_INTERVAL = 0.0003  # seconds, in the writer process only
 
 # What a stranger's connection may cost the public server (docs/deployment.md).  Granian's
@@ -164,14 +168,12 @@ def auto_workers(cores: int | None = None) -> int:
 def metrics_directory() -> Iterator[str]:
     """prometheus-client's multiprocess mode for the HTTP workers (``api/metrics.py``): a
     fresh private directory, named in the environment the workers inherit, removed at exit."""
-    from alexandria.api.metrics import MULTIPROC_ENV
-
     directory = tempfile.mkdtemp(prefix="alexandria-metrics-")
-    os.environ[MULTIPROC_ENV] = directory
+    os.environ[_MULTIPROC_ENV] = directory
     try:
         yield directory
     finally:
-        os.environ.pop(MULTIPROC_ENV, None)
+        os.environ.pop(_MULTIPROC_ENV, None)
         shutil.rmtree(directory, ignore_errors=True)
 
 
