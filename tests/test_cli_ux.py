@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.cli_support import CLI, ROOT, Library, cli, cli_env, cli_json, write_content
-from tests.liveserver import free_port
+from tests.liveserver import free_port, stop_group
 
 pytestmark = pytest.mark.slow
 
@@ -320,7 +320,7 @@ def test_serve_checks_its_port_first_writes_the_pin_and_logs(lib: Library,
     server = subprocess.Popen(
         [*CLI, "serve", "--genesis", str(genesis), "--db", str(db), "--port", str(port),
          "--access-log"], env=cli_env(None), cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert server.stdout is not None
         for line in server.stdout:
@@ -337,8 +337,7 @@ def test_serve_checks_its_port_first_writes_the_pin_and_logs(lib: Library,
                     raise
                 time.sleep(0.1)
     finally:
-        server.terminate()
-        out, err = server.communicate(timeout=30)
+        out, err = stop_group(server)
     assert f"next: participants run `alexandria login http://127.0.0.1:{port}" in err
     assert "root key" in err and "keep it offline" in err
     assert "GET /api/genesis" in out  # requests are logged after start-up

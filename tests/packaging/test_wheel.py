@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -20,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.liveserver import free_port
+from tests.liveserver import free_port, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,5 +108,4 @@ def test_serve_from_an_empty_directory(installed: Path, tmp_path: Path) -> None:
         assert "items" in catalogue.json()
         assert (empty / "alexandria-data").is_dir()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.communicate(timeout=20)
+        stop_group(proc)
