@@ -16,7 +16,7 @@ import pytest
 from alexandria.core.trust import Genesis
 from tests.cli_support import CLI, cli, cli_json
 from tests.conftest import CONTRACT
-from tests.liveserver import Server, free_port
+from tests.liveserver import Server, free_port, stop_group
 
 pytestmark = pytest.mark.slow
 
@@ -152,7 +152,8 @@ def test_operator_flow_in_the_default_directory(tmp_path: Path) -> None:
 
     def serve() -> subprocess.Popen[bytes]:
         proc = subprocess.Popen([*CLI, "serve", "--port", str(port)], cwd=tmp_path,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -169,12 +170,10 @@ def test_operator_flow_in_the_default_directory(tmp_path: Path) -> None:
         cli("authority", "issue", "--roles", "log", "--library", url, cwd=tmp_path)
         assert httpx.get(f"{url}/api/log/checkpoint").status_code != 200
     finally:
-        proc.terminate()
-        proc.wait(20)
+        stop_group(proc)
     proc = serve()
     try:
         note = httpx.get(f"{url}/api/log/checkpoint")
         assert note.status_code == 200 and note.text.startswith("flow.example/log\n2\n")
     finally:
-        proc.terminate()
-        proc.wait(20)
+        stop_group(proc)

@@ -18,7 +18,7 @@ import pytest
 
 from alexandria.cli import build_parser
 from tests.cli_support import ROOT
-from tests.liveserver import free_port
+from tests.liveserver import free_port, stop_group
 
 README = ROOT / "README.md"
 
@@ -84,7 +84,7 @@ def test_the_tour_runs_as_written(tmp_path: Path) -> None:
     env.pop("XDG_CONFIG_HOME", None)
     demo = subprocess.Popen([str(binaries / "alexandria"), "demo", "--port", str(port)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         assert demo.stdout is not None
         for line in demo.stdout:
@@ -96,10 +96,7 @@ def test_the_tour_runs_as_written(tmp_path: Path) -> None:
                            env=env, capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, r.stderr[-3000:]
     finally:
-        demo.terminate()
-        demo.wait(30)
-        if demo.stdout is not None:
-            demo.stdout.close()
+        stop_group(demo)
     home = tmp_path / "alexandria-alice"
     assert (home / "certificate.json").exists() and (home / "worker.key").exists()
     assert "logged in" in r.stderr and "every signature" in r.stdout

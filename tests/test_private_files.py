@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_support import Library, cli, write_content
-from tests.liveserver import free_port
+from tests.liveserver import free_port, stop_group
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +65,7 @@ def test_the_embedded_default_library_is_private(tmp_path: Path) -> None:
         assert _mode(data) == 0o700
         assert {p.name: oct(_mode(p)) for p in data.iterdir() if _mode(p) != 0o600} == {}
     finally:
-        proc.terminate()
-        proc.wait(30)
-        if proc.stdout:
-            proc.stdout.close()
+        stop_group(proc)
 
 
 def test_no_write_follows_a_planted_link(lib: Library, tmp_path: Path) -> None:
