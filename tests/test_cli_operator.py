@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import stat
 import subprocess
 import time
@@ -89,7 +88,7 @@ def test_demo_serves_the_worked_example(tmp_path: Path) -> None:
     demo = tmp_path / "demo"
     proc = subprocess.Popen([*CLI, "demo", "--dir", str(demo), "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path)
+                            cwd=tmp_path, start_new_session=True)
     try:
         lines: list[str] = []
         deadline = time.monotonic() + 120
@@ -121,10 +120,7 @@ def test_demo_serves_the_worked_example(tmp_path: Path) -> None:
                                capture_output=True, text=True, cwd=tmp_path, timeout=60)
         assert again.returncode == 1 and "PORT_IN_USE" in again.stderr
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-        if proc.stdout:
-            proc.stdout.close()
+        stop_group(proc)
         if proc.stderr:
             proc.stderr.close()
     with pytest.raises(httpx.TransportError):  # the demo's server stopped with it

@@ -4,8 +4,6 @@ runs the same configuration (``schemathesis.toml``) with about 100,000 cases."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import Server, write_library_files
+from tests.liveserver import Server, stop_group, write_library_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,10 +30,8 @@ def test_schemathesis_finds_nothing(tmp_path: Path, founding: Founding) -> None:
             capture_output=True, text=True, timeout=600, check=False,
         )
     finally:
-        os.killpg(server.proc.pid, signal.SIGTERM)
-        server.proc.wait(30)
-        assert server.proc.stderr is not None
-        err = server.proc.stderr.read().decode(errors="replace")
+        _out, err_bytes = stop_group(server.proc)
+        err = err_bytes.decode(errors="replace")
         server.proc.stderr.close()
     assert st.returncode == 0, st.stdout[-6000:]
     assert " passed" in st.stdout

@@ -5,8 +5,6 @@ body time, and a few hundred hostile connections at once not starving ordinary r
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import socket
 import threading
 import time
@@ -19,7 +17,7 @@ import pytest
 from alexandria.api.http import BODY_TIMEOUT_S
 from alexandria.api.serve import HEAD_BUFFER_BYTES, HEAD_TIMEOUT_MS
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import Server, serving, write_library_files
+from tests.liveserver import Server, serving, stop_group, write_library_files
 
 HEAD_TIMEOUT_S = HEAD_TIMEOUT_MS / 1000
 SLACK_S = 5.0  # the machine is shared: a deadline is met when the server acts within this
@@ -154,10 +152,8 @@ def test_a_client_leaving_mid_body_costs_one_log_line(tmp_path: Path, founding: 
             time.sleep(0.3)
         assert httpx.get(f"{server.url}/api/genesis").status_code == 200
     finally:
-        os.killpg(server.proc.pid, signal.SIGTERM)
-        server.proc.wait(30)
-        assert server.proc.stderr is not None
-        err = server.proc.stderr.read().decode()
+        _out, err_bytes = stop_group(server.proc)
+        err = err_bytes.decode()
         server.proc.stderr.close()
     assert "Traceback" not in err, err
     assert err.count("client disconnected before sending the whole body") == 3, err
