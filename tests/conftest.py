@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,8 @@ from alexandria.api.app import create_app
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.service.library import Library
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.backends import storage_for
+from tests import pgcluster
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = json.loads((ROOT / "contracts" / "alexandria-contract.json").read_text())
@@ -82,11 +83,11 @@ class Api:
 
 async def serve_library(
     tmp_path: Path, founding: Founding, clock: Clock,
-    documents: list[dict[str, Any]] | None = None,
+    documents: list[dict[str, Any]] | None = None, db: str | Path | None = None,
 ) -> AsyncIterator[Api]:
-    """The real app over a fresh database, its authority documents admitted (by default the
-    founding's own)."""
-    storage = SqliteStorage(tmp_path / "lib.db", founding.genesis)
+    """The real app over a fresh database (``db``: a PostgreSQL URL, or by default
+    ``tmp_path/lib.db``), its authority documents admitted (by default the founding's own)."""
+    storage = storage_for(db or tmp_path / "lib.db", founding.genesis)
     storage.clock = clock
     library = Library(founding.genesis, storage, founding.log_key)
     app = create_app(library)
@@ -101,7 +102,43 @@ async def serve_library(
         yield Api(client, founding, clock, library)
 
 
+# --- storage backends ----------------------------------------------------------------------------
+# Every test that takes ``db`` (hence ``api``) runs once on SQLite and once on PostgreSQL, the
+# latter in a database of its own in one throwaway cluster per test session (tests/pgcluster.py).
+# A test of something only a SQLite file has (its -wal file, a raw sqlite3 connection) is marked
+# ``sqlite_only``.
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[pgcluster.Cluster]:
+    if pgcluster.binaries() is None:
+        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql;"
+                    " .ci/run installs it)")
+    with pgcluster.cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgresql" and request.node.get_closest_marker("sqlite_only"):
+        pytest.skip("tests a SQLite file")
+    return str(request.param)
+
+
 @pytest.fixture
-async def api(tmp_path: Path, founding: Founding, clock: Clock) -> AsyncIterator[Api]:
-    async for a in serve_library(tmp_path, founding, clock):
+def db(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str | Path:
+    """A fresh library database of the test's backend: a SQLite file or a PostgreSQL URL."""
+    if backend == "sqlite":
+        return tmp_path / "lib.db"
+    cluster: pgcluster.Cluster = request.getfixturevalue("pg_cluster")
+    return cluster.database()
+
+
+@pytest.fixture
+async def api(
+    tmp_path: Path, founding: Founding, clock: Clock, db: str | Path
+) -> AsyncIterator[Api]:
+    async for a in serve_library(tmp_path, founding, clock, db=db):
         yield a

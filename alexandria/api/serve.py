@@ -299,9 +299,9 @@ def writer_main(genesis: str, db: str, socket_path: str) -> None:
     sys.setswitchinterval(WRITER_SWITCH_INTERVAL)
 
     async def main() -> None:
-        from alexandria.store.sqlite import SqliteStorage
+        from alexandria.store.backends import storage_for
 
-        storage = SqliteStorage(db, load_genesis(genesis))
+        storage = storage_for(db, load_genesis(genesis))
         await storage.open()
         server = WriterServer(storage.submit, socket_path)
         await server.start()

@@ -27,11 +27,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve", help="serve a library over HTTP",
         description="Serve the library whose genesis document is FILE from the SQLite database"
-        " FILE (created when absent). With no --genesis/--db, use (and on first run create) the"
-        " embedded default in ./alexandria-data/.",
+        " FILE (created when absent), or from a PostgreSQL database named by a libpq URL"
+        " (postgresql://…, also postgresql:///NAME with PGHOST and the other PG* variables;"
+        " several nodes may serve one database, docs/deployment.md). With no --genesis/--db,"
+        " use (and on first run create) the embedded default in ./alexandria-data/.",
     )
     p.add_argument("--genesis", metavar="FILE", help="genesis document (JSON)")
-    p.add_argument("--db", metavar="FILE", help="SQLite database file")
+    p.add_argument("--db", metavar="FILE|URL",
+                   help="SQLite database file, or a postgresql:// URL")
     p.add_argument("--log-key", metavar="FILE", help="private key file of the log signing key")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)

@@ -24,6 +24,7 @@ from alexandria.core.leaf import record_sql
 from alexandria.core.records import OBJECT_KINDS
 from alexandria.core.search_text import LEVEL_MARK, snippet, words
 from alexandria.errors import BadRequest
+from alexandria.store.postgresql import is_postgresql, postings
 from alexandria.store.search_index import LISTED_KINDS, actor_id
 
 PAGE_SIZE = 50
@@ -184,10 +185,12 @@ def _search(
         "new": "h.seq DESC",
         "top": "c.score DESC, h.seq DESC",
     }[query.sort]
-    if query.sort == "relevance" and len(ws) == 1 and not where and LEVELS:
-        return _levels(conn, ws[0], query.offset)
     hits: tuple[Any, ...]
-    if query.sort == "relevance":
+    if is_postgresql(conn):  # the postings table: store/postgresql/postings.py
+        hits = postings.hits(ws)
+    elif query.sort == "relevance" and len(ws) == 1 and not where and LEVELS:
+        return _levels(conn, ws[0], query.offset)
+    elif query.sort == "relevance":
         found = _relevance(conn, ws)
         if found is None:
             return Page([], 0)

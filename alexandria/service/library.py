@@ -27,6 +27,7 @@ from alexandria.service.published import (
     path_for,
 )
 from alexandria.service.writer_service import WriterClient
+from alexandria.store.backends import storage_for
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun
 from alexandria.store.merkle_nodes import tree_size
 from alexandria.store.sqlite import SqliteStorage
@@ -98,7 +99,7 @@ class Library:
         genesis = load_genesis(genesis_path)
         log_key = SigningKey.load(log_key_path) if log_key_path else None
         published = PublishedCheckpoint(path_for(log_key_path)) if log_key_path else None
-        return cls(genesis, SqliteStorage(db_path, genesis), log_key, published=published)
+        return cls(genesis, storage_for(db_path, genesis), log_key, published=published)
 
     async def open(self) -> None:
         await self.storage.open()

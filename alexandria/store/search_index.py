@@ -36,6 +36,7 @@ from alexandria.core.leaf import record_sql
 from alexandria.core.records import Record
 from alexandria.core.search_text import IndexText, levels, text_of
 from alexandria.rules.view import Verdict
+from alexandria.store.postgresql import is_postgresql, postings
 
 INDEX_VERSION = f"catalogue/4 unicode/{unicodedata.unidata_version}"
 LISTED_KINDS = (
@@ -66,8 +67,11 @@ def rebuild(conn: sqlite3.Connection) -> None:
     """Derive every catalogue table again from the stored revisions, in admission order."""
     for table in _DERIVED:
         conn.execute(f"DELETE FROM {table}")
-    conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
-    conn.execute("INSERT INTO catalogue_levels(catalogue_levels) VALUES ('delete-all')")
+    if is_postgresql(conn):
+        postings.clear(conn)
+    else:
+        conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
+        conn.execute("INSERT INTO catalogue_levels(catalogue_levels) VALUES ('delete-all')")
     rows = conn.execute(
         f"SELECT r.sequence, r.root, {record_sql('l.leaf', 'r.record_length')} FROM revisions r"
         " JOIN log l ON l.sequence = r.sequence ORDER BY r.sequence"
@@ -112,9 +116,10 @@ def actor_id(
         return int(row[0])
     if not create:
         return None
-    cur = conn.execute("INSERT INTO catalogue_actors(actor) VALUES (?)", (actor,))
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+    row = conn.execute(
+        "INSERT INTO catalogue_actors(actor) VALUES (?) RETURNING id", (actor,)
+    ).fetchone()
+    return int(row[0])
 
 
 def facet_of(kind: str, decoded: Any) -> str | None:
@@ -162,17 +167,7 @@ def _admit(
         if old is not None:
             old_seq, score, old_title, old_text = old
             old_title, old_text = unpadded(old_title), unpadded(old_text)
-            # a contentless index forgets a row given exactly the values it indexed
-            conn.execute(
-                "INSERT INTO catalogue_text(catalogue_text, rowid, title, body)"
-                " VALUES ('delete', ?, ?, ?)",
-                (old_seq, old_title, old_text),
-            )
-            conn.execute(
-                "INSERT INTO catalogue_levels(catalogue_levels, rowid, levels)"
-                " VALUES ('delete', ?, ?)",
-                (old_seq, levels(old_title, old_text)),
-            )
+            _forget_text(conn, old_seq, old_title, old_text)
             conn.execute("DELETE FROM catalogue WHERE seq = ?", (old_seq,))
             conn.execute("DELETE FROM catalogue_words WHERE seq = ?", (old_seq,))
     facet = facet_of(kind, decoded)
@@ -180,17 +175,10 @@ def _admit(
         "INSERT INTO catalogue(seq, kind, author_id, facet, score) VALUES (?, ?, ?, ?, ?)",
         (sequence, kind, author, facet, score),
     )
-    conn.execute(
-        "INSERT INTO catalogue_text(rowid, title, body) VALUES (?, ?, ?)",
-        (sequence, text.title, text.text),
-    )
+    _index_text(conn, sequence, text)
     conn.execute(
         "INSERT INTO catalogue_words(seq, title, body) VALUES (?, ?, ?)",
         (sequence, padded(text.title), padded(text.text)),
-    )
-    conn.execute(
-        "INSERT INTO catalogue_levels(rowid, levels) VALUES (?, ?)",
-        (sequence, text.levels),
     )
     if not previous:  # a revision keeps its kind, author and (immutable kinds) facet
         keys = [(kind, "", 0), (kind, "", author)]
@@ -198,9 +186,42 @@ def _admit(
             keys += [(kind, facet, 0), (kind, facet, author)]
         conn.executemany(
             "INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, ?, 1)"
-            " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = n + 1",
+            " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = catalogue_counts.n + 1",
             keys,
         )
+
+
+def _index_text(conn: sqlite3.Connection, sequence: int, text: IndexText) -> None:
+    """Index a head's words: FTS5 on SQLite, ``catalogue_postings`` on PostgreSQL."""
+    if is_postgresql(conn):
+        postings.add(conn, sequence, text.title, text.text)
+        return
+    conn.execute(
+        "INSERT INTO catalogue_text(rowid, title, body) VALUES (?, ?, ?)",
+        (sequence, text.title, text.text),
+    )
+    conn.execute(
+        "INSERT INTO catalogue_levels(rowid, levels) VALUES (?, ?)",
+        (sequence, text.levels),
+    )
+
+
+def _forget_text(conn: sqlite3.Connection, sequence: int, title: str, text: str) -> None:
+    """Unindex a head's words (``title`` and ``text``: exactly what was indexed)."""
+    if is_postgresql(conn):
+        postings.forget(conn, sequence)
+        return
+    # a contentless index forgets a row given exactly the values it indexed
+    conn.execute(
+        "INSERT INTO catalogue_text(catalogue_text, rowid, title, body)"
+        " VALUES ('delete', ?, ?, ?)",
+        (sequence, title, text),
+    )
+    conn.execute(
+        "INSERT INTO catalogue_levels(catalogue_levels, rowid, levels)"
+        " VALUES ('delete', ?, ?)",
+        (sequence, levels(title, text)),
+    )
 
 
 _TALLY = {1: "up", -1: "down", 0: "neutral"}

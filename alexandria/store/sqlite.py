@@ -436,7 +436,7 @@ class SqliteStorage(Storage):
     def _try_batch(self, conn: sqlite3.Connection, batch: list[_Job], isolate: bool) -> list[Any]:
         results: list[Any] = []
         try:
-            SqliteStorage._begin(conn)
+            self._begin(conn)
         except sqlite3.Error as exc:
             log.warning("database is busy: %s", exc)
             return [ServiceError("database is busy", "STORAGE_BUSY")] * len(batch)

@@ -1,0 +1,176 @@
+"""A psycopg 3 connection that speaks the read models' dialect.
+
+The read models and the admission code are written once against the part of
+``sqlite3.Connection`` both backends provide.  ``PgConnection`` gives PostgreSQL that part:
+
+- parameters: ``?`` and ``:name`` become psycopg's ``%s`` and ``%(name)s`` (a literal ``%``
+  is doubled); Python integers are sent untyped, so PostgreSQL infers each parameter's type
+  from its place in the statement as SQLite accepts any (``substr(leaf, 23, ?)``,
+  ``LIMIT ?``);
+- SQLite's planner hints (``INDEXED BY name``, ``NOT INDEXED``) are dropped: PostgreSQL plans
+  from its statistics; ``INSERT OR IGNORE`` becomes ``ON CONFLICT DO NOTHING``;
+- a bare ``BEGIN`` (a read model's snapshot, e.g. ``reads/changes``) is a ``REPEATABLE READ``
+  transaction: one snapshot for every statement, as in SQLite;
+- integral ``numeric`` values (``sum`` of a ``bigint``) come back as ``int``, as in SQLite;
+- errors are raised as ``sqlite3.IntegrityError`` / ``sqlite3.OperationalError`` (the
+  driver's error as ``__cause__``), so the group-commit writer handles both backends' failures
+  in one place.
+
+Statements are translated once each; ``Dialect`` keeps a bounded table of them, shared by a
+storage's connections.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.adapt import Buffer, Dumper, Loader
+
+from alexandria.core.cache import Bounded
+from alexandria.store.postgresql import DIALECT
+
+STATEMENTS = 4096  # distinct SQL texts a storage translates and remembers
+
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)|%")
+_HINTS = re.compile(r"\s+(?:INDEXED BY \w+|NOT INDEXED)\b")
+_OR_IGNORE = re.compile(r"^\s*INSERT OR IGNORE INTO", re.IGNORECASE)
+
+
+def translate(sql: str) -> str:
+    """``sql`` as written for sqlite3, as psycopg takes it (see the module docstring)."""
+    if sql.strip().upper() == "BEGIN":
+        return "BEGIN ISOLATION LEVEL REPEATABLE READ"
+    sql = _HINTS.sub("", sql)
+    ignore = _OR_IGNORE.match(sql) is not None
+    if ignore:
+        sql = _OR_IGNORE.sub("INSERT INTO", sql, count=1)
+
+    def token(m: re.Match[str]) -> str:
+        text = m.group(0)
+        if text.startswith("'"):
+            return text.replace("%", "%%")
+        if text == "?":
+            return "%s"
+        if text == "%":
+            return "%%"
+        return f"%({m.group(1)})s"
+
+    sql = _TOKENS.sub(token, sql)
+    return sql + " ON CONFLICT DO NOTHING" if ignore else sql
+
+
+class Dialect:
+    """The translated statements of one storage (bounded)."""
+
+    def __init__(self) -> None:
+        self._statements: Bounded[str, str] = Bounded(STATEMENTS)
+
+    def statement(self, sql: str) -> str:
+        found = self._statements.get(sql)
+        if found is None:
+            found = self._statements[sql] = translate(sql)
+        return found
+
+
+class _UntypedInt(Dumper):
+    """A Python ``int`` as a parameter of unknown type: PostgreSQL infers it from context."""
+
+    oid = 0
+
+    def dump(self, obj: Any) -> Buffer:
+        return str(int(obj)).encode()
+
+
+class _Numeric(Loader):
+    """``numeric`` results: ``int`` when integral (``sum(bigint)``), else ``Decimal``."""
+
+    def load(self, data: Buffer) -> Any:
+        text = bytes(data).decode()
+        return int(text) if text.lstrip("-").isdigit() else Decimal(text)
+
+
+def configure(raw: psycopg.Connection[Any]) -> None:
+    """Adapt a new connection (also the pool's ``configure`` hook)."""
+    raw.adapters.register_dumper(int, _UntypedInt)
+    raw.adapters.register_loader("numeric", _Numeric)
+
+
+def connect(url: str, *, read_only: bool = False) -> psycopg.Connection[Any]:
+    """A configured autocommit connection (transactions are begun explicitly, as with sqlite3
+    ``isolation_level=None``)."""
+    raw = psycopg.connect(url, autocommit=True, application_name="alexandria")
+    configure(raw)
+    if read_only:
+        raw.execute("SET default_transaction_read_only = on")
+    return raw
+
+
+class _Cursor:
+    """The rows of one statement, as a ``sqlite3.Cursor`` offers them."""
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self._cur = cur
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone() if self._cur.description is not None else None
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall() if self._cur.description is not None else []
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._cur.description is None:
+            return iter(())
+        return iter(self._cur)
+
+    @property
+    def rowcount(self) -> int:
+        return self._cur.rowcount
+
+
+def _as_sqlite_error(exc: psycopg.Error) -> sqlite3.Error:
+    if isinstance(exc, psycopg.IntegrityError):
+        return sqlite3.IntegrityError(str(exc))
+    return sqlite3.OperationalError(str(exc))
+
+
+class PgConnection:
+    """The connection protocol of ``reads/`` and the store over one psycopg connection."""
+
+    dialect = DIALECT
+
+    def __init__(self, raw: psycopg.Connection[Any], dialect: Dialect) -> None:
+        self.raw = raw
+        self._dialect = dialect
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> _Cursor:
+        try:
+            return _Cursor(self.raw.execute(self._dialect.statement(sql), params))
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc) from exc
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        try:
+            with self.raw.cursor() as cur:
+                cur.executemany(self._dialect.statement(sql), rows)
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc) from exc
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.info.transaction_status != pq.TransactionStatus.IDLE
+
+    @property
+    def broken(self) -> bool:
+        return self.raw.closed or self.raw.broken
+
+    def close(self) -> None:
+        self.raw.close()

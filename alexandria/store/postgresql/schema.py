@@ -1,0 +1,61 @@
+"""The PostgreSQL schema (``schema.sql`` beside this file) and its migrations, applied when a
+node starts.
+
+``MIGRATIONS`` lists the schema's versions in order; version 1 is ``schema.sql``.  A node
+applies, in one transaction under an advisory lock (nodes starting together wait for each
+other), every version the database has not recorded in ``schema_migrations``, and refuses a
+database of a newer version than it knows (an older node must not write to a newer layout).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import psycopg
+
+from alexandria.errors import ServiceError
+
+#: ``pg_advisory_xact_lock`` key of schema changes (the text "alexschm" as a 64-bit integer)
+MIGRATION_LOCK = 0x616C65787363686D
+
+
+def _schema_sql() -> str:
+    return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+#: (version, SQL) in order; a later layout appends its own step, never edits an applied one
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, "schema.sql"),)
+VERSION = MIGRATIONS[-1][0]
+
+
+class SchemaTooNew(ServiceError):
+    """The database was migrated by a newer version of Alexandria."""
+
+    default_code = "SCHEMA_TOO_NEW"
+
+
+def apply(raw: psycopg.Connection[Any]) -> list[int]:
+    """Bring the database to ``VERSION``; the versions applied now (none when current)."""
+    applied: list[int] = []
+    with raw.transaction():
+        raw.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        raw.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations("
+            " version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        row = raw.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+        current = int(row[0]) if row is not None else 0
+        if current > VERSION:
+            raise SchemaTooNew(
+                f"the database's schema is version {current}; this Alexandria knows up to"
+                f" {VERSION}: upgrade Alexandria on this node", current=current, known=VERSION,
+            )
+        for version, name in MIGRATIONS:
+            if version <= current:
+                continue
+            sql = _schema_sql() if name == "schema.sql" else name
+            raw.execute(sql.encode())
+            raw.execute("INSERT INTO schema_migrations(version) VALUES (%s)", (version,))
+            applied.append(version)
+    return applied

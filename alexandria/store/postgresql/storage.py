@@ -1,0 +1,160 @@
+"""PostgreSQL storage: any number of stateless nodes on one database.
+
+The admission path is the SQLite storage's, unchanged (``store/sqlite.py``: the group-commit
+writer thread, the rules' ``StateView`` inside the write transaction, the leaf, its Merkle nodes
+and every projection in the same transaction), run over a ``PgConnection``.  What PostgreSQL
+changes:
+
+- **serialisation across nodes**: each write transaction begins by incrementing the one row of
+  ``ledger_writes`` (``_PgWriterMemory.begin``); its row lock queues every writer of every node
+  until the transaction ends, so the rules always see the latest committed state, exactly one
+  of two racing revisions of a head wins, and sequences are gapless (``tail + 1`` under the
+  lock; the primary keys are the backstop);
+- **what a writer remembers**: the version that increment returns tells a node whether another
+  node wrote since its own last transaction (then it forgets, as SQLite's ``data_version``
+  tells it);
+- **reads**: a psycopg pool of read-only connections, one per reader thread; a read model's
+  ``BEGIN`` is a ``REPEATABLE READ`` snapshot;
+- **durability**: a job's future resolves after ``COMMIT`` returned (``synchronous_commit`` as
+  the server is configured: ``on`` by default);
+- **shared state**: the ``/api/changes`` cursor secret and epoch live in ``meta`` like every
+  other fact, so a cursor issued by one node is honoured by every other.
+
+The driver is psycopg 3 (synchronous, in the storage's threads): the read models and the
+admission code are synchronous functions of a connection, shared with SQLite; asyncpg, async
+only, would need a second, async copy of every one of them (docs/deployment.md has the
+figures of both drivers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar, cast
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from alexandria.core.trust import Genesis
+from alexandria.errors import ServiceError
+from alexandria.store import search_index
+from alexandria.store.postgresql import connection, schema
+from alexandria.store.postgresql.connection import Dialect, PgConnection
+from alexandria.store.sqlite import BUSY_TIMEOUT_S, READERS, SqliteStorage
+from alexandria.store.writer_memory import WriterMemory
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+class _PgWriterMemory(WriterMemory):
+    """``WriterMemory`` whose ``begin`` takes the write lock and learns whether another node
+    wrote since this one's last transaction."""
+
+    def begin(self, conn: Any) -> None:
+        row = conn.execute(
+            "UPDATE ledger_writes SET version = version + 1 WHERE id = 1 RETURNING version"
+        ).fetchone()
+        if row is None:
+            raise ServiceError("the database has no ledger_writes row", "STORAGE_CORRUPT")
+        version = int(row[0])
+        if self._version is None or version != self._version + 1:
+            self.forget()
+        self._version = version
+
+
+class _PgReaders:
+    """``size`` reader threads sharing a pool of read-only connections."""
+
+    def __init__(self, url: str, size: int, dialect: Dialect) -> None:
+        self._dialect = dialect
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            url, min_size=size, max_size=size, open=True, configure=self._configure,
+            kwargs={"autocommit": True, "application_name": "alexandria-read"},
+            check=ConnectionPool.check_connection, name="alexandria-read",
+        )
+        self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="alexandria-read")
+
+    @staticmethod
+    def _configure(raw: psycopg.Connection[Any]) -> None:
+        connection.configure(raw)
+        raw.execute("SET default_transaction_read_only = on")
+
+    def _run(self, fn: Callable[[Any], T]) -> T:
+        with self._pool.connection(timeout=BUSY_TIMEOUT_S) as raw:
+            conn = PgConnection(raw, self._dialect)
+            try:
+                return fn(conn)
+            finally:
+                if conn.in_transaction and not conn.broken:
+                    raw.execute("ROLLBACK")
+
+    async def read(self, fn: Callable[[Any], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, self._run, fn)
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True)
+        self._pool.close()
+
+
+class PostgresStorage(SqliteStorage):
+    """The ``Storage`` of a library in PostgreSQL (``alexandria serve --db postgresql://…``)."""
+
+    def __init__(self, url: str, genesis: Genesis) -> None:
+        super().__init__(redacted(url), genesis)  # ``path`` names the library in messages
+        self.url = url
+        self.dialect = Dialect()
+        self._memory = _PgWriterMemory()
+        self._pg_readers: _PgReaders | None = None
+        self._reconnect_lock = threading.Lock()
+
+    async def open(self) -> None:
+        self._writer_conn = cast(Any, await asyncio.to_thread(self._connect_writer))
+        await self.write(self._init_meta)
+        await self.write(search_index.ensure)
+        self._pg_readers = await asyncio.to_thread(_PgReaders, self.url, READERS, self.dialect)
+        self._readers = cast(Any, self._pg_readers)
+
+    def _connect_writer(self) -> Any:
+        try:
+            raw = connection.connect(self.url)
+        except psycopg.Error as exc:
+            raise ServiceError(f"cannot connect to {self.path}: {exc}".strip(),
+                               "STORAGE_UNAVAILABLE", db=self.path) from exc
+        try:
+            applied = schema.apply(raw)
+            if applied:
+                log.info("%s: schema migrated to version %s", self.path, applied[-1])
+            raw.execute(f"SET lock_timeout = '{int(BUSY_TIMEOUT_S * 1000)}ms'")
+        except BaseException:
+            raw.close()
+            raise
+        return PgConnection(raw, self.dialect)
+
+    def _begin(self, conn: Any) -> None:  # type: ignore[override]
+        """``BEGIN`` (read committed: after the write lock every statement sees the latest
+        commits); the lock itself is ``_PgWriterMemory.begin``.  A connection the server
+        dropped is replaced first, so a database restart costs the batch in flight only."""
+        if conn.broken:
+            with self._reconnect_lock:
+                conn.raw = connection.connect(self.url)
+                conn.raw.execute(f"SET lock_timeout = '{int(BUSY_TIMEOUT_S * 1000)}ms'")
+            self._memory.forget()
+        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+
+    async def close(self) -> None:
+        await super().close()
+        self._pg_readers = None
+
+

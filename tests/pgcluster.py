@@ -1,0 +1,99 @@
+"""A throwaway PostgreSQL cluster for the tests and benchmarks: ``initdb`` into a temporary
+directory, the server on a Unix socket in that directory (no TCP port), stopped and removed at
+the end.  Root cannot run the server, so as root the cluster belongs to the ``postgres`` user.
+
+``Cluster.database()`` creates a fresh, empty database and returns its libpq URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+
+#: fast and throwaway: a crash loses the cluster, which nobody keeps
+TEST_SETTINGS = ("-c", "fsync=off", "-c", "synchronous_commit=off",
+                 "-c", "full_page_writes=off", "-c", "max_connections=300",
+                 "-c", "listen_addresses=")
+
+
+def binaries() -> Path | None:
+    """The directory of Debian's PostgreSQL server programs (the newest), or None."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(Path(p).parent.parent.name))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+class Cluster:
+    def __init__(self, root: Path, bin_dir: Path, durable: bool = False) -> None:
+        self.root = root
+        self.bin = bin_dir
+        self.data = root / "data"
+        self.socket = str(root)
+        self.durable = durable
+        self._names = itertools.count(1)
+        self._user: pwd.struct_passwd | None = None
+        if os.geteuid() == 0:
+            self._user = pwd.getpwnam("postgres")
+            os.chown(root, self._user.pw_uid, self._user.pw_gid)
+
+    def _run(self, *args: str) -> None:
+        def demote() -> None:
+            if self._user is not None:
+                os.setgid(self._user.pw_gid)
+                os.setuid(self._user.pw_uid)
+
+        subprocess.run(args, check=True, preexec_fn=demote, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, cwd=self.root)
+
+    def start(self) -> None:
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U",
+                  "postgres", "-E", "UTF8", "--locale=C.UTF-8")
+        options = ["-k", self.socket]
+        options += [] if self.durable else list(TEST_SETTINGS)
+        if self.durable:
+            options += ["-c", "listen_addresses=", "-c", "max_connections=300"]
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-l",
+                  str(self.root / "server.log"), "-o", " ".join(options), "start")
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
+                      "-w", "stop")
+
+    def url(self, name: str = "postgres") -> str:
+        return f"postgresql://postgres@/{name}?host={self.socket}"
+
+    def database(self, prefix: str = "t") -> str:
+        name = f"{prefix}{os.getpid()}_{next(self._names)}"
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+        return self.url(name)
+
+
+@contextlib.contextmanager
+def cluster(durable: bool = False) -> Iterator[Cluster]:
+    bin_dir = binaries()
+    if bin_dir is None:
+        raise RuntimeError("PostgreSQL's server programs are not installed"
+                           " (Debian: apt-get install postgresql)")
+    root = Path(tempfile.mkdtemp(prefix="alexandria-pg-"))
+    c = Cluster(root, bin_dir, durable)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)

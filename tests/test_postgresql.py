@@ -1,0 +1,224 @@
+"""PostgreSQL: stateless nodes on one database (docs/deployment.md "Several nodes").
+
+Real ``alexandria serve`` processes on 127.0.0.1 against one database of the session's
+throwaway cluster: races between nodes, a storm of one envelope, a write on one node read on
+another, a changes cursor carried from one node to the other, checkpoints signed by several
+nodes; and the connection dialect and schema the read models rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from alexandria.core import merkle
+from alexandria.core.checkpoint import parse_checkpoint
+from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.service.bootstrap import Founding
+from alexandria.store import schema as sqlite_schema
+from alexandria.store.postgresql import is_database_url
+from alexandria.store.postgresql.connection import translate
+from alexandria.store.postgresql.schema import _schema_sql
+from tests.liveserver import serving, write_library_files
+from tests.pgcluster import Cluster
+from tests.test_durability import _admit_authorities, _claim, _post_at
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def pg_db(pg_cluster: Cluster) -> str:
+    return pg_cluster.database()
+
+
+def _rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def _race(urls: list[str], bodies: list[bytes]) -> list[tuple[int, Any]]:
+    """POST every body at the same instant, alternating between ``urls``, from processes."""
+    q: Any = multiprocessing.Queue()
+    start = time.time() + 1.5
+    procs = [multiprocessing.Process(target=_post_at, args=(urls[i % len(urls)], body, start, q))
+             for i, body in enumerate(bodies)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join()
+    return results
+
+
+def _gapless(url: str) -> int:
+    sequences = [r[0] for r in _rows(url, "SELECT sequence FROM log ORDER BY sequence")]
+    assert sequences == list(range(1, len(sequences) + 1))
+    return len(sequences)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_racing_revisions_across_two_nodes_one_wins(
+    tmp_path: Path, founding: Founding, pg_db: str, workers: int
+) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    owner = founding.participants["owner"]
+    base = now_ms() - 60_000
+    with serving(genesis, pg_db, log_key, workers) as a, serving(genesis, pg_db, log_key) as b:
+        _admit_authorities(a.url, founding)
+        first = owner.envelope(founding.genesis, _claim(0), format_ms(base))
+        r = httpx.post(f"{a.url}/api/entries", content=json.dumps(first).encode())
+        assert r.status_code == 201, r.text
+        head = r.json()["id"]
+        bodies = [json.dumps(owner.envelope(founding.genesis, _claim(i, head),
+                                            format_ms(base + i))).encode()
+                  for i in range(1, 13)]
+        results = _race([a.url, b.url], bodies)
+        winners = [body for status, body in results if status == 201]
+        assert len(winners) == 1, results
+        assert all(status == 409 and body["code"] == "HEAD_CONFLICT"
+                   for status, body in results if status != 201), results
+        assert httpx.get(f"{b.url}/api/entries/{head}/head").json()["id"] == winners[0]["id"]
+        assert httpx.get(f"{a.url}/api/entries/{head}/head").json()["id"] == winners[0]["id"]
+    assert _gapless(pg_db) == 2 + 1 + 1
+
+
+def test_a_storm_of_one_envelope_admits_it_once(
+    tmp_path: Path, founding: Founding, pg_db: str
+) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    owner = founding.participants["owner"]
+    with serving(genesis, pg_db, log_key) as a, serving(genesis, pg_db, log_key) as b:
+        _admit_authorities(a.url, founding)
+        body = json.dumps(owner.envelope(founding.genesis, _claim(0),
+                                         format_ms(now_ms() - 1000))).encode()
+        results = _race([a.url, b.url], [body] * 16)
+        statuses = sorted(status for status, _ in results)
+        assert statuses == [200] * 15 + [201], results
+        assert len({json.dumps(answer, sort_keys=True) for _, answer in results}) == 1
+    assert _gapless(pg_db) == 3
+
+
+def test_two_nodes_share_writes_and_changes_cursors(
+    tmp_path: Path, founding: Founding, pg_db: str
+) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    owner = founding.participants["owner"]
+    base = now_ms() - 60_000
+    with serving(genesis, pg_db, log_key) as a, serving(genesis, pg_db, log_key) as b, \
+            httpx.Client(timeout=30) as client:
+        _admit_authorities(a.url, founding)
+        space = {"kind": "space", "title": "Shared nodes", "links": [], "previous": "",
+                 "body": {"summary": "Written on one node, read on the other"}}
+        r = client.post(f"{a.url}/api/entries", content=json.dumps(
+            owner.envelope(founding.genesis, space, format_ms(base))).encode())
+        assert r.status_code == 201, r.text
+        root = r.json()["id"]
+        ids = []
+        for i in range(5):
+            claim = _claim(i) | {"links": [{"relation": "contained_in", "target": root}]}
+            node = (a, b)[i % 2]
+            r = client.post(f"{node.url}/api/entries", content=json.dumps(
+                owner.envelope(founding.genesis, claim, format_ms(base + 1 + i))).encode())
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["id"])
+        # a write on either node is read on the other
+        for rev in ids:
+            assert client.get(f"{a.url}/api/entries/{rev}").status_code == 200
+            assert client.get(f"{b.url}/api/entries/{rev}").status_code == 200
+        found = client.get(f"{b.url}/api/catalogue", params={"q": "statement"}).json()
+        assert {item["id"] for item in found["items"]} == set(ids)
+        # a cursor from one node continues on the other (secret and epoch in the database)
+        page = client.get(f"{a.url}/api/changes", params={"root": root, "limit": 2}).json()
+        seen = [item["id"] for item in page["items"]]
+        while page["has_more"]:
+            node = b if len(seen) % 4 == 2 else a
+            page = client.get(f"{node.url}/api/changes",
+                              params={"root": root, "limit": 2, "cursor": page["cursor"]}).json()
+            seen += [item["id"] for item in page["items"]]
+        assert seen == [root, *ids]
+        late = _claim(9) | {"links": [{"relation": "contained_in", "target": root}]}
+        r = client.post(f"{a.url}/api/entries", content=json.dumps(
+            owner.envelope(founding.genesis, late, format_ms(base + 100))).encode())
+        page = client.get(f"{b.url}/api/changes",
+                          params={"root": root, "cursor": page["cursor"]}).json()
+        assert [item["id"] for item in page["items"]] == [r.json()["id"]]
+
+
+def test_checkpoints_signed_by_several_nodes_are_consistent(
+    tmp_path: Path, founding: Founding, pg_db: str
+) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    owner = founding.participants["owner"]
+    base = now_ms() - 60_000
+    with serving(genesis, pg_db, log_key) as a, serving(genesis, pg_db, log_key) as b, \
+            httpx.Client(timeout=30) as client:
+        _admit_authorities(a.url, founding)
+        notes = []
+        for i in range(8):
+            for node in (a, b):
+                claim = _claim(i) | {"title": f"Claim {i} on {node.port}"}
+                r = client.post(f"{node.url}/api/entries", content=json.dumps(owner.envelope(
+                    founding.genesis, claim, format_ms(base + i))).encode())
+                assert r.status_code == 201, r.text
+                notes.append(client.get(f"{node.url}/api/log/checkpoint").text)
+    stored = _rows(pg_db, "SELECT size, root, note FROM checkpoints ORDER BY size")
+    assert len(stored) >= 2
+    leaves = [bytes(r[0]) for r in _rows(pg_db, "SELECT leaf FROM log ORDER BY sequence")]
+    for size, root, note in stored:
+        assert merkle.root_from_leaves([merkle.leaf_hash(x) for x in leaves[:size]]) == bytes(root)
+        assert parse_checkpoint(note)[0].size == size
+    for note in notes:  # every checkpoint a node served is one the database holds
+        assert note in {n for _s, _r, n in stored}
+
+
+def test_the_schema_matches_sqlites_columns(pg_db: str) -> None:
+    """The read models run on both: every SQLite table (but FTS5's) has PostgreSQL's columns."""
+    lite = sqlite3.connect(":memory:")
+    lite.executescript(sqlite_schema.TABLES)
+    tables = [r[0] for r in lite.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE '%VIRTUAL%'"
+        " AND name NOT LIKE 'catalogue_text%' AND name NOT LIKE 'catalogue_levels%'")]
+    with psycopg.connect(pg_db, autocommit=True) as pg:
+        pg.execute(_schema_sql().encode())
+        for table in tables:
+            mine = [r[1] for r in lite.execute(f"PRAGMA table_info({table})")]
+            theirs = [r[0] for r in pg.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
+                " ORDER BY ordinal_position", (table,))]
+            assert mine == theirs, table
+    assert sqlite_schema.NOT_RELATED.replace("'", "") in _schema_sql().replace("'", "").replace(
+        "\n    ", " ")
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    ("SELECT a FROM t WHERE b = ? AND c = ?", "SELECT a FROM t WHERE b = %s AND c = %s"),
+    ("SELECT s FROM x WHERE root = :root LIMIT :n",
+     "SELECT s FROM x WHERE root = %(root)s LIMIT %(n)s"),
+    ("SELECT '50%', '?', ':x' FROM t WHERE a LIKE ?",
+     "SELECT '50%%', '?', ':x' FROM t WHERE a LIKE %s"),
+    ("SELECT seq FROM catalogue INDEXED BY catalogue_kind WHERE kind = ?",
+     "SELECT seq FROM catalogue WHERE kind = %s"),
+    ("SELECT seq FROM catalogue NOT INDEXED ORDER BY seq",
+     "SELECT seq FROM catalogue ORDER BY seq"),
+    ("INSERT OR IGNORE INTO v(a) VALUES (?)",
+     "INSERT INTO v(a) VALUES (%s) ON CONFLICT DO NOTHING"),
+    ("BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ"),
+    ("SELECT x::text", "SELECT x::text"),
+])
+def test_statements_are_translated(sql: str, expected: str) -> None:
+    assert translate(sql) == expected
+
+
+def test_database_urls() -> None:
+    assert is_database_url("postgresql:///library")
+    assert is_database_url("postgres://user@db.internal/library")
+    assert not is_database_url("library.db")
+    assert not is_database_url(Path("postgresql:/x"))
