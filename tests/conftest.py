@@ -122,8 +122,9 @@ def pg_cluster() -> Iterator[pgcluster.Cluster]:
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
-    if request.param == "postgresql" and request.node.get_closest_marker("sqlite_only"):
-        pytest.skip("tests a SQLite file")
+    marker = request.node.get_closest_marker("sqlite_only")
+    if request.param == "postgresql" and marker is not None:
+        pytest.skip(marker.args[0] if marker.args else "tests what only SQLite has")
     return str(request.param)
 
 

@@ -445,6 +445,7 @@ async def assert_resync(api: Api, root: str, cursor: str, code: str) -> None:
     assert set(body) == {"error", "code", "details", "resync_required"}
 
 
+@pytest.mark.sqlite_only("restores a SQLite backup file in place")
 async def test_cursor_against_a_restored_older_backup_is_409(api: Api, tmp_path: Path) -> None:
     top = await space(api)
     d = await discussion(api, top)

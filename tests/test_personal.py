@@ -21,8 +21,8 @@ from alexandria.core.trust import make_revocation
 from alexandria.rules.personal import MAX_ROOTS, WINDOW_MS
 from alexandria.service.bootstrap import resolve_refs
 from alexandria.service.library import Library
+from alexandria.store.backends import storage_for
 from alexandria.store.personal import RETENTION_MS
-from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, Api
 
 PUBLIC_TABLES = ("log", "merkle_nodes", "revisions", "objects", "links", "feed", "votes")
@@ -441,9 +441,9 @@ async def test_public_kinds_are_not_taken_by_the_personal_route(api: Api) -> Non
 
 
 async def test_state_is_shared_by_servers_on_one_database(
-    api: Api, ids: dict[str, str], tmp_path: Path
+    api: Api, ids: dict[str, str], db: str | Path
 ) -> None:
-    other = SqliteStorage(tmp_path / "lib.db", api.founding.genesis)
+    other = storage_for(db, api.founding.genesis)
     other.clock = api.clock
     app = create_app(Library(api.founding.genesis, other, api.founding.log_key))
     transport = httpx.ASGITransport(app=app)

@@ -412,7 +412,7 @@ def _section_graph(
             f" WHERE l.target = :rev AND l.relation IN {RELATIONSHIP_LINKS}"
         )
     # a relationship between two endpoints has two matching links: DISTINCT keeps it once
-    sql = "SELECT DISTINCT seq FROM (" + " UNION ALL ".join(arms) + ") ORDER BY seq"
+    sql = "SELECT DISTINCT seq FROM (" + " UNION ALL ".join(arms) + ") AS u ORDER BY seq"
     return _page(conn, sql, {"root": subj.root, "rev": subj.rev, "item": item}, offset)
 
 
@@ -498,7 +498,7 @@ def discussion(
         return Discussion([], 0, None)
     params = {"root": subj.root}
     total = int(conn.execute(
-        "SELECT count(*) FROM (" + " UNION ".join(arms) + ")", params
+        "SELECT count(*) FROM (" + " UNION ".join(arms) + ") AS u", params
     ).fetchone()[0])
     if sort == "top":
         page, more = _top(conn, arms, params, offset)

@@ -69,6 +69,8 @@ def rebuild(conn: sqlite3.Connection) -> None:
         conn.execute(f"DELETE FROM {table}")
     if is_postgresql(conn):
         postings.clear(conn)
+        # actor ids from 1 again, as SQLite's rowids restart in an emptied table
+        conn.execute("ALTER TABLE catalogue_actors ALTER COLUMN id RESTART WITH 1")
     else:
         conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
         conn.execute("INSERT INTO catalogue_levels(catalogue_levels) VALUES ('delete-all')")
