@@ -22,11 +22,16 @@ import pytest
 from alexandria.core import merkle
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.errors import BadRequest
 from alexandria.service.bootstrap import Founding
 from alexandria.store import schema as sqlite_schema
 from alexandria.store.postgresql import is_database_url
 from alexandria.store.postgresql.connection import translate
+from alexandria.store.postgresql.migrate import migrate
 from alexandria.store.postgresql.schema import _schema_sql
+from tests.catalogue_support import document, publish_example, vote
+from tests.cli_support import cli, cli_json
+from tests.conftest import Api, Clock, serve_library
 from tests.liveserver import serving, write_library_files
 from tests.pgcluster import Cluster
 from tests.test_durability import _admit_authorities, _claim, _post_at
@@ -222,3 +227,74 @@ def test_database_urls() -> None:
     assert is_database_url("postgres://user@db.internal/library")
     assert not is_database_url("library.db")
     assert not is_database_url(Path("postgresql:/x"))
+
+
+# --- alexandria migrate, and the catalogue's answers on both backends ---------------------------
+
+_WORDS = ("claim", "evidence", "old", "words", "alpha", "beta", "gamma", "the", "a", "of",
+          "reply", "branch", "ünïcode", "Ⅻ", "zzz")
+
+
+async def _library_with_everything(api: Api) -> None:
+    await publish_example(api)
+    d = await api.publish("owner", document("Old words of the alpha", "alpha beta alpha the"))
+    await api.publish("owner", document("New words", "gamma the gamma", previous=d["id"]))
+    for i in range(12):
+        await api.publish(("owner", "peer")[i % 2], document(
+            f"Doc {i} {'alpha ' * (i % 3)}ünïcode", f"the {'beta ' * (i % 4)}Ⅻ words {i}"))
+    v = await api.publish("peer", vote(d["id"], "1"))
+    await api.publish("peer", vote(d["id"], "-1", previous=v["id"]))
+    assert (await api.client.get("/api/log/checkpoint")).status_code == 200
+
+
+def _queries() -> list[dict[str, str]]:
+    out: list[dict[str, str]] = [{}, {"sort": "top"}, {"kind": "document"}, {"view": "feed"}]
+    for i, w in enumerate(_WORDS):
+        for sort in ("relevance", "new", "top"):
+            out.append({"q": w, "sort": sort})
+            out.append({"q": f"{w} {_WORDS[(i + 3) % len(_WORDS)]}", "sort": sort})
+        out.append({"q": w, "kind": "document", "offset": "1"})
+        out.append({"q": w.upper(), "projection": "summary"})
+    return out
+
+
+async def test_migrate_keeps_the_root_and_the_same_answers(
+    tmp_path: Path, founding: Founding, clock: Clock, pg_cluster: Cluster
+) -> None:
+    """The differential test of the two backends: one library, migrated, asked the catalogue's
+    query corpus (every word must match; title 3, body 1; ties newest; normalised) on both."""
+    lite = tmp_path / "lib.db"
+    url = pg_cluster.database()
+    answers: dict[str, Any] = {}
+    async for api in serve_library(tmp_path, founding, clock, db=lite):
+        await _library_with_everything(api)
+        for q in _queries():
+            answers[json.dumps(q)] = (await api.client.get("/api/catalogue", params=q)).json()
+        answers["checkpoint"] = (await api.client.get("/api/log/checkpoint")).text
+        top = answers[json.dumps({})]["items"][-1]["id"]
+        page = (await api.client.get("/api/changes", params={"root": top, "limit": 1})).json()
+    result = migrate(lite, url)
+    assert result.size == parse_checkpoint(answers["checkpoint"])[0].size == result.checkpoint
+    async for api in serve_library(tmp_path, founding, clock, documents=[], db=url):
+        for q in _queries():
+            got = (await api.client.get("/api/catalogue", params=q)).json()
+            assert got == answers[json.dumps(q)], q
+        assert (await api.client.get("/api/log/checkpoint")).text == answers["checkpoint"]
+        # a cursor issued by the SQLite library is honoured after the move
+        r = await api.client.get("/api/changes", params={"root": top, "cursor": page["cursor"]})
+        assert r.status_code == 200, r.text
+    with pytest.raises(BadRequest) as refused:
+        migrate(lite, url)
+    assert refused.value.code == "TARGET_NOT_EMPTY"
+
+
+def test_migrate_command(tmp_path: Path, founding: Founding, pg_cluster: Cluster) -> None:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    lite = tmp_path / "lib.db"
+    with serving(genesis, lite, log_key) as s:
+        _admit_authorities(s.url, founding)
+    url = pg_cluster.database()
+    out = cli_json("migrate", "--db", str(lite), "--to", url)
+    assert out["size"] == len(founding.authority_documents())
+    bad = cli("migrate", "--db", str(lite), "--to", "lib2.db", expect=None)
+    assert bad.returncode != 0 and "USAGE" in bad.stderr + bad.stdout

@@ -58,6 +58,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "copy a library's database while it serves"),
     "restore": ("alexandria.cli.operations", "operate",
                 "restore a backup, and catch up with a mirror or an export"),
+    "migrate": ("alexandria.cli.operations", "operate", "copy a SQLite library into PostgreSQL"),
     "mirror": ("alexandria.cli.operations", "operate",
                "serve a verified read-only replica of a library"),
     "witness": ("alexandria.cli.witness", "operate",

@@ -1,4 +1,5 @@
-"""Operating a library: ``backup``, ``restore`` (with ``--catch-up``) and ``mirror``.
+"""Operating a library: ``backup``, ``restore`` (with ``--catch-up``), ``mirror`` and
+``migrate`` (a SQLite library into PostgreSQL, ``store/postgresql/migrate.py``).
 
 docs/operations.md says when to use which; the code that does the work is in
 ``store/backup.py`` (SQLite's online backup API), ``audit/follow.py`` (verify and store another
@@ -43,6 +44,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="the library's log key: check the result against the largest"
                    " checkpoint it published (LOG_KEY.published)")
 
+    p = command(sub, "migrate", "copy a SQLite library into PostgreSQL", cmd_migrate,
+                "Copy the SQLite library FILE (stop its server first) into the empty PostgreSQL"
+                " database URL (any libpq URL, e.g. postgresql:///NAME with PGHOST), then check"
+                " that the Merkle root of the copied leaves is the SQLite log's and the latest"
+                " checkpoint the same. Then serve it with `alexandria serve --db URL`.")
+    p.add_argument("--db", required=True, metavar="FILE", help="the SQLite library")
+    p.add_argument("--to", required=True, metavar="URL", help="the PostgreSQL database")
+
     p = command(sub, "mirror", "serve a verified read-only replica of a library",
                 cmd_mirror,
                 "Follow the library at URL: verify every entry and checkpoint against the"
@@ -58,6 +67,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pin.add_argument("--genesis", metavar="FILE", help="the origin's genesis document")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from alexandria.store.postgresql import is_database_url
+    from alexandria.store.postgresql.migrate import migrate
+
+    if not is_database_url(args.to):
+        raise BadRequest(f"--to {args.to!r} is not a postgresql:// URL", "USAGE")
+    result = migrate(args.db, args.to)
+    if args.json:
+        emit_json(result.to_json())
+    else:
+        say(f"migrated {args.db}: {result.size} log entries ({result.rows:,} rows), root"
+            f" {result.root}, latest checkpoint {result.checkpoint}: the same in PostgreSQL")
+    return 0
 
 
 def cmd_backup(args: argparse.Namespace) -> int:

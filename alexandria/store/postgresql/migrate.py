@@ -1,0 +1,146 @@
+"""``alexandria migrate``: a SQLite library copied into an empty PostgreSQL database.
+
+1. the SQLite file is opened read-only and must be a library of this leaf format;
+2. the PostgreSQL schema is applied and the database must hold no log yet;
+3. in one PostgreSQL transaction, under the write lock (no node admits meanwhile): every table
+   of the ledger and of the library's own state is copied row by row (``COPIED``: the log, its
+   Merkle nodes, the projections the rules read, checkpoints and their cosignatures, personal
+   lists, enrolment requests and ``meta`` — the genesis, the changes cursor secret and epoch,
+   so cursors issued before the move stay valid); the catalogue's indexes, which differ
+   between the backends, are rebuilt from the copied revisions (``search_index.rebuild``);
+4. after the commit, the Merkle root of every leaf now in PostgreSQL, recomputed from the
+   leaves themselves, must equal the SQLite log's root of the same size, and the latest
+   checkpoint must be the same.
+
+Stop the SQLite server first: what it admits after step 3 began is not copied.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import psycopg
+
+from alexandria.core import merkle
+from alexandria.errors import BadRequest, ServiceError
+from alexandria.store import search_index
+from alexandria.store.merkle_nodes import node_reader, tree_size
+from alexandria.store.postgresql import connection, schema
+from alexandria.store.postgresql.connection import Dialect, PgConnection
+from alexandria.store.schema import check_database
+
+#: tables copied as they are, in this order (the catalogue's are rebuilt instead)
+COPIED = (
+    "meta", "log", "merkle_nodes", "revisions", "objects", "links", "votes", "authorities",
+    "revocations", "feed", "checkpoints", "checkpoint_cosignatures", "personal_state",
+    "personal_requests", "enrolment_requests",
+)
+#: ``meta`` keys that describe the SQLite copy, not the library
+_NOT_COPIED_META = ("catalogue_index",)
+BATCH = 2000
+
+
+@dataclass(frozen=True)
+class Migrated:
+    size: int
+    root: str
+    rows: int
+    checkpoint: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"size": self.size, "root": self.root, "rows": self.rows,
+                "checkpoint": self.checkpoint}
+
+
+class MigrationFailed(ServiceError):
+    default_code = "MIGRATION_FAILED"
+
+
+def _columns(lite: sqlite3.Connection, table: str) -> list[str]:
+    return [str(r[1]) for r in lite.execute(f"PRAGMA table_info({table})")]
+
+
+def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
+          progress: Callable[[str, int], None]) -> int:
+    cols = _columns(lite, table)
+    if not cols:
+        return 0
+    where = (" WHERE key NOT IN (" + ",".join("?" * len(_NOT_COPIED_META)) + ")"
+             if table == "meta" else "")
+    rows = lite.execute(f"SELECT {', '.join(cols)} FROM {table}{where}",
+                        _NOT_COPIED_META if where else ())
+    count = 0
+    with raw.cursor().copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
+        while True:
+            chunk = rows.fetchmany(BATCH)
+            if not chunk:
+                break
+            for row in chunk:
+                copy.write_row(row)
+            count += len(chunk)
+            progress(table, count)
+    return count
+
+
+def _leaf_root(raw: psycopg.Connection[Any], size: int) -> bytes:
+    hashes: list[bytes] = []
+    with raw.cursor() as cur:  # streamed: one row at a time, never the whole log in memory
+        for (leaf,) in cur.stream("SELECT leaf FROM log ORDER BY sequence"):
+            hashes.append(merkle.leaf_hash(bytes(leaf)))
+    if len(hashes) != size:
+        raise MigrationFailed(f"PostgreSQL holds {len(hashes)} leaves, SQLite {size}")
+    return merkle.root_from_leaves(hashes)
+
+
+def migrate(source: str | Path, url: str,
+            progress: Callable[[str, int], None] = lambda table, rows: None) -> Migrated:
+    """Steps 1–4 of the module docstring."""
+    path = Path(source)
+    if not path.exists():
+        raise BadRequest(f"{source}: no such database", "NO_DATABASE")
+    check_database(path)  # 1.
+    lite = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    try:
+        size = tree_size(lite)
+        root = merkle.root_hash(size, node_reader(lite))
+        latest = lite.execute("SELECT max(size) FROM checkpoints").fetchone()[0] or 0
+        try:
+            raw = connection.connect(url)
+        except psycopg.Error as exc:
+            raise ServiceError(f"cannot connect to the PostgreSQL database: {exc}".strip(),
+                               "STORAGE_UNAVAILABLE") from exc
+        with raw:
+            schema.apply(raw)  # 2.
+            conn = PgConnection(raw, Dialect())
+            rows = 0
+            with raw.transaction():  # 3.
+                conn.execute(
+                    "UPDATE ledger_writes SET version = version + 1 WHERE id = 1")
+                if conn.execute("SELECT 1 FROM log LIMIT 1").fetchone() is not None:
+                    raise BadRequest("the PostgreSQL database already holds a log: migrate"
+                                     " into an empty database", "TARGET_NOT_EMPTY")
+                for table in COPIED:
+                    rows += _copy(lite, raw, table, progress)
+                # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
+                search_index.rebuild(cast(sqlite3.Connection, conn))
+                conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('catalogue_index', ?)"
+                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (search_index.INDEX_VERSION,),
+                )
+            # 4.
+            copied = _leaf_root(raw, size)
+            if copied != root:
+                raise MigrationFailed(
+                    f"the migrated log's root {copied.hex()} is not the SQLite log's"
+                    f" {root.hex()} (size {size})", size=size)
+            found = conn.execute("SELECT coalesce(max(size), 0) FROM checkpoints").fetchone()
+            if int(found[0]) != latest:
+                raise MigrationFailed(f"latest checkpoint {found[0]}, SQLite's {latest}")
+    finally:
+        lite.close()
+    return Migrated(size, root.hex(), rows, int(latest))
