@@ -1,7 +1,7 @@
 """Admissions per second over HTTP, beside the per-envelope floor measured in the same run.
 
     .venv/bin/python -m bench.admission [--envelopes 20000] [--connections 32] [--workers 1]
-        [--front-end granian|uvicorn]
+        [--front-end granian|uvicorn] [--postgresql]
 
 The floor is what one envelope costs at the least on one core: JCS of the record, SHA-256,
 Ed25519 verification of the proof, content-schema validation and one SQLite insert (committed
@@ -191,9 +191,17 @@ def main() -> None:
                     help="serve with a dedicated admission writer process")
     ap.add_argument("--front-end", choices=("granian", "uvicorn"), default="granian",
                     help="the HTTP server in front of the app (uvicorn: for comparison)")
+    ap.add_argument("--postgresql", action="store_true",
+                    help="store in PostgreSQL: a throwaway durable cluster (fsync on) on a Unix"
+                    " socket, started for the run (tests/pgcluster.py)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        db = str(tmp / "library.db")
+        if args.postgresql:
+            from tests.pgcluster import cluster
+
+            db = stack.enter_context(cluster(durable=True)).database("bench")
         genesis, log_key, bodies = build(args.envelopes, tmp)
         rate_floor = floor(bodies[:5000])
         port = free_port()
@@ -205,7 +213,7 @@ def main() -> None:
             "--genesis",
             str(genesis),
             "--db",
-            str(tmp / "library.db"),
+            db,
             "--log-key",
             str(log_key),
             "--port",
@@ -249,6 +257,7 @@ def main() -> None:
             server.wait()
     ok = sum(1 for s in statuses if s == 201)
     rate = ok / elapsed
+    print(f"storage               {'PostgreSQL' if args.postgresql else 'SQLite'}")
     print(f"envelopes             {len(statuses)} ({ok} admitted, 201)")
     print(f"floor (1 core)        {rate_floor:8.0f} envelopes/s  ({1e6 / rate_floor:.0f} µs each)")
     print(
@@ -265,7 +274,8 @@ def main() -> None:
         f"load generator CPU    {client_cpu / max(len(statuses), 1) * 1e6:8.0f} µs per request"
         f" ({client_cpu / elapsed:.2f} cores busy)"
     )
-    print(f"write-ahead log       {wal.largest / 2**20:8.1f} MiB at most during the run")
+    if not args.postgresql:
+        print(f"write-ahead log       {wal.largest / 2**20:8.1f} MiB at most during the run")
     busiest = sorted(threads.items(), key=lambda kv: -kv[1])[:4]
     print(
         "  busiest threads     "

@@ -178,14 +178,15 @@ def describe(db: Path, root: str) -> str:
         conn.close()
 
 
-def bench_library(directory: Path, runs: int, members: int | None) -> dict[str, float]:
+def bench_library(directory: Path, runs: int, members: int | None,
+                  served: str | None = None) -> dict[str, float]:
     meta = json.loads((directory / "loader.json").read_text())
     db, genesis = directory / "library.db", directory / "genesis.json"
     root = meta["follow_root"] if members is None else pick_root(db, members)
     print("  " + describe(db, root), flush=True)
     port = free_port()
     cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis", str(genesis),
-           "--db", str(db), "--port", str(port), "--workers", "1"]
+           "--db", served or str(db), "--port", str(port), "--workers", "1"]
     if (directory / "log.key").exists():
         cmd += ["--log-key", str(directory / "log.key")]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
@@ -234,12 +235,14 @@ def main() -> None:
     ap.add_argument("--members", type=int,
                     help="follow the root whose feed size is nearest this, instead of the"
                     " loader's follow root")
+    ap.add_argument("--db", metavar="URL", help="serve this database instead of"
+                    " DIR/library.db: its PostgreSQL copy (alexandria migrate); one --dir")
     args = ap.parse_args()
     results = {}
     for d in args.dir:
         ensure_library(d, args.entries, args.follow_members)
         print(f"{d}:", flush=True)
-        results[d] = bench_library(d, args.runs, args.members)
+        results[d] = bench_library(d, args.runs, args.members, args.db)
     print()
     print(f"{'library':>28} {'entries':>9} {'members':>8} {'p50 ms':>7} {'p95 ms':>7} "
           f"{'sync s':>7} {'CPU ms/page':>11} {'in-proc p50':>11}")

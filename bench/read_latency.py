@@ -1,7 +1,7 @@
 """p50/p95 latency per read route against a real server, and the server's memory.
 
     .venv/bin/python -m bench.loader --dir DIR --entries 100000
-    .venv/bin/python -m bench.read_latency --dir DIR [--requests 200]
+    .venv/bin/python -m bench.read_latency --dir DIR [--requests 200] [--db postgresql://…]
 
 Starts ``alexandria serve`` (uvicorn, one process) on 127.0.0.1 over the library that
 ``bench.loader`` built in DIR, sends sequential keep-alive GETs — each route with inputs drawn
@@ -97,9 +97,9 @@ def sample_inputs(directory: Path, rng: random.Random, n: int = 400) -> Inputs:
 
 
 
-def start_server(directory: Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(directory: Path, port: int, db: str | None = None) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis",
-           str(directory / "genesis.json"), "--db", str(directory / "library.db"),
+           str(directory / "genesis.json"), "--db", db or str(directory / "library.db"),
            "--log-key", str(directory / "log.key"), "--host", "127.0.0.1", "--port", str(port),
            "--workers", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -205,11 +205,11 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def run(directory: Path, requests: int, seed: int) -> dict[str, Any]:
+def run(directory: Path, requests: int, seed: int, db: str | None = None) -> dict[str, Any]:
     rng = random.Random(seed)
     inp = sample_inputs(directory, rng)
     port = free_port()
-    server = start_server(directory, port)
+    server = start_server(directory, port, db)
     results: list[dict[str, Any]] = []
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
@@ -250,8 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", required=True, type=Path, help="a library built by bench.loader")
     ap.add_argument("--requests", type=int, default=200, help="timed requests per route")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--db", metavar="URL", help="serve this database instead of DIR/library.db:"
+                    " its PostgreSQL copy (alexandria migrate --db DIR/library.db --to URL)")
     args = ap.parse_args(argv)
-    summary = run(args.dir, args.requests, args.seed)
+    summary = run(args.dir, args.requests, args.seed, args.db)
     print(f"{summary['log_size']:,} log entries, {summary['objects']:,} catalogue heads;"
           f" load average {summary['load_average'][0]:.1f} (2 cores, shared: figures are noisy)")
     return 0
