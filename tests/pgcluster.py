@@ -68,9 +68,17 @@ class Cluster:
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-l",
                   str(self.root / "server.log"), "-o", " ".join(options), "start")
 
-    def stop(self) -> None:
+    def resume(self) -> None:
+        """Start the stopped server again (its data kept)."""
+        options = ["-k", self.socket, *TEST_SETTINGS]
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-l",
+                  str(self.root / "server.log"), "-o", " ".join(options), "start")
+
+    def stop(self, mode: str = "immediate") -> None:
+        """``immediate`` (the end of a session: nothing kept) or ``fast`` (a clean shutdown:
+        every commit on disk even with the test settings' asynchronous commits)."""
         with contextlib.suppress(subprocess.CalledProcessError):
-            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
+            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode,
                       "-w", "stop")
 
     def url(self, name: str = "postgres") -> str:

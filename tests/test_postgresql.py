@@ -8,6 +8,7 @@ nodes; and the connection dialect and schema the read models rely on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing
 import sqlite3
@@ -33,7 +34,7 @@ from tests.catalogue_support import document, publish_example, vote
 from tests.cli_support import cli, cli_json
 from tests.conftest import Api, Clock, serve_library
 from tests.liveserver import serving, write_library_files
-from tests.pgcluster import Cluster
+from tests.pgcluster import Cluster, cluster
 from tests.test_durability import _admit_authorities, _claim, _post_at
 
 pytestmark = pytest.mark.slow
@@ -298,3 +299,25 @@ def test_migrate_command(tmp_path: Path, founding: Founding, pg_cluster: Cluster
     assert out["size"] == len(founding.authority_documents())
     bad = cli("migrate", "--db", str(lite), "--to", "lib2.db", expect=None)
     assert bad.returncode != 0 and "USAGE" in bad.stderr + bad.stdout
+
+
+async def test_a_database_outage_is_503_and_the_node_recovers(
+    tmp_path: Path, founding: Founding, clock: Clock
+) -> None:
+    """Reads and writes while the server is down are typed 503s; once it is back the same node
+    reads and admits again (the pool and the writer reconnect by themselves)."""
+    with cluster() as own:
+        async for api in serve_library(tmp_path, founding, clock, db=own.database()):
+            first = await api.publish("owner", document("Before", "the outage"))
+            await asyncio.to_thread(own.stop, "fast")
+            r = await api.client.get(f"/api/entries/{first['id']}")
+            assert r.status_code == 503 and r.json()["code"] == "STORAGE_UNAVAILABLE", r.text
+            r = await api.post(api.envelope("owner", document("During", "the outage")))
+            assert r.status_code == 503, r.text
+            await asyncio.to_thread(own.resume)
+            assert (await api.client.get(f"/api/entries/{first['id']}")).status_code == 200
+            for _ in range(2):  # the first write may still meet the old connection
+                r = await api.post(api.envelope("owner", document("After", "the outage")))
+                if r.status_code != 503:
+                    break
+            assert r.status_code == 201, r.text

@@ -31,13 +31,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from alexandria.core.trust import Genesis
 from alexandria.errors import ServiceError
@@ -50,6 +51,9 @@ from alexandria.store.writer_memory import WriterMemory
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
+#: how long a read waits for a connection of the pool (all busy, or the server unreachable)
+#: before it is a 503: a reader retries sooner than a proxy gives up on it
+READ_WAIT_S = 5.0
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 
@@ -74,6 +78,13 @@ class _PgWriterMemory(WriterMemory):
         self._version = version
 
 
+def _unavailable(cause: BaseException) -> ServiceError:
+    """What a reader hears when the database cannot be reached (503): the cause goes to the
+    log, not to them; the pool replaces broken connections by itself."""
+    log.error("the database is unavailable", exc_info=cause)
+    return ServiceError("the database is unavailable", "STORAGE_UNAVAILABLE")
+
+
 class _PgReaders:
     """``size`` reader threads sharing a pool of read-only connections."""
 
@@ -92,13 +103,20 @@ class _PgReaders:
         raw.execute("SET default_transaction_read_only = on")
 
     def _run(self, fn: Callable[[Any], T]) -> T:
-        with self._pool.connection(timeout=BUSY_TIMEOUT_S) as raw:
-            conn = PgConnection(raw, self._dialect)
-            try:
-                return fn(conn)
-            finally:
-                if conn.in_transaction and not conn.broken:
-                    raw.execute("ROLLBACK")
+        try:
+            with self._pool.connection(timeout=READ_WAIT_S) as raw:
+                conn = PgConnection(raw, self._dialect)
+                try:
+                    return fn(conn)
+                finally:
+                    if conn.in_transaction and not conn.broken:
+                        raw.execute("ROLLBACK")
+        except PoolTimeout as exc:
+            raise _unavailable(exc) from exc
+        except sqlite3.OperationalError as exc:
+            if isinstance(exc.__cause__, psycopg.OperationalError):  # the server went away
+                raise _unavailable(exc.__cause__) from exc
+            raise
 
     async def read(self, fn: Callable[[Any], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._threads, self._run, fn)
