@@ -15,6 +15,7 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
@@ -113,12 +114,17 @@ def test_a_storm_of_one_envelope_admits_it_once(
 
 
 def test_two_nodes_share_writes_and_changes_cursors(
-    tmp_path: Path, founding: Founding, pg_db: str
+    tmp_path: Path, founding: Founding, pg_db: str, pg_cluster: Cluster,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
     owner = founding.participants["owner"]
     base = now_ms() - 60_000
-    with serving(genesis, pg_db, log_key) as a, serving(genesis, pg_db, log_key) as b, \
+    # node b names the same database the libpq way: postgresql:///NAME, the rest from PG*
+    monkeypatch.setenv("PGHOST", pg_cluster.socket)
+    monkeypatch.setenv("PGUSER", "postgres")
+    by_name = "postgresql:///" + urlsplit(pg_db).path.lstrip("/")
+    with serving(genesis, pg_db, log_key) as a, serving(genesis, by_name, log_key) as b, \
             httpx.Client(timeout=30) as client:
         _admit_authorities(a.url, founding)
         space = {"kind": "space", "title": "Shared nodes", "links": [], "previous": "",

@@ -184,6 +184,7 @@ def _storage_failed(cause: BaseException | None) -> ServiceError:
 log = logging.getLogger(__name__)
 BUSY_TIMEOUT_S = 30.0
 WRITER_CACHE_KIB = 65_536  # the writer's page cache: the hot B-tree pages of every index
+SIGNED_CHUNK = 500  # signed records read by one statement (signed_many)
 READERS = 4  # read connections, one thread each: SQLite releases the GIL while it reads
 
 
@@ -814,13 +815,17 @@ class SqliteStorage(Storage):
         return await readers.read(fn)
 
     def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]:
-        """Signed records for the given revision sequences, in the given order."""
-        out = []
-        for seq in sequences:
-            data = self._signed_sync(conn, seq)
-            if data is not None:
-                out.append(data)
-        return out
+        """Signed records for the given revision sequences, in the given order (a sequence
+        with no revision is left out).  One statement per ``SIGNED_CHUNK`` records: on
+        PostgreSQL each statement is a round trip to the server."""
+        found: dict[int, Sequence[Any]] = {}
+        wanted = list(dict.fromkeys(sequences))
+        for i in range(0, len(wanted), SIGNED_CHUNK):
+            chunk = wanted[i:i + SIGNED_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for row in conn.execute(self._SIGNED_SQL + f" WHERE r.sequence IN ({marks})", chunk):
+                found[int(row[2])] = row
+        return [self._assemble(conn, found[seq]) for seq in sequences if seq in found]
 
     async def entry(self, rev: str) -> bytes | None:
         def fn(conn: sqlite3.Connection) -> bytes | None:
