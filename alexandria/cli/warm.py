@@ -135,20 +135,23 @@ def run(argv: Sequence[str]) -> int | None:
     if path is None:
         start()
         return None
+    import marshal
+
+    try:
+        request = marshal.dumps((identity(), list(argv), os.getcwd(), dict(os.environ)))
+    except (OSError, ValueError):  # no working directory: a cold start says what fails
+        return None
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        client.settimeout(ANSWER_SECONDS)
         client.connect(path)
-    except OSError:  # none listening (or a dead one's socket): start one for the next command
+        socket.send_fds(client, [len(request).to_bytes(_HEADER, "big")], [0, 1, 2])
+        client.sendall(request)
+    except OSError:  # none listening (a dead one's socket), or it left: nothing ran
         client.close()
         start()
         return None
     try:
-        import marshal
-
-        request = marshal.dumps((identity(), list(argv), os.getcwd(), dict(os.environ)))
-        client.settimeout(ANSWER_SECONDS)
-        socket.send_fds(client, [len(request).to_bytes(_HEADER, "big")], [0, 1, 2])
-        client.sendall(request)
         pid = _receive_int(client)
         client.settimeout(None)
     except KeyboardInterrupt:
@@ -362,6 +365,9 @@ def _child(conn: socket.socket, listener: socket.socket, fds: list[int], argv: l
     SERVING = True
     status = 1
     try:
+        conn.settimeout(None)
+        # first of all: the caller forwards signals to this pid and then waits for the status
+        conn.sendall(os.getpid().to_bytes(4, "big", signed=True))
         listener.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # commands wait for their own children
         for target, fd in enumerate(fds):
@@ -372,8 +378,6 @@ def _child(conn: socket.socket, listener: socket.socket, fds: list[int], argv: l
         os.environ.clear()
         os.environ.update(env)
         sys.stdout.reconfigure(line_buffering=sys.stdout.isatty())  # type: ignore[union-attr]
-        conn.settimeout(None)
-        conn.sendall(os.getpid().to_bytes(4, "big", signed=True))
         from alexandria.cli import main, terminal
 
         terminal.restart_clock()
