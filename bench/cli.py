@@ -15,7 +15,7 @@ The library is made through the CLI (``genesis init``, ``serve`` in a child proc
 Then, each ``--runs`` times, wall time (fork to exit, as a shell sees it) of
 ``python -c pass`` (the floor: the interpreter of the measured install, nothing imported),
 ``alexandria --version`` and ``alexandria publish FILE`` (a new reply each time: sign, write
-pending/, send, admitted, published/), reported as p50 and p95 of wall time (and the median CPU
+pending/, send, admitted, published/), reported as p50, p95 and min of wall time (and the median CPU
 time), with the install measured (editable or not) and the load average; then
 ``alexandria publish --jsonl FILE`` of ``--batch`` replies over one connection, reported per
 second.  Afterwards every envelope must have its signed record in ``published/`` and none may
@@ -79,8 +79,8 @@ def summary(label: str, samples: list[tuple[float, float]]) -> str:
     wall = sorted(w for w, _c in samples)
     p95 = wall[min(len(wall) - 1, round(len(wall) * 0.95) - 1)]
     cpu = statistics.median(c for _w, c in samples)
-    return (f"{label:<26} wall p50 {statistics.median(wall):6.1f} ms, p95 {p95:6.1f} ms;"
-            f" CPU median {cpu:5.1f} ms")
+    return (f"{label:<26} wall p50 {statistics.median(wall):6.1f} ms, p95 {p95:6.1f} ms,"
+            f" min {wall[0]:6.1f} ms; CPU median {cpu:5.1f} ms")
 
 
 def interpreter_of(script: str) -> str:
@@ -95,12 +95,13 @@ def interpreter_of(script: str) -> str:
 def describe_install(python: str) -> str:
     """Where ``alexandria`` is imported from in ``python``, and whether it is editable (``-I``:
     not from the current directory)."""
-    probe = ("import alexandria, json, importlib.metadata as m\n"
+    probe = ("import alexandria, json, importlib.metadata as m, importlib.util\n"
              "d = m.distribution('alexandria-ledger')\n"
              "u = json.loads(d.read_text('direct_url.json') or '{}')\n"
              "e = u.get('dir_info', {}).get('editable', False)\n"
+             "w = importlib.util.find_spec('alexandria.cli.warm') is not None\n"
              "print(('editable install' if e else 'installed wheel') + ' of ' + d.version"
-             " + ', ' + alexandria.__file__.rsplit('/', 2)[0])")
+             " + ', ' + alexandria.__file__.rsplit('/', 2)[0] + ('' if w else ', no warm start'))")
     r = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=False)
     return r.stdout.strip() or f"unknown install ({r.stderr.strip()[-200:]})"
 
@@ -194,9 +195,10 @@ def main() -> None:
                 "kind": "reply", "title": f"One {i}", "body": f"single publish {i}",
                 "links": [{"relation": "replies_to", "target": "$thread"}]}))
             one.append(timed([alexandria, "publish", str(path)], home_env))
-        print(f"measured: {alexandria} ({describe_install(python)}); {args.runs} runs;"
+        install = describe_install(python)
+        print(f"measured: {alexandria} ({install}); {args.runs} runs;"
               f" load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
-        print("publish: " + ("cold (ALEXANDRIA_WARM=0): a fresh Python each time" if args.cold
+        print("publish: " + ("cold: a fresh Python each time" if args.cold or "no warm" in install
                              else "warm: run by the warm process the set-up's first publish"
                              " started (its forks' CPU is not counted below)"))
         print(summary("python -c pass", floor))
