@@ -163,6 +163,18 @@ def test_the_warm_process_leaves_when_idle(lib: Library, runtime: Path) -> None:
     assert not sock.exists() and not _warm_pids(runtime)
 
 
+def test_a_stopped_warm_process_takes_its_socket_along(lib: Library, runtime: Path) -> None:
+    cli("publish", "-", home=lib.homes["owner"], env=_env(runtime),
+        stdin=json.dumps(_reply("stopped")))
+    sock = _socket(runtime)
+    for pid in _warm_pids(runtime):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while (sock.exists() or _warm_pids(runtime)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not sock.exists() and not _warm_pids(runtime)
+
+
 def test_ctrl_c_reaches_the_command_and_the_envelope_stays_pending(
         lib: Library, runtime: Path, tmp_path: Path) -> None:
     """A library that never answers: SIGINT to the caller interrupts the fork that runs the

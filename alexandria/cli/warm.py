@@ -298,6 +298,7 @@ def serve(path: str) -> None:
     listener.settimeout(idle)
     inode = os.stat(path).st_ino
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forks are reaped by the kernel
+    signal.signal(signal.SIGTERM, _leave)  # kill PID: the socket goes too
     try:
         while True:
             try:
@@ -314,6 +315,10 @@ def serve(path: str) -> None:
                 os.unlink(path)
         except OSError:
             pass
+
+
+def _leave(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 def _serve_one(conn: socket.socket, listener: socket.socket, own: str,
@@ -370,6 +375,7 @@ def _child(conn: socket.socket, listener: socket.socket, fds: list[int], argv: l
         conn.sendall(os.getpid().to_bytes(4, "big", signed=True))
         listener.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # commands wait for their own children
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
