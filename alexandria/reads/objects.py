@@ -147,13 +147,16 @@ def _tree_arm(relation: str, exact: bool, column: str = "l.source_sequence AS se
 
     Tree links never change across revisions, so the first revision carries them; the range
     ``links_target_root(target_root, relation)`` (``links_target`` when exact) is ordered by
-    ``source_sequence``, the primary key suffix, so no sort is needed."""
+    ``source_sequence``, the primary key suffix, so no sort is needed.  A link is a first
+    revision's exactly when an ``objects`` row was created at its sequence: one probe of that
+    table's integer key (objects are stored in creation order, so the rows of a space's
+    children sit together), not of ``revisions`` and its 64-hex ids."""
     assert relation in FEED_RELATIONS
     named = "l.target = :rev" if exact else "l.target_root = :root"
     return (
         f"SELECT {column} FROM links l"
-        " JOIN revisions r ON r.sequence = l.source_sequence"
-        f" WHERE {named} AND l.relation = '{relation}' AND r.id = r.root"
+        " JOIN objects o ON o.created_sequence = l.source_sequence"
+        f" WHERE {named} AND l.relation = '{relation}'"
     )
 
 
@@ -195,12 +198,12 @@ def _page(
 
 
 def _heads(conn: sqlite3.Connection, first_sequences: Sequence[int]) -> list[int]:
-    """Current head sequences of the objects created at ``first_sequences``."""
+    """Current head sequences of the objects created at ``first_sequences``: one probe each of
+    ``objects``' integer key (its rowid is the object's first sequence)."""
     out = []
     for seq in first_sequences:
         row = conn.execute(
-            "SELECT o.head_sequence FROM revisions r JOIN objects o ON o.root = r.root"
-            " WHERE r.sequence = ?", (seq,),
+            "SELECT head_sequence FROM objects WHERE created_sequence = ?", (seq,)
         ).fetchone()
         out.append(row[0])
     return out
@@ -393,7 +396,7 @@ def _section_graph(
     partial index ``links_relationships`` per endpoint, so the cost follows the number of
     direct children; a space's contained children come straight from ``objects_contents``."""
     relations = CHILD_RELATIONS.get(subj.kind, ())
-    endpoints = [_tree_arm(rel, exact, "r.root") for rel in relations if rel != "contained_in"]
+    endpoints = [_tree_arm(rel, exact, "o.root") for rel in relations if rel != "contained_in"]
     if "contained_in" in relations and (not exact or subj.rev == subj.root):
         endpoints.append("SELECT root FROM objects WHERE parent = :root AND parent != ''")
     endpoints.append(
@@ -517,7 +520,7 @@ def _top(
     first, ties by the newest head.  One sort of the conversation, whose size bounds the cost."""
     sql = (
         "SELECT u.seq FROM (" + " UNION ".join(arms) + ") u"
-        " JOIN revisions r ON r.sequence = u.seq JOIN objects o ON o.root = r.root"
+        " JOIN objects o ON o.created_sequence = u.seq"
         " LEFT JOIN catalogue c ON c.seq = o.head_sequence"
         " ORDER BY coalesce(c.score, 0) DESC, o.head_sequence DESC"
     )
