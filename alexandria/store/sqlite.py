@@ -185,13 +185,22 @@ log = logging.getLogger(__name__)
 BUSY_TIMEOUT_S = 30.0
 WRITER_CACHE_KIB = 65_536  # the writer's page cache: the hot B-tree pages of every index
 READERS = 4  # read connections, one thread each: SQLite releases the GIL while it reads
+# The read connections' page caches together (issue 22): a library larger than the host's
+# memory is read mostly from disk, and every lookup first walks the interior pages of its
+# B-trees.  SQLite keeps the pages it read last in each connection's own cache, which the
+# operating system cannot reclaim, so the upper levels of the hot indexes stay in memory and
+# a cold lookup costs its leaf pages only.  With the writer's cache and the interpreter this
+# keeps a server under its 300 MB budget (docs/deployment.md "Memory").
+READ_CACHE_KIB = 131_072
 
 
 class _Readers:
-    """``size`` read-only connections, each opened on (and used by) one thread of a pool."""
+    """``size`` read-only connections, each opened on (and used by) one thread of a pool, each
+    with its share of ``cache_kib`` of page cache."""
 
-    def __init__(self, path: str, size: int) -> None:
+    def __init__(self, path: str, size: int, cache_kib: int = READ_CACHE_KIB) -> None:
         self.path = path
+        self._cache_kib = max(2_000, cache_kib // size)  # each connection's share
         self._local = threading.local()
         self._opened: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -203,6 +212,7 @@ class _Readers:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA query_only = 1")
+            conn.execute(f"PRAGMA cache_size = -{self._cache_kib}")
             self._local.conn = conn
             with self._lock:
                 self._opened.append(conn)
