@@ -3,11 +3,13 @@
     .venv/bin/python -m bench.loader --dir DIR --entries 100000
     .venv/bin/python -m bench.read_latency --dir DIR [--requests 200] [--cold]
 
-Starts ``alexandria serve`` (uvicorn, one process) on 127.0.0.1 over the library that
+Starts ``alexandria serve`` (``--workers 1``) on 127.0.0.1 over the library that
 ``bench.loader`` built in DIR, sends sequential keep-alive GETs — each route with inputs drawn
 at random from the library (revisions, spaces, discussions, authors, and search words chosen
 by how many heads hold them) — and prints p50/p95/max per route beside its target, then the
-server's resident memory (VmRSS now, VmHWM peak).  Targets: catalogue with ``q`` and
+server's resident memory (VmRSS now, VmHWM peak, summed over its processes: Granian serves
+from a worker process it spawns) and, per request, the server's read system
+calls and the bytes its disk supplied (/proc/PID/io).  Targets: catalogue with ``q`` and
 ``sort=relevance`` p95 ≤ 50 ms, every other read p95 ≤ 10 ms, memory < 300 MB.  The figures
 include the client's own time on the same machine; on a shared machine they are noisy.
 Results are also written to DIR/read_latency.json (DIR/read_latency_cold.json with --cold).
@@ -128,13 +130,54 @@ def start_server(directory: Path, port: int) -> subprocess.Popen[bytes]:
     raise SystemExit("server did not start")
 
 
+def process_tree(pid: int) -> list[int]:
+    """The server and every process below it: Granian serves from worker processes it spawns,
+    and they hold the database connections."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
 def memory_mb(pid: int) -> tuple[float, float]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM"):
-            fields[name] = int(value.split()[0]) / 1024
+    """(VmRSS, VmHWM) summed over the server's processes (shared pages counted in each)."""
+    fields = {"VmRSS": 0.0, "VmHWM": 0.0}
+    for p in process_tree(pid):
+        try:
+            lines = Path(f"/proc/{p}/status").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            name, _, value = line.partition(":")
+            if name in fields:
+                fields[name] += int(value.split()[0]) / 1024
     return fields["VmRSS"], fields["VmHWM"]
+
+
+def io_counts(pid: int) -> tuple[int, int]:
+    """(read system calls, bytes read from storage) of a process so far: SQLite reads every
+    page it does not hold in its own cache with one ``pread``, so the first counts the pages a
+    route missed, whatever the machine's load; the second, those the disk had to supply."""
+    calls = disk = 0
+    for p in process_tree(pid):
+        try:
+            lines = Path(f"/proc/{p}/io").read_text().splitlines()
+        except OSError:
+            continue
+        fields = dict(line.split(": ") for line in lines)
+        calls += int(fields["syscr"])
+        disk += int(fields["read_bytes"])
+    return calls, disk
 
 
 def routes(inp: Inputs, rng: random.Random) -> list[tuple[str, float, Callable[[], str]]]:
@@ -248,6 +291,7 @@ def run(directory: Path, requests: int, seed: int, cold: bool = False) -> dict[s
                     drop_page_cache()
                     target, most = cold_targets(name, target)
                 times = []
+                calls, disk = io_counts(server.pid)
                 for _ in range(requests):
                     u = url()
                     t0 = time.perf_counter()
@@ -255,16 +299,21 @@ def run(directory: Path, requests: int, seed: int, cold: bool = False) -> dict[s
                     times.append((time.perf_counter() - t0) * 1000)
                     if r.status_code != 200:
                         raise SystemExit(f"{u}: {r.status_code} {r.text[:300]}")
+                calls_after, disk_after = io_counts(server.pid)
+                reads = (calls_after - calls) / requests
+                disk_kib = (disk_after - disk) / requests / 1024
                 p50, p95 = percentile(times, 50), percentile(times, 95)
                 ok = p95 <= target and (most is None or max(times) <= most)
                 results.append({"route": name, "p50_ms": round(p50, 2), "p95_ms": round(p95, 2),
                                 "max_ms": round(max(times), 2), "mean_ms":
                                 round(statistics.fmean(times), 2), "target_ms": target,
-                                "max_target_ms": most, "ok": ok,
+                                "max_target_ms": most, "ok": ok, "reads_per_request":
+                                round(reads, 1), "disk_kib_per_request": round(disk_kib, 1),
                                 "rss_mb": round(memory_mb(server.pid)[0], 1)})
                 limit = f"{target:4.0f}" + (f"/{most:.0f}" if most is not None else "")
                 print(f"{name:66s} p50 {p50:7.2f}  p95 {p95:7.2f}  max {max(times):7.1f}"
-                      f"  target {limit:>9s}  rss {results[-1]['rss_mb']:5.0f} MB"
+                      f"  target {limit:>9s}  rss {results[-1]['rss_mb']:4.0f} MB"
+                      f"  reads/req {reads:6.1f}  disk {disk_kib:6.1f} KiB/req"
                       f"  {'ok' if ok else 'OVER'}", flush=True)
         rss, peak = memory_mb(server.pid)
     finally:
