@@ -90,6 +90,7 @@ async def get_catalogue(request: Request) -> Response:
     def read(conn: sqlite3.Connection) -> tuple[bytes, int, int]:
         page = find(conn, query)
         if query.projection == "summary":
+            storage.read_ahead(page.sequences)
             items = orjson.dumps(summaries(conn, page.sequences))
         else:
             items = b"[" + b",".join(storage.signed_many(conn, page.sequences)) + b"]"
