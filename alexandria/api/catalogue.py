@@ -88,9 +88,9 @@ async def get_catalogue(request: Request) -> Response:
     storage = lib.storage
 
     def read(conn: sqlite3.Connection) -> tuple[bytes, int, int]:
-        page = find(conn, query)
+        page = find(conn, query, storage.read_ahead)
         if query.projection == "summary":
-            storage.read_ahead(page.sequences)
+            storage.read_ahead("records", page.sequences)
             items = orjson.dumps(summaries(conn, page.sequences))
         else:
             items = b"[" + b",".join(storage.signed_many(conn, page.sequences)) + b"]"

@@ -24,12 +24,14 @@ THREADS = 8  # requests in flight at once
 CACHE_KIB = 4_096  # each connection's page cache: the interior pages of log and revisions
 MINIMUM = 8  # fewer rows than this are read by the reader alone: the hand-offs cost more
 
-# the pages of everything ``SqliteStorage.signed_many`` reads for a sequence (the leaf itself,
-# so that a leaf spilling onto overflow pages brings them too)
-_ROWS_SQL = (
-    "SELECT r.id, l.leaf FROM revisions r JOIN log l ON l.sequence = r.sequence"
-    " WHERE r.sequence = ?"
-)
+# What is read ahead, by name: the pages of everything ``SqliteStorage.signed_many`` reads for
+# a sequence (the leaf itself, so that a leaf spilling onto overflow pages brings them too),
+# and a head's stored words (``reads/catalogue._relevance`` counts in them).
+_ROWS_SQL = {
+    "records": "SELECT r.id, l.leaf FROM revisions r JOIN log l ON l.sequence = r.sequence"
+               " WHERE r.sequence = ?",
+    "catalogue_words": "SELECT length(title), length(body) FROM catalogue_words WHERE seq = ?",
+}
 
 
 class ReadAhead:
@@ -56,18 +58,20 @@ class ReadAhead:
                 self._opened.append(conn)
         return conn
 
-    def _fetch(self, sequences: Sequence[int]) -> None:
+    def _fetch(self, sql: str, sequences: Sequence[int]) -> None:
         conn = self._connection()
         for seq in sequences:
-            conn.execute(_ROWS_SQL, (seq,)).fetchone()
+            conn.execute(sql, (seq,)).fetchone()
 
-    def rows(self, sequences: Sequence[int]) -> None:
-        """Bring the pages of the records at ``sequences`` into memory, several at once; returns
-        when all are read.  Best effort: a failure here leaves the reader to read them itself."""
+    def rows(self, what: str, sequences: Sequence[int]) -> None:
+        """Bring the pages of the rows ``what`` (a key of ``_ROWS_SQL``) at ``sequences`` into
+        memory, several at once; returns when all are read.  Best effort: a failure here
+        leaves the reader to read them itself."""
+        sql = _ROWS_SQL[what]
         if len(sequences) < MINIMUM:
             return
         lanes = [sequences[i :: self._threads] for i in range(self._threads)]
-        done, _ = wait([self._pool.submit(self._fetch, lane) for lane in lanes if lane])
+        done, _ = wait([self._pool.submit(self._fetch, sql, lane) for lane in lanes if lane])
         for future in done:
             future.exception()  # retrieved, so a failed read-ahead is not logged as unhandled
 

@@ -830,15 +830,16 @@ class SqliteStorage(Storage):
         assert readers is not None, "storage is not open"
         return await readers.read(fn)
 
-    def read_ahead(self, sequences: Sequence[int]) -> None:
-        """Bring the pages of the records at ``sequences`` into memory several at once
-        (``store/read_ahead.py``), before a read connection assembles them one by one."""
+    def read_ahead(self, what: str, sequences: Sequence[int]) -> None:
+        """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves;
+        ``"catalogue_words"``) at ``sequences`` into memory several at once
+        (``store/read_ahead.py``), before a read connection reads them one by one."""
         if self._ahead is not None:
-            self._ahead.rows(sequences)
+            self._ahead.rows(what, sequences)
 
     def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]:
         """Signed records for the given revision sequences, in the given order."""
-        self.read_ahead(sequences)
+        self.read_ahead("records", sequences)
         out = []
         for seq in sequences:
             data = self._signed_sync(conn, seq)
