@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
 THREADS = 8  # requests in flight at once
-CACHE_KIB = 4_096  # each connection's page cache: the interior pages of log and revisions
+CACHE_KIB = 2_048  # each connection's page cache: the upper levels of log and revisions
 MINIMUM = 8  # fewer rows than this are read by the reader alone: the hand-offs cost more
 
 # What is read ahead, by name: the pages of everything ``SqliteStorage.signed_many`` reads for

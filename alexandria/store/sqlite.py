@@ -192,8 +192,8 @@ READERS = 4  # read connections, one thread each: SQLite releases the GIL while 
 # operating system cannot reclaim, so the upper levels of the hot indexes stay in memory and
 # a cold lookup costs its leaf pages only.  With the writer's cache and the interpreter this
 # keeps a server under its 300 MB budget (docs/deployment.md "Memory"); the read-ahead
-# connections (`store/read_ahead.py`) hold 32 MiB more.
-READ_CACHE_KIB = 98_304
+# connections (`store/read_ahead.py`) hold 16 MiB more, the writer 64 MiB when it writes.
+READ_CACHE_KIB = 65_536
 
 
 class _Readers:
