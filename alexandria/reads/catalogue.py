@@ -226,13 +226,15 @@ CANDIDATE_COST = 12
 Warm = Callable[[str, Sequence[int]], None]
 
 
-def _heads_holding(conn: sqlite3.Connection, ws: list[str]) -> int:
-    """How many heads hold every word of ``ws``: the full-text index intersects the words'
-    document lists, skipping through the longer ones, so a common word beside a rare one
-    costs little (unlike ``catalogue_vocab``, which reads every position of every word)."""
+def _heads_holding(conn: sqlite3.Connection, ws: list[str], bound: int = -1) -> int:
+    """How many heads hold every word of ``ws`` (at most ``bound`` when it is not negative):
+    the full-text index intersects the words' document lists, skipping through the longer
+    ones, so a common word beside a rare one costs little (unlike ``catalogue_vocab``, which
+    reads every position of every word)."""
     row = conn.execute(
-        "SELECT count(*) FROM catalogue_text WHERE catalogue_text MATCH ?",
-        (" AND ".join(f'"{w}"' for w in ws),),
+        "SELECT count(*) FROM (SELECT 1 FROM catalogue_text WHERE catalogue_text MATCH ?"
+        " LIMIT ?)",
+        (" AND ".join(f'"{w}"' for w in ws), bound),
     ).fetchone()
     return int(row[0])
 
@@ -244,9 +246,16 @@ def _relevance(
     candidates = _heads_holding(conn, ws)
     if candidates == 0:
         return None
-    # a word's heads (a lower bound of its occurrences), one word at a time
-    occurrences = candidates if len(ws) == 1 else sum(_heads_holding(conn, [w]) for w in ws)
-    if candidates * CANDIDATE_COST >= occurrences:
+    # each word's heads (a lower bound of its occurrences), counted only as far as decides
+    budget = candidates * CANDIDATE_COST
+    occurrences = candidates
+    if len(ws) > 1:
+        occurrences = 0
+        for w in ws:
+            occurrences += _heads_holding(conn, [w], budget - occurrences + 1)
+            if occurrences > budget:
+                break
+    if budget >= occurrences:
         return (
             "WITH h(seq, score) AS (SELECT doc, sum(CASE col WHEN 'title' THEN 3 ELSE 1 END)"
             f" FROM catalogue_terms WHERE term IN ({_in(ws)}) GROUP BY doc"
