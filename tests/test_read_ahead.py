@@ -12,6 +12,7 @@ import pytest
 
 from alexandria.store import read_ahead
 from alexandria.store.read_ahead import MINIMUM, ReadAhead
+from tests.catalogue_support import vote
 from tests.conftest import Api
 from tests.objects_support import claim
 
@@ -37,7 +38,7 @@ def test_a_page_is_read_on_several_connections_at_once(tmp_path: Path) -> None:
     barrier = threading.Barrier(4, timeout=10)
     original = ahead._fetch
 
-    def fetch(sql: str, sequences: Sequence[int]) -> None:
+    def fetch(sql: str, sequences: Sequence[int | str]) -> None:
         entered.add(threading.current_thread().name)
         barrier.wait()  # all four lanes are in flight together, or this times out
         original(sql, sequences)
@@ -86,14 +87,19 @@ def test_only_named_reads_are_read_ahead(tmp_path: Path) -> None:
 async def test_pages_read_ahead_are_the_pages_read_alone(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same catalogue bytes with and without read-ahead, and with it on every page."""
+    """The same catalogue and scores bytes with and without read-ahead, and with it on every
+    page."""
     for i in range(30):
-        await api.publish("owner", claim(f"Claim number {i} about apples"))
+        made = await api.publish("owner", claim(f"Claim number {i} about apples"))
+        if i % 3:
+            await api.publish("peer", vote(made["id"], "1" if i % 2 else "-1"))
+    peer = api.founding.participants["peer"].actor
     urls = ["/api/catalogue", "/api/catalogue?q=apples", "/api/catalogue?q=claim+apples",
-            "/api/catalogue?projection=summary", "/api/catalogue?offset=7&kind=claim"]
+            "/api/catalogue?projection=summary", "/api/catalogue?offset=7&kind=claim",
+            f"/api/scores?author={peer}", f"/api/scores?author={peer}&offset=3"]
     monkeypatch.setattr(read_ahead, "MINIMUM", 1)
     with_ahead = [(await api.client.get(u)).content for u in urls]
     monkeypatch.setattr(read_ahead, "MINIMUM", 10**9)
     alone = [(await api.client.get(u)).content for u in urls]
     assert with_ahead == alone
-    assert all(b'"total":0' not in body for body in alone)
+    assert all(b'"total":0' not in body and b'"votes":[]' not in body for body in alone)

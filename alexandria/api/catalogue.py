@@ -112,7 +112,8 @@ async def get_scores(request: Request) -> Response:
     author = _actor(params, required=True)
     assert author is not None
     offset = int_param(params, "offset", 0, 0, MAX_OFFSET)
-    result = await _library(request).storage.read(lambda conn: scores(conn, author, offset))
+    storage = _library(request).storage
+    result = await storage.read(lambda conn: scores(conn, author, offset, storage.read_ahead))
     return json_response(result)
 
 

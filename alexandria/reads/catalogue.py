@@ -223,7 +223,7 @@ CANDIDATE_COST = 12
 
 #: Reads a page of rows of a table several at once before they are used (``ReadAhead``): the
 #: handler passes the storage's, so that scattered rows wait for the disk once, not one by one.
-Warm = Callable[[str, Sequence[int]], None]
+Warm = Callable[[str, Sequence[int | str]], None]
 
 
 def _heads_holding(conn: sqlite3.Connection, ws: list[str], bound: int = -1) -> int:

@@ -25,12 +25,17 @@ CACHE_KIB = 2_048  # each connection's page cache: the upper levels of log and r
 MINIMUM = 8  # fewer rows than this are read by the reader alone: the hand-offs cost more
 
 # What is read ahead, by name: the pages of everything ``SqliteStorage.signed_many`` reads for
-# a sequence (the leaf itself, so that a leaf spilling onto overflow pages brings them too),
-# and a head's stored words (``reads/catalogue._relevance`` counts in them).
+# a sequence (the leaf itself, so that a leaf spilling onto overflow pages brings them too); a
+# head's stored words (``reads/catalogue._relevance`` counts in them); a vote's row and
+# revision, by its root, and an object's score, by its root (``reads/scores``).
 _ROWS_SQL = {
     "records": "SELECT r.id, l.leaf FROM revisions r JOIN log l ON l.sequence = r.sequence"
                " WHERE r.sequence = ?",
     "catalogue_words": "SELECT length(title), length(body) FROM catalogue_words WHERE seq = ?",
+    "votes": "SELECT v.target, r.id FROM vote_values v"
+             " JOIN revisions r ON r.sequence = v.head_sequence WHERE v.vote_root = ?",
+    "object_scores": "SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
+                     " WHERE o.root = ?",
 }
 
 
@@ -58,15 +63,15 @@ class ReadAhead:
                 self._opened.append(conn)
         return conn
 
-    def _fetch(self, sql: str, sequences: Sequence[int]) -> None:
+    def _fetch(self, sql: str, sequences: Sequence[int | str]) -> None:
         conn = self._connection()
         for seq in sequences:
             conn.execute(sql, (seq,)).fetchone()
 
-    def rows(self, what: str, sequences: Sequence[int]) -> None:
-        """Bring the pages of the rows ``what`` (a key of ``_ROWS_SQL``) at ``sequences`` into
-        memory, several at once; returns when all are read.  Best effort: a failure here
-        leaves the reader to read them itself."""
+    def rows(self, what: str, sequences: Sequence[int | str]) -> None:
+        """Bring the pages of the rows ``what`` (a key of ``_ROWS_SQL``) at ``sequences`` (their
+        keys) into memory, several at once; returns when all are read.  Best effort: a failure
+        here leaves the reader to read them itself."""
         sql = _ROWS_SQL[what]
         if len(sequences) < MINIMUM:
             return

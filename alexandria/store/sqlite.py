@@ -830,10 +830,11 @@ class SqliteStorage(Storage):
         assert readers is not None, "storage is not open"
         return await readers.read(fn)
 
-    def read_ahead(self, what: str, sequences: Sequence[int]) -> None:
-        """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves;
-        ``"catalogue_words"``) at ``sequences`` into memory several at once
-        (``store/read_ahead.py``), before a read connection reads them one by one."""
+    def read_ahead(self, what: str, sequences: Sequence[int | str]) -> None:
+        """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves, by
+        sequence; ``"catalogue_words"``; ``"votes"``, ``"object_scores"``: by root) at
+        ``sequences`` into memory several at once (``store/read_ahead.py``), before a read
+        connection reads them one by one."""
         if self._ahead is not None:
             self._ahead.rows(what, sequences)
 
