@@ -14,7 +14,7 @@ from alexandria.store import read_ahead
 from alexandria.store.read_ahead import MINIMUM, ReadAhead
 from tests.catalogue_support import vote
 from tests.conftest import Api
-from tests.objects_support import claim
+from tests.objects_support import claim, discussion, reply, space
 
 
 def _library(path: Path, rows: int) -> None:
@@ -87,19 +87,31 @@ def test_only_named_reads_are_read_ahead(tmp_path: Path) -> None:
 async def test_pages_read_ahead_are_the_pages_read_alone(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same catalogue and scores bytes with and without read-ahead, and with it on every
-    page."""
+    """The same catalogue, scores, object and discussion bytes with and without read-ahead, and
+    with it on every page."""
+    top = (await api.publish("owner", space("Orchard")))["id"]
+    talk = (await api.publish("owner", discussion("Apples", parent=top)))["id"]
     for i in range(30):
-        made = await api.publish("owner", claim(f"Claim number {i} about apples"))
+        made = await api.publish("owner", claim(f"Claim number {i} about apples", top))
         if i % 3:
             await api.publish("peer", vote(made["id"], "1" if i % 2 else "-1"))
+        if i % 2:
+            await api.publish("peer", discussion(f"On claim {i}", parent=top))
+            await api.publish("peer", reply(talk, f"Reply {i}"))
     peer = api.founding.participants["peer"].actor
     urls = ["/api/catalogue", "/api/catalogue?q=apples", "/api/catalogue?q=claim+apples",
             "/api/catalogue?projection=summary", "/api/catalogue?offset=7&kind=claim",
             f"/api/scores?author={peer}", f"/api/scores?author={peer}&offset=3"]
+    urls += [f"/api/objects/{top}?section={section}" for section in
+             ("all", "children", "discussions", "knowledge")]
+    urls += [f"/api/entries/{top}/discussion?sort={sort}" for sort in ("new", "top")]
+    urls += [f"/api/entries/{talk}/discussion", f"/api/objects/{top}?section=children&offset=5"]
     monkeypatch.setattr(read_ahead, "MINIMUM", 1)
-    with_ahead = [(await api.client.get(u)).content for u in urls]
+    answers = [await api.client.get(u) for u in urls]
+    assert [a.status_code for a in answers] == [200] * len(urls)
+    with_ahead = [a.content for a in answers]
     monkeypatch.setattr(read_ahead, "MINIMUM", 10**9)
     alone = [(await api.client.get(u)).content for u in urls]
     assert with_ahead == alone
-    assert all(b'"total":0' not in body and b'"votes":[]' not in body for body in alone)
+    assert all(b'"total":0' not in body and b'"votes":[]' not in body
+               and b'"items":[]' not in body for body in alone)

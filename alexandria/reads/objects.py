@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store.schema import NOT_RELATED
 from alexandria.store.sqlite import SqliteStorage
@@ -197,9 +198,14 @@ def _page(
     return [r[0] for r in rows[:limit]], len(rows) > limit
 
 
-def _heads(conn: sqlite3.Connection, first_sequences: Sequence[int]) -> list[int]:
+def _heads(
+    conn: sqlite3.Connection, first_sequences: Sequence[int], warm: Warm | None = None
+) -> list[int]:
     """Current head sequences of the objects created at ``first_sequences``: one probe each of
-    ``objects``' integer key (its rowid is the object's first sequence)."""
+    ``objects``' integer key (its rowid is the object's first sequence), their rows read ahead
+    several at once by ``warm`` (``catalogue.Warm``) when given."""
+    if warm is not None:
+        warm("objects", first_sequences)
     out = []
     for seq in first_sequences:
         row = conn.execute(
@@ -242,7 +248,7 @@ def object_view(
     if subj is None:
         return None
     item_sequence = subj.sequence if exact else subj.head_sequence
-    seqs, more = _SECTIONS[section](conn, subj, item_sequence, offset, exact)
+    seqs, more = _SECTIONS[section](conn, subj, item_sequence, offset, exact, store.read_ahead)
     item, original = store.signed_many(conn, [item_sequence, subj.created_sequence])
     return ObjectView(
         item=item,
@@ -275,7 +281,8 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
 
 
 def _section_all(
-    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     """The whole tree below the object (``feed`` range), by creation, current heads."""
     firsts, more = _page(
@@ -284,21 +291,23 @@ def _section_all(
         " WHERE f.root = :root AND r.id = r.root AND r.root != :root ORDER BY f.sequence",
         {"root": subj.root}, offset,
     )
-    return _heads(conn, firsts), more
+    return _heads(conn, firsts, warm), more
 
 
 def _section_children(
-    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     arms = [_tree_arm(rel, exact) for rel in CHILD_RELATIONS.get(subj.kind, ())]
     if not arms:
         return [], False
     firsts, more = _page(conn, _merged(arms), {"root": subj.root, "rev": subj.rev}, offset)
-    return _heads(conn, firsts), more
+    return _heads(conn, firsts, warm), more
 
 
 def _section_history(
-    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     """Every revision, oldest first."""
     return _page(conn, _HISTORY_SEQUENCES, {"root": subj.root}, offset)
@@ -316,13 +325,14 @@ def _discussion_arms(subj: Subject, exact: bool) -> list[str]:
 
 
 def _section_discussions(
-    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     arms = _discussion_arms(subj, exact)
     if not arms:
         return [], False
     firsts, more = _page(conn, _merged(arms), {"root": subj.root, "rev": subj.rev}, offset)
-    return _heads(conn, firsts), more
+    return _heads(conn, firsts, warm), more
 
 
 def _prefixed(
@@ -341,7 +351,8 @@ def _prefixed(
 
 
 def _section_knowledge(
-    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool
+    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     params = {"root": subj.root, "rev": subj.rev}
     if subj.kind == "claim":
@@ -356,13 +367,14 @@ def _section_knowledge(
 
     def contained(off: int, limit: int) -> SectionResult:
         firsts, more = _page(conn, sql, params, off, limit)
-        return _heads(conn, firsts), more
+        return _heads(conn, firsts, warm), more
 
     return _prefixed(included, offset, contained)
 
 
 def _section_related(
-    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool
+    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     """Exact targets of the item's links (but its containment: see ``ancestors``), then the
     current heads of other objects linking to it by citation, includes, relationship or merge
@@ -389,7 +401,8 @@ def _section_related(
 
 
 def _section_graph(
-    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool
+    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     """Relationships (immutable records keeping their exact endpoints) incident to the object,
     to one of its direct children, or to knowledge its item includes.  One probe of the small
@@ -420,14 +433,15 @@ def _section_graph(
 
 
 def tree_children(
-    conn: sqlite3.Connection, subj: Subject, relation: str, offset: int
+    conn: sqlite3.Connection, subj: Subject, relation: str, offset: int,
+    warm: Warm | None = None,
 ) -> SectionResult:
     """Current heads of the objects whose ``relation`` tree link names the object (any of its
     revisions), by creation: one range of ``links_target_root``, as in ``children``."""
     firsts, more = _page(
         conn, _merged([_tree_arm(relation, False)]), {"root": subj.root, "rev": subj.rev}, offset
     )
-    return _heads(conn, firsts), more
+    return _heads(conn, firsts, warm), more
 
 
 _SECTIONS = {
@@ -508,7 +522,8 @@ def discussion(
     else:
         page, more = _page(conn, _merged(arms, descending=sort == "new"), params, offset)
     return Discussion(
-        store.signed_many(conn, _heads(conn, page)), total, _next(offset, len(page), more)
+        store.signed_many(conn, _heads(conn, page, store.read_ahead)), total,
+        _next(offset, len(page), more),
     )
 
 
