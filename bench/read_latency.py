@@ -275,7 +275,8 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def run(directory: Path, requests: int, seed: int, cold: bool = False) -> dict[str, Any]:
+def run(directory: Path, requests: int, seed: int, cold: bool = False,
+        only: tuple[str, ...] = ()) -> dict[str, Any]:
     rng = random.Random(seed)
     inp = sample_inputs(directory, rng)
     port = free_port()
@@ -284,6 +285,8 @@ def run(directory: Path, requests: int, seed: int, cold: bool = False) -> dict[s
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             for name, target, url in routes(inp, rng):
+                if only and not any(part in name for part in only):
+                    continue
                 for _ in range(5):  # warm the connection and the statement cache
                     client.get(url())
                 most: float | None = None
@@ -338,8 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cold", action="store_true",
                     help="drop the page cache before each route (root): issue 22's cold mode")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT",
+                    help="measure only the routes whose name contains TEXT (repeatable)")
     args = ap.parse_args(argv)
-    summary = run(args.dir, args.requests, args.seed, args.cold)
+    summary = run(args.dir, args.requests, args.seed, args.cold, tuple(args.only))
     print(f"{summary['log_size']:,} log entries, {summary['objects']:,} catalogue heads;"
           f" load average {summary['load_average'][0]:.1f} (2 cores, shared: figures are noisy)")
     return 0
