@@ -298,11 +298,32 @@ def _section_children(
     conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool,
     warm: Warm | None = None,
 ) -> SectionResult:
-    arms = [_tree_arm(rel, exact) for rel in CHILD_RELATIONS.get(subj.kind, ())]
-    if not arms:
+    relations = CHILD_RELATIONS.get(subj.kind, ())
+    if not relations:
         return [], False
-    firsts, more = _page(conn, _merged(arms), {"root": subj.root, "rev": subj.rev}, offset)
+    params = {"root": subj.root, "rev": subj.rev}
+    if warm is not None:
+        _warm_tree_links(conn, relations, exact, params, offset, warm)
+    firsts, more = _page(conn, _merged([_tree_arm(r, exact) for r in relations]), params, offset)
     return _heads(conn, firsts, warm), more
+
+
+def _warm_tree_links(
+    conn: sqlite3.Connection, relations: Sequence[str], exact: bool, params: dict[str, Any],
+    offset: int, warm: Warm,
+) -> None:
+    """``_tree_arm`` probes ``objects`` once per link, in order, until the page is full, and a
+    space's children were created at scattered times: read ahead, several at once, the rows of
+    the links it will probe first (the links from the index alone; a later revision's link
+    probes a row that is not there, which costs the same page)."""
+    named = "target = :rev" if exact else "target_root = :root"
+    arms = [
+        f"SELECT source_sequence AS seq FROM links WHERE {named} AND relation = '{relation}'"
+        for relation in relations
+    ]
+    limit = min(offset + 2 * (PAGE_SIZE + 1), 1_000)
+    rows = conn.execute(_merged(arms) + " LIMIT :limit", {**params, "limit": limit})
+    warm("objects", [r[0] for r in rows])
 
 
 def _section_history(
