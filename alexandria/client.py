@@ -14,7 +14,6 @@ Two kinds of failure, because the pending-file rule depends on the difference:
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
 import re
 import socket
@@ -37,6 +36,7 @@ from alexandria.errors import (
     ServiceError,
     Unprocessable,
 )
+from alexandria.http1 import AnswerTooLarge, ClosedBeforeAnswer, Connection, ProtocolError
 
 TIMEOUT_SECONDS = 30.0
 _HEADERS = {"accept": "application/json", "user-agent": "alexandria-cli"}
@@ -164,37 +164,23 @@ def check_library_url(url: str) -> str:
 
 
 class Client:
-    """One library at ``base_url``, over one kept-alive HTTP/1.1 connection.
+    """One library at ``base_url``, over one kept-alive HTTP/1.1 connection (``http1.py``).
 
-    Built on the standard library's ``http.client`` rather than httpx: a CLI command lives for
-    tens of milliseconds, and importing httpx (and, for an ``http://`` URL, loading the TLS
-    certificate store it prepares up front) cost more than signing and sending.  TLS is set up
-    only for ``https://``.  ``transport`` (an httpx transport, for tests) switches to httpx."""
+    Not httpx, nor the standard library's ``http.client``: a CLI command lives for tens of
+    milliseconds, and importing either (httpx's TLS set-up, ``http.client``'s ``email``
+    parser) cost more than signing and sending.  TLS is set up only for ``https://``."""
 
-    def __init__(self, base_url: str, timeout: float | None = None,
-                 transport: Any | None = None) -> None:
+    def __init__(self, base_url: str, timeout: float | None = None) -> None:
         self.base_url = check_library_url(base_url)
         self.timeout = timeout_seconds() if timeout is None else timeout
         parts = urlsplit(self.base_url)
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname or ""
-        self._port = parts.port
+        https = parts.scheme == "https"
         self._prefix = parts.path.rstrip("/")
-        self._conn: http.client.HTTPConnection | None = None
-        self._used = False
-        self._httpx: Any = None
-        if transport is not None:
-            import httpx
-
-            self._httpx = httpx.Client(base_url=self.base_url, timeout=self.timeout,
-                                       transport=transport, headers=_HEADERS)
+        self._conn = Connection(parts.hostname or "", parts.port or (443 if https else 80),
+                                tls=https, timeout=self.timeout, max_body=MAX_ANSWER_BYTES)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if self._httpx is not None:
-            self._httpx.close()
+        self._conn.close()
 
     def __enter__(self) -> Client:
         return self
@@ -202,74 +188,39 @@ class Client:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    # --- transport -----------------------------------------------------------------------------
-
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
-            if self._https:
-                import ssl
-
-                self._conn = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=self.timeout,
-                    context=ssl.create_default_context())
-            else:
-                self._conn = http.client.HTTPConnection(self._host, self._port,
-                                                        timeout=self.timeout)
-            self._used = False
-        return self._conn
-
     def _exchange(self, method: str, target: str, content: bytes | None,
                   headers: dict[str, str]) -> tuple[int, str, bytes]:
         """One request and its whole answer.  A kept-alive connection the server has closed
-        meanwhile fails before any answer: that attempt is made again, once, on a new one."""
+        meanwhile fails before any answer: that attempt is made again, once, on a new one
+        (resending is safe: the library answers an exact resend of an envelope with 200)."""
         where = f"{method} {self.base_url}{target}"
         for attempt in (1, 2):
-            conn = self._connection()
-            reused = self._used
+            reused = self._conn.connected and self._conn.answers > 0
             try:
-                conn.request(method, target, body=content, headers=headers)
-                response = conn.getresponse()
-                body = response.read(MAX_ANSWER_BYTES + 1)
-                if len(body) > MAX_ANSWER_BYTES:
-                    raise http.client.HTTPException("answer larger than the client reads")
-                self._used = True
-                if response.will_close:
-                    self.close()
-                return response.status, response.reason, body
+                response = self._conn.request(method, target, headers, content)
+                return response.status, response.reason, response.body
+            except ValueError as exc:
+                raise BadRequest(f"{where[:200]}: {exc}", "BAD_REQUEST_TARGET") from exc
             except TimeoutError as exc:
-                self.close()
                 raise Unreachable(f"{where}: no answer in {self.timeout:g} s", "TIMEOUT",
                                   url=self.base_url) from exc
-            except (http.client.RemoteDisconnected, BrokenPipeError,
-                    ConnectionResetError) as exc:
-                self.close()
+            except (ClosedBeforeAnswer, BrokenPipeError, ConnectionResetError) as exc:
                 if reused and attempt == 1:
                     continue
                 raise Unreachable(f"{where}: connection lost before the answer ({exc})",
                                   "CONNECTION_LOST", url=self.base_url) from exc
             except (ConnectionRefusedError, socket.gaierror) as exc:
-                self.close()
                 raise Unreachable(f"cannot connect to {self.base_url}: {exc.strerror or exc}",
                                   "CONNECTION_FAILED", url=self.base_url) from exc
-            except (OSError, http.client.HTTPException) as exc:
-                self.close()
+            except AnswerTooLarge as exc:
+                raise Unreachable(f"{where}: {exc}", "ANSWER_TOO_LARGE",
+                                  url=self.base_url) from exc
+            except ProtocolError as exc:
+                raise Unreachable(f"{where}: {exc}", "BAD_RESPONSE", url=self.base_url) from exc
+            except OSError as exc:
                 code = "CONNECTION_LOST" if reused else "CONNECTION_FAILED"
                 raise Unreachable(f"{where}: {exc}", code, url=self.base_url) from exc
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _exchange_httpx(self, method: str, target: str, content: bytes | None,
-                        headers: dict[str, str]) -> tuple[int, str, bytes]:
-        import httpx
-
-        where = f"{method} {self.base_url}{target}"
-        try:
-            r = self._httpx.request(method, target, content=content, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise Unreachable(f"{where}: no answer in time", "TIMEOUT",
-                              url=self.base_url) from exc
-        except httpx.TransportError as exc:
-            raise Unreachable(f"{where}: {exc}", "CONNECTION_FAILED", url=self.base_url) from exc
-        return r.status_code, r.reason_phrase, r.content
 
     def request(self, method: str, path: str, params: Mapping[str, str | int] | None = None,
                 content: bytes | None = None,
@@ -280,11 +231,8 @@ class Client:
             headers["content-type"] = "application/json"
         query = f"?{urlencode(params)}" if params else ""
         started = time.perf_counter()
-        if self._httpx is not None:
-            status, reason, body = self._exchange_httpx(method, path + query, content, headers)
-        else:
-            status, reason, body = self._exchange(method, self._prefix + path + query, content,
-                                                  headers)
+        status, reason, body = self._exchange(method, self._prefix + path + query, content,
+                                              headers)
         if TRACE is not None:
             TRACE(f"{method} {self.base_url}{path}{query} -> {status}, {len(body)} bytes in"
                   f" {(time.perf_counter() - started) * 1000:.1f} ms")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -44,15 +43,35 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def temporary_beside(path: Path, mode: int = FILE_MODE) -> tuple[int, str]:
+    """A new file (its descriptor and name) in ``path``'s directory, to be renamed over
+    ``path``: created exclusively, never through a symbolic link, with exactly ``mode``.  What
+    ``tempfile.mkstemp`` does, without importing ``tempfile`` (and ``shutil``, ``random``)
+    into every short CLI command."""
+    for _attempt in range(100):
+        tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        except FileExistsError:
+            continue
+        try:
+            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        return fd, tmp
+    raise FileExistsError(f"no free temporary name beside {path}")  # pragma: no cover
+
+
 @contextlib.contextmanager
 def atomic_stream(path: Path, mode: int = FILE_MODE) -> Iterator[IO[bytes]]:
     """A file to write that replaces ``path`` once the block ends without error (flushed and
     synced): a reader, or a crash, sees the old file or the new one, never half."""
     path = Path(path)
     private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temporary_beside(path, mode)
     try:
-        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()

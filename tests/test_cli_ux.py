@@ -71,8 +71,25 @@ def _reply(i: int | str, target: str = "$thread") -> dict[str, Any]:
 def test_version_and_help_import_no_command_module() -> None:
     for args in (("--version",), ("--help",)):
         modules = _imports(*args)
-        assert not {m for m in modules if m.startswith("alexandria.cli.")}, args
+        assert not {m for m in modules if m.startswith("alexandria.cli.")} - {
+            "alexandria.cli.parser"}, args
         assert "httpx" not in modules and "cryptography" not in modules
+    # --version: nothing but the package and its command table, not even argparse or typing
+    assert not {"alexandria.cli.parser", "argparse", "typing"} & _imports("--version")
+
+
+def test_one_publish_imports_what_it_needs_and_no_more(lib: Library, tmp_path: Path) -> None:
+    """Sign, check, send: no rule module (the reading path's record check), no HTTP library
+    (the client speaks HTTP/1.1 over a socket), no TLS for http://, no tempfile/shutil."""
+    path = write_content(tmp_path / "reply.json", _reply("imports"))
+    published = lib.homes["owner"] / "published"
+    before = len(list(published.glob("*.json")))
+    modules = _imports("publish", str(path), home=lib.homes["owner"])
+    assert {"alexandria.cli.publish", "alexandria.http1", "alexandria.core.schema"} <= modules
+    assert not {m for m in modules if m.startswith(("alexandria.rules", "alexandria.api"))}
+    assert not {"http.client", "httpx", "ssl", "tempfile", "shutil", "secrets",
+                "importlib.resources", "alexandria.cli.operator"} & modules
+    assert len(list(published.glob("*.json"))) == before + 1  # it did publish
 
 
 def test_a_command_imports_only_its_own_module_and_no_tls_for_http(lib: Library) -> None:

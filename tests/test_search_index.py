@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import sqlite3
 from typing import Any
@@ -154,9 +155,9 @@ async def test_pages_without_q_read_an_index_in_order(
 async def test_relevance_both_ways_equals_a_reference(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Counting from term instances, counting in the candidates' words and reading one word's
-    score levels give the same pages, and all equal a brute-force reference: every word
-    present, 3 × title + body, ties newest."""
+    """Counting from term instances, counting in the candidates' words (read ahead or not) and
+    reading one word's score levels give the same pages, and all equal a brute-force reference:
+    every word present, 3 × title + body, ties newest."""
     rng = random.Random(5)
     vocab = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
     docs: list[tuple[int, str, str]] = []
@@ -176,16 +177,20 @@ async def test_relevance_both_ways_equals_a_reference(
 
     queries = [[w] for w in vocab] + [[a, b] for a in vocab for b in vocab if a < b]
     queries += [["alpha", "beta", "gamma"], ["missing"], ["alpha", "missing"]]
-    for cost, levels in ((0, False), (10**9, False), (0, True)):
+    storage = api.library.storage
+    ways: list[tuple[int, bool, catalogue.Warm | None]] = [
+        (0, False, None), (10**9, False, None), (0, True, None),
+        (10**9, False, storage.read_ahead),
+    ]
+    for cost, levels, warm in ways:
         monkeypatch.setattr(catalogue, "CANDIDATE_COST", cost)
         monkeypatch.setattr(catalogue, "LEVELS", levels)
         for ws in queries:
             expected = reference(ws)
             for offset in (0, 3, 50):
-                page = await api.library.storage.read(
-                    lambda conn, ws=ws, offset=offset: catalogue.find(
-                        conn, CatalogueQuery(q=" ".join(ws).upper(), sort="relevance",
-                                             offset=offset)))
+                query = CatalogueQuery(q=" ".join(ws).upper(), sort="relevance", offset=offset)
+                page = await storage.read(functools.partial(catalogue.find, query=query,
+                                                            warm=warm))
                 assert page.total == len(expected), (cost, ws)
                 assert page.sequences == expected[offset : offset + 50], (cost, ws, offset)
 

@@ -88,8 +88,9 @@ async def get_catalogue(request: Request) -> Response:
     storage = lib.storage
 
     def read(conn: sqlite3.Connection) -> tuple[bytes, int, int]:
-        page = find(conn, query)
+        page = find(conn, query, storage.read_ahead)
         if query.projection == "summary":
+            storage.read_ahead("records", page.sequences)
             items = orjson.dumps(summaries(conn, page.sequences))
         else:
             items = b"[" + b",".join(storage.signed_many(conn, page.sequences)) + b"]"
@@ -111,7 +112,8 @@ async def get_scores(request: Request) -> Response:
     author = _actor(params, required=True)
     assert author is not None
     offset = int_param(params, "offset", 0, 0, MAX_OFFSET)
-    result = await _library(request).storage.read(lambda conn: scores(conn, author, offset))
+    storage = _library(request).storage
+    result = await storage.read(lambda conn: scores(conn, author, offset, storage.read_ahead))
     return json_response(result)
 
 

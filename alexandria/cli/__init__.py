@@ -2,23 +2,27 @@
 
 Startup cost is the whole cost of a short command, so nothing is imported up front: ``COMMANDS``
 names each command's module, group and summary; ``main`` finds the command word, imports only
-that module and lets it ``register(subparsers)`` its commands.  ``alexandria --version`` and the
-top-level help import no command module at all.  Every ``AlexandriaError`` becomes one clear
+that module and lets it ``register(subparsers)`` its commands (``cli/parser.py``).
+``alexandria --version`` imports nothing but this module, and the top-level help no command
+module at all.  Every ``AlexandriaError`` becomes one clear
 message on stderr (with ``--json``, the typed error document on stdout) and the exit status of
 ``EXIT_CODES`` (documented in docs/cli.md).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
 
 from alexandria import __version__
 
+#: ``typing.TYPE_CHECKING`` without importing ``typing``: ``--version`` imports nothing more
+#: than this module (mypy treats any constant of this name so)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
     from alexandria.errors import AlexandriaError
 
 #: command -> (module that registers it, group in the help, one-line summary)
@@ -66,6 +70,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "mcp": ("alexandria.cli.mcp", "more", "serve your library to an AI agent over MCP (stdio)"),
     "completion": ("alexandria.cli.completion", "more", "print a shell completion script"),
 }
+
+#: commands a warm process may run (``cli/warm.py``): kept here so that the others never import it
+WARM_COMMANDS = frozenset({"publish"})
 
 GROUPS = {
     "start": "Get started",
@@ -119,81 +126,13 @@ def exit_code(exc: AlexandriaError) -> int:
     return EXIT_USAGE if exc.code == "USAGE" else EXIT_FAILURE
 
 
-class Parser(argparse.ArgumentParser):
-    """``argparse`` with did-you-mean for a mistyped command or choice."""
-
-    def error(self, message: str) -> NoReturn:
-        import difflib
-        import re
-
-        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        unknown = re.search(r"unrecognized arguments: (.*)", message)
-        close: list[str] = []
-        if match:
-            choices = re.findall(r"'([^']*)'", match.group(2))
-            close = difflib.get_close_matches(match.group(1), choices, n=3, cutoff=0.5)
-        elif unknown:
-            options = {o for p in _parsers(self) for a in p._actions for o in a.option_strings}
-            for word in unknown.group(1).split():
-                if word.startswith("--"):
-                    close += difflib.get_close_matches(word.split("=")[0], options, n=1,
-                                                       cutoff=0.6)
-        if close:
-            message += "\n\ndid you mean: " + ", ".join(close) + "?"
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
-    """``parser`` and every parser below it (the commands loaded)."""
-    found = [parser]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                found += _parsers(child)
-    return found
-
-
-def command_list() -> str:
-    lines = []
-    for group, title in GROUPS.items():
-        lines.append(f"{title}:")
-        for name, (_module, g, summary) in COMMANDS.items():
-            if g == group:
-                lines.append(f"  {name:<11} {summary}")
-        lines.append("")
-    return "\n".join(lines)
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser: every command (``None``), only the module of ``command``, or none
-    (``""``: the top-level help and ``--version``)."""
-    import importlib
+    (``""``: the top-level help).  In ``cli/parser.py``: ``argparse`` is not imported until
+    a command is parsed."""
+    from alexandria.cli.parser import build_parser as build
 
-    parser = Parser(
-        prog="alexandria",
-        description="Alexandria: a signed, append-only contribution ledger for a public library."
-        "\n\n" + command_list(),
-        epilog=EXAMPLES + "\nexit statuses: 0 ok, 1 failure, 2 usage, 3 refused, 4 conflict,"
-        " 5 kept pending, 6 verification failed, 7 not set up (docs/cli.md).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"alexandria {__version__}")
-    parser.add_argument("--json", action="store_true",
-                        help="machine-readable output (and typed errors) on stdout")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="debug output on stderr: requests, timings, tracebacks")
-    parser.add_argument("--library", dest="global_library", metavar="URL",
-                        help="library URL (default: $ALEXANDRIA_LIBRARY, else your config)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser,
-                                help=argparse.SUPPRESS)
-    if command is None:
-        modules = list(dict.fromkeys(m for m, _g, _s in COMMANDS.values()))
-    else:
-        modules = [COMMANDS[command][0]] if command in COMMANDS else []
-    for name in modules:
-        importlib.import_module(name).register(sub)
-    return parser
+    return build(command)
 
 
 def command_word(argv: Sequence[str]) -> str | None:
@@ -229,6 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     word = command_word(args_list)
     if word is not None and word not in COMMANDS:
         return _unknown_command(word)
+    if argv is None and word in WARM_COMMANDS:  # a program, not a call from Python
+        from alexandria.cli import warm
+
+        status = warm.run(args_list)
+        if status is not None:
+            return status
     parser = build_parser(word or "")
     args = parser.parse_args(args_list)
     if not getattr(args, "func", None):
@@ -242,6 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from alexandria.cli import terminal
 
         terminal.set_verbose(True)
+        if getattr(sys.modules.get("alexandria.cli.warm"), "SERVING", False):
+            terminal.debug(f"run by the warm process (pid {os.getpid()}; ALEXANDRIA_WARM=0"
+                           " starts cold)")
     try:
         return _run(args)
     except BrokenPipeError:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from alexandria.cli.config import DEFAULT_LIBRARY, Home, LibraryConfig
+from alexandria.cli.parser import Formatter
 from alexandria.cli.pending import Outbox, Outcome, Pending
 from alexandria.cli.session import (
     Session,
@@ -70,7 +71,7 @@ def command(sub: Sub, name: str, help_text: str, func: Callable[[argparse.Namesp
     return p
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+class HelpFormatter(Formatter):
     """Each option's default after its help (when it has a real one: not for flags); the
     description and examples kept as written."""
 

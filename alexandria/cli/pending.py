@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from alexandria.client import Client, Unreachable, is_definitive
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import now
 from alexandria.errors import AlexandriaError
-from alexandria.files import atomic_write, read_json, write_json
+from alexandria.files import atomic_write, read_json, temporary_beside, write_json
 
 
 class KeptPending(Unreachable):
@@ -245,9 +244,8 @@ def durable_write(files: Sequence[tuple[Path, bytes]]) -> None:
     try:
         for path, data in files:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            fd, tmp = temporary_beside(path, 0o644)
             temps.append((fd, tmp, path))
-            os.fchmod(fd, 0o644)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]

@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +179,8 @@ class Batch:
         self.chunk_names: set[str] = set()
         self.results: list[dict[str, Any]] = []
         self.stopped = False
+        import threading  # a batch's senders only: one publish does not pay for it
+
         self._local = threading.local()
         self._clients: list[Client] = []
 

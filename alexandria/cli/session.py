@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alexandria.cli.config import Home, LibraryConfig, SetupRequired
 from alexandria.cli.terminal import warn_plain_http
@@ -33,9 +33,10 @@ from alexandria.core.timestamps import now
 from alexandria.core.trust import Genesis, WorkerCertificate, parse_worker_certificate
 from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.files import check_name
-from alexandria.rules import signed as rules_signed
-from alexandria.rules.signed import CheckedRecord
 from alexandria.service.bootstrap import resolve_refs
+
+if TYPE_CHECKING:
+    from alexandria.rules.signed import CheckedRecord
 
 CONTENT_FIELDS = ("kind", "title", "body", "links", "previous")
 _ALL_KINDS = (*PUBLIC_KINDS, *PERSONAL_KINDS)
@@ -316,6 +317,8 @@ def check_signed_record(signed: Any, genesis: Genesis) -> CheckedRecord:
     signed by the genesis roots, the author is the certified actor, the proof, scope and
     content verify, and both certificates were valid at admission.  A failure keeps the
     server's code and is a verification failure (exit 6)."""
+    from alexandria.rules import signed as rules_signed  # reading only: publish never needs it
+
     try:
         return rules_signed.check_signed_record(signed, genesis)
     except AlexandriaError as exc:

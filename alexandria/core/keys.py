@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -38,7 +37,7 @@ class SigningKey:
 
     @classmethod
     def generate(cls) -> SigningKey:
-        return cls(secrets.token_bytes(32))
+        return cls(os.urandom(32))
 
     @classmethod
     def from_hex(cls, seed_hex: str) -> SigningKey:

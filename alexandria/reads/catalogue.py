@@ -15,6 +15,7 @@ is the author's claim), so a revised object moves to the front.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,8 +99,9 @@ class Page:
     total: int
 
 
-def find(conn: sqlite3.Connection, query: CatalogueQuery) -> Page:
-    """The head sequences of one page, and how many heads the query matches."""
+def find(conn: sqlite3.Connection, query: CatalogueQuery, warm: Warm | None = None) -> Page:
+    """The head sequences of one page, and how many heads the query matches.  ``warm``: see
+    ``Warm`` (without it, every row is read by ``conn`` alone)."""
     kinds = query.kinds()
     if not kinds:
         return Page([], 0)
@@ -109,7 +111,7 @@ def find(conn: sqlite3.Connection, query: CatalogueQuery) -> Page:
         if author is None:
             return Page([], 0)
     if query.q is not None:
-        return _search(conn, query, kinds, author)
+        return _search(conn, query, kinds, author, warm)
     total = _count(conn, kinds, query.facet, author)
     if total <= query.offset:
         return Page([], total)
@@ -173,7 +175,8 @@ def _list(
 
 
 def _search(
-    conn: sqlite3.Connection, query: CatalogueQuery, kinds: tuple[str, ...], author: int | None
+    conn: sqlite3.Connection, query: CatalogueQuery, kinds: tuple[str, ...], author: int | None,
+    warm: Warm | None = None,
 ) -> Page:
     ws = query.query_words()
     if not ws:
@@ -191,7 +194,7 @@ def _search(
     elif query.sort == "relevance" and len(ws) == 1 and not where and LEVELS:
         return _levels(conn, ws[0], query.offset)
     elif query.sort == "relevance":
-        found = _relevance(conn, ws)
+        found = _relevance(conn, ws, warm)
         if found is None:
             return Page([], 0)
         hits = found
@@ -216,21 +219,46 @@ def _search(
 
 # Relevance is counted one of two ways, whichever reads less: from the index's term instances
 # (work ∝ every occurrence of the query's words in the catalogue), or in the stored words of the
-# heads that hold every query word (work ∝ those candidates × their length).  A candidate costs
-# about as much as this many term instances.
+# heads that hold every query word (work ∝ those candidates × their length, one row each of
+# ``catalogue_words``, read ahead several at once).  A candidate costs about as much as this
+# many term instances.
 CANDIDATE_COST = 12
 
+#: Reads a page of rows of a table several at once before they are used (``ReadAhead``): the
+#: handler passes the storage's, so that scattered rows wait for the disk once, not one by one.
+Warm = Callable[[str, Sequence[int | str]], None]
 
-def _relevance(conn: sqlite3.Connection, ws: list[str]) -> tuple[Any, ...] | None:
-    """The ``h(seq, score)`` CTE and its parameters; None when some word occurs nowhere."""
-    stats = conn.execute(
-        f"SELECT doc, cnt FROM catalogue_vocab WHERE term IN ({_in(ws)})", ws
-    ).fetchall()
-    if len(stats) < len(ws):
+
+def _heads_holding(conn: sqlite3.Connection, ws: list[str], bound: int = -1) -> int:
+    """How many heads hold every word of ``ws`` (at most ``bound`` when it is not negative):
+    the full-text index intersects the words' document lists, skipping through the longer
+    ones, so a common word beside a rare one costs little (unlike ``catalogue_vocab``, which
+    reads every position of every word)."""
+    row = conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM catalogue_text WHERE catalogue_text MATCH ?"
+        " LIMIT ?)",
+        (" AND ".join(f'"{w}"' for w in ws), bound),
+    ).fetchone()
+    return int(row[0])
+
+
+def _relevance(
+    conn: sqlite3.Connection, ws: list[str], warm: Warm | None = None
+) -> tuple[Any, ...] | None:
+    """The ``h(seq, score)`` CTE and its parameters; None when no head holds every word."""
+    candidates = _heads_holding(conn, ws)
+    if candidates == 0:
         return None
-    occurrences = sum(cnt for _doc, cnt in stats)
-    candidates = min(doc for doc, _cnt in stats)
-    if candidates * CANDIDATE_COST >= occurrences:
+    # each word's heads (a lower bound of its occurrences), counted only as far as decides
+    budget = candidates * CANDIDATE_COST
+    occurrences = candidates
+    if len(ws) > 1:
+        occurrences = 0
+        for w in ws:
+            occurrences += _heads_holding(conn, [w], budget - occurrences + 1)
+            if occurrences > budget:
+                break
+    if budget >= occurrences:
         return (
             "WITH h(seq, score) AS (SELECT doc, sum(CASE col WHEN 'title' THEN 3 ELSE 1 END)"
             f" FROM catalogue_terms WHERE term IN ({_in(ws)}) GROUP BY doc"
@@ -248,6 +276,10 @@ def _relevance(conn: sqlite3.Connection, ws: list[str]) -> tuple[Any, ...] | Non
             params += [f" {word} ", len(word) + 2]
     # the count parameters come before MATCH's in the statement
     params = params[1:] + params[:1]
+    if warm is not None:
+        warm("catalogue_words", [r[0] for r in conn.execute(
+            "SELECT rowid FROM catalogue_text WHERE catalogue_text MATCH ?", params[-1:]
+        )])
     return (
         f"WITH h(seq, score) AS (SELECT t.rowid, {' + '.join(terms)} FROM catalogue_text t"
         " JOIN catalogue_words w ON w.seq = t.rowid WHERE catalogue_text MATCH ?)",

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store.schema import NOT_RELATED
 from alexandria.store.sqlite import SqliteStorage
@@ -147,13 +148,16 @@ def _tree_arm(relation: str, exact: bool, column: str = "l.source_sequence AS se
 
     Tree links never change across revisions, so the first revision carries them; the range
     ``links_target_root(target_root, relation)`` (``links_target`` when exact) is ordered by
-    ``source_sequence``, the primary key suffix, so no sort is needed."""
+    ``source_sequence``, the primary key suffix, so no sort is needed.  A link is a first
+    revision's exactly when an ``objects`` row was created at its sequence: one probe of that
+    table's integer key (objects are stored in creation order, so the rows of a space's
+    children sit together), not of ``revisions`` and its 64-hex ids."""
     assert relation in FEED_RELATIONS
     named = "l.target = :rev" if exact else "l.target_root = :root"
     return (
         f"SELECT {column} FROM links l"
-        " JOIN revisions r ON r.sequence = l.source_sequence"
-        f" WHERE {named} AND l.relation = '{relation}' AND r.id = r.root"
+        " JOIN objects o ON o.created_sequence = l.source_sequence"
+        f" WHERE {named} AND l.relation = '{relation}'"
     )
 
 
@@ -194,13 +198,18 @@ def _page(
     return [r[0] for r in rows[:limit]], len(rows) > limit
 
 
-def _heads(conn: sqlite3.Connection, first_sequences: Sequence[int]) -> list[int]:
-    """Current head sequences of the objects created at ``first_sequences``."""
+def _heads(
+    conn: sqlite3.Connection, first_sequences: Sequence[int], warm: Warm | None = None
+) -> list[int]:
+    """Current head sequences of the objects created at ``first_sequences``: one probe each of
+    ``objects``' integer key (its rowid is the object's first sequence), their rows read ahead
+    several at once by ``warm`` (``catalogue.Warm``) when given."""
+    if warm is not None:
+        warm("objects", first_sequences)
     out = []
     for seq in first_sequences:
         row = conn.execute(
-            "SELECT o.head_sequence FROM revisions r JOIN objects o ON o.root = r.root"
-            " WHERE r.sequence = ?", (seq,),
+            "SELECT head_sequence FROM objects WHERE created_sequence = ?", (seq,)
         ).fetchone()
         out.append(row[0])
     return out
@@ -239,7 +248,7 @@ def object_view(
     if subj is None:
         return None
     item_sequence = subj.sequence if exact else subj.head_sequence
-    seqs, more = _SECTIONS[section](conn, subj, item_sequence, offset, exact)
+    seqs, more = _SECTIONS[section](conn, subj, item_sequence, offset, exact, store.read_ahead)
     item, original = store.signed_many(conn, [item_sequence, subj.created_sequence])
     return ObjectView(
         item=item,
@@ -272,7 +281,8 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
 
 
 def _section_all(
-    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     """The whole tree below the object (``feed`` range), by creation, current heads."""
     firsts, more = _page(
@@ -281,21 +291,44 @@ def _section_all(
         " WHERE f.root = :root AND r.id = r.root AND r.root != :root ORDER BY f.sequence",
         {"root": subj.root}, offset,
     )
-    return _heads(conn, firsts), more
+    return _heads(conn, firsts, warm), more
 
 
 def _section_children(
-    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
-    arms = [_tree_arm(rel, exact) for rel in CHILD_RELATIONS.get(subj.kind, ())]
-    if not arms:
+    relations = CHILD_RELATIONS.get(subj.kind, ())
+    if not relations:
         return [], False
-    firsts, more = _page(conn, _merged(arms), {"root": subj.root, "rev": subj.rev}, offset)
-    return _heads(conn, firsts), more
+    params = {"root": subj.root, "rev": subj.rev}
+    if warm is not None:
+        _warm_tree_links(conn, relations, exact, params, offset, warm)
+    firsts, more = _page(conn, _merged([_tree_arm(r, exact) for r in relations]), params, offset)
+    return _heads(conn, firsts, warm), more
+
+
+def _warm_tree_links(
+    conn: sqlite3.Connection, relations: Sequence[str], exact: bool, params: dict[str, Any],
+    offset: int, warm: Warm,
+) -> None:
+    """``_tree_arm`` probes ``objects`` once per link, in order, until the page is full, and a
+    space's children were created at scattered times: read ahead, several at once, the rows of
+    the links it will probe first (the links from the index alone; a later revision's link
+    probes a row that is not there, which costs the same page)."""
+    named = "target = :rev" if exact else "target_root = :root"
+    arms = [
+        f"SELECT source_sequence AS seq FROM links WHERE {named} AND relation = '{relation}'"
+        for relation in relations
+    ]
+    limit = min(offset + 2 * (PAGE_SIZE + 1), 1_000)
+    rows = conn.execute(_merged(arms) + " LIMIT :limit", {**params, "limit": limit})
+    warm("objects", [r[0] for r in rows])
 
 
 def _section_history(
-    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     """Every revision, oldest first."""
     return _page(conn, _HISTORY_SEQUENCES, {"root": subj.root}, offset)
@@ -313,13 +346,14 @@ def _discussion_arms(subj: Subject, exact: bool) -> list[str]:
 
 
 def _section_discussions(
-    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool
+    conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     arms = _discussion_arms(subj, exact)
     if not arms:
         return [], False
     firsts, more = _page(conn, _merged(arms), {"root": subj.root, "rev": subj.rev}, offset)
-    return _heads(conn, firsts), more
+    return _heads(conn, firsts, warm), more
 
 
 def _prefixed(
@@ -338,7 +372,8 @@ def _prefixed(
 
 
 def _section_knowledge(
-    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool
+    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     params = {"root": subj.root, "rev": subj.rev}
     if subj.kind == "claim":
@@ -353,13 +388,14 @@ def _section_knowledge(
 
     def contained(off: int, limit: int) -> SectionResult:
         firsts, more = _page(conn, sql, params, off, limit)
-        return _heads(conn, firsts), more
+        return _heads(conn, firsts, warm), more
 
     return _prefixed(included, offset, contained)
 
 
 def _section_related(
-    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool
+    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     """Exact targets of the item's links (but its containment: see ``ancestors``), then the
     current heads of other objects linking to it by citation, includes, relationship or merge
@@ -386,14 +422,15 @@ def _section_related(
 
 
 def _section_graph(
-    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool
+    conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool,
+    warm: Warm | None = None,
 ) -> SectionResult:
     """Relationships (immutable records keeping their exact endpoints) incident to the object,
     to one of its direct children, or to knowledge its item includes.  One probe of the small
     partial index ``links_relationships`` per endpoint, so the cost follows the number of
     direct children; a space's contained children come straight from ``objects_contents``."""
     relations = CHILD_RELATIONS.get(subj.kind, ())
-    endpoints = [_tree_arm(rel, exact, "r.root") for rel in relations if rel != "contained_in"]
+    endpoints = [_tree_arm(rel, exact, "o.root") for rel in relations if rel != "contained_in"]
     if "contained_in" in relations and (not exact or subj.rev == subj.root):
         endpoints.append("SELECT root FROM objects WHERE parent = :root AND parent != ''")
     endpoints.append(
@@ -417,14 +454,15 @@ def _section_graph(
 
 
 def tree_children(
-    conn: sqlite3.Connection, subj: Subject, relation: str, offset: int
+    conn: sqlite3.Connection, subj: Subject, relation: str, offset: int,
+    warm: Warm | None = None,
 ) -> SectionResult:
     """Current heads of the objects whose ``relation`` tree link names the object (any of its
     revisions), by creation: one range of ``links_target_root``, as in ``children``."""
     firsts, more = _page(
         conn, _merged([_tree_arm(relation, False)]), {"root": subj.root, "rev": subj.rev}, offset
     )
-    return _heads(conn, firsts), more
+    return _heads(conn, firsts, warm), more
 
 
 _SECTIONS = {
@@ -505,7 +543,8 @@ def discussion(
     else:
         page, more = _page(conn, _merged(arms, descending=sort == "new"), params, offset)
     return Discussion(
-        store.signed_many(conn, _heads(conn, page)), total, _next(offset, len(page), more)
+        store.signed_many(conn, _heads(conn, page, store.read_ahead)), total,
+        _next(offset, len(page), more),
     )
 
 
@@ -517,7 +556,7 @@ def _top(
     first, ties by the newest head.  One sort of the conversation, whose size bounds the cost."""
     sql = (
         "SELECT u.seq FROM (" + " UNION ".join(arms) + ") u"
-        " JOIN revisions r ON r.sequence = u.seq JOIN objects o ON o.root = r.root"
+        " JOIN objects o ON o.created_sequence = u.seq"
         " LEFT JOIN catalogue c ON c.seq = o.head_sequence"
         " ORDER BY coalesce(c.score, 0) DESC, o.head_sequence DESC"
     )

@@ -11,11 +11,28 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from alexandria.reads.catalogue import PAGE_SIZE
+from alexandria.reads.catalogue import PAGE_SIZE, Warm
 from alexandria.store.search_index import actor_id
 
 
-def scores(conn: sqlite3.Connection, author: str, offset: int) -> dict[str, Any]:
+def _read_ahead(conn: sqlite3.Connection, aid: int, offset: int, warm: Warm) -> None:
+    """The page's votes, revisions and targets sit on pages scattered over the database: read
+    them several at once (``catalogue.Warm``), in two rounds — a vote's row names its target."""
+    roots = [r[0] for r in conn.execute(
+        "SELECT vote_root FROM vote_values INDEXED BY vote_values_author"
+        " WHERE author_id = ? ORDER BY head_sequence DESC LIMIT ? OFFSET ?",
+        (aid, PAGE_SIZE, offset),
+    )]
+    warm("votes", roots)
+    warm("object_scores", list(dict.fromkeys(
+        conn.execute("SELECT target FROM vote_values WHERE vote_root = ?", (root,)).fetchone()[0]
+        for root in roots
+    )))
+
+
+def scores(
+    conn: sqlite3.Connection, author: str, offset: int, warm: Warm | None = None
+) -> dict[str, Any]:
     received = {"score": 0, "up": 0, "down": 0, "neutral": 0}
     votes: list[dict[str, Any]] = []
     total = 0
@@ -28,6 +45,8 @@ def scores(conn: sqlite3.Connection, author: str, offset: int) -> dict[str, Any]
         if row is not None:
             received = dict(zip(("score", "up", "down", "neutral"), row[:4], strict=True))
             total = int(row[4])
+        if warm is not None and offset < total:
+            _read_ahead(conn, aid, offset, warm)
         rows = conn.execute(
             "SELECT v.vote_root, v.target, v.value, r.id,"
             " (SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"

@@ -8,8 +8,8 @@ the same bytes (the signed test vectors rely on that).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ def derive_key(seed: bytes | None, label: str) -> SigningKey:
 
 def derive_actor(seed: bytes | None, label: str) -> str:
     if seed is None:
-        return secrets.token_hex(32)
+        return os.urandom(32).hex()
     return hashlib.sha256(seed + b"/actor/" + label.encode()).hexdigest()
 
 

@@ -48,6 +48,7 @@ from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, ob
 from alexandria.store import schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
 from alexandria.store.merkle_nodes import node_reader, tree_size
+from alexandria.store.read_ahead import ReadAhead
 from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
 from alexandria.store.writer_memory import WriterMemory
 
@@ -186,13 +187,23 @@ BUSY_TIMEOUT_S = 30.0
 WRITER_CACHE_KIB = 65_536  # the writer's page cache: the hot B-tree pages of every index
 SIGNED_CHUNK = 500  # signed records read by one statement (signed_many)
 READERS = 4  # read connections, one thread each: SQLite releases the GIL while it reads
+# The read connections' page caches together (issue 22): a library larger than the host's
+# memory is read mostly from disk, and every lookup first walks the interior pages of its
+# B-trees.  SQLite keeps the pages it read last in each connection's own cache, which the
+# operating system cannot reclaim, so the upper levels of the hot indexes stay in memory and
+# a cold lookup costs its leaf pages only.  With the writer's cache and the interpreter this
+# keeps a server under its 300 MB budget (docs/deployment.md "Memory"); the read-ahead
+# connections (`store/read_ahead.py`) hold 16 MiB more, the writer 64 MiB when it writes.
+READ_CACHE_KIB = 65_536
 
 
 class _Readers:
-    """``size`` read-only connections, each opened on (and used by) one thread of a pool."""
+    """``size`` read-only connections, each opened on (and used by) one thread of a pool, each
+    with its share of ``cache_kib`` of page cache."""
 
-    def __init__(self, path: str, size: int) -> None:
+    def __init__(self, path: str, size: int, cache_kib: int = READ_CACHE_KIB) -> None:
         self.path = path
+        self._cache_kib = max(2_000, cache_kib // size)  # each connection's share
         self._local = threading.local()
         self._opened: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -204,6 +215,7 @@ class _Readers:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA query_only = 1")
+            conn.execute(f"PRAGMA cache_size = -{self._cache_kib}")
             self._local.conn = conn
             with self._lock:
                 self._opened.append(conn)
@@ -234,6 +246,7 @@ class SqliteStorage(Storage):
         self.genesis = genesis
         self._writer_conn: sqlite3.Connection | None = None
         self._readers: _Readers | None = None
+        self._ahead: ReadAhead | None = None
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._writing: asyncio.Future[None] | None = None  # resolved when the writer thread ends
         self._authority_cache: dict[int, AuthorityCertificate] = {}
@@ -250,6 +263,7 @@ class SqliteStorage(Storage):
         await self.write(self._init_meta)
         await self.write(search_index.ensure)
         self._readers = _Readers(self.path, READERS)
+        self._ahead = ReadAhead(self.path)
 
     def _connect_writer(self) -> sqlite3.Connection:
         fresh = not Path(self.path).exists()
@@ -307,6 +321,9 @@ class SqliteStorage(Storage):
         if self._readers is not None:
             await asyncio.to_thread(self._readers.close)
             self._readers = None
+        if self._ahead is not None:
+            await asyncio.to_thread(self._ahead.close)
+            self._ahead = None
         if self._writer_conn is not None:
             self._writer_conn.close()
             self._writer_conn = None
@@ -814,10 +831,19 @@ class SqliteStorage(Storage):
         assert readers is not None, "storage is not open"
         return await readers.read(fn)
 
+    def read_ahead(self, what: str, sequences: Sequence[int | str]) -> None:
+        """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves, by
+        sequence; ``"catalogue_words"``; ``"votes"``, ``"object_scores"``: by root) at
+        ``sequences`` into memory several at once (``store/read_ahead.py``), before a read
+        connection reads them one by one."""
+        if self._ahead is not None:
+            self._ahead.rows(what, sequences)
+
     def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]:
         """Signed records for the given revision sequences, in the given order (a sequence
         with no revision is left out).  One statement per ``SIGNED_CHUNK`` records: on
         PostgreSQL each statement is a round trip to the server."""
+        self.read_ahead("records", sequences)
         found: dict[int, Sequence[Any]] = {}
         wanted = list(dict.fromkeys(sequences))
         for i in range(0, len(wanted), SIGNED_CHUNK):

@@ -1,0 +1,90 @@
+"""Read-ahead: the pages of a page of records, read from disk in parallel before they are used.
+
+A page of a list (the catalogue, an object's children, a discussion) names up to 50 records
+admitted at scattered times, each in its own leaf pages of ``revisions`` and ``log``.  When the
+library is larger than the host's memory those pages are on disk, and one connection reads them
+one after another: 50 to 100 waits for the disk, each a full round trip.  Disks (and virtual
+ones most of all) answer many requests at once about as fast as one, so before the reader's
+connection assembles the page, ``ReadAhead.rows`` has a few connections of its own, each on its
+own thread (SQLite releases the GIL while it reads), fetch the same rows at once: the operating
+system keeps what they read, and the reader then finds every page in memory.
+
+It reads through its own snapshots and returns nothing: what is served still comes from the
+reader's one snapshot, so a commit between the two changes nothing but what is warm.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+
+THREADS = 8  # requests in flight at once
+CACHE_KIB = 2_048  # each connection's page cache: the upper levels of log and revisions
+MINIMUM = 8  # fewer rows than this are read by the reader alone: the hand-offs cost more
+
+# What is read ahead, by name: the pages of everything ``SqliteStorage.signed_many`` reads for
+# a sequence (the leaf itself, so that a leaf spilling onto overflow pages brings them too); a
+# head's stored words (``reads/catalogue._relevance`` counts in them); an object's row, by its
+# first sequence (``reads/objects._heads``); a vote's row and revision, by its root, and an
+# object's score, by its root (``reads/scores``).
+_ROWS_SQL = {
+    "records": "SELECT r.id, l.leaf FROM revisions r JOIN log l ON l.sequence = r.sequence"
+               " WHERE r.sequence = ?",
+    "catalogue_words": "SELECT length(title), length(body) FROM catalogue_words WHERE seq = ?",
+    "objects": "SELECT head_sequence FROM objects WHERE created_sequence = ?",
+    "votes": "SELECT v.target, r.id FROM vote_values v"
+             " JOIN revisions r ON r.sequence = v.head_sequence WHERE v.vote_root = ?",
+    "object_scores": "SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
+                     " WHERE o.root = ?",
+}
+
+
+class ReadAhead:
+    """``threads`` read-only connections that fetch rows of a page concurrently."""
+
+    def __init__(self, path: str, threads: int = THREADS, cache_kib: int = CACHE_KIB) -> None:
+        self.path = path
+        self._cache_kib = cache_kib
+        self._local = threading.local()
+        self._opened: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._threads = threads
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="alexandria-ahead")
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute("PRAGMA query_only = 1")
+            conn.execute(f"PRAGMA cache_size = -{self._cache_kib}")
+            self._local.conn = conn
+            with self._lock:
+                self._opened.append(conn)
+        return conn
+
+    def _fetch(self, sql: str, sequences: Sequence[int | str]) -> None:
+        conn = self._connection()
+        for seq in sequences:
+            conn.execute(sql, (seq,)).fetchone()
+
+    def rows(self, what: str, sequences: Sequence[int | str]) -> None:
+        """Bring the pages of the rows ``what`` (a key of ``_ROWS_SQL``) at ``sequences`` (their
+        keys) into memory, several at once; returns when all are read.  Best effort: a failure
+        here leaves the reader to read them itself."""
+        sql = _ROWS_SQL[what]
+        if len(sequences) < MINIMUM:
+            return
+        lanes = [sequences[i :: self._threads] for i in range(self._threads)]
+        done, _ = wait([self._pool.submit(self._fetch, sql, lane) for lane in lanes if lane])
+        for future in done:
+            future.exception()  # retrieved, so a failed read-ahead is not logged as unhandled
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            for conn in self._opened:
+                conn.close()
+            self._opened.clear()

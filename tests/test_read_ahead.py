@@ -1,0 +1,117 @@
+"""Read-ahead (issue 22): a page of scattered records is fetched by several connections at once
+before the reader assembles it, and what is served does not change."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from alexandria.store import read_ahead
+from alexandria.store.read_ahead import MINIMUM, ReadAhead
+from tests.catalogue_support import vote
+from tests.conftest import Api
+from tests.objects_support import claim, discussion, reply, space
+
+
+def _library(path: Path, rows: int) -> None:
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE revisions(sequence INTEGER PRIMARY KEY, id TEXT);"
+        "CREATE TABLE log(sequence INTEGER PRIMARY KEY, leaf BLOB);"
+        "CREATE TABLE catalogue_words(seq INTEGER PRIMARY KEY, title TEXT, body TEXT);"
+    )
+    conn.executemany("INSERT INTO revisions VALUES (?, ?)", [(i, f"r{i}") for i in range(rows)])
+    conn.executemany("INSERT INTO log VALUES (?, ?)", [(i, b"x" * 5000) for i in range(rows)])
+    conn.commit()
+    conn.close()
+
+
+def test_a_page_is_read_on_several_connections_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "lib.db"
+    _library(path, 200)
+    ahead = ReadAhead(str(path), threads=4)
+    entered: set[str] = set()
+    barrier = threading.Barrier(4, timeout=10)
+    original = ahead._fetch
+
+    def fetch(sql: str, sequences: Sequence[int | str]) -> None:
+        entered.add(threading.current_thread().name)
+        barrier.wait()  # all four lanes are in flight together, or this times out
+        original(sql, sequences)
+
+    ahead._fetch = fetch  # type: ignore[method-assign]  # the lanes wait for each other
+    try:
+        ahead.rows("records", list(range(0, 200, 5)))
+        assert len(entered) == 4
+    finally:
+        ahead.close()
+
+
+def test_a_short_page_is_left_to_the_reader(tmp_path: Path) -> None:
+    path = tmp_path / "lib.db"
+    _library(path, 20)
+    ahead = ReadAhead(str(path))
+    try:
+        ahead.rows("records", list(range(MINIMUM - 1)))
+        assert ahead._opened == []
+        ahead.rows("records", list(range(MINIMUM)))
+        assert ahead._opened
+    finally:
+        ahead.close()
+
+
+def test_a_failed_read_ahead_is_not_an_error(tmp_path: Path) -> None:
+    """Best effort: a read that fails (here a table that is not there) leaves the reader to it."""
+    path = tmp_path / "lib.db"
+    sqlite3.connect(path).close()
+    ahead = ReadAhead(str(path))
+    try:
+        ahead.rows("records", list(range(50)))
+    finally:
+        ahead.close()
+
+
+def test_only_named_reads_are_read_ahead(tmp_path: Path) -> None:
+    ahead = ReadAhead(str(tmp_path / "lib.db"))
+    try:
+        with pytest.raises(KeyError):
+            ahead.rows("DROP TABLE log", [1] * 50)
+    finally:
+        ahead.close()
+
+
+async def test_pages_read_ahead_are_the_pages_read_alone(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same catalogue, scores, object and discussion bytes with and without read-ahead, and
+    with it on every page."""
+    top = (await api.publish("owner", space("Orchard")))["id"]
+    talk = (await api.publish("owner", discussion("Apples", parent=top)))["id"]
+    for i in range(30):
+        made = await api.publish("owner", claim(f"Claim number {i} about apples", top))
+        if i % 3:
+            await api.publish("peer", vote(made["id"], "1" if i % 2 else "-1"))
+        if i % 2:
+            await api.publish("peer", discussion(f"On claim {i}", parent=top))
+            await api.publish("peer", reply(talk, f"Reply {i}"))
+    peer = api.founding.participants["peer"].actor
+    urls = ["/api/catalogue", "/api/catalogue?q=apples", "/api/catalogue?q=claim+apples",
+            "/api/catalogue?projection=summary", "/api/catalogue?offset=7&kind=claim",
+            f"/api/scores?author={peer}", f"/api/scores?author={peer}&offset=3"]
+    urls += [f"/api/objects/{top}?section={section}" for section in
+             ("all", "children", "discussions", "knowledge")]
+    urls += [f"/api/entries/{top}/discussion?sort={sort}" for sort in ("new", "top")]
+    urls += [f"/api/entries/{talk}/discussion", f"/api/objects/{top}?section=children&offset=5"]
+    monkeypatch.setattr(read_ahead, "MINIMUM", 1)
+    answers = [await api.client.get(u) for u in urls]
+    assert [a.status_code for a in answers] == [200] * len(urls)
+    with_ahead = [a.content for a in answers]
+    monkeypatch.setattr(read_ahead, "MINIMUM", 10**9)
+    alone = [(await api.client.get(u)).content for u in urls]
+    assert with_ahead == alone
+    assert all(b'"total":0' not in body and b'"votes":[]' not in body
+               and b'"items":[]' not in body for body in alone)
