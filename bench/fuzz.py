@@ -1,7 +1,7 @@
 """Schemathesis against a live ``alexandria serve``: every check, every operation of
 ``/api/openapi.json``, many cases (the issue asks for at least 100,000).
 
-    .venv/bin/python -m bench.fuzz [--max-examples 2000] [--processes 2] [--seed 21]
+    .venv/bin/python -m bench.fuzz [--max-examples 2800] [--processes 2] [--seed 21]
                                    [--log-dir DIR]
 
 A fresh embedded library in a temporary directory is served on 127.0.0.1 (Granian, as
@@ -147,9 +147,9 @@ def run(max_examples: int, seed: int, processes: int, log_dir: Path) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.fuzz", description=__doc__.split("\n")[0])
-    ap.add_argument("--max-examples", type=int, default=2000,
+    ap.add_argument("--max-examples", type=int, default=2800,
                     help="fuzzing cases per operation and process (26 operations, 2 processes:"
-                         " 2000 gives ~100,000)")
+                         " 2800 gives ~100,000)")
     ap.add_argument("--seed", type=int, default=21)
     ap.add_argument("--processes", type=int, default=2,
                     help="st run processes at once, one seed each")
