@@ -179,10 +179,14 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...]) -> 
                 flood = multiprocessing.Process(
                     target=hostile_process, args=(port, hostile, kinds, stop, payloads, out))
                 flood.start()
-                time.sleep(3)  # every hostile connection open and busy
-                t0 = time.monotonic()
-                flooded, flood_failed = _measure(client, bodies[204 + requests:], ids)
-                flood_seconds = time.monotonic() - t0
+                try:
+                    time.sleep(3)  # every hostile connection open and busy
+                    t0 = time.monotonic()
+                    flooded, flood_failed = _measure(client, bodies[204 + requests:], ids)
+                    flood_seconds = time.monotonic() - t0
+                except BaseException:  # the flood never outlives the bench
+                    flood.terminate()
+                    raise
                 stop.set()
                 try:  # a slow connection ends when the server drops it: the head timeout
                     answered: dict[str, int] | None = out.get(timeout=45)
