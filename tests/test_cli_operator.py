@@ -41,6 +41,10 @@ def test_genesis_with_two_of_three_roots(tmp_path: Path) -> None:
         r = cli("authority", "issue", "--dir", str(op), "--library", server.url,
                 "--root-key", str(op / "root-2.key"), expect=1)
         assert "ROOT_KEYS_MISSING" in r.stderr  # one key of a 2-of-3 genesis is not enough
+        r = cli("authority", "issue", "--dir", str(op), "--library", server.url,
+                "--root-key", str(op / "root-2.key"), "--root-key", str(op / "root-2.key"),
+                expect=1)
+        assert "ROOT_KEYS_MISSING" in r.stderr  # nor is the same key named twice
         admitted = cli_json("authority", "issue", "--dir", str(op), "--library", server.url,
                             "--root-key", str(op / "root-1.key"), "--root-key",
                             str(op / "root-3.key"), "--days", "10")

@@ -82,11 +82,11 @@ def test_genesis_needs_threshold_distinct_root_signatures() -> None:
     one = copy.deepcopy(doc)
     one["signatures"] = one["signatures"][:1]
     twice = copy.deepcopy(one)
-    twice["signatures"] = one["signatures"] * 2  # the same root twice counts once
-    for bad in (one, twice):
+    twice["signatures"] = one["signatures"] * 2  # the same root twice is not two signers
+    for bad, code in ((one, "GENESIS_SIGNATURES"), (twice, "DUPLICATE_SIGNATURE")):
         with pytest.raises(AlexandriaError) as err:
             Genesis.from_document(bad)
-        assert err.value.code == "GENESIS_SIGNATURES"
+        assert err.value.code == code
     extra = copy.deepcopy(doc)
     extra["genesis"]["note"] = "x"
     with pytest.raises(AlexandriaError) as err:
@@ -133,8 +133,9 @@ async def test_authority_certificate_needs_two_of_three_roots(api3: Api) -> None
     body = await authority_refused(api3, cert([f.roots[0]]), 403, "AUTHORITY_SIGNATURES")
     assert body["details"] == {"valid": 1, "threshold": 2}
     doubled = cert([f.roots[0]])
-    doubled["signatures"] *= 2
-    await authority_refused(api3, doubled, 403, "AUTHORITY_SIGNATURES")
+    doubled["signatures"] *= 2  # one root signing twice is not two signers: a shape error
+    body = await authority_refused(api3, doubled, 400, "DUPLICATE_SIGNATURE")
+    assert body["details"] == {"pointer": "/signatures/1", "key": f.roots[0].public_hex}
     await authority_refused(api3, cert([f.roots[0], stranger("not a root")]), 403,
                             "AUTHORITY_SIGNATURES")
     forged = cert([f.roots[0], f.roots[2]])
@@ -241,7 +242,7 @@ async def test_worker_certificate_signature_and_fields(api: Api) -> None:
 
     cases: list[tuple[Any, str]] = [
         (variant(scopes=["library.curate", "library.vote"]), "CERTIFICATE_SIGNATURE"),
-        ({**good, "signatures": good["signatures"] * 2}, "CERTIFICATE_SIGNATURE"),
+        ({**good, "signatures": good["signatures"] * 2}, "DUPLICATE_SIGNATURE"),
         (sign_document("certificate", good["certificate"], [stranger("x")]),
          "CERTIFICATE_SIGNATURE"),
         (variant(note="x"), "CERTIFICATE_FIELDS"),

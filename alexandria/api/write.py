@@ -9,7 +9,6 @@ from starlette.routing import Route
 
 from alexandria.api.http import bool_param, json_response, query_params, raw_json, read_body
 from alexandria.api.metrics import WRITER_QUEUE, admission_outcome
-from alexandria.core.canonical import parse_json
 from alexandria.rules.admission import prepare
 from alexandria.service.library import Library
 from alexandria.store.interface import DryRun
@@ -48,8 +47,7 @@ async def post_authority(request: Request) -> Response:
     lib = _library(request)
     query_params(request, ())
     body = await read_body(request)
-    document = parse_json(body)
-    result = await lib.admit_authority(document)
+    result = await lib.admit_authority(body)
     return json_response(result.to_json(), 201 if result.created else 200)
 
 

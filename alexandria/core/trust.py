@@ -9,7 +9,7 @@ decides that from what storage reports.
 
 Steps, in order, for every document:
 1. shape: exactly the document name and ``signatures``; each signature exactly ``key`` and
-   ``signature`` as lowercase hex;
+   ``signature`` as lowercase hex, each key at most once (400 ``DUPLICATE_SIGNATURE``);
 2. payload: exactly the fields of its ``format``, each of its type;
 3. genesis: the payload names the pinned genesis;
 4. signatures: enough distinct, valid signatures by the keys allowed to sign it.
@@ -106,6 +106,7 @@ def parse_signed(doc: Any, name: str, error: type[AlexandriaError] = DocumentSha
     if not isinstance(sigs, list) or not sigs:
         raise error("signatures must be a non-empty list", "BAD_DOCUMENT", pointer="/signatures")
     out: list[tuple[str, str]] = []
+    seen: set[str] = set()
     for i, s in enumerate(sigs):
         if (
             not isinstance(s, dict)
@@ -120,6 +121,14 @@ def parse_signed(doc: Any, name: str, error: type[AlexandriaError] = DocumentSha
                 "BAD_SIGNATURE_ENTRY",
                 pointer=f"/signatures/{i}",
             )
+        if s["key"] in seen:
+            # a document counts distinct signers (PROTOCOL §2): a second signature by a key
+            # adds nothing but verification work, so it is a shape error, refused unverified
+            raise error(
+                f"key {s['key']} signs the document twice: each key signs at most once",
+                "DUPLICATE_SIGNATURE", pointer=f"/signatures/{i}", key=s["key"],
+            )
+        seen.add(s["key"])
         out.append((s["key"], s["signature"]))
     try:
         payload_bytes = canonical_parsed(payload)
@@ -437,16 +446,24 @@ class Revocation:
     document: Mapping[str, Any] = field(repr=False)
 
 
-def parse_revocation(
-    doc: Any, genesis: Genesis, is_authority: Callable[[str], bool],
-    is_authority_key: Callable[[str], bool],
-) -> Revocation:
-    """A revocation is signed like the certificate that certified the key (PROTOCOL §2.6):
-    by the root threshold when the revoked key is an authority key, by one native-application
-    authority (not the key itself) when it is a worker key.  ``is_authority_key(key)``: the key
-    holds an admitted authority certificate, of any role; any other key is a worker key.
-    ``is_authority(key)``: the key may sign now (an admitted native-application certificate,
-    valid, not revoked)."""
+@dataclass(frozen=True)
+class RevocationClaim:
+    """A revocation after its stateless checks (:func:`prepare_revocation`): its shape, its
+    genesis, and which of its signatures verify.  Who may sign it depends on the ledger
+    (:func:`authorise_revocation`), so every signature that could count was verified here,
+    before the writer: those by root keys, and a lone signature (an authority's)."""
+
+    key: str
+    reason: str
+    signatures: tuple[tuple[str, str], ...]
+    verified: frozenset[str]
+    document: Mapping[str, Any] = field(repr=False)
+
+
+def prepare_revocation(doc: Any, genesis: Genesis) -> RevocationClaim:
+    """The stateless part of a revocation: shape, fields, format, genesis, signatures.  A key
+    signs at most once (``parse_signed``), so this verifies at most one signature per root key
+    plus one."""
     signed = parse_signed(doc, "revocation")
     p = signed.payload
     _fields(
@@ -456,26 +473,52 @@ def parse_revocation(
     if p["format"] != REVOCATION_FORMAT:
         raise DocumentShape(f"format must be {REVOCATION_FORMAT}", "BAD_FORMAT")
     _genesis_of(p, genesis, "revocation")
-    authority_key = is_authority_key(p["key"])
-    roots = signed.valid_signers(genesis.root_keys)
-    if authority_key:
-        if len(roots) >= genesis.threshold:
-            return Revocation(p["key"], p["reason"], "root", signed.to_json())
-        raise CertificateInvalid(
-            f"{p['key']} is an authority key: its revocation must be signed by"
-            f" {genesis.threshold} root keys, and {len(roots)} valid root signatures were found",
-            "REVOCATION_SIGNATURES", key=p["key"], threshold=genesis.threshold,
-            root_signatures=len(roots),
-        )
+    verified = signed.valid_signers(genesis.root_keys)
     if len(signed.signatures) == 1:
-        key = signed.signatures[0][0]
-        if key != p["key"] and is_authority(key) and signed.valid_signers([key]):
-            return Revocation(p["key"], p["reason"], key, signed.to_json())
+        verified |= signed.valid_signers([signed.signatures[0][0]])
+    return RevocationClaim(p["key"], p["reason"], signed.signatures, frozenset(verified),
+                           signed.to_json())
+
+
+def parse_revocation(
+    doc: Any, genesis: Genesis, is_authority: Callable[[str], bool],
+    is_authority_key: Callable[[str], bool],
+) -> Revocation:
+    """:func:`prepare_revocation`, then :func:`authorise_revocation`."""
+    return authorise_revocation(prepare_revocation(doc, genesis), genesis, is_authority,
+                                is_authority_key)
+
+
+def authorise_revocation(
+    claim: RevocationClaim, genesis: Genesis, is_authority: Callable[[str], bool],
+    is_authority_key: Callable[[str], bool],
+) -> Revocation:
+    """A revocation is signed like the certificate that certified the key (PROTOCOL §2.6):
+    by the root threshold when the revoked key is an authority key, by one native-application
+    authority (not the key itself) when it is a worker key.  ``is_authority_key(key)``: the key
+    holds an admitted authority certificate, of any role; any other key is a worker key.
+    ``is_authority(key)``: the key may sign now (an admitted native-application certificate,
+    valid, not revoked).  No signature is verified here: ``claim.verified`` says which do."""
+    key = claim.key
+    if is_authority_key(key):
+        roots = len(claim.verified & set(genesis.root_keys))
+        if roots >= genesis.threshold:
+            return Revocation(key, claim.reason, "root", claim.document)
+        raise CertificateInvalid(
+            f"{key} is an authority key: its revocation must be signed by"
+            f" {genesis.threshold} root keys, and {roots} valid root signatures were found",
+            "REVOCATION_SIGNATURES", key=key, threshold=genesis.threshold,
+            root_signatures=roots,
+        )
+    if len(claim.signatures) == 1:
+        signer = claim.signatures[0][0]
+        if signer != key and is_authority(signer) and signer in claim.verified:
+            return Revocation(key, claim.reason, signer, claim.document)
     raise CertificateInvalid(
-        f"{p['key']} holds no authority certificate, so it is revoked as a worker key: by the"
+        f"{key} holds no authority certificate, so it is revoked as a worker key: by the"
         " signature of the native-application authority that issued its certificate (root"
         " revokes authority keys)",
-        "REVOCATION_SIGNATURES", key=p["key"],
+        "REVOCATION_SIGNATURES", key=key,
     )
 
 

@@ -3,7 +3,8 @@
 - step 4 of PROTOCOL §4, the authority chain of a contribution (:func:`check_authority`);
 - step 6, the scope a kind needs (:data:`SCOPE_OF_KIND`, :func:`check_scope`);
 - ``POST /api/authority``: admitting an authority certificate or a revocation
-  (:func:`check_authority_document`, :func:`check_revocation`, PROTOCOL §2.5–2.6);
+  (:func:`prepare_authority_document` before the writer, :func:`decide_authority_document`
+  in it; :func:`check_authority_document` is both, PROTOCOL §2.5–2.6);
 - the log key that may sign a checkpoint (:func:`check_log_key`, PROTOCOL §7).
 
 The server's storage, the offline replay (``audit.replay``) and ``verify`` call these very
@@ -27,9 +28,11 @@ from alexandria.core.trust import (
     AuthorityCertificate,
     Genesis,
     Revocation,
+    RevocationClaim,
     WorkerCertificate,
+    authorise_revocation,
     document_name,
-    parse_revocation,
+    prepare_revocation,
 )
 from alexandria.errors import BadRequest, Forbidden, ServiceError
 from alexandria.rules.view import AuthorityView, StateView
@@ -123,12 +126,13 @@ def check_scope(record: Record, cert: WorkerCertificate) -> None:
 
 
 def check_revocation(
-    state: AuthorityView, document: Any, genesis: Genesis, now_ms: int
+    state: AuthorityView, claim: RevocationClaim, genesis: Genesis, now_ms: int
 ) -> Revocation:
-    """A revocation submitted to ``POST /api/authority``, authorised against the ledger: an
-    authority key (one holding an admitted authority certificate) is revoked by the root
-    threshold; any other key, a worker key, by one authority that may sign worker certificates
-    now (PROTOCOL §2.5–2.6).  It takes effect for the certificates its signer issued
+    """A revocation submitted to ``POST /api/authority`` (its signatures verified by
+    :func:`prepare_authority_document`), authorised against the ledger: an authority key (one
+    holding an admitted authority certificate) is revoked by the root threshold; any other
+    key, a worker key, by one authority that may sign worker certificates now (PROTOCOL
+    §2.5–2.6).  It takes effect for the certificates its signer issued
     (``StateView.revoked``)."""
 
     def may_sign(key: str) -> bool:
@@ -136,16 +140,26 @@ def check_revocation(
             NATIVE_ROLE in a.roles and a.valid_at(now_ms) for _seq, a in state.authorities(key)
         )
 
-    return parse_revocation(
-        document, genesis, may_sign, lambda key: bool(state.authorities(key))
-    )
+    return authorise_revocation(claim, genesis, may_sign, lambda key: bool(state.authorities(key)))
+
+
+@dataclass(frozen=True)
+class AuthorityDocument:
+    """A document sent to ``POST /api/authority`` after every check that needs no ledger
+    state (:func:`prepare_authority_document`): its type (``certificate`` or ``revocation``),
+    its canonical bytes ``data`` = ``JCS(document)`` (the leaf's document, ``core.leaf``), and
+    exactly one of the verified certificate or the revocation claim."""
+
+    type: str
+    data: bytes = field(repr=False)
+    certificate: AuthorityCertificate | None = None
+    revocation: RevocationClaim | None = None
 
 
 @dataclass(frozen=True)
 class AuthorityVerdict:
-    """What storage needs to admit an authority document: its type (``certificate`` or
-    ``revocation``), its canonical bytes ``data`` = ``JCS(document)`` (the leaf's document,
-    ``core.leaf``), and exactly one of the parsed certificate or revocation.  ``retry_of``: the
+    """What storage needs to admit an authority document: its type, its canonical bytes
+    ``data``, and exactly one of the parsed certificate or revocation.  ``retry_of``: the
     sequence at which this very document was admitted before (an exact retry: store nothing,
     answer 200)."""
 
@@ -163,20 +177,19 @@ class AuthorityVerdict:
         return self.revocation.document
 
 
-def check_authority_document(
-    state: StateView, document: Any, genesis: Genesis, now_ms: int
-) -> AuthorityVerdict:
-    """The verdict on a document sent to ``POST /api/authority``, at admission time
-    ``now_ms``.  In order:
+def prepare_authority_document(document: Any, genesis: Genesis) -> AuthorityDocument:
+    """Every stateless check of a document sent to ``POST /api/authority``, in order; the
+    server runs it before the writer, off the event loop, so that signature work never holds
+    the single writer (issue 21).  A key signs at most once (``core.trust.parse_signed``), so
+    a document costs at most one Ed25519 verification per root key, plus one.
 
-    1. the document is a signed ``certificate`` or ``revocation`` (else 400 ``BAD_DOCUMENT``);
-       a certificate is an authority certificate (a worker certificate: 400
-       ``NOT_AN_AUTHORITY_DOCUMENT``);
-    2. a certificate: its shape, genesis and root signatures (``AuthorityCertificate``); an
-       exact retry of an admitted one is answered as such; its key was not revoked by root
-       (403 ``AUTHORITY_REVOKED``);
-    3. a revocation: its shape, genesis and signer (:func:`check_revocation`), then an exact
-       retry is answered as such.
+    1. the document is a signed ``certificate`` or ``revocation`` (else 400 ``BAD_DOCUMENT``;
+       a key signing twice: 400 ``DUPLICATE_SIGNATURE``); a certificate is an authority
+       certificate (a worker certificate: 400 ``NOT_AN_AUTHORITY_DOCUMENT``);
+    2. a certificate: its shape, genesis and root signatures (``AuthorityCertificate``, 403
+       ``AUTHORITY_SIGNATURES``);
+    3. a revocation: its shape and genesis, and which of its signatures verify
+       (``core.trust.prepare_revocation``); who may sign it is the ledger's question.
     """
     name = document_name(document)
     if name == "certificate":
@@ -189,7 +202,27 @@ def check_authority_document(
                 allowed=[AUTHORITY_FORMAT, REVOCATION_FORMAT],
             )
         cert = AuthorityCertificate.from_document(document, genesis)
-        data = canonical(cert.document)
+        return AuthorityDocument(name, canonical(cert.document), certificate=cert)
+    if name == "revocation":
+        claim = prepare_revocation(document, genesis)
+        return AuthorityDocument(name, canonical(claim.document), revocation=claim)
+    raise BadRequest(
+        f"a {name!r} document is not admitted here: send an authority certificate or a"
+        " revocation", "BAD_DOCUMENT", allowed=["certificate", "revocation"],
+    )
+
+
+def decide_authority_document(
+    state: StateView, prepared: AuthorityDocument, genesis: Genesis, now_ms: int
+) -> AuthorityVerdict:
+    """The verdict on a prepared authority document at admission time ``now_ms``, from the
+    ledger state, verifying no signature.  A certificate: an exact retry of an admitted one is
+    answered as such, then its key must not have been revoked by root (403
+    ``AUTHORITY_REVOKED``).  A revocation: its signer (:func:`check_revocation`, 403
+    ``REVOCATION_SIGNATURES``), then an exact retry is answered as such."""
+    name, data = prepared.type, prepared.data
+    if prepared.certificate is not None:
+        cert = prepared.certificate
         retry = state.document_admitted(name, cert.key, data)
         if retry is not None:
             return AuthorityVerdict(name, data, certificate=cert, retry_of=retry)
@@ -197,14 +230,20 @@ def check_authority_document(
             raise AuthorityRefused("that key was revoked by root", "AUTHORITY_REVOKED",
                                    key=cert.key)
         return AuthorityVerdict(name, data, certificate=cert)
-    if name == "revocation":
-        rev = check_revocation(state, document, genesis, now_ms)
-        data = canonical(rev.document)
-        retry = state.document_admitted(name, rev.key, data)
-        return AuthorityVerdict(name, data, revocation=rev, retry_of=retry)
-    raise BadRequest(
-        f"a {name!r} document is not admitted here: send an authority certificate or a"
-        " revocation", "BAD_DOCUMENT", allowed=["certificate", "revocation"],
+    assert prepared.revocation is not None
+    rev = check_revocation(state, prepared.revocation, genesis, now_ms)
+    retry = state.document_admitted(name, rev.key, data)
+    return AuthorityVerdict(name, data, revocation=rev, retry_of=retry)
+
+
+def check_authority_document(
+    state: StateView, document: Any, genesis: Genesis, now_ms: int
+) -> AuthorityVerdict:
+    """:func:`prepare_authority_document` then :func:`decide_authority_document`: what the
+    offline replay and ``verify`` run for each authority document of a log, the very checks
+    the server ran in two parts."""
+    return decide_authority_document(
+        state, prepare_authority_document(document, genesis), genesis, now_ms
     )
 
 

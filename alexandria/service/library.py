@@ -3,6 +3,7 @@ operator commands share this object; nothing else holds global state."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from alexandria.core.canonical import parse_json
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import Genesis
@@ -133,8 +135,12 @@ class Library:
             raise CatchUpRequired(behind_message(published, size),
                                   published_size=published.size, tree_size=size)
 
-    async def admit_authority(self, document: Any) -> AuthorityAdmitted:
+    async def admit_authority(self, body: bytes) -> AuthorityAdmitted:
+        """Admit the authority document ``body`` (at most 64 KiB, ``api.http.read_body``):
+        parsed off the event loop (strict JSON of a hostile body costs milliseconds), its
+        signatures verified before the writer (``SqliteStorage.admit_authority``)."""
         await self.check_writable()
+        document = await asyncio.to_thread(parse_json, body)
         return await self.storage.admit_authority(document)
 
     async def status(self) -> Status:

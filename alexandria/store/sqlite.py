@@ -43,7 +43,11 @@ from alexandria.core.trust import AuthorityCertificate, Genesis, document_name
 from alexandria.errors import AlexandriaError, BadRequest, ServiceError
 from alexandria.files import create_private
 from alexandria.rules.admission import Candidate, decide
-from alexandria.rules.authority import check_authority_document
+from alexandria.rules.authority import (
+    AuthorityDocument,
+    decide_authority_document,
+    prepare_authority_document,
+)
 from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, object_after
 from alexandria.store import schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
@@ -639,17 +643,21 @@ class SqliteStorage(Storage):
     # --- authority documents -----------------------------------------------------------------
 
     async def admit_authority(self, document: Any) -> AuthorityAdmitted:
-        return await self.write(lambda conn: self._admit_authority(conn, document))
+        """Every stateless check, the signatures' verification included, runs here, off the
+        event loop and before the writer (``authority.prepare_authority_document``); the
+        writer only asks the ledger (``_admit_authority``)."""
+        prepared = await asyncio.to_thread(prepare_authority_document, document, self.genesis)
+        return await self.write(lambda conn: self._admit_authority(conn, prepared))
 
     def _admit_authority(
-        self, conn: sqlite3.Connection, document: Any, now: int | None = None
+        self, conn: sqlite3.Connection, prepared: AuthorityDocument, now: int | None = None
     ) -> AuthorityAdmitted:
-        """The rules' verdict (``authority.check_authority_document``), then the leaf and the
+        """The rules' verdict (``authority.decide_authority_document``), then the leaf and the
         row the rules will ask about later.  ``now``: the admission time (a replay passes the
         recorded one)."""
         if now is None:
             now = self._admission_clock(conn)
-        v = check_authority_document(self.state_view(conn), document, self.genesis, now)
+        v = decide_authority_document(self.state_view(conn), prepared, self.genesis, now)
         if v.retry_of is not None:
             row = conn.execute(
                 "SELECT admitted_at FROM log WHERE sequence = ?", (v.retry_of,)
@@ -730,7 +738,8 @@ class SqliteStorage(Storage):
         name = document_name(e.document)
         if name != e.kind:
             raise BadRequest(f"a {name} recorded as a {e.kind}", "TYPE_MISMATCH")
-        result = self._admit_authority(conn, e.document, e.admitted_ms)
+        prepared = prepare_authority_document(e.document, self.genesis)
+        result = self._admit_authority(conn, prepared, e.admitted_ms)
         if not result.created:
             raise BadRequest(f"the same document was already admitted at {result.sequence}",
                              "DUPLICATE_ENTRY")

@@ -186,6 +186,11 @@ def build() -> dict[str, bytes]:
                                        "2030-01-01T00:00:00.000Z", f.roots)
     v.step("authority_certificate_wrong_genesis.json", wrong, 403, "GENESIS_MISMATCH",
            "the genesis pin (certificate of another library)", "/api/authority")
+    twice = copy.deepcopy(f.authority_certificate)
+    twice["signatures"] = twice["signatures"] * 2
+    v.step("authority_certificate_signed_twice.json", twice, 400, "DUPLICATE_SIGNATURE",
+           "the document shape (one root key signs twice: refused before any verification)",
+           "/api/authority")
     unknown_field = copy.deepcopy(f.authority_certificate)
     unknown_field["certificate"]["comment"] = "unsigned extra field"
     v.step("authority_certificate_unknown_field.json", unknown_field, 400, "CERTIFICATE_FIELDS",
