@@ -58,7 +58,7 @@ def test_a_key_signing_twice_is_refused_and_nothing_is_admitted(
                                           .worker.public_hex, "lost", [founding.authority]), 2)
     for doc in (flood, revocation):
         r = httpx.post(f"{server.url}/api/authority", json=doc)
-        assert r.status_code == 400, r.text
+        assert r.status_code == 403, r.text
         assert r.json() == {
             "error": f"key {doc['signatures'][0]['key']} signs the document twice: each key"
                      " signs at most once",
@@ -108,7 +108,7 @@ def test_signature_refusals_do_not_wait_for_the_writer(
         waiting.start()
         with httpx.Client(base_url=server.url, timeout=20) as client:
             for doc, status, code in (
-                (_doubled(f.authority_certificate, 280), 400, "DUPLICATE_SIGNATURE"),
+                (_doubled(f.authority_certificate, 280), 403, "DUPLICATE_SIGNATURE"),
                 (forged, 403, "AUTHORITY_SIGNATURES"),
                 (stranger, 403, "AUTHORITY_SIGNATURES"),
                 (f.participants["owner"].certificate, 400, "NOT_AN_AUTHORITY_DOCUMENT"),

@@ -133,8 +133,8 @@ async def test_authority_certificate_needs_two_of_three_roots(api3: Api) -> None
     body = await authority_refused(api3, cert([f.roots[0]]), 403, "AUTHORITY_SIGNATURES")
     assert body["details"] == {"valid": 1, "threshold": 2}
     doubled = cert([f.roots[0]])
-    doubled["signatures"] *= 2  # one root signing twice is not two signers: a shape error
-    body = await authority_refused(api3, doubled, 400, "DUPLICATE_SIGNATURE")
+    doubled["signatures"] *= 2  # one root signing twice is not two signers: refused unverified
+    body = await authority_refused(api3, doubled, 403, "DUPLICATE_SIGNATURE")
     assert body["details"] == {"pointer": "/signatures/1", "key": f.roots[0].public_hex}
     await authority_refused(api3, cert([f.roots[0], stranger("not a root")]), 403,
                             "AUTHORITY_SIGNATURES")

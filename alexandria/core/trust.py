@@ -9,7 +9,8 @@ decides that from what storage reports.
 
 Steps, in order, for every document:
 1. shape: exactly the document name and ``signatures``; each signature exactly ``key`` and
-   ``signature`` as lowercase hex, each key at most once (400 ``DUPLICATE_SIGNATURE``);
+   ``signature`` as lowercase hex, each key at most once (403 ``DUPLICATE_SIGNATURE``,
+   refused unverified);
 2. payload: exactly the fields of its ``format``, each of its type;
 3. genesis: the payload names the pinned genesis;
 4. signatures: enough distinct, valid signatures by the keys allowed to sign it.
@@ -123,8 +124,11 @@ def parse_signed(doc: Any, name: str, error: type[AlexandriaError] = DocumentSha
             )
         if s["key"] in seen:
             # a document counts distinct signers (PROTOCOL §2): a second signature by a key
-            # adds nothing but verification work, so it is a shape error, refused unverified
-            raise error(
+            # adds nothing but verification work, so it is refused before anything is
+            # verified — as the signature failure it is (PROTOCOL §6: 403), whatever else the
+            # document holds, so that a key signing twice towards a threshold is answered as
+            # a threshold not met always was
+            raise Forbidden(
                 f"key {s['key']} signs the document twice: each key signs at most once",
                 "DUPLICATE_SIGNATURE", pointer=f"/signatures/{i}", key=s["key"],
             )

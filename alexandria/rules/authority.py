@@ -184,7 +184,7 @@ def prepare_authority_document(document: Any, genesis: Genesis) -> AuthorityDocu
     a document costs at most one Ed25519 verification per root key, plus one.
 
     1. the document is a signed ``certificate`` or ``revocation`` (else 400 ``BAD_DOCUMENT``;
-       a key signing twice: 400 ``DUPLICATE_SIGNATURE``); a certificate is an authority
+       a key signing twice: 403 ``DUPLICATE_SIGNATURE``); a certificate is an authority
        certificate (a worker certificate: 400 ``NOT_AN_AUTHORITY_DOCUMENT``);
     2. a certificate: its shape, genesis and root signatures (``AuthorityCertificate``, 403
        ``AUTHORITY_SIGNATURES``);

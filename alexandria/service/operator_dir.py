@@ -75,7 +75,7 @@ class OperatorDir:
 
     def root_keys(self, genesis: Genesis, paths: list[str] | None = None) -> list[SigningKey]:
         """Root keys of this genesis, enough of them for its threshold, each once (a document
-        names a key at most once: 400 ``DUPLICATE_SIGNATURE``), whatever files name them."""
+        names a key at most once: 403 ``DUPLICATE_SIGNATURE``), whatever files name them."""
         files = [Path(p) for p in paths] if paths else sorted(self.root.glob("root*.key"))
         distinct = {k.public_hex: k for k in (SigningKey.load(f) for f in files)}
         keys = [k for hex_key, k in distinct.items() if hex_key in genesis.root_keys]

@@ -188,8 +188,8 @@ def build() -> dict[str, bytes]:
            "the genesis pin (certificate of another library)", "/api/authority")
     twice = copy.deepcopy(f.authority_certificate)
     twice["signatures"] = twice["signatures"] * 2
-    v.step("authority_certificate_signed_twice.json", twice, 400, "DUPLICATE_SIGNATURE",
-           "the document shape (one root key signs twice: refused before any verification)",
+    v.step("authority_certificate_signed_twice.json", twice, 403, "DUPLICATE_SIGNATURE",
+           "the signatures (one root key signs twice: refused before any verification)",
            "/api/authority")
     unknown_field = copy.deepcopy(f.authority_certificate)
     unknown_field["certificate"]["comment"] = "unsigned extra field"
