@@ -250,6 +250,24 @@ async def test_nested_spaces_ancestors_and_all(api: Api) -> None:
     assert ids((await view(api, leaf))["ancestors"]) == [top2["id"], *chain[1:]]
 
 
+async def test_ancestors_of_an_object_deeper_than_one_statement_allows(api: Api) -> None:
+    """A reply chain has no depth bound: an object whose ``objects.ancestors`` names more roots
+    than SQLite (32,766) or PostgreSQL (65,535) binds in one statement still has its ancestor
+    spaces found (a chain that deep is simulated by naming 70,000 further roots)."""
+    top = (await api.publish("owner", space("Top")))["id"]
+    inner = (await api.publish("owner", space("Inner", top)))["id"]
+    d = (await api.publish("peer", discussion("About inner", about=inner)))["id"]
+    r = (await api.publish("owner", reply(d, "deep reply")))["id"]
+    padding = " ".join(f"{i:064x}" for i in range(1, 70_001))
+
+    def deepen(conn: Any) -> None:
+        conn.execute("UPDATE objects SET ancestors = ancestors || ' ' || ? WHERE root = ?",
+                     (padding, r))
+
+    await api.library.storage.write(deepen)
+    assert ids((await view(api, r))["ancestors"]) == [top, inner]
+
+
 async def test_space_discussions_each_once(api: Api) -> None:
     s = (await api.publish("owner", space("S")))["id"]
     inside = (await api.publish("peer", discussion("Inside", parent=s)))["id"]

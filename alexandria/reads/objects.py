@@ -261,6 +261,10 @@ def object_view(
     )
 
 
+#: roots asked per statement when finding an object's ancestor spaces
+ANCESTOR_CHUNK = 500
+
+
 def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
     """Heads of the spaces above the object in its tree, outermost first.
 
@@ -268,16 +272,18 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
     containment chain, plus the space a debate is about or a proposal is for."""
     row = conn.execute("SELECT ancestors FROM objects WHERE root = ?", (subj.root,)).fetchone()
     roots = row[0].split() if row is not None else []
-    if not roots:
-        return []
-    return [
-        r[0] for r in conn.execute(
-            "SELECT head_sequence FROM objects WHERE root IN"
-            f" ({', '.join('?' * len(roots))}) AND kind = 'space'"
-            " ORDER BY depth, created_sequence",
-            roots,
-        )
-    ]
+    # a reply chain has no depth bound, so neither has this list: it is asked in chunks of
+    # ANCESTOR_CHUNK parameters (SQLite refuses more than 32,766 in one statement, PostgreSQL
+    # 65,535); the spaces found are few (containment stops at 64 levels)
+    spaces: list[tuple[int, int, int]] = []
+    for at in range(0, len(roots), ANCESTOR_CHUNK):
+        chunk = roots[at:at + ANCESTOR_CHUNK]
+        spaces += conn.execute(
+            "SELECT depth, created_sequence, head_sequence FROM objects WHERE root IN"
+            f" ({', '.join('?' * len(chunk))}) AND kind = 'space'",
+            chunk,
+        ).fetchall()
+    return [head for _depth, _created, head in sorted(spaces)]
 
 
 def _section_all(
