@@ -57,9 +57,9 @@ def test_a_short_page_is_left_to_the_reader(tmp_path: Path) -> None:
     ahead = ReadAhead(str(path))
     try:
         ahead.rows("records", list(range(MINIMUM - 1)))
-        assert ahead._opened == []
+        assert ahead._connections.opened == []
         ahead.rows("records", list(range(MINIMUM)))
-        assert ahead._opened
+        assert ahead._connections.opened
     finally:
         ahead.close()
 

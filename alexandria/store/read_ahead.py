@@ -15,10 +15,10 @@ reader's one snapshot, so a commit between the two changes nothing but what is w
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+
+from alexandria.store.read_connections import ThreadConnections
 
 THREADS = 8  # requests in flight at once
 CACHE_KIB = 2_048  # each connection's page cache: the upper levels of log and revisions
@@ -46,27 +46,12 @@ class ReadAhead:
 
     def __init__(self, path: str, threads: int = THREADS, cache_kib: int = CACHE_KIB) -> None:
         self.path = path
-        self._cache_kib = cache_kib
-        self._local = threading.local()
-        self._opened: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
+        self._connections = ThreadConnections(path, cache_kib)
         self._threads = threads
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="alexandria-ahead")
 
-    def _connection(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 30000")
-            conn.execute("PRAGMA query_only = 1")
-            conn.execute(f"PRAGMA cache_size = -{self._cache_kib}")
-            self._local.conn = conn
-            with self._lock:
-                self._opened.append(conn)
-        return conn
-
     def _fetch(self, sql: str, sequences: Sequence[int | str]) -> None:
-        conn = self._connection()
+        conn = self._connections.connection()
         for seq in sequences:
             conn.execute(sql, (seq,)).fetchone()
 
@@ -84,7 +69,4 @@ class ReadAhead:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-        with self._lock:
-            for conn in self._opened:
-                conn.close()
-            self._opened.clear()
+        self._connections.close()

@@ -53,6 +53,7 @@ from alexandria.store import schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
 from alexandria.store.merkle_nodes import node_reader, tree_size
 from alexandria.store.read_ahead import ReadAhead
+from alexandria.store.read_connections import ThreadConnections
 from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
 from alexandria.store.writer_memory import WriterMemory
 
@@ -207,26 +208,12 @@ class _Readers:
 
     def __init__(self, path: str, size: int, cache_kib: int = READ_CACHE_KIB) -> None:
         self.path = path
-        self._cache_kib = max(2_000, cache_kib // size)  # each connection's share
-        self._local = threading.local()
-        self._opened: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
+        # each connection's share of the cache
+        self._connections = ThreadConnections(path, max(2_000, cache_kib // size))
         self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="alexandria-read")
 
-    def _connection(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 30000")
-            conn.execute("PRAGMA query_only = 1")
-            conn.execute(f"PRAGMA cache_size = -{self._cache_kib}")
-            self._local.conn = conn
-            with self._lock:
-                self._opened.append(conn)
-        return conn
-
     def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._connection()
+        conn = self._connections.connection()
         try:
             return fn(conn)
         finally:
@@ -238,10 +225,7 @@ class _Readers:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-        with self._lock:
-            for conn in self._opened:
-                conn.close()
-            self._opened.clear()
+        self._connections.close()
 
 
 class SqliteStorage(Storage):
