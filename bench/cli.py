@@ -36,7 +36,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from alexandria.cli import warm
 
 ALEXANDRIA = str(Path(sys.executable).parent / "alexandria")
 
@@ -104,19 +105,6 @@ def describe_install(python: str) -> str:
              " + ', ' + alexandria.__file__.rsplit('/', 2)[0] + ('' if w else ', no warm start'))")
     r = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=False)
     return r.stdout.strip() or f"unknown install ({r.stderr.strip()[-200:]})"
-
-
-def stop_warm(runtime: Path) -> None:
-    """SIGTERM the warm process this bench started (its command line names ``runtime``)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if str(runtime).encode() in cmdline and b"warm import serve" in cmdline:
-            os.kill(int(entry.name), signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -229,7 +217,7 @@ def main() -> None:
         assert published == args.batch + args.runs + 2, published
         assert not list((home / "pending").glob("*.json")), "envelopes left pending"
     finally:
-        stop_warm(runtime)
+        warm.stop_all(str(runtime))
         shutil.rmtree(runtime, ignore_errors=True)
         server.terminate()
         server.wait(10)

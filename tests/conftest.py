@@ -1,9 +1,7 @@
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ import httpx
 import pytest
 
 from alexandria.api.app import create_app
+from alexandria.cli import warm
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.service.library import Library
@@ -41,17 +40,7 @@ def warm_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             os.environ.pop("XDG_RUNTIME_DIR", None)
         else:
             os.environ["XDG_RUNTIME_DIR"] = saved
-        marker = str(runtime).encode()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker in cmdline and b"alexandria.cli.warm" in cmdline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(entry.name), signal.SIGTERM)
+        warm.stop_all(str(runtime))
 
 
 class Clock:

@@ -235,6 +235,28 @@ def start() -> None:
         pass
 
 
+def stop_all(runtime: str) -> None:
+    """SIGTERM every warm process listening under the runtime directory ``runtime`` (its
+    command line names its socket there): what a bench or a test suite that gave its commands
+    a runtime directory of their own runs when it ends."""
+    import signal
+
+    marker = runtime.encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if marker in cmdline and b"alexandria.cli.warm import serve" in cmdline:
+            try:  # noqa: SIM105 (contextlib is not imported on the publish path)
+                os.kill(int(name), signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+
 # --- the warm process ---------------------------------------------------------------------------
 
 
