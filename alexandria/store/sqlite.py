@@ -500,11 +500,29 @@ class SqliteStorage(Storage):
 
     async def admit_many(self, cands: Sequence[Candidate]) -> list[Admitted | DryRun | Exception]:
         """The bulk path (loaders): each candidate exactly as ``admit`` would, in order, all in
-        one write transaction, each in its own savepoint so that a refusal undoes only itself."""
+        one write transaction.
 
-        def run(conn: sqlite3.Connection) -> list[Admitted | DryRun | Exception]:
+        As in a batch of ``admit`` calls, a refusal is raised before the admission writes
+        anything, so the candidates share one savepoint rather than one each: a savepoint
+        copies every page it is the first to change into SQLite's sub-journal, and the pages
+        every admission changes (the log's tail, the Merkle nodes, the catalogue) would be
+        copied once per candidate.  An admission failing in a way it did not plan for (a bug)
+        may have written part of its rows: the whole bulk is then undone and run again with one
+        savepoint per candidate, so that candidate fails alone."""
+
+        def bulk(conn: sqlite3.Connection, isolate: bool) -> list[Admitted | DryRun | Exception]:
             out: list[Admitted | DryRun | Exception] = []
             for cand in cands:
+                if not isolate:
+                    try:
+                        out.append(self._admit(conn, cand, False))
+                    except AlexandriaError as exc:
+                        if isinstance(exc, ServiceError):
+                            raise _BatchAborted() from exc
+                        out.append(exc)  # refused before writing
+                    except Exception as exc:
+                        raise _BatchAborted() from exc
+                    continue
                 conn.execute("SAVEPOINT bulk")
                 try:
                     out.append(self._admit(conn, cand, False))
@@ -513,6 +531,17 @@ class SqliteStorage(Storage):
                     self._memory.forget()
                     out.append(exc)
                 conn.execute("RELEASE bulk")
+            return out
+
+        def run(conn: sqlite3.Connection) -> list[Admitted | DryRun | Exception]:
+            conn.execute("SAVEPOINT bulk_all")
+            try:
+                out = bulk(conn, isolate=False)
+            except _BatchAborted:
+                conn.execute("ROLLBACK TO bulk_all")
+                self._memory.forget()
+                out = bulk(conn, isolate=True)
+            conn.execute("RELEASE bulk_all")
             return out
 
         return await self.write(run)
