@@ -29,7 +29,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
-from alexandria.store.schema import NOT_RELATED
+from alexandria.store.schema import NOT_RELATED, TREE_LINKS
 from alexandria.store.sqlite import SqliteStorage
 
 PAGE_SIZE = 50
@@ -147,18 +147,26 @@ def _tree_arm(relation: str, exact: bool, column: str = "l.source_sequence AS se
     revisions, or exactly ``:rev``).
 
     Tree links never change across revisions, so the first revision carries them; the range
-    ``links_target_root(target_root, relation)`` (``links_target`` when exact) is ordered by
-    ``source_sequence``, the primary key suffix, so no sort is needed.  A link is a first
-    revision's exactly when an ``objects`` row was created at its sequence: one probe of that
-    table's integer key (objects are stored in creation order, so the rows of a space's
-    children sit together), not of ``revisions`` and its 64-hex ids."""
+    ``links_tree(target_root, relation)`` (``links_incoming(target, source_sequence)`` when
+    exact) is ordered by ``source_sequence``, the primary key suffix, so no sort is needed.  A
+    link is a first revision's exactly when an ``objects`` row was created at its sequence: one
+    probe of that table's integer key (objects are stored in creation order, so the rows of a
+    space's children sit together), not of ``revisions`` and its 64-hex ids."""
     assert relation in FEED_RELATIONS
-    named = "l.target = :rev" if exact else "l.target_root = :root"
     return (
         f"SELECT {column} FROM links l"
         " JOIN objects o ON o.created_sequence = l.source_sequence"
-        f" WHERE {named} AND l.relation = '{relation}'"
+        f" WHERE {_tree_links(exact, 'l.')} AND l.relation = '{relation}'"
     )
+
+
+def _tree_links(exact: bool, prefix: str = "") -> str:
+    """The condition naming the subject's tree links, with the WHERE clause of the partial index
+    that holds them (SQLite uses a partial index only when the query repeats its condition):
+    ``links_incoming`` for one exact revision, ``links_tree`` for any of the object's."""
+    if exact:
+        return f"{prefix}target = :rev AND {prefix}relation != 'votes_on'"
+    return f"{prefix}target_root = :root AND {prefix}relation IN {TREE_LINKS}"
 
 
 def _contained_arm(kind: str) -> str:
@@ -322,9 +330,9 @@ def _warm_tree_links(
     space's children were created at scattered times: read ahead, several at once, the rows of
     the links it will probe first (the links from the index alone; a later revision's link
     probes a row that is not there, which costs the same page)."""
-    named = "target = :rev" if exact else "target_root = :root"
     arms = [
-        f"SELECT source_sequence AS seq FROM links WHERE {named} AND relation = '{relation}'"
+        f"SELECT source_sequence AS seq FROM links WHERE {_tree_links(exact)}"
+        f" AND relation = '{relation}'"
         for relation in relations
     ]
     limit = min(offset + 2 * (PAGE_SIZE + 1), 1_000)
@@ -452,7 +460,8 @@ def _section_graph(
     if exact:
         arms.append(
             "SELECT l.source_sequence AS seq FROM links l"
-            f" WHERE l.target = :rev AND l.relation IN {RELATIONSHIP_LINKS}"
+            f" WHERE l.target = :rev AND l.relation != 'votes_on'"
+            f" AND l.relation IN {RELATIONSHIP_LINKS}"
         )
     # a relationship between two endpoints has two matching links: DISTINCT keeps it once
     sql = "SELECT DISTINCT seq FROM (" + " UNION ALL ".join(arms) + ") AS u ORDER BY seq"
@@ -464,7 +473,7 @@ def tree_children(
     warm: Warm | None = None,
 ) -> SectionResult:
     """Current heads of the objects whose ``relation`` tree link names the object (any of its
-    revisions), by creation: one range of ``links_target_root``, as in ``children``."""
+    revisions), by creation: one range of ``links_tree``, as in ``children``."""
     firsts, more = _page(
         conn, _merged([_tree_arm(relation, False)]), {"root": subj.root, "rev": subj.rev}, offset
     )

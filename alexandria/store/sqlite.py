@@ -271,6 +271,7 @@ class SqliteStorage(Storage):
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA busy_timeout = 30000")  # opening; _begin waits for writes
         conn.executescript(schema.TABLES)
+        conn.executescript(schema.RETIRE)  # an earlier layout's indexes, once replaced
         conn.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting
         conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # see wal_checkpointer
@@ -855,8 +856,8 @@ class SqliteStorage(Storage):
 
     def read_ahead(self, what: str, sequences: Sequence[int | str]) -> None:
         """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves, by
-        sequence; ``"catalogue_words"``; ``"votes"``, ``"object_scores"``: by root) at
-        ``sequences`` into memory several at once (``store/read_ahead.py``), before a read
+        sequence; ``"catalogue_words"``; ``"revision_ids"``: by sequence; ``"object_scores"``: by
+        root) at ``sequences`` into memory several at once (``store/read_ahead.py``), before a read
         connection reads them one by one."""
         if self._ahead is not None:
             self._ahead.rows(what, sequences)
