@@ -504,25 +504,31 @@ class SqliteStorage(Storage):
         one write transaction.
 
         As in a batch of ``admit`` calls, a refusal is raised before the admission writes
-        anything, so the candidates share one savepoint rather than one each: a savepoint
-        copies every page it is the first to change into SQLite's sub-journal, and the pages
-        every admission changes (the log's tail, the Merkle nodes, the catalogue) would be
-        copied once per candidate.  An admission failing in a way it did not plan for (a bug)
-        may have written part of its rows: the whole bulk is then undone and run again with one
-        savepoint per candidate, so that candidate fails alone."""
+        anything, so the bulk runs as a ``checks_first`` job, in no savepoint at all: a
+        savepoint copies every page it is the first to change into SQLite's sub-journal, a
+        temporary file — with one savepoint per candidate, the pages every admission changes
+        (the log's tail, the Merkle nodes, the catalogue) were copied once per candidate, and
+        RELEASE was the loader's largest single cost.  An admission failing in a way it did not
+        plan for (a bug) may have written part of its rows: the writer then rolls the batch
+        back and runs it again with each job in its own savepoint, and this job, told so by
+        its first failure, gives each candidate a savepoint of its own, so that candidate fails
+        alone."""
+        aborted: list[BaseException] = []
 
-        def bulk(conn: sqlite3.Connection, isolate: bool) -> list[Admitted | DryRun | Exception]:
+        def run(conn: sqlite3.Connection) -> list[Admitted | DryRun | Exception]:
             out: list[Admitted | DryRun | Exception] = []
             for cand in cands:
-                if not isolate:
+                if not aborted:
                     try:
                         out.append(self._admit(conn, cand, False))
                     except AlexandriaError as exc:
                         if isinstance(exc, ServiceError):
-                            raise _BatchAborted() from exc
+                            aborted.append(exc)
+                            raise
                         out.append(exc)  # refused before writing
                     except Exception as exc:
-                        raise _BatchAborted() from exc
+                        aborted.append(exc)
+                        raise
                     continue
                 conn.execute("SAVEPOINT bulk")
                 try:
@@ -534,18 +540,7 @@ class SqliteStorage(Storage):
                 conn.execute("RELEASE bulk")
             return out
 
-        def run(conn: sqlite3.Connection) -> list[Admitted | DryRun | Exception]:
-            conn.execute("SAVEPOINT bulk_all")
-            try:
-                out = bulk(conn, isolate=False)
-            except _BatchAborted:
-                conn.execute("ROLLBACK TO bulk_all")
-                self._memory.forget()
-                out = bulk(conn, isolate=True)
-            conn.execute("RELEASE bulk_all")
-            return out
-
-        return await self.write(run)
+        return await self.write(run, checks_first=True)
 
     def state_view(self, conn: sqlite3.Connection) -> _StateView:
         """The rules' ``StateView`` over ``conn``, inside a write transaction of this storage."""
