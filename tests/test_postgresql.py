@@ -228,7 +228,7 @@ def test_a_database_of_schema_version_1_is_migrated(pg_db: str) -> None:
         assert set(sqlite_schema.RETIRED_INDEXES) <= indexes()
         assert pg_schema.apply(raw) == [2]
         assert not indexes() & set(sqlite_schema.RETIRED_INDEXES)
-        assert {"links_tree", "vote_values_by_author"} <= indexes()
+        assert {"links_tree", "links_to_revision", "vote_values_by_author"} <= indexes()
         assert pg_schema.apply(raw) == []
 
 

@@ -119,6 +119,8 @@ async def test_a_library_closed_and_opened_again_reads_the_same(
 # read through a narrow index of vote roots.
 _EARLIER_INDEXES = """
 DROP INDEX links_tree;
+DROP INDEX links_to_revision;
+CREATE INDEX links_incoming ON links(target, source_sequence) WHERE relation != 'votes_on';
 DROP INDEX vote_values_by_author;
 CREATE INDEX links_target ON links(target, relation);
 CREATE INDEX links_target_root ON links(target_root, relation);
@@ -159,7 +161,7 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         conn = sqlite3.connect(tmp_path / "lib.db")
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert not indexes & set(schema.RETIRED_INDEXES)
-        assert {"links_tree", "vote_values_by_author"} <= indexes
+        assert {"links_tree", "links_to_revision", "vote_values_by_author"} <= indexes
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         # the reads take the new indexes: SQLite uses a partial index only when the query
         # repeats its condition
@@ -170,5 +172,5 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         exact = " ".join(str(r[3]) for r in conn.execute(
             "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", True),
             {"rev": names["space"]}))
-        assert "links_incoming" in exact
+        assert "links_to_revision" in exact
         conn.close()

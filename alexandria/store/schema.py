@@ -91,13 +91,13 @@ CREATE INDEX IF NOT EXISTS revisions_later ON revisions(root, sequence) WHERE id
     PRIMARY KEY(source_sequence, position)
 ) WITHOUT ROWID;
 -- children, discussions, knowledge (objects.py ``_tree_arm``): tree links by the target's root;
--- links naming one exact revision are found through ``links_incoming``
+-- links naming one exact revision are found through ``links_to_revision``
 CREATE INDEX IF NOT EXISTS links_tree ON links(target_root, relation)
     WHERE relation IN """ + TREE_LINKS + """;
 -- object views (objects.py): incoming links in admission order, without tree links and votes
 CREATE INDEX IF NOT EXISTS links_related ON links(target_root, source_sequence) WHERE relation
     NOT IN """ + NOT_RELATED + """;
-CREATE INDEX IF NOT EXISTS links_incoming ON links(target, source_sequence)
+CREATE INDEX IF NOT EXISTS links_to_revision ON links(target, source_sequence, position, relation)
     WHERE relation != 'votes_on';
 CREATE INDEX IF NOT EXISTS links_relationships ON links(target_root, source_sequence)
     WHERE relation IN ('relates_from', 'relates_to');
@@ -285,10 +285,12 @@ CREATE INDEX IF NOT EXISTS enrolment_requests_expires ON enrolment_requests(expi
 
 #: Indexes of earlier layouts that this one replaced, dropped when a library is opened
 #: (``TABLES`` creates their replacements): each was a B-tree every admission wrote a page of.
-#: ``links_target`` (exact targets: ``links_incoming`` serves those reads),
+#: ``links_target`` (exact targets: ``links_to_revision`` serves those reads),
+#: ``links_incoming`` (now ``links_to_revision``, which holds each link's relation: an exact
+#: children page filters on it without reading the link's row),
 #: ``links_target_root`` (every link, votes included: now ``links_tree``, tree links only),
 #: ``vote_values_author`` (now ``vote_values_by_author``, covering the scores page).
-RETIRED_INDEXES = ("links_target", "links_target_root", "vote_values_author")
+RETIRED_INDEXES = ("links_target", "links_target_root", "links_incoming", "vote_values_author")
 RETIRE = "".join(f"DROP INDEX IF EXISTS {name};\n" for name in RETIRED_INDEXES)
 
 TABLES = SCHEMA + CHECKPOINTS + COSIGNATURES + PERSONAL + CATALOGUE + ENROLMENT

@@ -27,10 +27,14 @@ def _schema_sql() -> str:
 #: Version 2 (issue 22, as ``store/schema.py``'s ``RETIRED_INDEXES``): fewer B-trees written
 #: per admission — tree links only in the index by target root (the list is
 #: ``store/schema.TREE_LINKS``; a test compares), none by exact target and relation (reads use
-#: ``links_incoming``) — and the scores page read from one covering index.
+#: ``links_to_revision``, which also holds the relation) — and the scores page read from one
+#: covering index.
 TREE_LINKS_AND_COVERING_VOTES = """
 DROP INDEX IF EXISTS links_target;
 DROP INDEX IF EXISTS links_target_root;
+DROP INDEX IF EXISTS links_incoming;
+CREATE INDEX IF NOT EXISTS links_to_revision ON links(target, source_sequence, position, relation)
+    WHERE relation != 'votes_on';
 CREATE INDEX IF NOT EXISTS links_tree ON links(target_root, relation, source_sequence)
     WHERE relation IN ('contained_in', 'replies_to', 'answers', 'branches_from', 'about',
     'evidence_for', 'assesses', 'proposes_for');
