@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from alexandria.reads.changes import Limits
+from alexandria.service.bootstrap import Founding
 from alexandria.store import feed
-from tests.conftest import Api, Clock, Founding, serve_library
+from tests.conftest import Api, Clock, serve_library
 from tests.objects_support import claim, discussion, evidence, ids, reply, revise, space
 
 CONVERSATION = ("discussion", "reply")
