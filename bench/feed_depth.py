@@ -6,7 +6,8 @@ to read.
 
 A fresh library on disk (``SqliteStorage``, the server's own write path: ``prepare`` then the
 writer), one discussion and a chain of replies, each replying to the one before.  At each depth
-asked for, the next reply's admission is measured alone: the rows it added to ``feed`` (one per
+asked for, the next reply's admission is measured alone (its time: the median of ``--samples``
+admissions from that depth): the rows it added to ``feed`` (one per
 *near* ancestor, ``store/feed.py``: at most ``feed.NEAR`` for a reply), what they take on disk
 (at the ``feed`` table's bytes per row, from ``dbstat``), the bytes of its
 ``objects.ancestors`` column, the ``deep`` marks it added, and the ``feed`` rows of the whole
@@ -73,7 +74,7 @@ async def _sync(storage: SqliteStorage, root: str) -> tuple[int, list[float], fl
             return items, pages, time.perf_counter() - t0
 
 
-async def measure(depths: list[int], fanout: int, tmp: Path
+async def measure(depths: list[int], fanout: int, samples: int, tmp: Path
                   ) -> tuple[list[tuple[int, int, int, int, int, int, float]],
                              list[tuple[str, int, list[float], float]]]:
     f = found_library(seed=b"bench-feed-depth", created_at="2026-01-01T00:00:00.000Z")
@@ -111,14 +112,23 @@ async def measure(depths: list[int], fanout: int, tmp: Path
                                   "previous": ""})
             took = time.perf_counter() - t0
             depth += 1
+            measured_at = depth
             rows_after, bytes_after, deep_after = _feed(db)
             with sqlite3.connect(db) as conn:
                 listed = int(conn.execute("SELECT length(ancestors) FROM objects WHERE root = ?",
                                           (parent,)).fetchone()[0])
             added = rows_after - rows_before
+            times = [took]
+            for _ in range(samples - 1):  # the time of one admission is noisy: a median
+                t0 = time.perf_counter()
+                parent = await admit({"kind": "reply", "title": "Reply", "body": "timed",
+                                      "links": [{"relation": "replies_to", "target": parent}],
+                                      "previous": ""})
+                times.append(time.perf_counter() - t0)
+                depth += 1
             # pages grow in steps: the admission's share is its rows at the table's bytes/row
-            out.append((depth, added, round(added * bytes_after / max(rows_after, 1)),
-                        listed, deep_after - deep_before, rows_after, took))
+            out.append((measured_at, added, round(added * bytes_after / max(rows_after, 1)),
+                        listed, deep_after - deep_before, rows_after, statistics.median(times)))
         wide = await admit({"kind": "discussion", "title": "Wide", "links": [],
                             "body": {"text": "Many answers, one level"}, "previous": ""})
         for _ in range(fanout):
@@ -139,19 +149,22 @@ def main() -> int:
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--depths", default="10,100,1000,10000",
                     help="comma-separated reply depths to measure")
+    ap.add_argument("--samples", type=int, default=21,
+                    help="admissions timed from each depth (their median is printed)")
     ap.add_argument("--fanout", type=int, default=1000,
                     help="direct replies of the shallow discussion whose feed is read")
     args = ap.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
     with tempfile.TemporaryDirectory() as d:
-        rows, reads = asyncio.run(measure(depths, args.fanout, Path(d)))
+        rows, reads = asyncio.run(measure(depths, args.fanout, args.samples, Path(d)))
     print(f"{'depth':>7} {'feed rows':>10} {'feed bytes':>11} {'ancestors':>10} {'deep':>5}"
           f" {'chain rows':>11} {'admit ms':>9}")
     for depth, added, grew, listed, deep, total, took in rows:
         print(f"{depth:>7} {added:>10} {grew:>11} {listed:>10} {deep:>5} {total:>11}"
               f" {took * 1000:>9.1f}")
     print("feed bytes: the admission's rows at the feed table's bytes per row (dbstat);"
-          " ancestors: bytes of the new object's objects.ancestors column; deep: marks added")
+          " ancestors: bytes of the new object's objects.ancestors column; deep: marks added;"
+          f" admit ms: median of {args.samples} admissions from that depth (synchronous=FULL)")
     for name, items, pages, seconds in reads:
         q = statistics.quantiles(pages, n=20) if len(pages) > 1 else pages * 19
         print(f"changes of the {name}: {items} items in {len(pages)} pages, {seconds:.2f} s;"
