@@ -339,7 +339,7 @@ def read_changes(
 _TREE_SEQUENCES = (
     "SELECT r.sequence, o.created_sequence, o.cdepth FROM revisions r"
     " JOIN objects o ON o.root = r.root"
-    " WHERE r.tree = :tree AND r.sequence > :after AND r.sequence <= :hi"
+    " WHERE r.tree = :tree AND r.tree != 0 AND r.sequence > :after AND r.sequence <= :hi"
     " ORDER BY r.sequence LIMIT :n"
 )
 

@@ -351,7 +351,8 @@ def _deep_firsts(
             return [(int(a), int(a), int(c)) for a, c in conn.execute(
                 "SELECT r.sequence, o.cdepth FROM revisions r"
                 " JOIN objects o ON o.created_sequence = r.sequence"
-                " WHERE r.tree = :tree AND r.sequence > :after ORDER BY r.sequence LIMIT :n",
+                " WHERE r.tree = :tree AND r.tree != 0 AND r.sequence > :after"
+                " ORDER BY r.sequence LIMIT :n",
                 {"tree": tree, "after": after, "n": n})]
         return rows
 
