@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -301,41 +302,61 @@ async def test_rows_per_admission_do_not_grow_with_depth(
     assert model.feed(n["d1"]) == (await follow(api, n["d1"], 7))[0]
 
 
+def _downgrade(db: str | Path) -> int:
+    """Turn a library written with every ancestor near into the earlier layout: plain ancestor
+    lists, none of this layout's columns, tables and index, no layout recorded (and, on
+    PostgreSQL, schema version 1); its ``feed`` rows."""
+    drops = [
+        "DROP INDEX revisions_tree", "DROP INDEX deep_tree", "DROP TABLE deep",
+        "ALTER TABLE revisions DROP COLUMN tree", "ALTER TABLE objects DROP COLUMN tree",
+        "ALTER TABLE objects DROP COLUMN cdepth", "ALTER TABLE objects DROP COLUMN cparent",
+        "ALTER TABLE objects DROP COLUMN jump", "DELETE FROM meta WHERE key = 'feed_layout'",
+    ]
+    conn: Any
+    if isinstance(db, Path):
+        conn = sqlite3.connect(db)
+        mark = "?"
+    else:
+        conn = psycopg.connect(db, autocommit=True)
+        mark = "%s"
+        drops.append("DELETE FROM schema_migrations WHERE version = 2")
+    try:
+        for root, text in conn.execute("SELECT root, ancestors FROM objects").fetchall():
+            conn.execute(f"UPDATE objects SET ancestors = {mark} WHERE root = {mark}",
+                         (" ".join(feed.root_of(t) for t in text.split()), root))
+        for sql in drops:
+            conn.execute(sql)
+        if isinstance(conn, sqlite3.Connection):
+            conn.commit()
+        return int(conn.execute("SELECT count(*) FROM feed").fetchone()[0])
+    finally:
+        conn.close()
+
+
 async def test_a_library_of_the_earlier_layout_is_rebuilt_when_opened(
-    tmp_path: Path, founding: Founding, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, founding: Founding, clock: Clock, db: str | Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A library written before this layout (a ``feed`` row per ancestor, plain ancestor
     lists, none of the new columns and tables) gets them when opened, its feed tables are
     rebuilt from ``objects`` and its links, and it reads and admits as a new one does."""
     monkeypatch.setattr(feed, "NEAR", 10**6)  # every ancestor near: the earlier layout's rows
     model = Model()
-    async for api in serve_library(tmp_path, founding, clock):
+    async for api in serve_library(tmp_path, founding, clock, db=db):
         n = await scripted(api, model, 12)
-    conn = sqlite3.connect(tmp_path / "lib.db")
-    for root, text in conn.execute("SELECT root, ancestors FROM objects").fetchall():
-        conn.execute("UPDATE objects SET ancestors = ? WHERE root = ?",
-                     (" ".join(feed.root_of(t) for t in text.split()), root))
-    conn.executescript(
-        "DROP INDEX revisions_tree; DROP INDEX deep_tree; DROP TABLE deep;"
-        " ALTER TABLE revisions DROP COLUMN tree; ALTER TABLE objects DROP COLUMN tree;"
-        " ALTER TABLE objects DROP COLUMN cdepth; ALTER TABLE objects DROP COLUMN cparent;"
-        " ALTER TABLE objects DROP COLUMN jump; DELETE FROM meta WHERE key = 'feed_layout';"
-    )
-    every_ancestor = conn.execute("SELECT count(*) FROM feed").fetchone()[0]
-    conn.close()
+    every_ancestor = _downgrade(db)
 
     monkeypatch.setattr(feed, "NEAR", 2)
     sizes = itertools.cycle((1, 3, 50))
-    async for api in serve_library(tmp_path, founding, clock, documents=[]):
+    async for api in serve_library(tmp_path, founding, clock, documents=[], db=db):
         await check(api, model, lambda: next(sizes))
         at = n["t2"]
         for i in range(4):  # and it goes on admitting, deeper
             at = await _publish(api, model, reply(model.head(at), f"after {i}"), [at])
         await check(api, model, lambda: next(sizes))
-    conn = sqlite3.connect(tmp_path / "lib.db")
-    assert conn.execute("SELECT value FROM meta WHERE key = 'feed_layout'").fetchone()[0] == (
-        feed.layout())
-    assert conn.execute("SELECT count(*) FROM feed").fetchone()[0] < every_ancestor
-    assert conn.execute("SELECT count(*) FROM deep").fetchone()[0] > 0
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    conn.close()
+        rows = await api.library.storage.read(lambda conn: [
+            conn.execute(sql).fetchone()[0] for sql in (
+                "SELECT value FROM meta WHERE key = 'feed_layout'",
+                "SELECT count(*) FROM feed", "SELECT count(*) FROM deep")])
+    assert rows[0] == feed.layout()
+    assert rows[1] < every_ancestor and rows[2] > 0
