@@ -3,11 +3,10 @@
 Most of what the rules and the storage ask of the ledger at each admission is either immutable
 once committed (a revision's identity, an object's near ancestors and conversation position
 (``store/feed.py``: both of constant size, never a list that grows with depth), an actor's
-catalogue id, the
-newest Merkle node of each level, the log's tail) or changed only through this very connection,
-which updates the memory as it writes (an object's head; the authorities and revocations are
-simply forgotten when one is admitted).  Answering those from memory instead of from SQLite
-saves about half of the writer's statements.
+catalogue id, the newest Merkle node of each level, the log's tail) or changed only through
+this very connection, which updates the memory as it writes (an object's head; the authorities
+and revocations are simply forgotten when one is admitted).  Answering those from memory
+instead of from SQLite saves about half of the writer's statements.
 
 The memory is only an answer to "what did the database hold the last time this connection
 looked", so it forgets everything when that may no longer be true:
