@@ -16,7 +16,9 @@ chain so far.
 Then the reads: every page (``limit=50``) of ``/api/changes`` for the chain's discussion (a
 *deep* root once the chain passes ``feed.NEAR``) and for a shallow discussion with
 ``--fanout`` direct replies (a normal root), in process (``changes.read_changes`` on the
-storage's reader, no HTTP): per-page p50/p95 and the full sync.  Before this layout the chain's
+storage's reader, no HTTP): per-page p50/p95 and the full sync; and for both, the discussion
+route's read (its exact total reads the whole conversation) and the object's ``section=all``
+first page, median of five.  Before this layout the chain's
 rows grew with depth (one per ancestor); an earlier tree runs this file as it is (the ``deep``
 table is then absent and counted as 0).
 """
@@ -36,6 +38,7 @@ from typing import Any
 
 from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.reads import objects
 from alexandria.reads.changes import read_changes
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import found_library
@@ -139,6 +142,18 @@ async def measure(depths: list[int], fanout: int, samples: int, tmp: Path
             await _sync(storage, root)  # warm
             items, pages, seconds = await _sync(storage, root)
             reads.append((name, items, pages, seconds))
+            for what, read in (
+                ("discussion (items + exact total)",
+                 lambda conn, r=root: objects.discussion(conn, storage, r, "old", 0)),
+                ("object section=all (first page)",
+                 lambda conn, r=root: objects.object_view(conn, storage, r, "all", 0, False)),
+            ):
+                times = []
+                for _ in range(5):
+                    t = time.perf_counter()
+                    await storage.read(read)
+                    times.append((time.perf_counter() - t) * 1000)
+                reads.append((f"{name}: {what}", 0, times, 0.0))
     finally:
         await storage.close()
     return out, reads
@@ -166,6 +181,9 @@ def main() -> int:
           " ancestors: bytes of the new object's objects.ancestors column; deep: marks added;"
           f" admit ms: median of {args.samples} admissions from that depth (synchronous=FULL)")
     for name, items, pages, seconds in reads:
+        if not items:
+            print(f"{name}: median {statistics.median(pages):.2f} ms of {len(pages)}")
+            continue
         q = statistics.quantiles(pages, n=20) if len(pages) > 1 else pages * 19
         print(f"changes of the {name}: {items} items in {len(pages)} pages, {seconds:.2f} s;"
               f" page p50 {statistics.median(pages):.2f} ms, p95 {q[18]:.2f} ms")
