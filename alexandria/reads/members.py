@@ -5,7 +5,8 @@ A root R is deep when a conversation below it reaches more than ``feed.NEAR`` le
 *hangs* below which every node of the tree belongs to R's feed.  R's members are its own
 revisions and its ``feed`` rows (what every root reads, ``own_and_near``) merged, in admission
 order and without duplicates, with the revisions of each marked tree whose object has a hang as
-an ancestor-or-self: a tree's revisions come in order from ``revisions_tree``, and each object
+an ancestor-or-self: a tree's revisions come in order from ``revisions_tree`` (from its first
+hang on: nothing created before a hang is below it), and each object
 is tested with one level-ancestor query per distinct hang depth (``feed.level_ancestor``,
 O(log depth) probes of ``objects``' integer key, remembered for the call).
 
@@ -130,8 +131,9 @@ def merge(ranges: list[tuple[Fetch, list[Hang] | None]], after: int, want: int,
                 return
         heapq.heappush(heap, (r.rows[r.at][0], i))
 
-    for i in range(len(state)):
-        refill(i, after)
+    for i, r in enumerate(state):
+        # a hang's members were created after it: a tree is read from its first hang on
+        refill(i, after if r.hangs is None else max(after, min(h.seq for h in r.hangs) - 1))
     found: list[int] = []
     decided: int | None = None
     while heap and len(found) < want:
