@@ -360,3 +360,33 @@ async def test_a_library_of_the_earlier_layout_is_rebuilt_when_opened(
                 "SELECT count(*) FROM feed", "SELECT count(*) FROM deep")])
     assert rows[0] == feed.layout()
     assert rows[1] < every_ancestor and rows[2] > 0
+
+
+async def test_later_pages_of_a_deep_root(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``section=all`` and the discussion route page by offset: the pages after the first of a
+    deep root hold the rest of the closure, in each order."""
+    monkeypatch.setattr(feed, "NEAR", 2)
+    model = Model()
+    n = await scripted(api, model, 70)
+    for name in ("s0", "c", "d1", "r5"):
+        root = n[name]
+        heads = [model.head(r) for r in model.below(root)]
+        assert len(heads) > 50
+        got: list[str] = []
+        offset: int | None = 0
+        while offset is not None:
+            view = (await api.client.get(f"/api/objects/{root}",
+                                         params={"section": "all", "offset": offset})).json()
+            got += ids(view["items"])
+            offset = view["next_offset"]
+        assert got == heads, name
+        if name in ("d1", "r5"):
+            for sort, order in (("old", heads), ("new", heads[::-1])):
+                got, offset = [], 0
+                while offset is not None:
+                    d = (await api.client.get(f"/api/entries/{root}/discussion",
+                                              params={"sort": sort, "offset": offset})).json()
+                    assert d["total"] == len(heads)
+                    got += ids(d["items"])
+                    offset = d["next_offset"]
+                assert got == order, (name, sort)
