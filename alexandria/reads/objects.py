@@ -30,6 +30,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from alexandria.reads import members
 from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
+from alexandria.store import feed
 from alexandria.store.feed import root_of
 from alexandria.store.schema import NOT_RELATED
 from alexandria.store.sqlite import SqliteStorage
@@ -279,7 +280,7 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
         "SELECT ancestors, tree, cdepth FROM objects WHERE root = ?", (subj.root,)
     ).fetchone()
     roots = [root_of(t) for t in row[0].split()] if row is not None else []
-    if row is not None and row[1]:
+    if row is not None and row[1] and int(row[2]) > feed.NEAR:  # else every ancestor is near
         roots += _far_spaces(conn, int(row[1]), subj.created_sequence, int(row[2]))
     roots = list(dict.fromkeys(roots))
     # asked in chunks of ANCESTOR_CHUNK parameters (SQLite refuses more than 32,766 in one
