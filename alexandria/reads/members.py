@@ -87,6 +87,8 @@ class Positions:
         ancestor-or-self."""
         wanted: dict[int, set[int]] = {}
         for h in hangs:
+            if h.cdepth == 0:
+                return True  # the tree's top: everything in the tree is below it
             if h.cdepth <= cdepth:
                 wanted.setdefault(h.cdepth, set()).add(h.seq)
         return any(
