@@ -24,7 +24,7 @@ def _schema_sql() -> str:
     return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
 
 
-#: Version 2 (issue 22, as ``store/schema.py``'s ``RETIRED_INDEXES``): fewer B-trees written
+#: Version 3 (issue 22, as ``store/schema.py``'s ``RETIRED_INDEXES``): fewer B-trees written
 #: per admission — tree links only in the index by target root (the list is
 #: ``store/schema.TREE_LINKS``; a test compares), none by exact target and relation (reads use
 #: ``links_to_revision``, which also holds the relation) — and the scores page read from one
@@ -46,7 +46,22 @@ CREATE INDEX IF NOT EXISTS vote_values_by_author
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, "schema.sql"),
-    (2, TREE_LINKS_AND_COVERING_VOTES),
+    # store/feed.py's encoding of feed membership (schema.sql has them for new databases;
+    # the rows are rebuilt by feed.ensure_layout when the library opens)
+    (2, """
+ALTER TABLE revisions ADD COLUMN IF NOT EXISTS tree BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN IF NOT EXISTS tree BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN IF NOT EXISTS cdepth BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN IF NOT EXISTS cparent BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN IF NOT EXISTS jump BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS revisions_tree ON revisions(tree, sequence) WHERE tree != 0;
+CREATE TABLE IF NOT EXISTS deep(
+    root TEXT COLLATE "C" NOT NULL, tree BIGINT NOT NULL, hang BIGINT NOT NULL,
+    PRIMARY KEY(root, tree, hang)
+);
+CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
+"""),
+    (3, TREE_LINKS_AND_COVERING_VOTES),
 )
 VERSION = MIGRATIONS[-1][0]
 
