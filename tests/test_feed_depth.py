@@ -319,7 +319,7 @@ def _downgrade(db: str | Path) -> int:
     else:
         conn = psycopg.connect(db, autocommit=True)
         mark = "%s"
-        drops.append("DELETE FROM schema_migrations WHERE version = 2")
+        drops.append("DELETE FROM schema_migrations WHERE version >= 2")
     try:
         for root, text in conn.execute("SELECT root, ancestors FROM objects").fetchall():
             conn.execute(f"UPDATE objects SET ancestors = {mark} WHERE root = {mark}",
