@@ -366,8 +366,8 @@ async def load(directory: Path, entries: int, seed: int, workers: int, follow_me
     write_json(directory / "genesis.json", founding.genesis_document)
     founding.log_key.save(directory / "log.key")
     planner = Planner(founding, entries, follow_members, random.Random(seed))
-    admitted = 0
-    waited = writing = 0.0
+    admitted = last_admitted = 0
+    waited = writing = last_writing = 0.0
     # the pool forks before the storage starts its threads
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers, initializer=_init_worker, initargs=(seed_bytes,)) as pool:
@@ -402,9 +402,15 @@ async def load(directory: Path, entries: int, seed: int, workers: int, follow_me
                 admitted += len(cands)
                 if admitted % (batch * 25) < batch:
                     rate = admitted / (time.perf_counter() - started)
+                    # the writer's own time per step: what grows with the library's size
+                    step = writing - last_writing
                     print(f"  {admitted:,} admitted, {rate:,.0f}/s (waiting for signers"
-                          f" {waited:.0f} s, admitting {writing:.0f} s)", file=sys.stderr,
-                          flush=True)
+                          f" {waited:.0f} s, admitting {writing:.0f} s; this step"
+                          f" {admitted - last_admitted:,} in {step:.0f} s of admitting,"
+                          f" {(admitted - last_admitted) / max(step, 1e-9):,.0f}/s;"
+                          f" {db.stat().st_size / admitted:,.0f} bytes/entry)",
+                          file=sys.stderr, flush=True)
+                    last_writing, last_admitted = writing, admitted
         finally:
             await storage.close()
     elapsed = time.perf_counter() - started

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from alexandria.reads.changes import Limits
@@ -207,6 +207,7 @@ async def test_every_feed_matches_the_naive_closure(
     await check(api, model, lambda: data.draw(st.integers(1, 4)))
     # a snapshot followed half-way, then more admissions deep below: nothing skipped or repeated
     roots = list(model.objs)
+    assume(roots)  # replies, revisions and evidence alone, with nothing to attach to, made none
     root = roots[data.draw(st.integers(0, len(roots) - 1))]
     page = await _changes(api, root, 1, None)
     got, cursor = ids(page["items"]), page["cursor"]
@@ -319,7 +320,7 @@ def _downgrade(db: str | Path) -> int:
     else:
         conn = psycopg.connect(db, autocommit=True)
         mark = "%s"
-        drops.append("DELETE FROM schema_migrations WHERE version = 2")
+        drops.append("DELETE FROM schema_migrations WHERE version >= 2")
     try:
         for root, text in conn.execute("SELECT root, ancestors FROM objects").fetchall():
             conn.execute(f"UPDATE objects SET ancestors = {mark} WHERE root = {mark}",

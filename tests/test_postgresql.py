@@ -28,6 +28,7 @@ from alexandria.errors import BadRequest
 from alexandria.service.bootstrap import Founding
 from alexandria.store import schema as sqlite_schema
 from alexandria.store.postgresql import is_database_url
+from alexandria.store.postgresql import schema as pg_schema
 from alexandria.store.postgresql.connection import translate
 from alexandria.store.postgresql.migrate import migrate
 from alexandria.store.postgresql.schema import _schema_sql
@@ -208,6 +209,27 @@ def test_the_schema_matches_sqlites_columns(pg_db: str) -> None:
             assert mine == theirs, table
     assert sqlite_schema.NOT_RELATED.replace("'", "") in _schema_sql().replace("'", "").replace(
         "\n    ", " ")
+    assert sqlite_schema.TREE_LINKS.replace("'", "") in pg_schema.TREE_LINKS_AND_COVERING_VOTES\
+        .replace("'", "").replace("\n    ", " ")
+
+
+def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(pg_db: str) -> None:
+    """Issue 22's index layout reaches a database made before it, once (``MIGRATIONS``)."""
+    with psycopg.connect(pg_db, autocommit=True) as raw:
+        raw.execute("CREATE TABLE schema_migrations(version INTEGER PRIMARY KEY,"
+                    " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+        raw.execute(_schema_sql().encode())
+        raw.execute("INSERT INTO schema_migrations(version) VALUES (1)")
+
+        def indexes() -> set[str]:
+            return {r[0] for r in raw.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename IN ('links', 'vote_values')")}
+
+        assert set(sqlite_schema.RETIRED_INDEXES) <= indexes()
+        assert pg_schema.apply(raw) == [2, 3]
+        assert not indexes() & set(sqlite_schema.RETIRED_INDEXES)
+        assert {"links_tree", "links_to_revision", "vote_values_by_author"} <= indexes()
+        assert pg_schema.apply(raw) == []
 
 
 @pytest.mark.parametrize(("sql", "expected"), [

@@ -8,10 +8,13 @@ from pathlib import Path
 import orjson
 
 from alexandria.core.timestamps import parse_ms
+from alexandria.reads import objects as objects_reads
 from alexandria.reads.objects import SECTIONS
 from alexandria.service.bootstrap import Founding
+from alexandria.store import schema
 from alexandria.store.merkle_nodes import tree_size
 from tests import objects_support
+from tests.catalogue_support import vote
 from tests.conftest import Api, Clock, serve_library
 from tests.objects_support import publish_example
 
@@ -110,3 +113,64 @@ async def test_a_library_closed_and_opened_again_reads_the_same(
         assert [item["id"] for item in feed["items"]] == [reply["id"]]
         feed = (await api.client.get("/api/changes", params={"root": names["space"]})).json()
         assert feed["items"][-1]["id"] == reply["id"]
+
+
+# The index layout before issue 22's: every link in two indexes by its target, the scores page
+# read through a narrow index of vote roots.
+_EARLIER_INDEXES = """
+DROP INDEX links_tree;
+DROP INDEX links_to_revision;
+CREATE INDEX links_incoming ON links(target, source_sequence) WHERE relation != 'votes_on';
+DROP INDEX vote_values_by_author;
+CREATE INDEX links_target ON links(target, relation);
+CREATE INDEX links_target_root ON links(target_root, relation);
+CREATE INDEX vote_values_author ON vote_values(author_id, head_sequence);
+"""
+
+
+async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
+    tmp_path: Path, founding: Founding, clock: Clock
+) -> None:
+    actors = [founding.participants[name].actor for name in ("owner", "peer")]
+
+    async def reads(api: Api, revisions: list[str]) -> list[bytes]:
+        out = await _reads(api, revisions)
+        for actor in actors:
+            for offset in ("0", "1"):
+                r = await api.client.get("/api/scores", params={"author": actor, "offset": offset})
+                out.append(r.content)
+        return out
+
+    async for api in serve_library(tmp_path, founding, clock):
+        names = await publish_example(api)
+        for i, (voter, target, value) in enumerate([
+            ("peer", "claim", "1"), ("peer", "document", "-1"), ("owner", "claim", "1"),
+            ("owner", "reply", "0"), ("peer", "space", "1"),
+        ]):
+            signed = await api.publish(voter, vote(names[target], value))
+            names[f"vote {i}"] = signed["id"]
+        changed = await api.publish("peer", vote(names["claim"], "-1", previous=names["vote 0"]))
+        revisions = [*names.values(), changed["id"]]
+        before = await reads(api, revisions)
+    conn = sqlite3.connect(tmp_path / "lib.db")
+    conn.executescript(_EARLIER_INDEXES)
+    conn.close()
+
+    async for api in serve_library(tmp_path, founding, clock, documents=[]):
+        assert await reads(api, revisions) == before
+        conn = sqlite3.connect(tmp_path / "lib.db")
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert not indexes & set(schema.RETIRED_INDEXES)
+        assert {"links_tree", "links_to_revision", "vote_values_by_author"} <= indexes
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        # the reads take the new indexes: SQLite uses a partial index only when the query
+        # repeats its condition
+        children = " ".join(str(r[3]) for r in conn.execute(
+            "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", False),
+            {"root": names["space"]}))
+        assert "links_tree" in children
+        exact = " ".join(str(r[3]) for r in conn.execute(
+            "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", True),
+            {"rev": names["space"]}))
+        assert "links_to_revision" in exact
+        conn.close()

@@ -32,7 +32,7 @@ from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store import feed
 from alexandria.store.feed import root_of
-from alexandria.store.schema import NOT_RELATED
+from alexandria.store.schema import NOT_RELATED, TREE_LINKS
 from alexandria.store.sqlite import SqliteStorage
 
 PAGE_SIZE = 50
@@ -145,23 +145,52 @@ def subject(conn: sqlite3.Connection, rev: str) -> Subject | None:
 SectionResult = tuple[list[int], bool]  # a page of sequences, and whether more follow
 
 
-def _tree_arm(relation: str, exact: bool, column: str = "l.source_sequence AS seq") -> str:
-    """First revisions of the objects whose ``relation`` tree link names the subject (any of its
-    revisions, or exactly ``:rev``).
+def _tree_arm(
+    relations: str | Sequence[str], exact: bool, column: str = "l.source_sequence AS seq"
+) -> str:
+    """First revisions of the objects whose tree link of one of ``relations`` names the subject
+    (any of its revisions, or exactly ``:rev``).
 
     Tree links never change across revisions, so the first revision carries them; the range
-    ``links_target_root(target_root, relation)`` (``links_target`` when exact) is ordered by
-    ``source_sequence``, the primary key suffix, so no sort is needed.  A link is a first
-    revision's exactly when an ``objects`` row was created at its sequence: one probe of that
-    table's integer key (objects are stored in creation order, so the rows of a space's
-    children sit together), not of ``revisions`` and its 64-hex ids."""
-    assert relation in FEED_RELATIONS
-    named = "l.target = :rev" if exact else "l.target_root = :root"
-    return (
-        f"SELECT {column} FROM links l"
-        " JOIN objects o ON o.created_sequence = l.source_sequence"
-        f" WHERE {named} AND l.relation = '{relation}'"
+    ``links_tree(target_root, relation)`` (``links_to_revision(target, source_sequence, …)`` when
+    exact) is ordered by ``source_sequence``, the primary key suffix, so no sort is needed.  A
+    link is a first revision's exactly when an ``objects`` row was created at its sequence: one
+    probe of that table's integer key (objects are stored in creation order, so the rows of a
+    space's children sit together), not of ``revisions`` and its 64-hex ids.
+
+    Several relations: by root, one arm each (``_tree_arms``); exactly, one arm for all, since
+    ``links_to_revision`` is not keyed by relation — an arm per relation would each read every
+    link to the revision, and one finding none would read them all."""
+    if isinstance(relations, str):
+        relations = (relations,)
+    assert relations and all(r in FEED_RELATIONS for r in relations)
+    named = (
+        f"l.relation = '{relations[0]}'" if len(relations) == 1
+        else "l.relation IN ('" + "', '".join(relations) + "')"
     )
+    # DISTINCT: one object may hold two of the relations to the subject
+    distinct = "DISTINCT " if len(relations) > 1 else ""
+    return (
+        f"SELECT {distinct}{column} FROM links l"
+        " JOIN objects o ON o.created_sequence = l.source_sequence"
+        f" WHERE {_tree_links(exact, 'l.')} AND {named}"
+    )
+
+
+def _tree_arms(relations: Sequence[str], exact: bool) -> list[str]:
+    """``_tree_arm`` of every relation: one range each by root, one range in all exactly."""
+    if exact and relations:
+        return [_tree_arm(relations, True)]
+    return [_tree_arm(r, exact) for r in relations]
+
+
+def _tree_links(exact: bool, prefix: str = "") -> str:
+    """The condition naming the subject's tree links, with the WHERE clause of the partial index
+    that holds them (SQLite uses a partial index only when the query repeats its condition):
+    ``links_to_revision`` for one exact revision, ``links_tree`` for any of the object's."""
+    if exact:
+        return f"{prefix}target = :rev AND {prefix}relation != 'votes_on'"
+    return f"{prefix}target_root = :root AND {prefix}relation IN {TREE_LINKS}"
 
 
 def _contained_arm(kind: str) -> str:
@@ -375,7 +404,7 @@ def _section_children(
     params = {"root": subj.root, "rev": subj.rev}
     if warm is not None:
         _warm_tree_links(conn, relations, exact, params, offset, warm)
-    firsts, more = _page(conn, _merged([_tree_arm(r, exact) for r in relations]), params, offset)
+    firsts, more = _page(conn, _merged(_tree_arms(relations, exact)), params, offset)
     return _heads(conn, firsts, warm), more
 
 
@@ -387,10 +416,11 @@ def _warm_tree_links(
     space's children were created at scattered times: read ahead, several at once, the rows of
     the links it will probe first (the links from the index alone; a later revision's link
     probes a row that is not there, which costs the same page)."""
-    named = "target = :rev" if exact else "target_root = :root"
+    groups = [tuple(relations)] if exact else [(r,) for r in relations]
     arms = [
-        f"SELECT source_sequence AS seq FROM links WHERE {named} AND relation = '{relation}'"
-        for relation in relations
+        f"SELECT source_sequence AS seq FROM links WHERE {_tree_links(exact)}"
+        " AND relation IN ('" + "', '".join(group) + "')"
+        for group in groups
     ]
     limit = min(offset + 2 * (PAGE_SIZE + 1), 1_000)
     rows = conn.execute(_merged(arms) + " LIMIT :limit", {**params, "limit": limit})
@@ -448,7 +478,7 @@ def _section_knowledge(
 ) -> SectionResult:
     params = {"root": subj.root, "rev": subj.rev}
     if subj.kind == "claim":
-        arms = [_tree_arm("evidence_for", exact), _tree_arm("assesses", exact)]
+        arms = _tree_arms(("evidence_for", "assesses"), exact)
         return _page(conn, _merged(arms), params, offset)  # immutable: first revision is head
     if subj.kind != "space":
         return [], False
@@ -470,7 +500,7 @@ def _section_related(
 ) -> SectionResult:
     """Exact targets of the item's links (but its containment: see ``ancestors``), then the
     current heads of other objects linking to it by citation, includes, relationship or merge
-    (partial indexes ``links_related`` and, exact, ``links_incoming``)."""
+    (partial indexes ``links_related`` and, exact, ``links_to_revision``)."""
     targets: list[str] = []
     for relation, target in _links_of(conn, item):
         if relation != "contained_in" and target not in targets:
@@ -501,7 +531,11 @@ def _section_graph(
     partial index ``links_relationships`` per endpoint, so the cost follows the number of
     direct children; a space's contained children come straight from ``objects_contents``."""
     relations = CHILD_RELATIONS.get(subj.kind, ())
-    endpoints = [_tree_arm(rel, exact, "o.root") for rel in relations if rel != "contained_in"]
+    linked = [rel for rel in relations if rel != "contained_in"]
+    endpoints = (
+        [_tree_arm(linked, True, "o.root")] if exact and linked
+        else [_tree_arm(rel, exact, "o.root") for rel in linked]
+    )
     if "contained_in" in relations and (not exact or subj.rev == subj.root):
         endpoints.append("SELECT root FROM objects WHERE parent = :root AND parent != ''")
     endpoints.append(
@@ -517,7 +551,8 @@ def _section_graph(
     if exact:
         arms.append(
             "SELECT l.source_sequence AS seq FROM links l"
-            f" WHERE l.target = :rev AND l.relation IN {RELATIONSHIP_LINKS}"
+            f" WHERE l.target = :rev AND l.relation != 'votes_on'"
+            f" AND l.relation IN {RELATIONSHIP_LINKS}"
         )
     # a relationship between two endpoints has two matching links: DISTINCT keeps it once
     sql = "SELECT DISTINCT seq FROM (" + " UNION ALL ".join(arms) + ") AS u ORDER BY seq"
@@ -529,7 +564,7 @@ def tree_children(
     warm: Warm | None = None,
 ) -> SectionResult:
     """Current heads of the objects whose ``relation`` tree link names the object (any of its
-    revisions), by creation: one range of ``links_target_root``, as in ``children``."""
+    revisions), by creation: one range of ``links_tree``, as in ``children``."""
     firsts, more = _page(
         conn, _merged([_tree_arm(relation, False)]), {"root": subj.root, "rev": subj.rev}, offset
     )
@@ -554,7 +589,7 @@ assert tuple(_SECTIONS) == SECTIONS
 @snapshot
 def connections(conn: sqlite3.Connection, rev: str, offset: int) -> Connections | None:
     """The entry's own links; the links naming exactly this revision that the current head of
-    another object holds, in admission order (``links_incoming``: votes are not indexed); the
+    another object holds, in admission order (``links_to_revision``: votes are not indexed); the
     object's revision ids, oldest first.  ``offset`` pages incoming and history together."""
     subj = subject(conn, rev)
     if subj is None:

@@ -16,18 +16,16 @@ from alexandria.store.search_index import actor_id
 
 
 def _read_ahead(conn: sqlite3.Connection, aid: int, offset: int, warm: Warm) -> None:
-    """The page's votes, revisions and targets sit on pages scattered over the database: read
-    them several at once (``catalogue.Warm``), in two rounds — a vote's row names its target."""
-    roots = [r[0] for r in conn.execute(
-        "SELECT vote_root FROM vote_values INDEXED BY vote_values_author"
+    """The page's head revisions and targets sit on pages scattered over the database: read
+    them several at once (``catalogue.Warm``); the votes themselves come from one range of the
+    covering index ``vote_values_by_author``."""
+    rows = conn.execute(
+        "SELECT head_sequence, target FROM vote_values INDEXED BY vote_values_by_author"
         " WHERE author_id = ? ORDER BY head_sequence DESC LIMIT ? OFFSET ?",
         (aid, PAGE_SIZE, offset),
-    )]
-    warm("votes", roots)
-    warm("object_scores", list(dict.fromkeys(
-        conn.execute("SELECT target FROM vote_values WHERE vote_root = ?", (root,)).fetchone()[0]
-        for root in roots
-    )))
+    ).fetchall()
+    warm("revision_ids", [r[0] for r in rows])
+    warm("object_scores", list(dict.fromkeys(r[1] for r in rows)))
 
 
 def scores(
@@ -51,7 +49,7 @@ def scores(
             "SELECT v.vote_root, v.target, v.value, r.id,"
             " (SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
             "  WHERE o.root = v.target)"
-            " FROM vote_values v INDEXED BY vote_values_author"
+            " FROM vote_values v INDEXED BY vote_values_by_author"
             " JOIN revisions r ON r.sequence = v.head_sequence"
             " WHERE v.author_id = ? ORDER BY v.head_sequence DESC LIMIT ? OFFSET ?",
             (aid, PAGE_SIZE, offset),

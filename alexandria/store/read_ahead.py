@@ -27,15 +27,14 @@ MINIMUM = 8  # fewer rows than this are read by the reader alone: the hand-offs 
 # What is read ahead, by name: the pages of everything ``SqliteStorage.signed_many`` reads for
 # a sequence (the leaf itself, so that a leaf spilling onto overflow pages brings them too); a
 # head's stored words (``reads/catalogue._relevance`` counts in them); an object's row, by its
-# first sequence (``reads/objects._heads``); a vote's row and revision, by its root, and an
-# object's score, by its root (``reads/scores``).
+# first sequence (``reads/objects._heads``); a revision's id, by its sequence, and an object's
+# score, by its root (``reads/scores``: a vote's head and target come from the covering index).
 _ROWS_SQL = {
     "records": "SELECT r.id, l.leaf FROM revisions r JOIN log l ON l.sequence = r.sequence"
                " WHERE r.sequence = ?",
     "catalogue_words": "SELECT length(title), length(body) FROM catalogue_words WHERE seq = ?",
     "objects": "SELECT head_sequence FROM objects WHERE created_sequence = ?",
-    "votes": "SELECT v.target, r.id FROM vote_values v"
-             " JOIN revisions r ON r.sequence = v.head_sequence WHERE v.vote_root = ?",
+    "revision_ids": "SELECT id FROM revisions WHERE sequence = ?",
     "object_scores": "SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
                      " WHERE o.root = ?",
 }

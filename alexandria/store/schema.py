@@ -24,6 +24,10 @@ from alexandria.rules.state import FEED_RELATIONS
 #: condition.
 NOT_RELATED = "('" + "', '".join((*FEED_RELATIONS, "votes_on")) + "')"
 
+#: Tree links (the relations of a feed): the WHERE clause of the partial index ``links_tree``,
+#: repeated by the queries that read it (``reads/objects.py``).
+TREE_LINKS = "('" + "', '".join(FEED_RELATIONS) + "')"
+
 # One row per object, in creation order: the rowid is the sequence of its first revision, so a
 # new object appends to the table instead of splitting a page of rows keyed by a random root
 # (the root index holds 64 hex characters and a rowid per entry).  ``ancestors``: the object's
@@ -95,12 +99,14 @@ CREATE INDEX IF NOT EXISTS revisions_later ON revisions(root, sequence) WHERE id
     target_root TEXT NOT NULL,
     PRIMARY KEY(source_sequence, position)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS links_target ON links(target, relation);
-CREATE INDEX IF NOT EXISTS links_target_root ON links(target_root, relation);
+-- children, discussions, knowledge (objects.py ``_tree_arm``): tree links by the target's root;
+-- links naming one exact revision are found through ``links_to_revision``
+CREATE INDEX IF NOT EXISTS links_tree ON links(target_root, relation)
+    WHERE relation IN """ + TREE_LINKS + """;
 -- object views (objects.py): incoming links in admission order, without tree links and votes
 CREATE INDEX IF NOT EXISTS links_related ON links(target_root, source_sequence) WHERE relation
     NOT IN """ + NOT_RELATED + """;
-CREATE INDEX IF NOT EXISTS links_incoming ON links(target, source_sequence)
+CREATE INDEX IF NOT EXISTS links_to_revision ON links(target, source_sequence, position, relation)
     WHERE relation != 'votes_on';
 CREATE INDEX IF NOT EXISTS links_relationships ON links(target_root, source_sequence)
     WHERE relation IN ('relates_from', 'relates_to');
@@ -284,7 +290,9 @@ CREATE TABLE IF NOT EXISTS vote_values(
     value INTEGER NOT NULL,
     head_sequence INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS vote_values_author ON vote_values(author_id, head_sequence);
+-- an actor's votes, newest first, with everything ``/api/scores`` shows of them but the head's id
+CREATE INDEX IF NOT EXISTS vote_values_by_author
+    ON vote_values(author_id, head_sequence, target, value);
 CREATE TABLE IF NOT EXISTS vote_totals(
     author_id INTEGER PRIMARY KEY,
     score INTEGER NOT NULL DEFAULT 0,
@@ -310,6 +318,16 @@ CREATE TABLE IF NOT EXISTS enrolment_requests(
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS enrolment_requests_expires ON enrolment_requests(expires_ms);
 """
+
+#: Indexes of earlier layouts that this one replaced, dropped when a library is opened
+#: (``TABLES`` creates their replacements): each was a B-tree every admission wrote a page of.
+#: ``links_target`` (exact targets: ``links_to_revision`` serves those reads),
+#: ``links_incoming`` (now ``links_to_revision``, which holds each link's relation: an exact
+#: children page filters on it without reading the link's row),
+#: ``links_target_root`` (every link, votes included: now ``links_tree``, tree links only),
+#: ``vote_values_author`` (now ``vote_values_by_author``, covering the scores page).
+RETIRED_INDEXES = ("links_target", "links_target_root", "links_incoming", "vote_values_author")
+RETIRE = "".join(f"DROP INDEX IF EXISTS {name};\n" for name in RETIRED_INDEXES)
 
 TABLES = SCHEMA + CHECKPOINTS + COSIGNATURES + PERSONAL + CATALOGUE + ENROLMENT
 

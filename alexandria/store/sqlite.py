@@ -273,6 +273,7 @@ class SqliteStorage(Storage):
         conn.execute("PRAGMA busy_timeout = 30000")  # opening; _begin waits for writes
         schema.add_columns(conn)  # a library of an earlier layout: before TABLES' indexes
         conn.executescript(schema.TABLES)
+        conn.executescript(schema.RETIRE)  # an earlier layout's indexes, once replaced
         conn.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting
         conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # see wal_checkpointer
@@ -504,11 +505,35 @@ class SqliteStorage(Storage):
 
     async def admit_many(self, cands: Sequence[Candidate]) -> list[Admitted | DryRun | Exception]:
         """The bulk path (loaders): each candidate exactly as ``admit`` would, in order, all in
-        one write transaction, each in its own savepoint so that a refusal undoes only itself."""
+        one write transaction.
+
+        As in a batch of ``admit`` calls, a refusal is raised before the admission writes
+        anything, so the bulk runs as a ``checks_first`` job, in no savepoint at all: a
+        savepoint copies every page it is the first to change into SQLite's sub-journal, a
+        temporary file — with one savepoint per candidate, the pages every admission changes
+        (the log's tail, the Merkle nodes, the catalogue) were copied once per candidate, and
+        RELEASE was the loader's largest single cost.  An admission failing in a way it did not
+        plan for (a bug) may have written part of its rows: the writer then rolls the batch
+        back and runs it again with each job in its own savepoint, and this job, told so by
+        its first failure, gives each candidate a savepoint of its own, so that candidate fails
+        alone."""
+        aborted: list[BaseException] = []
 
         def run(conn: sqlite3.Connection) -> list[Admitted | DryRun | Exception]:
             out: list[Admitted | DryRun | Exception] = []
             for cand in cands:
+                if not aborted:
+                    try:
+                        out.append(self._admit(conn, cand, False))
+                    except AlexandriaError as exc:
+                        if isinstance(exc, ServiceError):
+                            aborted.append(exc)
+                            raise
+                        out.append(exc)  # refused before writing
+                    except Exception as exc:
+                        aborted.append(exc)
+                        raise
+                    continue
                 conn.execute("SAVEPOINT bulk")
                 try:
                     out.append(self._admit(conn, cand, False))
@@ -519,7 +544,7 @@ class SqliteStorage(Storage):
                 conn.execute("RELEASE bulk")
             return out
 
-        return await self.write(run)
+        return await self.write(run, checks_first=True)
 
     def state_view(self, conn: sqlite3.Connection) -> _StateView:
         """The rules' ``StateView`` over ``conn``, inside a write transaction of this storage."""
@@ -840,8 +865,8 @@ class SqliteStorage(Storage):
 
     def read_ahead(self, what: str, sequences: Sequence[int | str]) -> None:
         """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves, by
-        sequence; ``"catalogue_words"``; ``"votes"``, ``"object_scores"``: by root) at
-        ``sequences`` into memory several at once (``store/read_ahead.py``), before a read
+        sequence; ``"catalogue_words"``; ``"revision_ids"``: by sequence; ``"object_scores"``: by
+        root) at ``sequences`` into memory several at once (``store/read_ahead.py``), before a read
         connection reads them one by one."""
         if self._ahead is not None:
             self._ahead.rows(what, sequences)

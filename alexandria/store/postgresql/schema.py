@@ -24,6 +24,25 @@ def _schema_sql() -> str:
     return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
 
 
+#: Version 3 (issue 22, as ``store/schema.py``'s ``RETIRED_INDEXES``): fewer B-trees written
+#: per admission — tree links only in the index by target root (the list is
+#: ``store/schema.TREE_LINKS``; a test compares), none by exact target and relation (reads use
+#: ``links_to_revision``, which also holds the relation) — and the scores page read from one
+#: covering index.
+TREE_LINKS_AND_COVERING_VOTES = """
+DROP INDEX IF EXISTS links_target;
+DROP INDEX IF EXISTS links_target_root;
+DROP INDEX IF EXISTS links_incoming;
+CREATE INDEX IF NOT EXISTS links_to_revision ON links(target, source_sequence, position, relation)
+    WHERE relation != 'votes_on';
+CREATE INDEX IF NOT EXISTS links_tree ON links(target_root, relation, source_sequence)
+    WHERE relation IN ('contained_in', 'replies_to', 'answers', 'branches_from', 'about',
+    'evidence_for', 'assesses', 'proposes_for');
+DROP INDEX IF EXISTS vote_values_author;
+CREATE INDEX IF NOT EXISTS vote_values_by_author
+    ON vote_values(author_id, head_sequence, target, value, vote_root);
+"""
+
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, "schema.sql"),
@@ -42,6 +61,7 @@ CREATE TABLE IF NOT EXISTS deep(
 );
 CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
 """),
+    (3, TREE_LINKS_AND_COVERING_VOTES),
 )
 VERSION = MIGRATIONS[-1][0]
 
