@@ -193,3 +193,43 @@ def test_a_server_whose_writer_dies_stops_and_says_why(tmp_path: Path, founding:
         assert "admission writer process exited" in server.proc.stderr.read().decode()
     finally:
         server.stop()
+
+
+def _listen_later(path: str, delay: float) -> None:
+    import socket
+    import time
+
+    time.sleep(delay)
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen()
+        time.sleep(30)
+
+
+def test_the_workers_wait_for_the_writer_to_listen(tmp_path: Path) -> None:
+    """The writer opens (and may migrate) the library before it listens; the HTTP workers
+    start only then (a worker opening the database under a long migration timed out on its
+    write lock and the server failed to start on an upgraded 1M-entry library)."""
+    import multiprocessing
+    import time
+
+    from alexandria.api.serve import _await_writer
+
+    path = str(tmp_path / "writer.sock")
+    process = multiprocessing.get_context("spawn").Process(
+        target=_listen_later, args=(path, 1.5)
+    )
+    started = time.monotonic()
+    process.start()
+    try:
+        _await_writer(process, path)
+        waited = time.monotonic() - started
+        assert waited >= 1.5 and process.is_alive()
+    finally:
+        process.kill()
+        process.join()
+    # a writer that dies while opening: no wait beyond its exit
+    dead = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0.2,))
+    dead.start()
+    _await_writer(dead, str(tmp_path / "never.sock"))
+    assert not dead.is_alive()

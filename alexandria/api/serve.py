@@ -14,9 +14,11 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,12 +280,32 @@ def writer_process(genesis: str, db: str) -> Iterator[str]:
 
     threading.Thread(target=watch, name="writer-watch", daemon=True).start()
     try:
+        _await_writer(process, socket_path)
         yield socket_path
     finally:
         stopping.set()
         process.terminate()
         process.join(30)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _await_writer(process: multiprocessing.process.BaseProcess, socket_path: str) -> None:
+    """Wait until the writer listens: it opens the library first, and opening may migrate an
+    earlier layout (``store/schema.py``, ``store/feed.py``: minutes on a large library, in one
+    write transaction).  The HTTP workers start only then — opened while a migration holds
+    the write lock, they would time out on it and fail to start."""
+    started = time.monotonic()
+    said = False
+    while process.is_alive():
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(socket_path)
+            return
+        if not said and time.monotonic() - started > 2.0:
+            print("opening the library (an earlier layout is migrated first: on a large"
+                  " library this takes minutes)…", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(0.05)
+    # the watch thread reports the exit and stops the server
 
 
 def writer_main(genesis: str, db: str, socket_path: str) -> None:
