@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,17 @@ def db(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str | Pa
         return tmp_path / "lib.db"
     cluster: pgcluster.Cluster = request.getfixturevalue("pg_cluster")
     return cluster.database()
+
+
+@pytest.fixture
+def new_db(backend: str, request: pytest.FixtureRequest) -> Callable[[Path], str | Path]:
+    """Fresh library databases of the test's backend for live servers and commands:
+    ``new_db(path)`` is the SQLite file ``path`` itself, or the URL of a new, empty database of
+    the session's PostgreSQL cluster."""
+    if backend == "sqlite":
+        return lambda path: path
+    cluster: pgcluster.Cluster = request.getfixturevalue("pg_cluster")
+    return lambda path: cluster.database()
 
 
 @pytest.fixture

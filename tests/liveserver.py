@@ -51,7 +51,7 @@ class Server:
     def __init__(
         self,
         genesis: Path,
-        db: Path,
+        db: Path | str,
         log_key: Path | None = None,
         port: int | None = None,
         workers: int = 1,
@@ -118,7 +118,7 @@ class Server:
 
 @contextmanager
 def serving(
-    genesis: Path, db: Path, log_key: Path | None = None, workers: int = 1,
+    genesis: Path, db: Path | str, log_key: Path | None = None, workers: int = 1,
     extra: tuple[str, ...] = (),
 ) -> Iterator[Server]:
     server = Server(genesis, db, log_key, workers=workers, extra=extra)
