@@ -8,13 +8,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from alexandria.files import write_json
 from alexandria.service.bootstrap import Founding
+
+#: the ``new_db`` fixture (conftest.py): a fresh library database of the test's backend
+NewDb = Callable[[Path], "Path | str"]
 
 
 def free_port() -> int:

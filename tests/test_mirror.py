@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -14,7 +13,7 @@ import psycopg
 import pytest
 
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import serving, write_library_files
+from tests.liveserver import NewDb, serving, write_library_files
 from tests.ops_support import (
     Writer,
     cli,
@@ -28,7 +27,6 @@ from tests.ops_support import (
 )
 
 pytestmark = pytest.mark.slow
-NewDb = Callable[[Path], "Path | str"]
 
 
 def same_reads(origin: str, replica: str, writer: Writer) -> None:

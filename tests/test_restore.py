@@ -4,7 +4,6 @@ a catch-up from the mirror (or an export), and nothing acknowledged lost."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -15,7 +14,7 @@ from alexandria.core import merkle
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.service.bootstrap import Founding
 from alexandria.service.published import PublishedCheckpoint, path_for
-from tests.liveserver import serving, write_library_files
+from tests.liveserver import NewDb, serving, write_library_files
 from tests.ops_support import (
     Writer,
     cli,
@@ -27,7 +26,6 @@ from tests.ops_support import (
 )
 
 pytestmark = pytest.mark.slow
-NewDb = Callable[[Path], "Path | str"]
 
 
 def changes_cursor(url: str, root: str) -> str:
