@@ -170,6 +170,16 @@ def new_db(backend: str, request: pytest.FixtureRequest) -> Callable[[Path], str
     return lambda path: cluster.database()
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def module_db(request: pytest.FixtureRequest) -> Callable[[Path], str | Path]:
+    """``new_db`` for a module's shared live library (``cli_support.Library``): every test of
+    the module runs against a library on each backend."""
+    if request.param == "sqlite":
+        return lambda path: path
+    cluster: pgcluster.Cluster = request.getfixturevalue("pg_cluster")
+    return lambda path: cluster.database()
+
+
 @pytest.fixture
 async def api(
     tmp_path: Path, founding: Founding, clock: Clock, db: str | Path
