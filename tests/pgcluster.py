@@ -2,7 +2,10 @@
 directory, the server on a Unix socket in that directory (no TCP port), stopped and removed at
 the end.  Root cannot run the server, so as root the cluster belongs to the ``postgres`` user.
 
-``Cluster.database()`` creates a fresh, empty database and returns its libpq URL.
+``Cluster.database()`` creates a fresh library database and returns its libpq URL: a copy of a
+template database migrated once per cluster (``CREATE DATABASE … TEMPLATE``: ~35 ms, where an
+empty database then migrated by the first node takes ~190 ms; several hundred tests make one),
+or with ``migrated=False`` an empty one, as an operator's ``createdb`` leaves it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Cluster:
         self.socket = str(root)
         self.durable = durable
         self._names = itertools.count(1)
+        self._template: str | None = None
         self._user: pwd.struct_passwd | None = None
         if os.geteuid() == 0:
             self._user = pwd.getpwnam("postgres")
@@ -84,11 +88,27 @@ class Cluster:
     def url(self, name: str = "postgres") -> str:
         return f"postgresql://postgres@/{name}?host={self.socket}"
 
-    def database(self, prefix: str = "t") -> str:
+    def database(self, prefix: str = "t", migrated: bool = True) -> str:
         name = f"{prefix}{os.getpid()}_{next(self._names)}"
+        template = self._migrated_template() if migrated else "template0"
         with psycopg.connect(self.url(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         return self.url(name)
+
+    def _migrated_template(self) -> str:
+        """A database with the current schema and nothing else (no genesis: each copy becomes
+        whichever library a node opens it for); no connection stays open on it, as
+        ``CREATE DATABASE … TEMPLATE`` requires."""
+        if self._template is None:
+            from alexandria.store.postgresql import connection, schema
+
+            name = f"template{os.getpid()}"
+            with psycopg.connect(self.url(), autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+            with connection.connect(self.url(name)) as raw:
+                schema.apply(raw)
+            self._template = name
+        return self._template
 
 
 @contextlib.contextmanager

@@ -300,7 +300,7 @@ def test_migrate_command(tmp_path: Path, founding: Founding, pg_cluster: Cluster
     lite = tmp_path / "lib.db"
     with serving(genesis, lite, log_key) as s:
         _admit_authorities(s.url, founding)
-    url = pg_cluster.database()
+    url = pg_cluster.database(migrated=False)  # as `createdb` leaves it
     out = cli_json("migrate", "--db", str(lite), "--to", url)
     assert out["size"] == len(founding.authority_documents())
     bad = cli("migrate", "--db", str(lite), "--to", "lib2.db", expect=None)

@@ -87,8 +87,10 @@ def wait_cosigned(server: Server, policy: WitnessPolicy, size: int, timeout: flo
     raise AssertionError(f"no cosigned checkpoint of size {size} within {timeout} s: {text}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def witnesses(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Witnesses]:
+    """Two witnesses of their own for each test: a witness remembers the log it cosigned, and
+    the same library on the other backend is, to it, a fork."""
     tmp = tmp_path_factory.mktemp("witnesses")
     founding = found_library(seed=SEED, created_at=T0)
     origin = founding.genesis.origin
