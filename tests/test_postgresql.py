@@ -25,7 +25,7 @@ from alexandria.core import merkle
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.errors import BadRequest
-from alexandria.service.bootstrap import Founding
+from alexandria.service.bootstrap import Founding, found_library
 from alexandria.store import schema as sqlite_schema
 from alexandria.store.postgresql import is_database_url
 from alexandria.store.postgresql.connection import translate
@@ -327,3 +327,43 @@ async def test_a_database_outage_is_503_and_the_node_recovers(
                 if r.status_code != 503:
                     break
             assert r.status_code == 201, r.text
+
+
+def test_backup_and_restore_refusals(tmp_path: Path, founding: Founding,
+                                     pg_cluster: Cluster) -> None:
+    """A PostgreSQL library's backup is a SQLite library file of the same log; a restore
+    never replaces another library's database, nor any without ``--replace``; migrating into
+    a database a node already opened (its genesis recorded, no log) works, and restoring over
+    it takes ``--replace`` as over any existing database."""
+    genesis, log_key = write_library_files(founding, tmp_path)
+    url = pg_cluster.database()
+    with serving(genesis, url, log_key) as s:
+        _admit_authorities(s.url, founding)
+        size = len(founding.authority_documents())
+        backup_file = tmp_path / "backup.db"
+        out = cli_json("backup", "--db", url, str(backup_file))
+        assert out["size"] == size and out["genesis_pin"] == founding.genesis.pin
+        with sqlite3.connect(backup_file) as lite:
+            assert lite.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert lite.execute("SELECT count(*) FROM log").fetchone()[0] == size
+        again = cli("backup", "--db", url, str(backup_file), expect=1)
+        assert "BACKUP_EXISTS" in again.stderr
+    refused = cli("restore", str(backup_file), "--db", url, expect=1)
+    assert "DATABASE_EXISTS" in refused.stderr and "--replace" in refused.stderr
+    # another library (its own genesis) on another database
+    other = found_library(seed=b"another library", created_at="2026-01-01T00:00:00.000Z")
+    other_genesis, other_key = write_library_files(other, tmp_path / "other")
+    other_url = pg_cluster.database()
+    with serving(other_genesis, other_url, other_key) as s:
+        _admit_authorities(s.url, other)
+    mismatch = cli("restore", str(backup_file), "--db", other_url, "--replace", expect=1)
+    assert "GENESIS_MISMATCH" in mismatch.stderr
+    # a node opened this database first: the genesis is recorded, the log empty
+    opened = pg_cluster.database()
+    with serving(genesis, opened, log_key):
+        pass
+    assert cli_json("migrate", "--db", str(backup_file), "--to", opened)["size"] == size
+    assert cli("export", "--db", opened).stdout == cli("export", "--db", str(backup_file)).stdout
+    assert "DATABASE_EXISTS" in cli("restore", str(backup_file), "--db", opened,
+                                    expect=1).stderr
+    assert cli_json("restore", str(backup_file), "--db", opened, "--replace")["size"] == size
