@@ -29,6 +29,7 @@ figures of both drivers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import sqlite3
@@ -45,7 +46,7 @@ from alexandria.errors import ServiceError
 from alexandria.store import search_index
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
-from alexandria.store.sqlite import BUSY_TIMEOUT_S, READERS, SqliteStorage
+from alexandria.store.sqlite import BUSY_TIMEOUT_S, READERS, SqliteStorage, _BatchAborted
 from alexandria.store.writer_memory import WriterMemory
 
 T = TypeVar("T")
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 #: how long a read waits for a connection of the pool (all busy, or the server unreachable)
 #: before it is a 503: a reader retries sooner than a proxy gives up on it
 READ_WAIT_S = 5.0
+#: the first attempt of each write batch in pipeline mode (``PostgresStorage._try_batch``)
+pipelined_writes = True
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 
@@ -170,6 +173,25 @@ class PostgresStorage(SqliteStorage):
                 conn.raw.execute(f"SET lock_timeout = '{int(BUSY_TIMEOUT_S * 1000)}ms'")
             self._memory.forget()
         conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+
+    def _try_batch(self, conn: Any, batch: list[Any], isolate: bool) -> list[Any]:
+        """A batch's first attempt runs in pipeline mode (``PgConnection.pipelined``): the
+        rows an admission writes go out without a round trip each.  Any failure — one the
+        pipeline reports late included — rolls the transaction back and aborts the attempt,
+        and ``_run_batch`` runs the batch again, each job in its own savepoint, without the
+        pipeline, so a failing job is told its own error (as on SQLite)."""
+        if isolate or not pipelined_writes or conn.broken:
+            return super()._try_batch(conn, batch, isolate)
+        try:
+            with conn.pipelined():
+                return super()._try_batch(conn, batch, isolate)
+        except (psycopg.Error, sqlite3.Error, _BatchAborted) as exc:
+            self._memory.forget()
+            if not conn.broken and conn.in_transaction:
+                with contextlib.suppress(psycopg.Error):
+                    conn.raw.execute("ROLLBACK")
+            cause = exc.__cause__ if isinstance(exc, _BatchAborted) else exc
+            raise _BatchAborted() from cause
 
     async def close(self) -> None:
         await super().close()
