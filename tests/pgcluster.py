@@ -95,6 +95,13 @@ class Cluster:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         return self.url(name)
 
+    def drop(self, url: str) -> None:
+        """Drop a database ``database()`` made (its connections ended): the session's cluster
+        keeps only what tests still use."""
+        name = url.split("@/", 1)[1].split("?", 1)[0]
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
     def _migrated_template(self) -> str:
         """A database with the current schema and nothing else (no genesis: each copy becomes
         whichever library a node opens it for); no connection stays open on it, as
@@ -109,6 +116,22 @@ class Cluster:
                 schema.apply(raw)
             self._template = name
         return self._template
+
+
+@contextlib.contextmanager
+def standby(primary: Cluster) -> Iterator[Cluster]:
+    """A streaming replica of ``primary`` (``pg_basebackup -R``: its data copied, then the WAL
+    streamed), a hot standby on a socket directory of its own."""
+    root = Path(tempfile.mkdtemp(prefix="alexandria-pg-standby-"))
+    replica = Cluster(root, primary.bin)
+    try:
+        replica._run(str(primary.bin / "pg_basebackup"), "-D", str(replica.data), "-R",
+                     "-h", primary.socket, "-U", "postgres", "-X", "stream", "-c", "fast")
+        replica.resume()
+        yield replica
+    finally:
+        replica.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextlib.contextmanager

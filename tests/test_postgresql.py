@@ -35,7 +35,7 @@ from tests.catalogue_support import document, publish_example, vote
 from tests.cli_support import cli, cli_json
 from tests.conftest import Api, Clock, serve_library
 from tests.liveserver import serving, write_library_files
-from tests.pgcluster import Cluster, cluster
+from tests.pgcluster import Cluster, cluster, standby
 from tests.test_durability import _admit_authorities, _claim, _post_at
 
 pytestmark = pytest.mark.slow
@@ -367,3 +367,60 @@ def test_backup_and_restore_refusals(tmp_path: Path, founding: Founding,
     assert "DATABASE_EXISTS" in cli("restore", str(backup_file), "--db", opened,
                                     expect=1).stderr
     assert cli_json("restore", str(backup_file), "--db", opened, "--replace")["size"] == size
+
+
+def test_a_node_reads_from_a_streaming_replica(tmp_path: Path, founding: Founding) -> None:
+    """``serve --read-db``: reads from a real hot standby (``pg_basebackup -R``), and where it
+    lags (replay paused here) this node's own writes and cursors beyond the replica are read
+    from the primary; what only another node wrote shows once the replica has replayed it."""
+    genesis, log_key = write_library_files(founding, tmp_path)
+    owner = founding.participants["owner"]
+    base = now_ms() - 60_000
+
+    def post(node: str, content: dict[str, Any], at: int) -> str:
+        r = httpx.post(f"{node}/api/entries", content=json.dumps(
+            owner.envelope(founding.genesis, content, format_ms(base + at))).encode())
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    with cluster() as primary:
+        url = primary.database()
+        name = urlsplit(url).path.lstrip("/")
+        with standby(primary) as replica:
+            read_url = replica.url(name)
+            with serving(genesis, url, log_key) as a, \
+                    serving(genesis, url, log_key, extra=("--read-db", read_url)) as b:
+                _admit_authorities(a.url, founding)
+                space = {"kind": "space", "title": "Replicated", "links": [], "previous": "",
+                         "body": {"summary": "Read from a standby"}}
+                root = post(a.url, space, 0)
+                deadline = time.time() + 30
+                while httpx.get(f"{b.url}/api/entries/{root}").status_code != 200:
+                    assert time.time() < deadline, "the standby never replayed the space"
+                    time.sleep(0.1)
+                with psycopg.connect(read_url, autocommit=True) as standby_conn:
+                    standby_conn.execute("SELECT pg_wal_replay_pause()")
+                    in_space = {"links": [{"relation": "contained_in", "target": root}]}
+                    elsewhere = post(a.url, _claim(1) | in_space, 1)
+                    # node b reads the paused replica: node a's new claim is not there yet
+                    assert httpx.get(f"{b.url}/api/entries/{elsewhere}").status_code == 404
+                    # a cursor node a issued over the longer log: answered, not a 409
+                    cursor = httpx.get(f"{a.url}/api/changes",
+                                       params={"root": root}).json()["cursor"]
+                    r = httpx.get(f"{b.url}/api/changes", params={"root": root,
+                                                                  "cursor": cursor})
+                    assert r.status_code == 200 and r.json()["items"] == [], r.text
+                    # node b's own write is read back at once, from the primary
+                    mine = post(b.url, _claim(2) | in_space, 2)
+                    assert httpx.get(f"{b.url}/api/entries/{mine}").status_code == 200
+                    r = httpx.get(f"{b.url}/api/changes", params={"root": root,
+                                                                  "cursor": cursor})
+                    assert [item["id"] for item in r.json()["items"]] == [mine]
+                    standby_conn.execute("SELECT pg_wal_replay_resume()")
+                deadline = time.time() + 30
+                while httpx.get(f"{b.url}/api/entries/{elsewhere}").status_code != 200:
+                    assert time.time() < deadline, "the standby never caught up"
+                    time.sleep(0.1)
+    bad = cli("serve", "--genesis", str(genesis), "--db", str(tmp_path / "x.db"), "--read-db",
+              "postgresql:///x", "--port", "17199", expect=None)
+    assert bad.returncode != 0 and "USAGE" in bad.stderr, bad.stderr

@@ -8,6 +8,7 @@ command starts quickly.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--db", metavar="FILE|URL",
                    help="SQLite database file, or a postgresql:// URL")
     p.add_argument("--log-key", metavar="FILE", help="private key file of the log signing key")
+    p.add_argument("--read-db", metavar="URL",
+                   help="a streaming replica of the PostgreSQL --db to serve reads from; reads"
+                   " after this node's own writes, and changes cursors beyond the replica, go"
+                   " to the primary (docs/deployment.md)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="HTTP server processes; with more than one, they share one admission"
-                   " writer process (default: one per usable core, up to 8, so 1 on a"
-                   " one-core machine; --workers 1 pins one process)")
+                   " writer process on SQLite, and each admits directly on PostgreSQL"
+                   " (default: one per usable core, up to 8, so 1 on a one-core machine;"
+                   " --workers 1 pins one process)")
     p.add_argument("--writer-process", action="store_true",
                    help="admit in a dedicated writer process, beside the HTTP process(es): uses"
                    " a second core")
@@ -70,7 +76,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from alexandria.api.origin import Origin, public_url
-    from alexandria.api.serve import DataDir, configure_witnesses, default_library, run
+    from alexandria.api.serve import (
+        READ_DB_ENV,
+        DataDir,
+        configure_witnesses,
+        default_library,
+        run,
+    )
     from alexandria.cli.demo import check_port_free
     from alexandria.service.library import Library
 
@@ -82,8 +94,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from alexandria.store.schema import check_database
 
     check_database(args.db or DataDir(Path(args.data_dir)).db)  # an old leaf format: refused
+    if args.read_db and not args.genesis:
+        raise BadRequest("--read-db goes with --genesis and --db postgresql://…", "USAGE")
     if args.genesis:
-        library = Library.from_files(args.genesis, args.db, args.log_key)
+        library = Library.from_files(args.genesis, args.db, args.log_key, args.read_db)
     else:
         data = DataDir(Path(args.data_dir))
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
@@ -111,8 +125,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"genesis pin {library.genesis.pin}   (in {pin_file})")
     print(f"serving {library.genesis.library} on {url}"
           + (f", advertised as {origin.public}" if origin.public else ""), flush=True)
-    layout = (f"{workers} HTTP worker processes and one admission writer process"
-              if workers > 1 or args.writer_process else "one process")
+    from alexandria.store.postgresql import is_database_url
+
+    if workers > 1 and not args.writer_process and is_database_url(args.db):
+        layout = f"{workers} HTTP worker processes, each admitting directly (PostgreSQL)"
+    elif workers > 1 or args.writer_process:
+        layout = f"{workers} HTTP worker processes and one admission writer process"
+    else:
+        layout = "one process"
     why = "" if args.workers is not None else f" ({usable_cores()} usable cores; --workers N)"
     print(f"running {layout}{why}", file=sys.stderr, flush=True)
     operator_dir = Path(args.genesis).parent if args.genesis else data.root
@@ -123,6 +143,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
     access_log = sys.stdout.isatty() if args.access_log is None else args.access_log
+    if args.read_db:
+        os.environ[READ_DB_ENV] = args.read_db  # the worker processes' libraries read there too
     run(library, args.host, args.port, workers, files, args.writer_process, args.front_end,
         origin, access_log=access_log)
     return 0

@@ -20,13 +20,19 @@ from alexandria.store.postgresql import is_database_url
 from alexandria.store.sqlite import SqliteStorage
 
 
-def storage_for(db: str | Path, genesis: Genesis) -> SqliteStorage:
-    """The storage of the library in ``db`` (not yet opened).  PostgreSQL's driver is
-    imported only when a URL asks for it."""
+def storage_for(db: str | Path, genesis: Genesis, read_db: str | None = None) -> SqliteStorage:
+    """The storage of the library in ``db`` (not yet opened), its reads from the streaming
+    replica ``read_db`` if given (PostgreSQL only).  PostgreSQL's driver is imported only when
+    a URL asks for it."""
     if is_database_url(db):
         from alexandria.store.postgresql.storage import PostgresStorage
 
-        return PostgresStorage(str(db), genesis)
+        if read_db is not None and not is_database_url(read_db):
+            raise BadRequest(f"--read-db {read_db!r} is not a postgresql:// URL", "USAGE")
+        return PostgresStorage(str(db), genesis, read_db)
+    if read_db is not None:
+        raise BadRequest("--read-db (a streaming replica for reads) needs --db postgresql://…",
+                         "USAGE")
     return SqliteStorage(db, genesis)
 
 
