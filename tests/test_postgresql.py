@@ -424,3 +424,6 @@ def test_a_node_reads_from_a_streaming_replica(tmp_path: Path, founding: Foundin
     bad = cli("serve", "--genesis", str(genesis), "--db", str(tmp_path / "x.db"), "--read-db",
               "postgresql:///x", "--port", "17199", expect=None)
     assert bad.returncode != 0 and "USAGE" in bad.stderr, bad.stderr
+    many = cli("serve", "--genesis", str(genesis), "--db", "postgresql:///x", "--read-db",
+               "postgresql:///y", "--workers", "2", "--port", "17199", expect=None)
+    assert many.returncode != 0 and "--workers 1" in many.stderr, many.stderr

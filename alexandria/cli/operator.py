@@ -40,14 +40,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--read-db", metavar="URL",
                    help="a streaming replica of the PostgreSQL --db to serve reads from; reads"
                    " after this node's own writes, and changes cursors beyond the replica, go"
-                   " to the primary (docs/deployment.md)")
+                   " to the primary (one process per node: --workers 1; docs/deployment.md)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="HTTP server processes; with more than one, they share one admission"
-                   " writer process on SQLite, and each admits directly on PostgreSQL"
-                   " (default: one per usable core, up to 8, so 1 on a one-core machine;"
-                   " --workers 1 pins one process)")
+                   " writer process (default: one per usable core, up to 8, so 1 on a"
+                   " one-core machine; --workers 1 pins one process)")
     p.add_argument("--writer-process", action="store_true",
                    help="admit in a dedicated writer process, beside the HTTP process(es): uses"
                    " a second core")
@@ -116,23 +115,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_witnesses(library, args.witness, args.witness_quorum)
     from alexandria.api.serve import auto_workers, usable_cores
 
-    workers = args.workers if args.workers is not None else auto_workers()
+    workers = args.workers if args.workers is not None else (
+        1 if args.read_db else auto_workers())
     if workers < 1:
         raise BadRequest("--workers must be at least 1", "USAGE")
+    if args.read_db and (workers > 1 or args.writer_process):
+        raise BadRequest(
+            "--read-db serves one process per node (--workers 1, no --writer-process): a node"
+            " knows its own writes to read them back from the primary, other processes' it"
+            " does not; run more nodes for more processes", "USAGE")
     url = f"http://{args.host}:{args.port}"
     pin_file = Path(args.genesis).with_suffix(".pin") if args.genesis else data.pin_path
     _write_pin(pin_file, library.genesis.pin)
     print(f"genesis pin {library.genesis.pin}   (in {pin_file})")
     print(f"serving {library.genesis.library} on {url}"
           + (f", advertised as {origin.public}" if origin.public else ""), flush=True)
-    from alexandria.store.postgresql import is_database_url
-
-    if workers > 1 and not args.writer_process and is_database_url(args.db):
-        layout = f"{workers} HTTP worker processes, each admitting directly (PostgreSQL)"
-    elif workers > 1 or args.writer_process:
-        layout = f"{workers} HTTP worker processes and one admission writer process"
-    else:
-        layout = "one process"
+    layout = (f"{workers} HTTP worker processes and one admission writer process"
+              if workers > 1 or args.writer_process else "one process")
     why = "" if args.workers is not None else f" ({usable_cores()} usable cores; --workers N)"
     print(f"running {layout}{why}", file=sys.stderr, flush=True)
     operator_dir = Path(args.genesis).parent if args.genesis else data.root
