@@ -118,17 +118,18 @@ class _Cursor:
     for: the first look at it syncs the pipeline (one round trip for every statement queued
     before it)."""
 
-    def __init__(self, cur: psycopg.Cursor[Any], pipeline: psycopg.Pipeline | None) -> None:
+    def __init__(self, cur: psycopg.Cursor[Any], owner: PgConnection | None) -> None:
         self._cur = cur
-        self._pipeline = pipeline
+        self._owner = owner  # while its pipeline runs
 
     def _ready(self) -> None:
-        if self._pipeline is not None and self._cur.pgresult is None:
+        owner, self._owner = self._owner, None
+        if owner is not None and owner._pipeline is not None and self._cur.pgresult is None:
             try:
-                self._pipeline.sync()
+                owner._pipeline.sync()
             except psycopg.Error as exc:
+                owner.pipeline_failed = True
                 raise _as_sqlite_error(exc) from exc
-        self._pipeline = None
 
     def fetchone(self) -> Any:
         self._ready()
@@ -165,6 +166,9 @@ class PgConnection:
         self.raw = raw
         self._dialect = dialect
         self._pipeline: psycopg.Pipeline | None = None
+        #: a statement failed inside the pipeline: the transaction is aborted, whatever a
+        #: caller did with the error (a ``COMMIT`` would quietly roll it back)
+        self.pipeline_failed = False
 
     @contextlib.contextmanager
     def pipelined(self) -> Iterator[None]:
@@ -174,6 +178,7 @@ class PgConnection:
         cost one round trip together instead of one each.  An error of a statement whose
         result nobody read is raised at the next read or when the block ends (psycopg's
         ``Pipeline`` exit); the caller then rolls back."""
+        self.pipeline_failed = False
         with self.raw.pipeline() as pipeline:
             self._pipeline = pipeline
             try:
@@ -184,8 +189,10 @@ class PgConnection:
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> _Cursor:
         try:
             return _Cursor(self.raw.execute(self._dialect.statement(sql), params),
-                           self._pipeline)
+                           self if self._pipeline is not None else None)
         except psycopg.Error as exc:
+            if self._pipeline is not None:
+                self.pipeline_failed = True
             raise _as_sqlite_error(exc) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
@@ -196,6 +203,8 @@ class PgConnection:
             with self.raw.cursor() as cur:
                 cur.executemany(self._dialect.statement(sql), rows)
         except psycopg.Error as exc:
+            if self._pipeline is not None:
+                self.pipeline_failed = True
             raise _as_sqlite_error(exc) from exc
 
     @property

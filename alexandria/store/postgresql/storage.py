@@ -281,6 +281,8 @@ class PostgresStorage(SqliteStorage):
                 # after the COMMIT, in the same round trip
                 lsn = (conn.execute("SELECT pg_current_wal_lsn()::text")
                        if self._replica is not None else None)
+            if conn.pipeline_failed:  # a job caught the error: the COMMIT was a rollback
+                raise _BatchAborted()
             self._note_written(conn, lsn)
             return results
         except (psycopg.Error, sqlite3.Error, _BatchAborted) as exc:
