@@ -1,11 +1,15 @@
 """The changes feed of one root (PROTOCOL §5): snapshot cursors that never skip, repeat or rewind.
 
-Membership is maintained at admission (``store/sqlite.py``: ``objects.ancestors`` and ``feed``):
-for every object root R, ``feed(R, sequence)`` lists the global sequence of every revision of
-every member strictly below R, and R's own revisions are indexed by root (``objects``,
-``revisions_later``).  A page is therefore a merge of three index ranges over ``(after, hi]``
-plus the signed records of what it found — never a graph walk, and never a scan of
-non-members.
+Membership is maintained at admission (``store/feed.py``): for every object root R,
+``feed(R, sequence)`` lists the global sequence of every revision of every member strictly
+below R within ``feed.NEAR`` conversation levels, and R's own revisions are indexed by root
+(``objects``, ``revisions_later``).  For a root without deep conversations (every root of most
+libraries) a page is a merge of three index ranges over ``(after, hi]`` plus the signed records
+of what it found — never a graph walk, and never a scan of non-members.  A *deep* root (one
+with ``deep`` marks) also merges the revisions of its marked conversation trees, each tested
+by a level-ancestor query (``reads/members.py``): its non-members in those trees are read and
+counted against the scan bound, so a call may return fewer items than ``limit`` with
+``has_more: true`` and a cursor past what it read.
 
 Rules, in the order a call applies them:
 
@@ -26,7 +30,8 @@ Rules, in the order a call applies them:
    393,216 bytes of items, but at least one item when any remains.  "Scanned" means index
    entries read from the merged member ranges: a call reads at most ``min(limit + 1, scan)``
    entries (``scan`` = 10,000), each one a member revision — non-members are never read,
-   because they are in none of the ranges.
+   because they are in none of the ranges — but for a deep root, whose marked conversation
+   trees are read in full and whose level-ancestor probes count as well (``members.py``).
    When the scan bound is what stops the call, it returns what it read with ``has_more: true``
    (unless the last entry read is ``hi`` itself) and a cursor just past the scanned range.
 6. ``has_more: false`` exactly when nothing of the window remains; its cursor has
@@ -47,6 +52,7 @@ from typing import Protocol
 
 from alexandria.core import merkle
 from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
+from alexandria.reads import members
 from alexandria.store.merkle_nodes import node_reader
 
 CURSOR_VERSION = 1
@@ -304,13 +310,6 @@ def read_changes(
         latest = int(conn.execute("SELECT coalesce(max(sequence), 0) FROM log").fetchone()[0])
         win = window(cursor, root, epoch, latest, lambda size: _log_root(conn, size))
         _check_followable(conn, root)
-        scanned = [
-            int(r[0]) for r in conn.execute(
-                _MEMBER_SEQUENCES,
-                {"root": root, "after": win.after, "hi": win.hi,
-                 "n": scan_count(limit, limits)},
-            )
-        ]
 
         def fetch(seq: int) -> bytes:
             data = source._signed_sync(conn, seq)
@@ -318,9 +317,57 @@ def read_changes(
                 raise ServiceError(f"feed entry {seq} has no revision", "STORAGE_CORRUPT")
             return data
 
-        page = fill_page(win, scanned, fetch, limit, limits)
+        trees = members.deep_trees(conn, root)
+        if trees:
+            page = _deep_page(conn, root, trees, win, fetch, limit, limits)
+        else:
+            scanned = [
+                int(r[0]) for r in conn.execute(
+                    _MEMBER_SEQUENCES,
+                    {"root": root, "after": win.after, "hi": win.hi,
+                     "n": scan_count(limit, limits)},
+                )
+            ]
+            page = fill_page(win, scanned, fetch, limit, limits)
         anchor = win.anchor if win.anchor is not None else anchor_of(_log_root(conn, win.hi))
         next_cursor = Cursor(epoch, root, page.hi, page.after, anchor)
         return render(page, encode_cursor(next_cursor, secret))
     finally:
         conn.execute("COMMIT")
+
+
+_TREE_SEQUENCES = (
+    "SELECT r.sequence, o.created_sequence, o.cdepth FROM revisions r"
+    " JOIN objects o ON o.root = r.root"
+    " WHERE r.tree = :tree AND r.tree != 0 AND r.sequence > :after AND r.sequence <= :hi"
+    " ORDER BY r.sequence LIMIT :n"
+)
+
+
+def _deep_page(
+    conn: sqlite3.Connection, root: str, trees: dict[int, list[members.Hang]], win: Window,
+    fetch: Callable[[int], bytes], limit: int, limits: Limits,
+) -> Page:
+    """A page of a deep root: its own and near members merged with its marked trees'
+    members, every index entry and probe counted against ``limits.scan``."""
+
+    def near(after: int, n: int) -> list[tuple[int, int, int]]:
+        return [(int(r[0]), 0, 0) for r in conn.execute(
+            _MEMBER_SEQUENCES, {"root": root, "after": after, "hi": win.hi, "n": n})]
+
+    def tree_range(tree: int) -> members.Fetch:
+        def rows(after: int, n: int) -> list[tuple[int, int, int]]:
+            return [(int(a), int(b), int(c)) for a, b, c in conn.execute(
+                _TREE_SEQUENCES, {"tree": tree, "after": after, "hi": win.hi, "n": n})]
+        return rows
+
+    ranges: list[tuple[members.Fetch, list[members.Hang] | None]] = [(near, None)]
+    ranges += [(tree_range(tree), hangs) for tree, hangs in trees.items()]
+    want = scan_count(limit, limits)
+    positions = members.Positions(conn, members.Budget(limits.scan))
+    found, decided = members.merge(ranges, win.after, want, positions)
+    page = fill_page(win, found, fetch, limit, limits)
+    if decided is None or len(found) == want or page.has_more:
+        return page
+    # the scan bound stopped the call: everything up to ``decided`` was read
+    return Page(page.items, decided, win.hi, decided < win.hi)

@@ -27,8 +27,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from alexandria.reads import members
 from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
+from alexandria.store import feed
+from alexandria.store.feed import root_of
 from alexandria.store.schema import NOT_RELATED
 from alexandria.store.sqlite import SqliteStorage
 
@@ -268,13 +271,20 @@ ANCESTOR_CHUNK = 500
 def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
     """Heads of the spaces above the object in its tree, outermost first.
 
-    ``objects.ancestors`` names every tree ancestor (written at admission); its spaces are the
-    containment chain, plus the space a debate is about or a proposal is for."""
-    row = conn.execute("SELECT ancestors FROM objects WHERE root = ?", (subj.root,)).fetchone()
-    roots = row[0].split() if row is not None else []
-    # a reply chain has no depth bound, so neither has this list: it is asked in chunks of
-    # ANCESTOR_CHUNK parameters (SQLite refuses more than 32,766 in one statement, PostgreSQL
-    # 65,535); the spaces found are few (containment stops at 64 levels)
+    ``objects.ancestors`` names the object's near ancestors (``store/feed.py``: all of them
+    but for a conversation deeper than ``feed.NEAR``); its spaces are the containment chain,
+    plus the space a debate is about or a proposal is for.  A discussion or reply deeper than
+    that in its tree also has the spaces marked in ``deep`` for its tree whose hang is its
+    ancestor (``_far_spaces``)."""
+    row = conn.execute(
+        "SELECT ancestors, tree, cdepth FROM objects WHERE root = ?", (subj.root,)
+    ).fetchone()
+    roots = [root_of(t) for t in row[0].split()] if row is not None else []
+    if row is not None and row[1] and int(row[2]) > feed.NEAR:  # else every ancestor is near
+        roots += _far_spaces(conn, int(row[1]), subj.created_sequence, int(row[2]))
+    roots = list(dict.fromkeys(roots))
+    # asked in chunks of ANCESTOR_CHUNK parameters (SQLite refuses more than 32,766 in one
+    # statement, PostgreSQL 65,535); the spaces found are few (containment stops at 64 levels)
     spaces: list[tuple[int, int, int]] = []
     for at in range(0, len(roots), ANCESTOR_CHUNK):
         chunk = roots[at:at + ANCESTOR_CHUNK]
@@ -286,18 +296,73 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
     return [head for _depth, _created, head in sorted(spaces)]
 
 
+def _far_spaces(conn: sqlite3.Connection, tree: int, seq: int, cdepth: int) -> list[str]:
+    """Spaces hanging from the discussions of ``tree`` that are the object's ancestors beyond
+    its near list: the spaces marked deep in its tree, each tested by a level-ancestor query."""
+    rows = conn.execute(
+        "SELECT d.root, d.hang, h.cdepth FROM deep d"
+        " JOIN objects s ON s.root = d.root JOIN objects h ON h.created_sequence = d.hang"
+        " WHERE d.tree = ? AND s.kind = 'space' ORDER BY d.hang", (tree,),
+    ).fetchall()
+    positions = members.Positions(conn, members.Budget(None))
+    return [
+        str(root) for root, hang, depth in rows
+        if positions.below(seq, cdepth, [members.Hang(int(hang), int(depth))])
+    ]
+
+
 def _section_all(
     conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, _exact: bool,
     warm: Warm | None = None,
 ) -> SectionResult:
     """The whole tree below the object (``feed`` range), by creation, current heads."""
-    firsts, more = _page(
-        conn,
-        "SELECT f.sequence AS seq FROM feed f JOIN revisions r ON r.sequence = f.sequence"
-        " WHERE f.root = :root AND r.id = r.root AND r.root != :root ORDER BY f.sequence",
-        {"root": subj.root}, offset,
-    )
+    trees = members.deep_trees(conn, subj.root)
+    if trees:
+        found = _deep_firsts(conn, subj, trees, offset + PAGE_SIZE + 1)
+        firsts, more = found[offset:offset + PAGE_SIZE], len(found) > offset + PAGE_SIZE
+    else:
+        firsts, more = _page(conn, _FIRSTS_BELOW + " ORDER BY f.sequence", {"root": subj.root},
+                             offset)
     return _heads(conn, firsts, warm), more
+
+
+# First revisions of the members below :root within its feed rows (``feed`` range)
+_FIRSTS_BELOW = (
+    "SELECT f.sequence AS seq FROM feed f JOIN revisions r ON r.sequence = f.sequence"
+    " WHERE f.root = :root AND r.id = r.root AND r.root != :root"
+)
+
+
+def _deep_firsts(
+    conn: sqlite3.Connection, subj: Subject, trees: dict[int, list[members.Hang]],
+    want: int | None,
+) -> list[int]:
+    """First revisions of a deep root's members below it, ascending, at most ``want`` (all
+    when ``None``): its ``feed`` rows merged with the members of its marked trees
+    (``members.py``).  The work follows the number of first revisions read, as ``OFFSET``'s
+    does for the other roots."""
+
+    def near(after: int, n: int) -> list[tuple[int, int, int]]:
+        return [(int(r[0]), 0, 0) for r in conn.execute(
+            _FIRSTS_BELOW + " AND f.sequence > :after ORDER BY f.sequence LIMIT :n",
+            {"root": subj.root, "after": after, "n": n})]
+
+    def tree_range(tree: int) -> members.Fetch:
+        def rows(after: int, n: int) -> list[tuple[int, int, int]]:
+            return [(int(a), int(a), int(c)) for a, c in conn.execute(
+                "SELECT r.sequence, o.cdepth FROM revisions r"
+                " JOIN objects o ON o.created_sequence = r.sequence"
+                " WHERE r.tree = :tree AND r.tree != 0 AND r.sequence > :after"
+                " ORDER BY r.sequence LIMIT :n",
+                {"tree": tree, "after": after, "n": n})]
+        return rows
+
+    ranges: list[tuple[members.Fetch, list[members.Hang] | None]] = [(near, None)]
+    ranges += [(tree_range(tree), hangs) for tree, hangs in trees.items()]
+    positions = members.Positions(conn, members.Budget(None))
+    found, _ = members.merge(ranges, 0, want if want is not None else 2**62, positions,
+                             exclude=subj.created_sequence)
+    return found
 
 
 def _section_children(
@@ -523,10 +588,7 @@ def _conversation_arms(subj: Subject) -> list[str]:
     discussions about it, and for a space those contained in it.  Nothing else can be
     discussed: ``about`` names claims and spaces, replies name discussions and replies."""
     if subj.kind in ("discussion", "reply"):
-        return [
-            "SELECT f.sequence AS seq FROM feed f JOIN revisions r ON r.sequence = f.sequence"
-            " WHERE f.root = :root AND r.id = r.root AND r.root != :root"
-        ]
+        return [_FIRSTS_BELOW]
     return _discussion_arms(subj, exact=False) if subj.kind in ("claim", "space") else []
 
 
@@ -540,6 +602,9 @@ def discussion(
     arms = _conversation_arms(subj)
     if not arms:
         return Discussion([], 0, None)
+    trees = members.deep_trees(conn, subj.root) if subj.kind in ("discussion", "reply") else {}
+    if trees:
+        return _deep_discussion(conn, store, subj, trees, sort, offset)
     params = {"root": subj.root}
     total = int(conn.execute(
         "SELECT count(*) FROM (" + " UNION ".join(arms) + ") AS u", params
@@ -567,3 +632,30 @@ def _top(
         " ORDER BY coalesce(c.score, 0) DESC, o.head_sequence DESC"
     )
     return _page(conn, sql, params, offset)
+
+
+def _deep_discussion(
+    conn: sqlite3.Connection, store: SqliteStorage, subj: Subject,
+    trees: dict[int, list[members.Hang]], sort: str, offset: int,
+) -> Discussion:
+    """The conversation below a deep discussion or reply, in the orders of ``discussion``:
+    its exact total needs every member, so the whole conversation is read (as ``count(*)``
+    reads it for the other roots) and ordered here."""
+    found = _deep_firsts(conn, subj, trees, None)
+    if sort == "new":
+        found.reverse()
+    elif sort == "top":
+        ranked: list[tuple[int, int, int]] = []
+        for at in range(0, len(found), ANCESTOR_CHUNK):
+            chunk = found[at:at + ANCESTOR_CHUNK]
+            ranked += [(int(s), int(h), int(c)) for s, h, c in conn.execute(
+                "SELECT o.created_sequence, o.head_sequence, coalesce(c.score, 0) FROM objects o"
+                " LEFT JOIN catalogue c ON c.seq = o.head_sequence"
+                f" WHERE o.created_sequence IN ({', '.join('?' * len(chunk))})", chunk)]
+        found = [s for s, _h, _c in sorted(ranked, key=lambda r: (-r[2], -r[1]))]
+    page = found[offset:offset + PAGE_SIZE]
+    more = len(found) > offset + PAGE_SIZE
+    return Discussion(
+        store.signed_many(conn, _heads(conn, page, store.read_ahead)), len(found),
+        _next(offset, len(page), more),
+    )

@@ -26,8 +26,10 @@ NOT_RELATED = "('" + "', '".join((*FEED_RELATIONS, "votes_on")) + "')"
 
 # One row per object, in creation order: the rowid is the sequence of its first revision, so a
 # new object appends to the table instead of splitting a page of rows keyed by a random root
-# (the root index holds 64 hex characters and a rowid per entry).  ``ancestors``: the roots
-# whose feeds include the object's (its feed parents and theirs), space-separated.
+# (the root index holds 64 hex characters and a rowid per entry).  ``ancestors``: the object's
+# *near* ancestors, whose ``feed`` rows its revisions write; ``tree``, ``cdepth``, ``cparent``,
+# ``jump``: a discussion's or reply's position in its conversation tree (zeros for other
+# kinds).  Both are ``store/feed.py``'s encoding of feed membership.
 _OBJECTS = """
 CREATE TABLE IF NOT EXISTS {name}(
     created_sequence INTEGER PRIMARY KEY,
@@ -41,7 +43,11 @@ CREATE TABLE IF NOT EXISTS {name}(
     parent TEXT NOT NULL,
     vote_target TEXT NOT NULL,
     feed_links TEXT NOT NULL,
-    ancestors TEXT NOT NULL DEFAULT ''
+    ancestors TEXT NOT NULL DEFAULT '',
+    tree INTEGER NOT NULL DEFAULT 0,
+    cdepth INTEGER NOT NULL DEFAULT 0,
+    cparent INTEGER NOT NULL DEFAULT 0,
+    jump INTEGER NOT NULL DEFAULT 0
 );
 """
 _OBJECT_INDEXES = """
@@ -73,8 +79,11 @@ CREATE TABLE IF NOT EXISTS revisions(
     authored_at TEXT NOT NULL,
     title TEXT NOT NULL,
     record_length INTEGER NOT NULL,
-    authority_seq INTEGER NOT NULL
+    authority_seq INTEGER NOT NULL,
+    tree INTEGER NOT NULL DEFAULT 0
 );
+-- a conversation tree's revisions in order (store/feed.py: the feeds of deep roots)
+CREATE INDEX IF NOT EXISTS revisions_tree ON revisions(tree, sequence) WHERE tree != 0;
 -- an object's first revision is found by its root (objects.created_sequence); only the later
 -- ones are indexed by root, so creating an object writes no page of this index
 CREATE INDEX IF NOT EXISTS revisions_later ON revisions(root, sequence) WHERE id != root;
@@ -110,12 +119,39 @@ CREATE TABLE IF NOT EXISTS revocations(
     sequence INTEGER PRIMARY KEY, key TEXT NOT NULL, issuer TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS revocations_key ON revocations(key);
--- one row per revision and ancestor of its object (the object's own revisions are found
--- through objects and revisions_later: no page keyed by a fresh root is written twice)
+-- one row per revision and *near* ancestor of its object (store/feed.py; the object's own
+-- revisions are found through objects and revisions_later: no page keyed by a fresh root is
+-- written twice)
 CREATE TABLE IF NOT EXISTS feed(
     root TEXT NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(root, sequence)
 ) WITHOUT ROWID;
+-- roots whose feed holds members of a conversation tree beyond their feed rows: those below
+-- the conversation node created at ``hang`` (store/feed.py)
+CREATE TABLE IF NOT EXISTS deep(
+    root TEXT NOT NULL, tree INTEGER NOT NULL, hang INTEGER NOT NULL,
+    PRIMARY KEY(root, tree, hang)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
 """
+
+#: Columns added since the first layout, as ``ALTER TABLE`` adds them (at the end, with their
+#: defaults) to a library created before; ``add_columns`` runs before ``TABLES``.
+ADDED_COLUMNS = (
+    ("revisions", "tree", "INTEGER NOT NULL DEFAULT 0"),
+    ("objects", "tree", "INTEGER NOT NULL DEFAULT 0"),
+    ("objects", "cdepth", "INTEGER NOT NULL DEFAULT 0"),
+    ("objects", "cparent", "INTEGER NOT NULL DEFAULT 0"),
+    ("objects", "jump", "INTEGER NOT NULL DEFAULT 0"),
+)
+
+
+def add_columns(conn: sqlite3.Connection) -> None:
+    """Give the tables of a library of an earlier layout this layout's columns (their values
+    are filled by ``store/feed.ensure_layout`` once the library is open)."""
+    for table, column, declaration in ADDED_COLUMNS:
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if have and column not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
 class OldLeafFormat(ServiceError):

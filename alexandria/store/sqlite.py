@@ -48,8 +48,9 @@ from alexandria.rules.authority import (
     decide_authority_document,
     prepare_authority_document,
 )
+from alexandria.rules.state import FEED_RELATIONS
 from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, object_after
-from alexandria.store import schema, search_index
+from alexandria.store import feed, schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
 from alexandria.store.merkle_nodes import node_reader, tree_size
 from alexandria.store.read_ahead import ReadAhead
@@ -270,6 +271,7 @@ class SqliteStorage(Storage):
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA busy_timeout = 30000")  # opening; _begin waits for writes
+        schema.add_columns(conn)  # a library of an earlier layout: before TABLES' indexes
         conn.executescript(schema.TABLES)
         conn.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting
         conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
@@ -296,6 +298,8 @@ class SqliteStorage(Storage):
             )
         if not schema.check_leaf_format(conn, self.path):
             conn.execute("INSERT INTO meta(key, value) VALUES ('leaf_format', ?)", (LEAF_FORMAT,))
+        if feed.ensure_layout(conn):
+            log.info("%s: feed membership rebuilt (%s)", self.path, feed.layout())
 
     async def close(self) -> None:
         if self._writing is not None:
@@ -576,13 +580,27 @@ class SqliteStorage(Storage):
     ) -> None:
         rec = cand.record
         memory = self._memory
+        cache = memory.feed
+        placed: feed.Placement | None = None
+        if v.previous:
+            # an object's parentage never changes: its near ancestors and tree neither
+            near = cache.near_of(conn, v.root)
+            tree = cache.node_of(conn, v.root).tree if v.kind in feed.CONVERSATION else 0
+        else:
+            placed = feed.place(conn, cache, v.kind, sequence, (
+                (lk.relation, target_root)
+                for lk, target_root in zip(rec.links, v.link_roots, strict=True)
+                if lk.relation in FEED_RELATIONS
+            ))
+            near = placed.near
+            tree = placed.node.tree if placed.node is not None else 0
         conn.execute(
             "INSERT INTO revisions(sequence, id, root, kind, author, authored_at, title,"
-            " record_length, authority_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " record_length, authority_seq, tree) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (sequence, v.id, v.root, v.kind, v.author, rec.authored_at, rec.title,
-             cand.record_length, v.authority_sequence),
+             cand.record_length, v.authority_sequence, tree),
         )
-        if v.previous:
+        if placed is None:
             conn.execute(
                 "UPDATE objects SET head = ?, head_sequence = ?, revisions = revisions + 1"
                 " WHERE root = ?",
@@ -591,29 +609,25 @@ class SqliteStorage(Storage):
             cached = memory.objects.get(v.root)
             if cached is not None:
                 memory.objects[v.root] = object_after(v, cached)
-            ancestors = memory.ancestors_of(conn, v.root)
         else:
             parent = next((t for r, t in v.feed_links if r == "contained_in"), "")
-            # ancestors of a new object: its feed parents and their ancestors
-            ancestors = tuple(dict.fromkeys(
-                a for p in v.parent_roots for a in (p, *memory.ancestors_of(conn, p))
-            ))
             conn.execute(
                 "INSERT INTO objects(root, kind, author, head, head_sequence, revisions, depth,"
-                " parent, vote_target, feed_links, created_sequence, ancestors)"
-                " VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)",
+                " parent, vote_target, feed_links, created_sequence, ancestors, tree, cdepth,"
+                " cparent, jump) VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (v.root, v.kind, v.author, v.id, sequence, v.depth, parent, v.vote_target,
-                 orjson.dumps(v.feed_links).decode(), sequence, " ".join(ancestors)),
+                 orjson.dumps(v.feed_links).decode(), sequence, near.encode(),
+                 *feed.position(placed.node)),
             )
             if v.vote_target:
                 conn.execute(
                     "INSERT INTO votes(author, target, vote_root) VALUES (?, ?, ?)",
                     (v.author, v.vote_target, v.root),
                 )
-            memory.ancestors[v.root] = ancestors
-        conn.executemany(
-            "INSERT INTO feed(root, sequence) VALUES (?, ?)", [(r, sequence) for r in ancestors]
-        )
+            cache.remember(v.root, near, placed.node)
+            if placed.mark is not None:
+                feed.mark_deep(conn, cache, placed.mark)
+        feed.write_rows(conn, near, sequence)
         conn.executemany(
             "INSERT INTO links(source_sequence, position, relation, target, target_root)"
             " VALUES (?, ?, ?, ?, ?)",

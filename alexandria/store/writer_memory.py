@@ -1,11 +1,12 @@
 """What the writer connection remembers between admissions, and when it must forget.
 
 Most of what the rules and the storage ask of the ledger at each admission is either immutable
-once committed (a revision's identity, an object's ancestors, an actor's catalogue id, the
-newest Merkle node of each level, the log's tail) or changed only through this very connection,
-which updates the memory as it writes (an object's head; the authorities and revocations are
-simply forgotten when one is admitted).  Answering those from memory instead of from SQLite
-saves about half of the writer's statements.
+once committed (a revision's identity, an object's near ancestors and conversation position
+(``store/feed.py``: both of constant size, never a list that grows with depth), an actor's
+catalogue id, the newest Merkle node of each level, the log's tail) or changed only through
+this very connection, which updates the memory as it writes (an object's head; the authorities
+and revocations are simply forgotten when one is admitted).  Answering those from memory
+instead of from SQLite saves about half of the writer's statements.
 
 The memory is only an answer to "what did the database hold the last time this connection
 looked", so it forgets everything when that may no longer be true:
@@ -32,6 +33,7 @@ from alexandria.core.cache import Bounded
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import AuthorityCertificate
 from alexandria.rules.view import ObjectFacts, RevisionFacts
+from alexandria.store.feed import FeedCache
 from alexandria.store.merkle_nodes import node_reader
 
 LIMIT = 20_000  # entries of each cache of an unbounded key set
@@ -50,7 +52,7 @@ class WriterMemory:
         self.actors: Bounded[str, int] = Bounded(LIMIT)
         self.revisions: Bounded[str, RevisionFacts] = Bounded(LIMIT)
         self.objects: Bounded[str, ObjectFacts] = Bounded(LIMIT)
-        self.ancestors: Bounded[str, tuple[str, ...]] = Bounded(LIMIT)
+        self.feed = FeedCache(LIMIT)
 
     def begin(self, conn: sqlite3.Connection) -> None:
         """Call inside each write transaction, before anything is read."""
@@ -94,15 +96,6 @@ class WriterMemory:
             self._newest[level] = (index, h)
 
     # --- derived facts -----------------------------------------------------------------------
-
-    def ancestors_of(self, conn: sqlite3.Connection, root: str) -> tuple[str, ...]:
-        """The objects whose feeds include ``root``'s (``objects.ancestors``)."""
-        found = self.ancestors.get(root)
-        if found is None:
-            row = conn.execute("SELECT ancestors FROM objects WHERE root = ?", (root,)).fetchone()
-            found = tuple(row[0].split()) if row is not None else ()
-            self.ancestors[root] = found
-        return found
 
     @staticmethod
     def cached(cache: dict[Any, Any], key: Any, load: Callable[[], Any]) -> Any:

@@ -39,7 +39,7 @@ from alexandria.store.schema import check_database
 #: tables copied as they are, in this order (the catalogue's are rebuilt instead)
 COPIED = (
     "meta", "log", "merkle_nodes", "revisions", "objects", "links", "votes", "authorities",
-    "revocations", "feed", "checkpoints", "checkpoint_cosignatures", "personal_state",
+    "revocations", "feed", "deep", "checkpoints", "checkpoint_cosignatures", "personal_state",
     "personal_requests", "enrolment_requests",
 )
 #: ``meta`` keys that describe the SQLite copy, not the library

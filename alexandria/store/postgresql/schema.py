@@ -25,7 +25,24 @@ def _schema_sql() -> str:
 
 
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, "schema.sql"),)
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (1, "schema.sql"),
+    # store/feed.py's encoding of feed membership (schema.sql has them for new databases;
+    # the rows are rebuilt by feed.ensure_layout when the library opens)
+    (2, """
+ALTER TABLE revisions ADD COLUMN IF NOT EXISTS tree BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN IF NOT EXISTS tree BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN IF NOT EXISTS cdepth BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN IF NOT EXISTS cparent BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE objects ADD COLUMN IF NOT EXISTS jump BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS revisions_tree ON revisions(tree, sequence) WHERE tree != 0;
+CREATE TABLE IF NOT EXISTS deep(
+    root TEXT COLLATE "C" NOT NULL, tree BIGINT NOT NULL, hang BIGINT NOT NULL,
+    PRIMARY KEY(root, tree, hang)
+);
+CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
+"""),
+)
 VERSION = MIGRATIONS[-1][0]
 
 

@@ -36,8 +36,10 @@ CREATE TABLE IF NOT EXISTS revisions(
     authored_at TEXT COLLATE "C" NOT NULL,
     title TEXT COLLATE "C" NOT NULL,
     record_length INTEGER NOT NULL,  -- substr(bytea, integer, integer)
-    authority_seq BIGINT NOT NULL
+    authority_seq BIGINT NOT NULL,
+    tree BIGINT NOT NULL DEFAULT 0
 );
+CREATE INDEX IF NOT EXISTS revisions_tree ON revisions(tree, sequence) WHERE tree != 0;
 CREATE INDEX IF NOT EXISTS revisions_later ON revisions(root, sequence) WHERE id != root;
 CREATE TABLE IF NOT EXISTS objects(
     created_sequence BIGINT PRIMARY KEY,
@@ -51,7 +53,11 @@ CREATE TABLE IF NOT EXISTS objects(
     parent TEXT COLLATE "C" NOT NULL,
     vote_target TEXT COLLATE "C" NOT NULL,
     feed_links TEXT NOT NULL,
-    ancestors TEXT COLLATE "C" NOT NULL DEFAULT ''
+    ancestors TEXT COLLATE "C" NOT NULL DEFAULT '',
+    tree BIGINT NOT NULL DEFAULT 0,
+    cdepth BIGINT NOT NULL DEFAULT 0,
+    cparent BIGINT NOT NULL DEFAULT 0,
+    jump BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS objects_head_sequence ON objects(head_sequence);
 CREATE INDEX IF NOT EXISTS objects_contents ON objects(parent, kind, created_sequence)
@@ -93,6 +99,12 @@ CREATE INDEX IF NOT EXISTS revocations_key ON revocations(key);
 CREATE TABLE IF NOT EXISTS feed(
     root TEXT COLLATE "C" NOT NULL, sequence BIGINT NOT NULL, PRIMARY KEY(root, sequence)
 );
+-- store/feed.py (store/schema.py documents it)
+CREATE TABLE IF NOT EXISTS deep(
+    root TEXT COLLATE "C" NOT NULL, tree BIGINT NOT NULL, hang BIGINT NOT NULL,
+    PRIMARY KEY(root, tree, hang)
+);
+CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
 
 CREATE TABLE IF NOT EXISTS checkpoints(
     size BIGINT PRIMARY KEY,

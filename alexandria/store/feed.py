@@ -1,0 +1,346 @@
+"""Feed membership: which roots' feeds hold a revision, at a cost per admission that does not
+grow with the depth of a conversation.
+
+The feed of a root R (``/api/changes``, ``section=all``, a conversation's ``discussion``) is
+every revision of R and of every object below R through feed relations (``FEED_RELATIONS``).
+The state rules shape that graph (rules/state.py, step 8b):
+
+* a reply has exactly one ``replies_to``/``answers`` link, to a discussion or reply; a
+  discussion at most one ``branches_from`` (discussion or reply), one ``about`` (claim or space)
+  and one ``contained_in`` (space); every other kind has at most one feed parent, never a
+  discussion or reply, and containment stops at ``MAX_DEPTH`` levels.
+
+So discussions and replies form a forest of *conversation trees* (each has at most one
+conversation parent), hanging off a forest of bounded depth (everything else) through the
+discussions' ``about``/``contained_in`` links.  Only conversation depth is unbounded, and a
+naive encoding (one ``feed`` row per ancestor per revision) costs a reply at depth d d rows.
+
+The encoding here:
+
+* **Near ancestors** (``objects.ancestors``, ``feed`` rows): a revision writes one ``feed`` row
+  for each ancestor of its object reached through at most ``NEAR`` conversation edges: its
+  conversation ancestors up to ``NEAR`` levels up and the non-conversation ancestors of the
+  discussions among them (and of itself).  A non-conversation object keeps all its ancestors
+  (at most ``MAX_DEPTH`` + 2).  ``objects.ancestors`` lists them as tokens: ``root`` (reached
+  through no conversation edge), ``root:d`` (a non-conversation ancestor of the discussion d
+  levels up) and ``root/d`` (the conversation ancestor d levels up), so a child's list is its
+  parent's shifted by one level and cut at ``NEAR``: constant work, constant size.
+* **Conversation positions** (``objects.tree``, ``cdepth``, ``cparent``, ``jump``; zero for
+  other kinds): the tree's top (its first sequence), the depth in the tree, the conversation
+  parent and a skew-binary jump pointer (Myers 1983), so that the ancestor of a node at a given
+  depth (a *level-ancestor* query) takes O(log depth) probes of ``objects``' integer key.
+  ``revisions.tree`` (partial index ``revisions_tree``) lists a tree's revisions in order.
+* **Deep marks** (``deep(root, tree, hang)``): when an object is created more than ``NEAR``
+  conversation edges below a node P (P = its ancestor ``NEAR`` + 1 levels up), the feed of P
+  and of P's own non-conversation ancestors (when P is a discussion) misses it.  P is marked
+  once: rows ``(P, tree, P)`` and ``(A, tree, P)`` for each such A.  Every conversation
+  ancestor of P was marked before (P's parent was marked when the new object's parent was
+  created), so the marks are upward closed and each admission marks at most one node: a
+  constant number of rows.
+
+A root R's feed is then: its own revisions, its ``feed`` rows, and for each ``(tree, hang)``
+mark of R the revisions of that tree whose object has ``hang`` as an ancestor-or-self (one
+level-ancestor query per distinct hang depth); ``reads/members.py`` merges them.  A root with no
+mark (every root of a library without a conversation deeper than ``NEAR``) reads exactly as
+before.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from alexandria.core.cache import Bounded
+from alexandria.rules.state import FEED_RELATIONS
+
+#: Conversation edges through which a revision still writes ``feed`` rows.  Tests lower it to
+#: exercise deep conversations cheaply; the layout recorded in ``meta`` names it, and a library
+#: written with another value is rebuilt when opened (``ensure_layout``).
+NEAR = 64
+LAYOUT = "near-conversation-1"
+CONVERSATION = frozenset(("discussion", "reply"))
+#: the links naming a conversation parent, by kind of the child
+CONVERSATION_LINKS = frozenset(("replies_to", "answers", "branches_from"))
+LIMIT = 20_000  # entries of each writer cache
+
+
+def layout() -> str:
+    """The ``meta`` value ``feed_layout`` of a library written with this module's ``NEAR``."""
+    return f"{LAYOUT}/{NEAR}"
+
+
+@dataclass(frozen=True)
+class Near:
+    """An object's near ancestors: roots, the conversation edges through which each is reached
+    (0: none), and whether each is a conversation ancestor (``root/d``) rather than the
+    non-conversation ancestor of a discussion (``root:d``)."""
+
+    roots: tuple[str, ...]
+    levels: tuple[int, ...]
+    conversation: tuple[bool, ...]
+
+    def encode(self) -> str:
+        return " ".join(
+            r if d == 0 else f"{r}{'/' if c else ':'}{d}"
+            for r, d, c in zip(self.roots, self.levels, self.conversation, strict=True)
+        )
+
+    @staticmethod
+    def decode(text: str) -> Near:
+        roots: list[str] = []
+        levels: list[int] = []
+        conv: list[bool] = []
+        for token in text.split():
+            root, sep, level = token.partition("/")
+            if not sep:
+                root, sep, level = token.partition(":")
+            roots.append(root)
+            levels.append(int(level) if sep else 0)
+            conv.append(sep == "/")
+        return Near(tuple(roots), tuple(levels), tuple(conv))
+
+    def base(self) -> tuple[str, ...]:
+        """The roots reached through no conversation edge: a discussion's own
+        non-conversation ancestors (all of a non-conversation object's ancestors)."""
+        return tuple(r for r, d in zip(self.roots, self.levels, strict=True) if d == 0)
+
+    def conversation_ancestor(self, level: int) -> str | None:
+        for r, d, c in zip(self.roots, self.levels, self.conversation, strict=True):
+            if c and d == level:
+                return r
+        return None
+
+
+EMPTY = Near((), (), ())
+
+
+def root_of(token: str) -> str:
+    """The root of one ``objects.ancestors`` token."""
+    return token.split("/", 1)[0].split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class Node:
+    """A conversation node's position: ``seq`` its first sequence (``objects`` key)."""
+
+    seq: int
+    tree: int
+    cdepth: int
+    cparent: int
+    jump: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a new object's creation writes: its near ancestors, its position (``None``: not a
+    conversation node) and the node to mark deep (``None``: nothing)."""
+
+    near: Near
+    node: Node | None
+    mark: str | None
+
+
+_NODE = "SELECT created_sequence, tree, cdepth, cparent, jump FROM objects"
+
+
+def _node(row: Sequence[int] | None) -> Node | None:
+    return None if row is None else Node(*(int(x) for x in row))
+
+
+class FeedCache:
+    """The writer's memory of near lists and conversation positions (both of constant size per
+    object: nothing cached grows with depth)."""
+
+    def __init__(self, limit: int = LIMIT) -> None:
+        self.near: Bounded[str, Near] = Bounded(limit)
+        self.nodes: Bounded[int, Node] = Bounded(limit)
+        self.node_seqs: Bounded[str, int] = Bounded(limit)
+
+    def near_of(self, conn: sqlite3.Connection, root: str) -> Near:
+        found = self.near.get(root)
+        if found is None:
+            row = conn.execute("SELECT ancestors FROM objects WHERE root = ?", (root,)).fetchone()
+            found = Near.decode(row[0]) if row is not None else EMPTY
+            self.near[root] = found
+        return found
+
+    def node(self, conn: sqlite3.Connection, seq: int) -> Node:
+        found = self.nodes.get(seq)
+        if found is None:
+            found = _node(conn.execute(f"{_NODE} WHERE created_sequence = ?", (seq,)).fetchone())
+            assert found is not None, seq
+            self.nodes[seq] = found
+        return found
+
+    def node_of(self, conn: sqlite3.Connection, root: str) -> Node:
+        seq = self.node_seqs.get(root)
+        if seq is not None:
+            return self.node(conn, seq)
+        found = _node(conn.execute(f"{_NODE} WHERE root = ?", (root,)).fetchone())
+        assert found is not None, root
+        self.node_seqs[root] = found.seq
+        self.nodes[found.seq] = found
+        return found
+
+    def remember(self, root: str, near: Near, node: Node | None) -> None:
+        self.near[root] = near
+        if node is not None:
+            self.nodes[node.seq] = node
+            self.node_seqs[root] = node.seq
+
+
+def place(
+    conn: sqlite3.Connection, cache: FeedCache, kind: str, sequence: int,
+    parents: Iterable[tuple[str, str]],
+) -> Placement:
+    """A new object's near ancestors, position and deep mark; ``parents``: its feed links as
+    ``(relation, target root)``."""
+    merged: dict[str, tuple[int, bool]] = {}
+
+    def add(root: str, level: int, conv: bool) -> None:
+        seen = merged.get(root)
+        if seen is None or level < seen[0]:
+            merged[root] = (level, conv)
+
+    conv_parent: str | None = None
+    for relation, root in parents:
+        if relation in CONVERSATION_LINKS:
+            conv_parent = root
+            continue
+        add(root, 0, False)
+        for r in cache.near_of(conn, root).base():
+            add(r, 0, False)
+    node: Node | None = None
+    mark: str | None = None
+    if conv_parent is not None:
+        above = cache.near_of(conn, conv_parent)
+        add(conv_parent, 1, True)
+        for r, d, c in zip(above.roots, above.levels, above.conversation, strict=True):
+            if d + 1 <= NEAR:
+                add(r, d + 1, c)
+            elif c:
+                mark = r  # the conversation ancestor NEAR + 1 levels up
+        p = cache.node_of(conn, conv_parent)
+        j = cache.node(conn, p.jump)
+        jj = cache.node(conn, j.jump)
+        jump = jj.seq if p.cdepth - j.cdepth == j.cdepth - jj.cdepth else p.seq
+        node = Node(sequence, p.tree, p.cdepth + 1, p.seq, jump)
+    elif kind in CONVERSATION:
+        node = Node(sequence, sequence, 0, 0, sequence)
+    items = list(merged.items())
+    near = Near(tuple(r for r, _ in items), tuple(v[0] for _, v in items),
+                tuple(v[1] for _, v in items))
+    return Placement(near, node, mark)
+
+
+def write_rows(conn: sqlite3.Connection, near: Near, sequence: int) -> None:
+    """The ``feed`` rows of one revision: one per near ancestor of its object."""
+    conn.executemany(
+        "INSERT INTO feed(root, sequence) VALUES (?, ?)", [(r, sequence) for r in near.roots]
+    )
+
+
+def mark_deep(conn: sqlite3.Connection, cache: FeedCache, root: str) -> None:
+    """Mark ``root`` (a conversation node) and, when it is a discussion, its own
+    non-conversation ancestors, as having members beyond their ``feed`` rows in its tree.  A
+    node is marked once; the marks stay upward closed (see the module docstring)."""
+    node = cache.node_of(conn, root)
+    if conn.execute(
+        "SELECT 1 FROM deep WHERE root = ? AND tree = ? AND hang = ?", (root, node.tree, node.seq)
+    ).fetchone() is not None:
+        return
+    conn.executemany(
+        "INSERT INTO deep(root, tree, hang) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+        [(r, node.tree, node.seq) for r in (root, *cache.near_of(conn, root).base())],
+    )
+
+
+def level_ancestor(node: Callable[[int], Node], seq: int, depth: int) -> int:
+    """The ancestor-or-self at conversation depth ``depth`` of the node created at ``seq``
+    (whose depth is at least ``depth``), in O(log depth) calls of ``node``."""
+    at = node(seq)
+    while at.cdepth > depth:
+        jumped = node(at.jump)
+        at = jumped if jumped.cdepth >= depth else node(at.cparent)
+    return at.seq
+
+
+# --- carrying a library of an earlier layout over ------------------------------------------
+
+
+def ensure_layout(conn: sqlite3.Connection) -> bool:
+    """Rebuild ``feed``, ``deep``, the near lists and positions when the library was written
+    with another layout (an earlier version, or another ``NEAR``), inside the caller's write
+    transaction; whether it rebuilt."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'feed_layout'").fetchone()
+    if row is not None and row[0] == layout():
+        return False
+    rebuilt = conn.execute("SELECT 1 FROM objects LIMIT 1").fetchone() is not None
+    if rebuilt:
+        rebuild(conn)
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('feed_layout', ?)"
+        " ON CONFLICT(key) DO UPDATE SET value = excluded.value", (layout(),),
+    )
+    return rebuilt
+
+
+def rebuild(conn: sqlite3.Connection) -> None:
+    """Recompute every object's near list and position, the deep marks and every ``feed`` row
+    from ``objects``, ``revisions`` and the objects' feed links, in creation order (a parent
+    is always created before its children), with the admission code's own functions."""
+    conn.execute("DELETE FROM feed")
+    conn.execute("DELETE FROM deep")
+    cache = FeedCache(limit=200_000)
+    last = 0
+    while True:  # keyset pages: never the whole table in memory
+        objects = conn.execute(
+            "SELECT created_sequence, root, kind, feed_links FROM objects"
+            " WHERE created_sequence > ? ORDER BY created_sequence LIMIT 2000", (last,)
+        ).fetchall()
+        if not objects:
+            break
+        for seq, root, kind, links in objects:
+            parents = []
+            for relation, target in orjson.loads(links):
+                if relation in FEED_RELATIONS:
+                    found = conn.execute(
+                        "SELECT root FROM revisions WHERE id = ?", (target,)
+                    ).fetchone()
+                    parents.append((relation, str(found[0])))
+            placed = place(conn, cache, kind, int(seq), parents)
+            conn.execute(
+                "UPDATE objects SET ancestors = ?, tree = ?, cdepth = ?, cparent = ?, jump = ?"
+                " WHERE created_sequence = ?",
+                (placed.near.encode(), *position(placed.node), seq),
+            )
+            cache.remember(root, placed.near, placed.node)
+            if placed.mark is not None:
+                mark_deep(conn, cache, placed.mark)
+        last = int(objects[-1][0])
+    conn.execute("UPDATE revisions SET tree = 0 WHERE tree != 0")
+    conn.execute(
+        "UPDATE revisions SET tree = (SELECT o.tree FROM objects o WHERE o.root = revisions.root)"
+        " WHERE kind IN ('discussion', 'reply')"
+    )
+    last = 0
+    while True:
+        chunk = conn.execute(
+            "SELECT sequence, root FROM revisions WHERE sequence > ? ORDER BY sequence"
+            " LIMIT 2000", (last,)
+        ).fetchall()
+        if not chunk:
+            break
+        rows = [(r, s) for s, root in chunk for r in cache.near_of(conn, root).roots]
+        conn.executemany("INSERT INTO feed(root, sequence) VALUES (?, ?)", rows)
+        last = int(chunk[-1][0])
+
+
+def position(node: Node | None) -> tuple[int, int, int, int]:
+    """``objects``' (tree, cdepth, cparent, jump): zeros for an object outside conversations."""
+    if node is None:
+        return (0, 0, 0, 0)
+    return (node.tree, node.cdepth, node.cparent, node.jump)

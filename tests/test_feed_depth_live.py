@@ -1,0 +1,110 @@
+"""A reply chain far deeper than ``feed.NEAR``, admitted over HTTP by a live ``alexandria
+serve``: what each reply adds to the database does not grow with its depth, and the feeds of
+the chain's discussion and of a reply high in the chain hold every reply below them once, in
+order."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.service.bootstrap import Founding
+from alexandria.store import feed
+from tests.liveserver import Server, write_library_files
+from tests.objects_support import discussion, reply
+
+pytestmark = pytest.mark.slow
+
+DEPTH = 1_100
+
+
+def _port() -> int:
+    """A free port of this test's range (21100-21199)."""
+    for port in range(21100, 21200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 21100-21199")
+
+
+def _stored(db: Path, rev: str) -> tuple[int, int]:
+    """The database's size in bytes (pages in use, WAL included: a reader's view) and the
+    ``feed`` rows written for ``rev``."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        rows = conn.execute(
+            "SELECT count(*) FROM feed WHERE sequence = (SELECT sequence FROM revisions"
+            " WHERE id = ?)", (rev,)).fetchone()[0]
+        return (pages - free) * size, int(rows)
+    finally:
+        conn.close()
+
+
+def _feed(client: httpx.Client, root: str) -> list[str]:
+    got: list[str] = []
+    cursor: str | None = None
+    while True:
+        params = {"root": root, "limit": "50", **({"cursor": cursor} if cursor else {})}
+        r = client.get("/api/changes", params=params)
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        got += [item["id"] for item in body["items"]]
+        cursor = body["cursor"]
+        if not body["has_more"]:
+            return got
+
+
+def test_a_reply_chain_deeper_than_near_costs_the_same_per_reply(
+    tmp_path: Path, founding: Founding
+) -> None:
+    assert DEPTH > 10 * feed.NEAR
+    genesis, log_key = write_library_files(founding, tmp_path)
+    db = tmp_path / "lib.db"
+    server = Server(genesis, db, log_key, port=_port())
+    owner = founding.participants["owner"]
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            for doc in founding.authority_documents():
+                assert client.post("/api/authority", json=doc).status_code == 201
+
+            def publish(content: dict[str, Any]) -> str:
+                env = owner.envelope(founding.genesis, content, format_ms(now_ms()))
+                r = client.post("/api/entries", content=orjson.dumps(env))
+                assert r.status_code == 201, r.text
+                return str(r.json()["id"])
+
+            top = publish(discussion("How deep can a thread go?"))
+            chain: list[str] = []
+            grew: dict[int, int] = {}
+            rows: dict[int, int] = {}
+            before = 0
+            for depth in range(1, DEPTH + 1):
+                chain.append(publish(reply(chain[-1] if chain else top, f"level {depth}")))
+                if depth in (100, 1_000):  # fifty replies measured from these depths
+                    before = _stored(db, chain[-1])[0]
+                if depth in (150, 1_050):
+                    size, rows[depth] = _stored(db, chain[-1])
+                    grew[depth] = size - before
+            assert rows[150] == rows[1_050] == feed.NEAR
+            # pages fill in steps: fifty replies deep in the chain cost what fifty replies
+            # near its top cost, within a few pages
+            assert abs(grew[1_050] - grew[150]) <= max(0.15 * grew[150], 8 * 4096), grew
+            assert _feed(client, top) == [top, *chain]
+            assert _feed(client, chain[4]) == chain[4:]
+            d = client.get(f"/api/entries/{chain[9]}/discussion").json()
+            assert d["total"] == DEPTH - 10
+    finally:
+        server.stop()
