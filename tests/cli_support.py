@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -56,25 +55,27 @@ class Library:
     pin: str = ""
     homes: dict[str, Path] = field(default_factory=dict)
     server: Server | None = None
+    database: Path | str | None = None  # default: base/library.db
 
     @property
     def operator(self) -> Path:
         return self.base / "operator"
 
     @property
-    def db(self) -> Path:
-        return self.base / "library.db"
+    def db(self) -> Path | str:
+        """The library's database: a SQLite file, or a PostgreSQL URL (``module_db``)."""
+        return self.database if self.database is not None else self.base / "library.db"
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     @classmethod
-    def create(cls, base: Path) -> Library:
+    def create(cls, base: Path, db: Path | str | None = None) -> Library:
         op = base / "operator"
         pin = cli("genesis", "init", "--dir", str(op), "--library", "cli-test",
                   "--origin", "127.0.0.1/cli-test/log").stdout.strip()
-        lib = cls(base, free_port(), pin)
+        lib = cls(base, free_port(), pin, database=db)
         lib.start()
         cli("authority", "issue", "--dir", str(op), "--library", lib.url)
         cli("authority", "issue", "--dir", str(op), "--library", lib.url, "--roles", "log")
@@ -107,14 +108,3 @@ def write_content(path: Path, content: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(content))
     return path
-
-
-def copy_db(src: Path, dst: Path) -> None:
-    """The database with its WAL files (the server must be stopped)."""
-    for suffix in ("", "-wal", "-shm"):
-        s = Path(f"{src}{suffix}")
-        d = Path(f"{dst}{suffix}")
-        if s.exists():
-            shutil.copyfile(s, d)
-        else:
-            d.unlink(missing_ok=True)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -151,12 +151,48 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def db(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str | Path:
-    """A fresh library database of the test's backend: a SQLite file or a PostgreSQL URL."""
+def db(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str | Path]:
+    """A fresh library database of the test's backend: a SQLite file or a PostgreSQL URL
+    (dropped after the test)."""
     if backend == "sqlite":
-        return tmp_path / "lib.db"
+        yield tmp_path / "lib.db"
+        return
     cluster: pgcluster.Cluster = request.getfixturevalue("pg_cluster")
-    return cluster.database()
+    url = cluster.database()
+    yield url
+    cluster.drop(url)
+
+
+def _databases(backend: str, request: pytest.FixtureRequest
+               ) -> Iterator[Callable[[Path], str | Path]]:
+    if backend == "sqlite":
+        yield lambda path: path
+        return
+    cluster: pgcluster.Cluster = request.getfixturevalue("pg_cluster")
+    made: list[str] = []
+
+    def new(path: Path) -> str:
+        made.append(cluster.database())
+        return made[-1]
+
+    yield new
+    for url in made:
+        cluster.drop(url)
+
+
+@pytest.fixture
+def new_db(backend: str, request: pytest.FixtureRequest) -> Iterator[Callable[[Path], str | Path]]:
+    """Fresh library databases of the test's backend for live servers and commands:
+    ``new_db(path)`` is the SQLite file ``path`` itself, or the URL of a new database of the
+    session's PostgreSQL cluster (dropped after the test)."""
+    yield from _databases(backend, request)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def module_db(request: pytest.FixtureRequest) -> Iterator[Callable[[Path], str | Path]]:
+    """``new_db`` for a module's shared live library (``cli_support.Library``): every test of
+    the module runs against a library on each backend."""
+    yield from _databases(str(request.param), request)
 
 
 @pytest.fixture

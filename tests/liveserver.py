@@ -8,13 +8,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from alexandria.files import write_json
 from alexandria.service.bootstrap import Founding
+
+#: the ``new_db`` fixture (conftest.py): a fresh library database of the test's backend
+NewDb = Callable[[Path], "Path | str"]
 
 
 def free_port() -> int:
@@ -51,7 +54,7 @@ class Server:
     def __init__(
         self,
         genesis: Path,
-        db: Path,
+        db: Path | str,
         log_key: Path | None = None,
         port: int | None = None,
         workers: int = 1,
@@ -118,7 +121,7 @@ class Server:
 
 @contextmanager
 def serving(
-    genesis: Path, db: Path, log_key: Path | None = None, workers: int = 1,
+    genesis: Path, db: Path | str, log_key: Path | None = None, workers: int = 1,
     extra: tuple[str, ...] = (),
 ) -> Iterator[Server]:
     server = Server(genesis, db, log_key, workers=workers, extra=extra)

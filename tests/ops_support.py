@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import orjson
 
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
+from alexandria.store.backends import open_readonly
 from tests.admission_support import claim, space
 from tests.liveserver import Command, Server
 
@@ -66,7 +66,7 @@ class Writer:
         self.client.close()
 
 
-def mirror(origin: str, db: Path, pin: str) -> Command:
+def mirror(origin: str, db: Path | str, pin: str) -> Command:
     return Command(["mirror", "--from", origin, "--db", str(db), "--pin", pin])
 
 
@@ -91,12 +91,10 @@ def log_size(url: str) -> int:
     return int(r.json()["log_size"])
 
 
-def leaf_hashes(db: Path) -> list[bytes]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
+def leaf_hashes(db: Path | str) -> list[bytes]:
+    """The stored leaf hashes of the library database ``db`` (a file or a PostgreSQL URL)."""
+    with open_readonly(db) as conn:
         return [bytes(h) for (h,) in conn.execute("SELECT leaf_hash FROM log ORDER BY sequence")]
-    finally:
-        conn.close()
 
 
 def stop_with_error(proc: Server, timeout: float = 60) -> str:

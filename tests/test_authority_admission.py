@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from alexandria.core.keys import SigningKey
@@ -23,15 +24,20 @@ from alexandria.core.trust import make_authority_certificate, make_revocation
 from alexandria.rules import authority
 from alexandria.service.bootstrap import Founding, derive_key
 from tests.conftest import T0
-from tests.liveserver import Server, serving, write_library_files
+from tests.liveserver import NewDb, Server, serving, write_library_files
 
 FAR = "2036-01-01T00:00:00.000Z"
 
 
 @pytest.fixture
-def server(tmp_path: Path, founding: Founding) -> Iterator[Server]:
+def library_db(tmp_path: Path, new_db: NewDb) -> Path | str:
+    return new_db(tmp_path / "lib.db")
+
+
+@pytest.fixture
+def server(tmp_path: Path, founding: Founding, library_db: Path | str) -> Iterator[Server]:
     genesis, log_key = write_library_files(founding, tmp_path)
-    with serving(genesis, tmp_path / "lib.db", log_key) as s:
+    with serving(genesis, library_db, log_key) as s:
         for doc in founding.authority_documents():
             httpx.post(f"{s.url}/api/authority", json=doc).raise_for_status()
         yield s
@@ -77,11 +83,18 @@ def test_a_key_signing_twice_is_refused_and_nothing_is_admitted(
 
 class _WriteLock:
     """Another connection's write transaction on the server's database: the server's writer
-    waits for it (``SqliteStorage._begin``), reads do not."""
+    waits for it (``SqliteStorage._begin``; on PostgreSQL the row lock of ``ledger_writes``
+    every writer takes first), reads do not."""
 
-    def __init__(self, db: Path) -> None:
-        self.conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-        self.conn.execute("BEGIN IMMEDIATE")
+    def __init__(self, db: Path | str) -> None:
+        self.conn: Any
+        if isinstance(db, str):
+            self.conn = psycopg.connect(db, autocommit=True)
+            self.conn.execute("BEGIN")
+            self.conn.execute("SELECT version FROM ledger_writes WHERE id = 1 FOR UPDATE")
+        else:
+            self.conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+            self.conn.execute("BEGIN IMMEDIATE")
 
     def release(self) -> None:
         self.conn.execute("ROLLBACK")
@@ -89,7 +102,7 @@ class _WriteLock:
 
 
 def test_signature_refusals_do_not_wait_for_the_writer(
-    server: Server, founding: Founding, tmp_path: Path
+    server: Server, founding: Founding, library_db: Path | str
 ) -> None:
     f = founding
     new_key = derive_key(b"issue 21", "another authority").public_hex
@@ -98,7 +111,7 @@ def test_signature_refusals_do_not_wait_for_the_writer(
     forged["certificate"]["not_after"] = "2099-01-01T00:00:00.000Z"  # changed after signing
     stranger = make_authority_certificate(f.genesis, new_key, ["native-application"], T0, FAR,
                                           [SigningKey(b"s" * 32)])
-    lock = _WriteLock(tmp_path / "lib.db")
+    lock = _WriteLock(library_db)
     pending: dict[str, httpx.Response] = {}
     good = make_authority_certificate(f.genesis, new_key, ["native-application"], T0, FAR,
                                       f.roots)

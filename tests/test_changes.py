@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,8 @@ from alexandria.core.canonical import canonical
 from alexandria.reads import changes
 from alexandria.reads.changes import Cursor, Limits
 from alexandria.service.bootstrap import resolve_refs
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store import backup
+from alexandria.store.backends import storage_for
 from tests.conftest import CONTRACT, Api
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -413,27 +413,23 @@ async def test_cursor_fields_are_bound(api: Api) -> None:
 # --- cursors that cannot be honoured: 409 resync_required -----------------------------------
 
 
+def _database(api: Api) -> Path | str:
+    storage = api.library.storage
+    return str(getattr(storage, "url", storage.path))
+
+
 async def _backup(api: Api, dest: Path) -> None:
-    """An online backup (sqlite3 backup API, WAL included) of the live database."""
-    src = sqlite3.connect(api.library.storage.path)
-    dst = sqlite3.connect(dest)
-    try:
-        src.backup(dst)
-    finally:
-        src.close()
-        dst.close()
+    """An online backup (``alexandria backup``) of the live database."""
+    await asyncio.to_thread(backup.backup, _database(api), dest)
 
 
-async def _restore(api: Api, backup: Path) -> None:
-    """Stop the storage, put the backup in place of the database, start a new storage on it
-    (what an operator restoring a backup does)."""
-    old = api.library.storage
-    await old.close()
-    path = Path(old.path)
-    for suffix in ("-wal", "-shm"):
-        Path(str(path) + suffix).unlink(missing_ok=True)
-    shutil.copyfile(backup, path)
-    fresh = SqliteStorage(path, api.library.genesis)
+async def _restore(api: Api, backup_file: Path) -> None:
+    """Stop the storage, restore the backup over the database (``alexandria restore
+    --replace``), start a new storage on it (what an operator restoring a backup does)."""
+    db = _database(api)
+    await api.library.storage.close()
+    await asyncio.to_thread(backup.restore, backup_file, db, True)
+    fresh = storage_for(db, api.library.genesis)
     fresh.clock = api.clock
     await fresh.open()
     api.library.storage = fresh
@@ -448,15 +444,14 @@ async def assert_resync(api: Api, root: str, cursor: str, code: str) -> None:
     assert set(body) == {"error", "code", "details", "resync_required"}
 
 
-@pytest.mark.sqlite_only("restores a SQLite backup file in place")
 async def test_cursor_against_a_restored_older_backup_is_409(api: Api, tmp_path: Path) -> None:
     top = await space(api)
     d = await discussion(api, top)
     for i in range(3):
         await reply(api, d, f"early {i}")
     old_items, old_cursor, old_hi, _n = await follow(api, top)
-    backup = tmp_path / "backup.db"
-    await _backup(api, backup)
+    backup_file = tmp_path / "backup.db"
+    await _backup(api, backup_file)
     # the library grows past the backup; a follower catches up and holds cursors past it
     for i in range(4):
         await reply(api, d, f"later {i}")
@@ -464,7 +459,7 @@ async def test_cursor_against_a_restored_older_backup_is_409(api: Api, tmp_path:
     assert mid["has_more"] is True
     _items, done_cursor, hi, _n = await follow(api, top)  # caught up: after = hi past the backup
 
-    await _restore(api, backup)
+    await _restore(api, backup_file)
     assert await api.library.storage.log_size() == old_hi < hi
     await assert_resync(api, top, done_cursor, "CURSOR_BEYOND_LOG")
     await assert_resync(api, top, mid["cursor"], "CURSOR_BEYOND_LOG")

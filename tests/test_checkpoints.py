@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
 from alexandria.api.app import create_app
@@ -18,15 +19,15 @@ from alexandria.reads import log
 from alexandria.service.bootstrap import Founding
 from alexandria.service.checkpoint_signer import sign_checkpoint_now
 from alexandria.service.library import Library
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.backends import storage_for
 from tests.conftest import Api, Clock
 from tests.test_log_api import discussion
 
 
 @asynccontextmanager
-async def server(db: Path, founding: Founding, clock: Clock) -> AsyncIterator[Api]:
+async def server(db: Path | str, founding: Founding, clock: Clock) -> AsyncIterator[Api]:
     """One run of the app on ``db``: a fresh process as far as the log is concerned."""
-    storage = SqliteStorage(db, founding.genesis)
+    storage = storage_for(db, founding.genesis)
     storage.clock = clock
     library = Library(founding.genesis, storage, founding.log_key)
     app = create_app(library)
@@ -48,9 +49,8 @@ async def signed(api: Api) -> tuple[int, bytes]:
 
 
 async def test_across_restarts_sizes_only_grow_and_every_pair_is_consistent(
-    tmp_path: Path, founding: Founding, clock: Clock
+    founding: Founding, clock: Clock, db: Path | str
 ) -> None:
-    db = tmp_path / "lib.db"
     seen: list[tuple[int, bytes]] = []
     n = 0
     for run in range(4):
@@ -76,10 +76,16 @@ async def test_across_restarts_sizes_only_grow_and_every_pair_is_consistent(
                 merkle.verify_consistency(old, new, old_root, new_root, proof)
 
 
-def tamper(db: Path, sql: str, *args: object) -> None:
+def tamper(db: Path | str, sql: str) -> None:
+    """Change the stored log behind the server's back (PostgreSQL: the same statement, its
+    ``zeroblob`` spelt as a ``bytea``)."""
+    if isinstance(db, str):
+        with psycopg.connect(db, autocommit=True) as pg:
+            pg.execute(sql.replace("zeroblob(32)", "decode(repeat('00', 32), 'hex')").encode())
+        return
     conn = sqlite3.connect(db)
     with conn:
-        conn.execute(sql, args)
+        conn.execute(sql)
     conn.close()
 
 
@@ -94,9 +100,8 @@ def tamper(db: Path, sql: str, *args: object) -> None:
     ],
 )
 async def test_the_log_never_signs_a_tree_inconsistent_with_its_last_checkpoint(
-    tmp_path: Path, founding: Founding, clock: Clock, sql: str, code: str
+    founding: Founding, clock: Clock, sql: str, code: str, db: Path | str
 ) -> None:
-    db = tmp_path / "lib.db"
     async with server(db, founding, clock) as api:
         for i in range(4):
             await api.publish("owner", discussion(i))
@@ -113,11 +118,10 @@ async def test_the_log_never_signs_a_tree_inconsistent_with_its_last_checkpoint(
 
 
 async def test_a_checkpoint_is_persisted_atomically_with_what_it_signs(
-    tmp_path: Path, founding: Founding, clock: Clock
+    founding: Founding, clock: Clock, db: Path | str
 ) -> None:
     """The checkpoint row is written inside the write transaction that reads the tree: a
     failing transaction (here: the key check) leaves no row behind."""
-    db = tmp_path / "lib.db"
     async with server(db, founding, clock) as api:
         await api.publish("owner", discussion(0))
         storage = api.library.storage

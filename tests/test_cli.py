@@ -22,13 +22,15 @@ from alexandria.cli.session import Session
 from alexandria.client import ServerError
 from tests.cli_support import CLI, Library, cli, cli_env, cli_json, write_content
 from tests.conftest import CONTRACT
+from tests.liveserver import NewDb
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
-    library = Library.create(tmp_path_factory.mktemp("cli"))
+def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Library]:
+    base = tmp_path_factory.mktemp("cli")
+    library = Library.create(base, module_db(base / "library.db"))
     library.participant("owner")
     library.participant("peer")
     yield library

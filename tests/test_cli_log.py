@@ -19,7 +19,7 @@ from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.errors import AlexandriaError
 from alexandria.service.bootstrap import Founding, found_library
 from tests.conftest import SEED, T0
-from tests.liveserver import Server, serving, write_library_files
+from tests.liveserver import NewDb, Server, serving, write_library_files
 
 pytestmark = pytest.mark.slow
 
@@ -40,12 +40,12 @@ def alexandria(*args: str, stdin: bytes | None = None) -> subprocess.CompletedPr
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+def live(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("cli-log")
     founding = found_library(seed=SEED, created_at=T0)
     owner = founding.enroll("owner")
     genesis, log_key = write_library_files(founding, tmp)
-    db = tmp / "lib.db"
+    db = module_db(tmp / "lib.db")
     with serving(genesis, db, log_key) as server, httpx.Client(base_url=server.url) as c:
         for doc in founding.authority_documents():
             assert c.post("/api/authority", json=doc).status_code == 201

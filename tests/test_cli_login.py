@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,20 +18,23 @@ from alexandria.core.keys import SigningKey
 from alexandria.core.trust import make_worker_certificate
 from alexandria.service.enrolment import signed_bytes
 from alexandria.service.operator_dir import OperatorDir, window
+from alexandria.store.backends import open_readonly
 from tests.cli_support import CLI, ROOT, Library, cli, cli_env, cli_json
+from tests.liveserver import NewDb
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
-    library = Library.create(tmp_path_factory.mktemp("login"))
+def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Library]:
+    base = tmp_path_factory.mktemp("login")
+    library = Library.create(base, module_db(base / "library.db"))
     yield library
     library.stop()
 
 
 def _log_size(lib: Library) -> int:
-    with sqlite3.connect(f"file:{lib.db}?mode=ro", uri=True) as conn:
+    with open_readonly(lib.db) as conn:
         (count,) = conn.execute("SELECT count(*) FROM log").fetchone()
     return int(count)
 

@@ -15,12 +15,12 @@ import pytest
 from alexandria.core.trust import Genesis
 from tests.cli_support import CLI, cli, cli_json
 from tests.conftest import CONTRACT
-from tests.liveserver import Server, free_port, stop_group
+from tests.liveserver import NewDb, Server, free_port, stop_group
 
 pytestmark = pytest.mark.slow
 
 
-def test_genesis_with_two_of_three_roots(tmp_path: Path) -> None:
+def test_genesis_with_two_of_three_roots(tmp_path: Path, new_db: NewDb) -> None:
     op = tmp_path / "op"
     out = cli_json("genesis", "init", "--dir", str(op), "--library", "two-of-three",
                    "--origin", "library.example.org/log", "--roots", "3", "--threshold", "2")
@@ -36,7 +36,7 @@ def test_genesis_with_two_of_three_roots(tmp_path: Path) -> None:
             "--origin", "https://not-schema-less", expect=1)
     assert r.stderr.count("\n") == 1
 
-    server = Server(op / "genesis.json", tmp_path / "lib.db")
+    server = Server(op / "genesis.json", new_db(tmp_path / "lib.db"))
     try:
         r = cli("authority", "issue", "--dir", str(op), "--library", server.url,
                 "--root-key", str(op / "root-2.key"), expect=1)

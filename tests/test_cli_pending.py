@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from alexandria.core.canonical import canonical
-from tests.cli_support import Library, cli, cli_json, copy_db
+from tests.cli_support import Library, cli, cli_json
+from tests.liveserver import NewDb
 
 pytestmark = pytest.mark.slow
 
@@ -21,8 +22,9 @@ SPACE = {"kind": "space", "title": "Offline", "body": {"summary": "Written while
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
-    library = Library.create(tmp_path_factory.mktemp("pending"))
+def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Library]:
+    base = tmp_path_factory.mktemp("pending")
+    library = Library.create(base, module_db(base / "library.db"))
     library.participant("owner")
     yield library
     library.stop()
@@ -194,17 +196,15 @@ def test_changes_resync_when_the_library_cannot_honour_the_cursor(lib: Library) 
     space = cli("publish", "-", home=home, stdin=json.dumps(SPACE | {"title": "Feed"})).stdout
     root = space.strip()
     cli("changes", "--root", root, home=home)  # saves a cursor at the current log size
-    lib.stop()
     backup = lib.base / "backup.db"
-    copy_db(lib.db, backup)
-    lib.start()
+    cli("backup", "--db", str(lib.db), str(backup))
     doc = {"kind": "document", "title": "Later", "body": {"text": "after the backup"},
            "links": [{"relation": "contained_in", "target": root}]}
     later = cli("publish", "-", home=home, stdin=json.dumps(doc)).stdout.strip()
     r = cli("--json", "changes", "--root", root, home=home)
     assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [later]
     lib.stop()  # restore the older backup: the saved cursor is now beyond its log
-    copy_db(backup, lib.db)
+    cli("restore", str(backup), "--db", str(lib.db), "--replace")
     lib.start()
     r = cli("--json", "changes", "--root", root, home=home)
     assert "starting again from the beginning" in r.stderr

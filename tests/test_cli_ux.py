@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.cli_support import CLI, ROOT, Library, cli, cli_env, cli_json, write_content
-from tests.liveserver import free_port, stop_group
+from tests.liveserver import NewDb, free_port, stop_group
 
 pytestmark = pytest.mark.slow
 
@@ -25,8 +25,9 @@ SPACE = {"kind": "space", "title": "UX", "body": {"summary": "for the CLI tests"
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
-    library = Library.create(tmp_path_factory.mktemp("ux"))
+def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Library]:
+    base = tmp_path_factory.mktemp("ux")
+    library = Library.create(base, module_db(base / "library.db"))
     home = library.participant("owner")
     path = write_content(library.base / "space.json", SPACE)
     cli("publish", str(path), "--name", "space", home=home)

@@ -21,6 +21,7 @@ import pytest
 
 from alexandria.cli import warm
 from tests.cli_support import CLI, ROOT, Library, cli, cli_env, write_content
+from tests.liveserver import NewDb
 
 pytestmark = pytest.mark.slow
 
@@ -28,8 +29,9 @@ SPACE = {"kind": "space", "title": "Warm", "body": {"summary": "for the warm sta
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
-    library = Library.create(tmp_path_factory.mktemp("lib"))
+def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Library]:
+    base = tmp_path_factory.mktemp("lib")
+    library = Library.create(base, module_db(base / "library.db"))
     home = library.participant("owner")
     cli("publish", str(write_content(library.base / "space.json", SPACE)), "--name", "space",
         home=home, env={"ALEXANDRIA_WARM": "0"})

@@ -15,7 +15,19 @@ import pytest
 
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import Server, serving, write_library_files
+from alexandria.store.backends import open_readonly
+from tests.liveserver import NewDb, Server, serving, write_library_files
+
+
+def gapless_log(db: Path | str) -> list[int]:
+    """The log's sequences, checked gapless (and a SQLite file checked intact)."""
+    if isinstance(db, Path):
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    with open_readonly(db) as ro:
+        sequences = [int(r[0]) for r in ro.execute("SELECT sequence FROM log ORDER BY sequence")]
+    assert sequences == list(range(1, len(sequences) + 1))
+    return sequences
 
 
 def _admit_authorities(url: str, founding: Founding) -> None:
@@ -45,13 +57,13 @@ def _post_at(url: str, body: bytes, start: float, out: Any) -> None:
 # workers=2: server a is itself two HTTP processes and a writer process
 @pytest.mark.parametrize("workers", [1, 2])
 def test_concurrent_revisions_of_one_head_across_processes(
-    tmp_path: Path, founding: Founding, workers: int
+    tmp_path: Path, founding: Founding, workers: int, new_db: NewDb
 ) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
-    db = tmp_path / "library.db"
+    db = new_db(tmp_path / "library.db")
     owner = founding.participants["owner"]
     base = now_ms() - 60_000
-    # two independent servers on the same database file
+    # two independent servers on the same database
     with serving(genesis, db, log_key, workers) as a, serving(genesis, db, log_key) as b:
         _admit_authorities(a.url, founding)
         first = owner.envelope(founding.genesis, _claim(0), format_ms(base))
@@ -84,19 +96,16 @@ def test_concurrent_revisions_of_one_head_across_processes(
         assert {body["details"]["head"] for body in losers} == {winners[0]["id"]}
         head_now = httpx.get(f"{b.url}/api/entries/{head}/head").json()
         assert head_now["id"] == winners[0]["id"]
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        sequences = [row[0] for row in conn.execute("SELECT sequence FROM log ORDER BY sequence")]
-        assert sequences == list(range(1, len(sequences) + 1))
-        assert len(sequences) == 2 + 1 + 1
+    sequences = gapless_log(db)
+    assert len(sequences) == 2 + 1 + 1
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_acknowledged_admissions_survive_sigkill(
-    tmp_path: Path, founding: Founding, workers: int
+    tmp_path: Path, founding: Founding, workers: int, new_db: NewDb
 ) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
-    db = tmp_path / "library.db"
+    db = new_db(tmp_path / "library.db")
     peer = founding.participants["peer"]
     base = now_ms() - 600_000
     bodies = [
@@ -137,8 +146,4 @@ def test_acknowledged_admissions_survive_sigkill(
     with serving(genesis, db, log_key) as again, httpx.Client() as client:
         for rev in acknowledged:
             assert client.get(f"{again.url}/api/entries/{rev}").status_code == 200
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        sequences = [row[0] for row in conn.execute("SELECT sequence FROM log ORDER BY sequence")]
-        assert sequences == list(range(1, len(sequences) + 1))
-        assert len(sequences) >= 2 + len(acknowledged)
+    assert len(gapless_log(db)) >= 2 + len(acknowledged)

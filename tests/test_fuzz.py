@@ -11,14 +11,14 @@ from pathlib import Path
 import httpx
 
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import Server, stop_group, write_library_files
+from tests.liveserver import NewDb, Server, stop_group, write_library_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_schemathesis_finds_nothing(tmp_path: Path, founding: Founding) -> None:
+def test_schemathesis_finds_nothing(tmp_path: Path, founding: Founding, new_db: NewDb) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
-    server = Server(genesis, tmp_path / "lib.db", log_key)
+    server = Server(genesis, new_db(tmp_path / "lib.db"), log_key)
     try:
         for doc in founding.authority_documents():  # a library with something to read
             httpx.post(f"{server.url}/api/authority", json=doc).raise_for_status()

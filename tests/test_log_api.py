@@ -22,7 +22,7 @@ from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding
 from alexandria.service.checkpoint_signer import CheckpointSigner, background_signer
 from alexandria.service.library import Library
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.backends import storage_for
 from tests.conftest import Api, Clock
 
 
@@ -211,9 +211,9 @@ async def test_checkpoints_are_listed_in_order(api: Api) -> None:
 
 
 @pytest.fixture
-async def bare(tmp_path: Path, founding: Founding, clock: Clock) -> AsyncIterator[Api]:
+async def bare(db: Path | str, founding: Founding, clock: Clock) -> AsyncIterator[Api]:
     """An app whose log key certificate is NOT admitted yet (only the authority's)."""
-    storage = SqliteStorage(tmp_path / "bare.db", founding.genesis)
+    storage = storage_for(db, founding.genesis)
     storage.clock = clock
     library = Library(founding.genesis, storage, founding.log_key)
     app = create_app(library)
@@ -287,9 +287,9 @@ async def test_concurrent_requests_share_one_signature(api: Api) -> None:
 
 
 async def test_the_background_signer_signs_at_most_once_a_second_while_the_log_grows(
-    tmp_path: Path, founding: Founding, clock: Clock
+    db: Path | str, founding: Founding, clock: Clock
 ) -> None:
-    storage = SqliteStorage(tmp_path / "policy.db", founding.genesis)
+    storage = storage_for(db, founding.genesis)
     storage.clock = clock
     library = Library(founding.genesis, storage, founding.log_key)
     await library.open()

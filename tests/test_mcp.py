@@ -17,7 +17,7 @@ from alexandria.api.mcp.schemas import route_parameters
 from alexandria.api.served_contract import read_contract
 from tests.cli_support import Library
 from tests.conftest import CONTRACT
-from tests.liveserver import free_port
+from tests.liveserver import NewDb, free_port
 from tests.mcp_support import (
     READ_TOOLS,
     WRITE_TOOLS,
@@ -33,8 +33,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
-    library = Library.create(tmp_path_factory.mktemp("mcp"))
+def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Library]:
+    base = tmp_path_factory.mktemp("mcp")
+    library = Library.create(base, module_db(base / "library.db"))
     library.stop()
     library.start()  # now with the log key issued by create(): checkpoints get signed
     library.participant("owner")

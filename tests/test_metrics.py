@@ -14,7 +14,7 @@ from alexandria.service.bootstrap import Founding
 from alexandria.service.writer_service import WriterClient
 from tests.admission_support import claim, space
 from tests.conftest import Api
-from tests.liveserver import serving, write_library_files
+from tests.liveserver import NewDb, serving, write_library_files
 
 
 async def scrape(api: Api) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -120,11 +120,11 @@ async def test_healthz_not_ready_once_the_writer_process_is_gone(
 @pytest.mark.slow
 @pytest.mark.parametrize("front_end", ["granian", "uvicorn"])
 def test_metrics_of_every_worker_process(tmp_path: Path, founding: Founding,
-                                         front_end: str) -> None:
+                                         front_end: str, new_db: NewDb) -> None:
     """``serve --workers 2``: whichever worker answers the scrape counts every worker's
     admissions and requests (prometheus-client's multiprocess mode)."""
     genesis, log_key = write_library_files(founding, tmp_path)
-    with serving(genesis, tmp_path / "lib.db", log_key, workers=2,
+    with serving(genesis, new_db(tmp_path / "lib.db"), log_key, workers=2,
                  extra=("--front-end", front_end)) as server, \
             httpx.Client(base_url=server.url, timeout=30) as client:
         for doc in founding.authority_documents():

@@ -3,17 +3,17 @@ doctored origins (a changed leaf, a rewritten tail) and refused writes."""
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import threading
 from pathlib import Path
 
 import httpx
 import orjson
+import psycopg
 import pytest
 
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import serving, write_library_files
+from tests.liveserver import NewDb, serving, write_library_files
 from tests.ops_support import (
     Writer,
     cli,
@@ -47,13 +47,16 @@ def same_reads(origin: str, replica: str, writer: Writer) -> None:
             assert a.content == b.content, path
 
 
-def test_mirror_follows_resumes_and_refuses_writes(tmp_path: Path, founding: Founding) -> None:
+def test_mirror_follows_resumes_and_refuses_writes(
+    tmp_path: Path, founding: Founding, new_db: NewDb
+) -> None:
     genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    with serving(genesis, tmp_path / "origin" / "lib.db", log_key) as origin:
+    mirror_db = new_db(tmp_path / "mirror.db")
+    with serving(genesis, new_db(tmp_path / "origin" / "lib.db"), log_key) as origin:
         writer = Writer(founding, origin.url)
         writer.admit_authorities()
         writer.publish(40)
-        replica = mirror(origin.url, tmp_path / "mirror.db", founding.genesis.pin)
+        replica = mirror(origin.url, mirror_db, founding.genesis.pin)
         try:
             # a stream of admissions while the mirror follows
             stream = threading.Thread(target=writer.publish, args=(40,))
@@ -81,14 +84,14 @@ def test_mirror_follows_resumes_and_refuses_writes(tmp_path: Path, founding: Fou
             err = stop_and_read(replica)
         assert f"mirror: caught up with {origin.url}: {first_size} entries" in err, err
         # a restart resumes from what it stored
-        stored = leaf_hashes(tmp_path / "mirror.db")
+        stored = leaf_hashes(mirror_db)
         writer.publish(10)
-        replica = mirror(origin.url, tmp_path / "mirror.db", founding.genesis.pin)
+        replica = mirror(origin.url, mirror_db, founding.genesis.pin)
         try:
             wait_for(lambda: same_checkpoint(origin.url, replica.url)
                      and log_size(replica.url) == log_size(origin.url), what="the restart")
             same_reads(origin.url, replica.url, writer)
-            assert leaf_hashes(tmp_path / "mirror.db")[: len(stored)] == stored
+            assert leaf_hashes(mirror_db)[: len(stored)] == stored
         finally:
             err = stop_and_read(replica)
         # it resumed: only the ten new entries were fetched, verified and stored
@@ -96,50 +99,63 @@ def test_mirror_follows_resumes_and_refuses_writes(tmp_path: Path, founding: Fou
         writer.close()
     # what the mirror holds verifies offline like the origin's log
     export = tmp_path / "mirror.jsonl"
-    cli("export", "--db", str(tmp_path / "mirror.db"), "-o", str(export))
+    cli("export", "--db", str(mirror_db), "-o", str(export))
     cli("verify", "--genesis-pin", founding.genesis.pin, str(export))
 
 
-def doctor_leaf(db: Path, sequence: int) -> None:
-    """Change one character of a title inside the stored leaf ``sequence`` (same length)."""
+def doctor_leaf(db: Path | str, sequence: int) -> None:
+    """Change one character of a title inside the stored leaf ``sequence`` (same length; its
+    stored ``leaf_hash`` kept)."""
+    select = "SELECT leaf FROM log WHERE sequence = ?"
+    update = "UPDATE log SET leaf = ? WHERE sequence = ?"
+    if isinstance(db, str):  # a PostgreSQL URL
+        with psycopg.connect(db, autocommit=True) as pg:
+            row = pg.execute(select.replace("?", "%s"), (sequence,)).fetchone()
+            assert row is not None and b"Claim 0" in bytes(row[0])
+            pg.execute(update.replace("?", "%s"),
+                       (bytes(row[0]).replace(b"Claim 0", b"Claim X", 1), sequence))
+        return
     conn = sqlite3.connect(db)
     try:
-        leaf = bytes(conn.execute("SELECT leaf FROM log WHERE sequence = ?",
-                                  (sequence,)).fetchone()[0])
+        leaf = bytes(conn.execute(select, (sequence,)).fetchone()[0])
         assert b"Claim 0" in leaf
-        conn.execute("UPDATE log SET leaf = ? WHERE sequence = ?",
-                     (leaf.replace(b"Claim 0", b"Claim X", 1), sequence))
+        conn.execute(update, (leaf.replace(b"Claim 0", b"Claim X", 1), sequence))
         conn.commit()
     finally:
         conn.close()
 
 
-def test_mirror_stops_at_a_changed_leaf(tmp_path: Path, founding: Founding) -> None:
+def test_mirror_stops_at_a_changed_leaf(
+    tmp_path: Path, founding: Founding, new_db: NewDb
+) -> None:
     genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = tmp_path / "origin" / "lib.db"
+    db = new_db(tmp_path / "origin" / "lib.db")
     with serving(genesis, db, log_key) as origin:
         writer = Writer(founding, origin.url)
         writer.admit_authorities()
         writer.publish(20)
         assert httpx.get(f"{origin.url}/api/log/checkpoint").status_code == 200
         writer.close()
-    doctored = tmp_path / "doctored.db"
-    shutil.copy(db, doctored)
-    doctor_leaf(doctored, 15)
-    with serving(genesis, doctored, log_key) as origin:
-        replica = mirror(origin.url, tmp_path / "mirror.db", founding.genesis.pin)
+    honest = leaf_hashes(db)
+    doctor_leaf(db, 15)  # the stored leaf hashes are the honest ones
+    mirror_db = new_db(tmp_path / "mirror.db")
+    with serving(genesis, db, log_key) as origin:
+        replica = mirror(origin.url, mirror_db, founding.genesis.pin)
         err = stop_with_error(replica)
     assert "sequence 15" in err, err
     assert "14 entries verified before it are kept" in err, err
-    kept = leaf_hashes(tmp_path / "mirror.db")
-    assert kept == leaf_hashes(db)[:14]
+    kept = leaf_hashes(mirror_db)
+    assert kept == honest[:14]
 
 
-def test_mirror_stops_at_a_rewritten_tail(tmp_path: Path, founding: Founding) -> None:
+def test_mirror_stops_at_a_rewritten_tail(
+    tmp_path: Path, founding: Founding, new_db: NewDb
+) -> None:
     """The origin is replaced by a copy restored from an older backup that then admitted other
     entries (and, its published checkpoint lost, signed them): a fork."""
     genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = tmp_path / "origin" / "lib.db"
+    db = new_db(tmp_path / "origin" / "lib.db")
+    mirror_db = new_db(tmp_path / "mirror.db")
     old = tmp_path / "old.db"
     with serving(genesis, db, log_key) as origin:
         writer = Writer(founding, origin.url)
@@ -147,25 +163,26 @@ def test_mirror_stops_at_a_rewritten_tail(tmp_path: Path, founding: Founding) ->
         writer.publish(10)
         cli("backup", "--db", str(db), str(old))  # 12 leaves
         writer.publish(10)
-        replica = mirror(origin.url, tmp_path / "mirror.db", founding.genesis.pin)
+        replica = mirror(origin.url, mirror_db, founding.genesis.pin)
         wait_for(lambda: same_checkpoint(origin.url, replica.url), what="the mirror")
         replica.stop()
         writer.close()
     forked_dir = tmp_path / "forked"
     forked_genesis, forked_key = write_library_files(founding, forked_dir)  # no .published
-    shutil.copy(old, forked_dir / "lib.db")
-    with serving(forked_genesis, forked_dir / "lib.db", forked_key) as forked:
+    forked_db = new_db(forked_dir / "lib.db")
+    cli("restore", str(old), "--db", str(forked_db))
+    with serving(forked_genesis, forked_db, forked_key) as forked:
         writer = Writer(founding, forked.url)
         writer.root = _first_revision(forked.url)
         writer.count = 50
         writer.publish(15)
         writer.close()
         assert httpx.get(f"{forked.url}/api/log/checkpoint").status_code == 200
-        before = leaf_hashes(tmp_path / "mirror.db")
-        replica = mirror(forked.url, tmp_path / "mirror.db", founding.genesis.pin)
+        before = leaf_hashes(mirror_db)
+        replica = mirror(forked.url, mirror_db, founding.genesis.pin)
         err = stop_with_error(replica)
     assert "sequence 13" in err and "LOG_FORKED" in err, err
-    assert leaf_hashes(tmp_path / "mirror.db") == before
+    assert leaf_hashes(mirror_db) == before
 
 
 def _first_revision(url: str) -> str:

@@ -25,7 +25,7 @@ from alexandria.core import merkle
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.errors import BadRequest
-from alexandria.service.bootstrap import Founding
+from alexandria.service.bootstrap import Founding, found_library
 from alexandria.store import schema as sqlite_schema
 from alexandria.store.postgresql import is_database_url
 from alexandria.store.postgresql import schema as pg_schema
@@ -36,7 +36,7 @@ from tests.catalogue_support import document, publish_example, vote
 from tests.cli_support import cli, cli_json
 from tests.conftest import Api, Clock, serve_library
 from tests.liveserver import serving, write_library_files
-from tests.pgcluster import Cluster, cluster
+from tests.pgcluster import Cluster, cluster, standby
 from tests.test_durability import _admit_authorities, _claim, _post_at
 
 pytestmark = pytest.mark.slow
@@ -322,7 +322,7 @@ def test_migrate_command(tmp_path: Path, founding: Founding, pg_cluster: Cluster
     lite = tmp_path / "lib.db"
     with serving(genesis, lite, log_key) as s:
         _admit_authorities(s.url, founding)
-    url = pg_cluster.database()
+    url = pg_cluster.database(migrated=False)  # as `createdb` leaves it
     out = cli_json("migrate", "--db", str(lite), "--to", url)
     assert out["size"] == len(founding.authority_documents())
     bad = cli("migrate", "--db", str(lite), "--to", "lib2.db", expect=None)
@@ -349,3 +349,103 @@ async def test_a_database_outage_is_503_and_the_node_recovers(
                 if r.status_code != 503:
                     break
             assert r.status_code == 201, r.text
+
+
+def test_backup_and_restore_refusals(tmp_path: Path, founding: Founding,
+                                     pg_cluster: Cluster) -> None:
+    """A PostgreSQL library's backup is a SQLite library file of the same log; a restore
+    never replaces another library's database, nor any without ``--replace``; migrating into
+    a database a node already opened (its genesis recorded, no log) works, and restoring over
+    it takes ``--replace`` as over any existing database."""
+    genesis, log_key = write_library_files(founding, tmp_path)
+    url = pg_cluster.database()
+    with serving(genesis, url, log_key) as s:
+        _admit_authorities(s.url, founding)
+        size = len(founding.authority_documents())
+        backup_file = tmp_path / "backup.db"
+        out = cli_json("backup", "--db", url, str(backup_file))
+        assert out["size"] == size and out["genesis_pin"] == founding.genesis.pin
+        with sqlite3.connect(backup_file) as lite:
+            assert lite.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert lite.execute("SELECT count(*) FROM log").fetchone()[0] == size
+        again = cli("backup", "--db", url, str(backup_file), expect=1)
+        assert "BACKUP_EXISTS" in again.stderr
+    refused = cli("restore", str(backup_file), "--db", url, expect=1)
+    assert "DATABASE_EXISTS" in refused.stderr and "--replace" in refused.stderr
+    # another library (its own genesis) on another database
+    other = found_library(seed=b"another library", created_at="2026-01-01T00:00:00.000Z")
+    other_genesis, other_key = write_library_files(other, tmp_path / "other")
+    other_url = pg_cluster.database()
+    with serving(other_genesis, other_url, other_key) as s:
+        _admit_authorities(s.url, other)
+    mismatch = cli("restore", str(backup_file), "--db", other_url, "--replace", expect=1)
+    assert "GENESIS_MISMATCH" in mismatch.stderr
+    # a node opened this database first: the genesis is recorded, the log empty
+    opened = pg_cluster.database()
+    with serving(genesis, opened, log_key):
+        pass
+    assert cli_json("migrate", "--db", str(backup_file), "--to", opened)["size"] == size
+    assert cli("export", "--db", opened).stdout == cli("export", "--db", str(backup_file)).stdout
+    assert "DATABASE_EXISTS" in cli("restore", str(backup_file), "--db", opened,
+                                    expect=1).stderr
+    assert cli_json("restore", str(backup_file), "--db", opened, "--replace")["size"] == size
+
+
+def test_a_node_reads_from_a_streaming_replica(tmp_path: Path, founding: Founding) -> None:
+    """``serve --read-db``: reads from a real hot standby (``pg_basebackup -R``), and where it
+    lags (replay paused here) this node's own writes and cursors beyond the replica are read
+    from the primary; what only another node wrote shows once the replica has replayed it."""
+    genesis, log_key = write_library_files(founding, tmp_path)
+    owner = founding.participants["owner"]
+    base = now_ms() - 60_000
+
+    def post(node: str, content: dict[str, Any], at: int) -> str:
+        r = httpx.post(f"{node}/api/entries", content=json.dumps(
+            owner.envelope(founding.genesis, content, format_ms(base + at))).encode())
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    with cluster() as primary:
+        url = primary.database()
+        name = urlsplit(url).path.lstrip("/")
+        with standby(primary) as replica:
+            read_url = replica.url(name)
+            with serving(genesis, url, log_key) as a, \
+                    serving(genesis, url, log_key, extra=("--read-db", read_url)) as b:
+                _admit_authorities(a.url, founding)
+                space = {"kind": "space", "title": "Replicated", "links": [], "previous": "",
+                         "body": {"summary": "Read from a standby"}}
+                root = post(a.url, space, 0)
+                deadline = time.time() + 30
+                while httpx.get(f"{b.url}/api/entries/{root}").status_code != 200:
+                    assert time.time() < deadline, "the standby never replayed the space"
+                    time.sleep(0.1)
+                with psycopg.connect(read_url, autocommit=True) as standby_conn:
+                    standby_conn.execute("SELECT pg_wal_replay_pause()")
+                    in_space = {"links": [{"relation": "contained_in", "target": root}]}
+                    elsewhere = post(a.url, _claim(1) | in_space, 1)
+                    # node b reads the paused replica: node a's new claim is not there yet
+                    assert httpx.get(f"{b.url}/api/entries/{elsewhere}").status_code == 404
+                    # a cursor node a issued over the longer log: answered, not a 409
+                    cursor = httpx.get(f"{a.url}/api/changes",
+                                       params={"root": root}).json()["cursor"]
+                    r = httpx.get(f"{b.url}/api/changes", params={"root": root,
+                                                                  "cursor": cursor})
+                    assert r.status_code == 200 and r.json()["items"] == [], r.text
+                    # node b's own write is read back at once, from the primary
+                    mine = post(b.url, _claim(2) | in_space, 2)
+                    assert httpx.get(f"{b.url}/api/entries/{mine}").status_code == 200
+                    r = httpx.get(f"{b.url}/api/changes", params={"root": root,
+                                                                  "cursor": cursor})
+                    assert [item["id"] for item in r.json()["items"]] == [mine]
+                    standby_conn.execute("SELECT pg_wal_replay_resume()")
+                deadline = time.time() + 30
+                while httpx.get(f"{b.url}/api/entries/{elsewhere}").status_code != 200:
+                    assert time.time() < deadline, "the standby never caught up"
+                    time.sleep(0.1)
+    bad = cli("serve", "--genesis", str(genesis), "--db", str(tmp_path / "x.db"), "--read-db",
+              "postgresql:///x", "--port", "17199", expect=None)
+    assert bad.returncode != 0 and "USAGE" in bad.stderr, bad.stderr
+    many = cli("serve", "--genesis", str(genesis), "--db", "postgresql:///x", "--read-db",
+               "postgresql:///y", "--workers", "2", "--port", "17199", expect=None)
+    assert many.returncode != 0 and "--workers 1" in many.stderr, many.stderr

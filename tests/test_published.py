@@ -15,14 +15,15 @@ from alexandria.core.checkpoint import Checkpoint, parse_checkpoint, sign_checkp
 from alexandria.service.bootstrap import Founding
 from alexandria.service.library import Library
 from alexandria.service.published import CatchUpRequired, PublishedCheckpoint, path_for
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.backends import storage_for
 from tests.admission_support import claim, space
 from tests.conftest import Api, Clock
 
 
 @pytest.fixture
-async def guarded(tmp_path: Path, founding: Founding, clock: Clock) -> AsyncIterator[Api]:
-    storage = SqliteStorage(tmp_path / "lib.db", founding.genesis)
+async def guarded(tmp_path: Path, founding: Founding, clock: Clock, db: Path | str
+                  ) -> AsyncIterator[Api]:
+    storage = storage_for(db, founding.genesis)
     storage.clock = clock
     published = PublishedCheckpoint(path_for(tmp_path / "log.key"))
     library = Library(founding.genesis, storage, founding.log_key, published=published)
@@ -70,8 +71,9 @@ async def test_the_signer_refuses_a_tree_that_does_not_extend_the_published_one(
                             founding.log_key)
     keeper.path.write_text(ahead)
     assert parse_checkpoint(ahead)[0].size == 40
-    second = Library(founding.genesis, SqliteStorage(guarded.library.storage.path,
-                                                     founding.genesis),
+    first = guarded.library.storage
+    second = Library(founding.genesis, storage_for(getattr(first, "url", first.path),
+                                                   founding.genesis),
                      founding.log_key, published=keeper)
     await second.open()
     try:

@@ -14,7 +14,7 @@ from alexandria.core import merkle
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.service.bootstrap import Founding
 from alexandria.service.published import PublishedCheckpoint, path_for
-from tests.liveserver import serving, write_library_files
+from tests.liveserver import NewDb, serving, write_library_files
 from tests.ops_support import (
     Writer,
     cli,
@@ -52,15 +52,17 @@ def consistent(url: str, old_note: str, new_note: str) -> None:
                               [bytes.fromhex(h) for h in proof])
 
 
-def test_backup_restore_catch_up_loses_nothing(tmp_path: Path, founding: Founding) -> None:
+def test_backup_restore_catch_up_loses_nothing(
+    tmp_path: Path, founding: Founding, new_db: NewDb
+) -> None:
     genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = tmp_path / "origin" / "lib.db"
+    db = new_db(tmp_path / "origin" / "lib.db")
     backup = tmp_path / "backup.db"
     with serving(genesis, db, log_key) as origin:
         writer = Writer(founding, origin.url)
         writer.admit_authorities()
         writer.publish(10)
-        replica = mirror(origin.url, tmp_path / "mirror.db", founding.genesis.pin)
+        replica = mirror(origin.url, new_db(tmp_path / "mirror.db"), founding.genesis.pin)
         # back up while admissions stream in
         stream = threading.Thread(target=writer.publish, args=(60,))
         stream.start()
@@ -136,9 +138,11 @@ def _restored_behind(url: str, founding: Founding, writer: Writer, acknowledged:
     assert r.status_code == 409 and r.json()["resync_required"] is True
 
 
-def test_catch_up_from_an_export_and_a_refused_fork(tmp_path: Path, founding: Founding) -> None:
+def test_catch_up_from_an_export_and_a_refused_fork(
+    tmp_path: Path, founding: Founding, new_db: NewDb
+) -> None:
     genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = tmp_path / "origin" / "lib.db"
+    db = new_db(tmp_path / "origin" / "lib.db")
     backup = tmp_path / "backup.db"
     with serving(genesis, db, log_key) as origin:
         writer = Writer(founding, origin.url)
@@ -164,8 +168,9 @@ def test_catch_up_from_an_export_and_a_refused_fork(tmp_path: Path, founding: Fo
     # another library's tail is refused: the export of a fork
     other = tmp_path / "other"
     genesis2, log_key2 = write_library_files(founding, other)
-    cli("restore", str(backup), "--db", str(other / "lib.db"))
-    with serving(genesis2, other / "lib.db", log_key2) as forked:
+    other_db = new_db(other / "lib.db")
+    cli("restore", str(backup), "--db", str(other_db))
+    with serving(genesis2, other_db, log_key2) as forked:
         writer = Writer(founding, forked.url)
         writer.root = acknowledged[0]
         writer.count = 90
@@ -173,7 +178,7 @@ def test_catch_up_from_an_export_and_a_refused_fork(tmp_path: Path, founding: Fo
         writer.close()
         assert httpx.get(f"{forked.url}/api/log/checkpoint").status_code == 200
     fork_export = tmp_path / "fork.jsonl"
-    cli("export", "--db", str(other / "lib.db"), "-o", str(fork_export))
+    cli("export", "--db", str(other_db), "-o", str(fork_export))
     kept = leaf_hashes(db)
     out = cli("restore", "--db", str(db), "--catch-up", str(fork_export), check=False)
     assert out.returncode == 6  # verification failed (docs/cli.md)

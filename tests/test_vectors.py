@@ -16,7 +16,7 @@ from alexandria.core.canonical import canonical
 from alexandria.core.trust import Genesis
 from alexandria.reads import log
 from alexandria.service.library import Library
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.backends import storage_for
 from tests.conftest import CONTRACT, Clock
 from tests.vectors import generate
 
@@ -49,10 +49,10 @@ def test_every_vector_file_is_replayed_or_referenced() -> None:
         assert (step["code"] is None) == (step["status"] < 400), step
 
 
-async def test_vectors_replay_with_their_expected_status_and_code(tmp_path: Path) -> None:
+async def test_vectors_replay_with_their_expected_status_and_code(db: Path | str) -> None:
     genesis_doc = json.loads((VECTORS / INDEX["genesis"]).read_bytes())
     genesis = Genesis.from_document(genesis_doc, pin=INDEX["pin"])
-    storage = SqliteStorage(tmp_path / "vectors.db", genesis)
+    storage = storage_for(db, genesis)
     storage.clock = Clock(INDEX["server_time"])
     library = Library(genesis, storage)
     app = create_app(library)

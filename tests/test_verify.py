@@ -23,6 +23,7 @@ from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import make_revocation
 from alexandria.service.bootstrap import Founding, found_library, resolve_refs
 from alexandria.service.library import Library
+from alexandria.store.backends import storage_for
 from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, SEED, T0, Api, Clock
 
@@ -37,7 +38,7 @@ class Exported:
     lines: list[bytes]
     founding: Founding
     names: dict[str, str]
-    db: Path
+    db: Path | str
     server_objects: list[tuple[Any, ...]] = field(default_factory=list)
     server_votes: list[tuple[Any, ...]] = field(default_factory=list)
 
@@ -65,13 +66,13 @@ def _cp(line: bytes) -> Checkpoint:
     return parse_checkpoint(orjson.loads(line)["checkpoint"])[0]
 
 
-async def _build(directory: Path) -> Exported:
+async def _build(directory: Path, db: Path | str | None = None) -> Exported:
     founding = found_library(seed=SEED, created_at=T0)
     for name in ("owner", "peer", "third"):
         founding.enroll(name)
     clock = Clock()
-    db = directory / "lib.db"
-    storage = SqliteStorage(db, founding.genesis)
+    db = db or directory / "lib.db"
+    storage = storage_for(db, founding.genesis)
     storage.clock = clock
     library = Library(founding.genesis, storage, founding.log_key)
     app = create_app(library)
@@ -203,6 +204,18 @@ async def test_the_replay_ends_in_the_servers_state(exported: Exported) -> None:
         ledger.close()
     assert objects == sorted(tuple(r) for r in exported.server_objects)
     assert votes == sorted(tuple(r) for r in exported.server_votes)
+
+
+async def test_a_postgresql_library_exports_the_same_log(
+    exported: Exported, tmp_path: Path, pg_cluster: Any
+) -> None:
+    """The same admissions on PostgreSQL: ``export --db URL`` gives the SQLite library's export
+    byte for byte, it verifies, and its replay ends in the PostgreSQL tables' state."""
+    on_pg = await _build(tmp_path, pg_cluster.database())
+    assert on_pg.lines == exported.lines
+    assert verify_export(on_pg.lines, on_pg.pin).size == len(exported.lines) - 1 - 5
+    assert sorted(on_pg.server_objects) == sorted(exported.server_objects)
+    assert sorted(on_pg.server_votes) == sorted(exported.server_votes)
 
 
 # --- tampering -------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.service.witness import init_witness_dir
 from tests.conftest import SEED, T0
-from tests.liveserver import Server, serving, write_library_files
+from tests.liveserver import NewDb, Server, serving, write_library_files
 from tests.witness_support import WitnessProcess
 
 pytestmark = pytest.mark.slow
@@ -87,8 +87,10 @@ def wait_cosigned(server: Server, policy: WitnessPolicy, size: int, timeout: flo
     raise AssertionError(f"no cosigned checkpoint of size {size} within {timeout} s: {text}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def witnesses(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Witnesses]:
+    """Two witnesses of their own for each test: a witness remembers the log it cosigned, and
+    the same library on the other backend is, to it, a fork."""
     tmp = tmp_path_factory.mktemp("witnesses")
     founding = found_library(seed=SEED, created_at=T0)
     origin = founding.genesis.origin
@@ -107,13 +109,13 @@ def witnesses(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Witnesses]:
 
 
 def test_two_witnesses_cosign_and_a_fork_is_refused_by_both(
-    witnesses: Witnesses, tmp_path: Path,
+    witnesses: Witnesses, tmp_path: Path, new_db: NewDb,
 ) -> None:
     founding = found_library(seed=SEED, created_at=T0)
     genesis, log_key = write_library_files(founding, tmp_path / "files")
     pin = founding.genesis.pin
     policy = witnesses.policy
-    honest_db, fork_db = tmp_path / "honest.db", tmp_path / "fork.db"
+    honest_db, fork_db = new_db(tmp_path / "honest.db"), new_db(tmp_path / "fork.db")
     with serving(genesis, honest_db, log_key, extra=witnesses.library_options()) as honest:
         ids = publish(honest, founding, ["one", "two", "three"])
         size = len(founding.authority_documents()) + len(ids)

@@ -29,10 +29,10 @@ from alexandria.service.writer_service import (
     encode_error,
     encode_request,
 )
+from alexandria.store.backends import storage_for
 from alexandria.store.interface import Admitted, DryRun
-from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import Clock
-from tests.liveserver import Server, serving, write_library_files
+from tests.liveserver import NewDb, Server, serving, write_library_files
 from tests.vectors import generate
 
 
@@ -108,8 +108,9 @@ def test_candidates_cross_processes_whole() -> None:
 
 
 @pytest.fixture
-async def setup(tmp_path: Path, founding: Founding, clock: Clock) -> AsyncIterator[Setup]:
-    storage = SqliteStorage(tmp_path / "lib.db", founding.genesis)
+async def setup(tmp_path: Path, founding: Founding, clock: Clock, db: Path | str
+                ) -> AsyncIterator[Setup]:
+    storage = storage_for(db, founding.genesis)
     storage.clock = clock
     await storage.open()
     for doc in founding.authority_documents():
@@ -154,12 +155,12 @@ async def test_a_lost_writer_is_a_typed_503(setup: Setup) -> None:
     ("workers", "extra"), [(2, ()), (1, ("--writer-process",))], ids=["workers-2", "writer"]
 )
 def test_a_multi_process_server_admits_through_its_writer(
-    tmp_path: Path, founding: Founding, workers: int, extra: tuple[str, ...]
+    tmp_path: Path, founding: Founding, workers: int, extra: tuple[str, ...], new_db: NewDb
 ) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
     owner = founding.participants["owner"]
     with (
-        serving(genesis, tmp_path / "library.db", log_key, workers, extra) as server,
+        serving(genesis, new_db(tmp_path / "library.db"), log_key, workers, extra) as server,
         httpx.Client(base_url=server.url, timeout=30) as http,
     ):
         for doc in founding.authority_documents():
@@ -177,9 +178,12 @@ def test_a_multi_process_server_admits_through_its_writer(
         assert refused.status_code == 403 and refused.json()["code"] == "PROOF_INVALID"
 
 
-def test_a_server_whose_writer_dies_stops_and_says_why(tmp_path: Path, founding: Founding) -> None:
+def test_a_server_whose_writer_dies_stops_and_says_why(
+    tmp_path: Path, founding: Founding, new_db: NewDb
+) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
-    server = Server(genesis, tmp_path / "library.db", log_key, extra=("--writer-process",))
+    server = Server(genesis, new_db(tmp_path / "library.db"), log_key,
+                    extra=("--writer-process",))
     try:
         children = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children")
         writers = [

@@ -120,6 +120,7 @@ _WITNESS_ENV = "ALEXANDRIA_WITNESSES"
 _QUORUM_ENV = "ALEXANDRIA_WITNESS_QUORUM"
 _ENV = ("ALEXANDRIA_GENESIS", "ALEXANDRIA_DB", "ALEXANDRIA_LOG_KEY")
 _WRITER_ENV = "ALEXANDRIA_WRITER"
+READ_DB_ENV = "ALEXANDRIA_READ_DB"
 # prometheus-client's multiprocess directory (api/metrics.MULTIPROC_ENV), named here without
 # importing api/metrics: prometheus-client picks its value store when first imported, and
 # Granian forks its workers from this process, so it must not be loaded here before it is set
@@ -185,9 +186,9 @@ def run(library: Library, host: str, port: int, workers: int = 1,
         access_log: bool = False) -> None:
     """Serve ``library``.  With several workers or ``dedicated_writer`` (``files`` names the
     genesis, database and log key), N HTTP processes share one admission writer process
-    (``writer_service``).  Granian builds each worker's app from ``files`` (``app_from_env``),
-    so ``library`` itself serves only under uvicorn with one process.  ``access_log``: one
-    line per request, on stdout."""
+    (``writer_service``), on either backend.  Granian
+    builds each worker's app from ``files`` (``app_from_env``), so ``library`` itself serves
+    only under uvicorn with one process.  ``access_log``: one line per request, on stdout."""
     origin = origin or Origin()
     if origin.public:
         os.environ[ENV_PUBLIC_URL] = origin.public
@@ -203,6 +204,10 @@ def run(library: Library, host: str, port: int, workers: int = 1,
         options["log_level"] = "info"
     with contextlib.ExitStack() as stack:
         if shared and files is not None:
+            # on PostgreSQL too: every worker could admit directly (the row lock of
+            # ``ledger_writes`` serialises writers), but one writer commits larger groups and
+            # hands the lock over less often (bench.admission --workers 2 --postgresql at load
+            # 10: 131-155 admissions/s direct, 172-204 through the writer; docs/deployment.md)
             os.environ[_WRITER_ENV] = stack.enter_context(writer_process(files[0], files[1]))
             stack.enter_context(metrics_directory())  # every worker's counters, summed
         if front_end == "granian" and files is not None:
@@ -245,7 +250,7 @@ def app_from_env() -> object:
 
     genesis, db, log_key = (os.environ.get(name) for name in _ENV)
     assert genesis and db
-    library = Library.from_files(genesis, db, log_key)
+    library = Library.from_files(genesis, db, log_key, os.environ.get(READ_DB_ENV) or None)
     witnesses = os.environ.get(_WITNESS_ENV)
     if witnesses:
         configure_witnesses(library, witnesses.split("\n"), int(os.environ[_QUORUM_ENV]))

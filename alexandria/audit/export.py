@@ -24,8 +24,9 @@ import orjson
 
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import parse_checkpoint
-from alexandria.errors import BadRequest, ServiceError
+from alexandria.errors import ServiceError
 from alexandria.reads import log
+from alexandria.store.backends import display, open_readonly
 from alexandria.store.merkle_nodes import tree_size
 from alexandria.store.schema import check_leaf_format
 
@@ -45,16 +46,19 @@ def checkpoint_line(note: str) -> bytes:
 
 
 def iter_db(path: str | Path) -> Iterator[bytes]:
-    """The export of the database at ``path`` (opened read-only; a server may keep writing):
-    every leaf admitted when the export starts and every checkpoint up to that size."""
-    if not Path(path).exists():
-        raise BadRequest(f"{path}: no such database", "NO_DATABASE")
-    conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
-    try:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
+    """The export of the database at ``path`` (a SQLite file or a PostgreSQL URL, opened
+    read-only; a server may keep writing): every leaf admitted when the export starts and every
+    checkpoint up to that size."""
+    with open_readonly(path) as conn:
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise ServiceError(f"{display(path)} is not an Alexandria database",
+                               "NOT_A_LIBRARY") from exc
         if row is None:
-            raise ServiceError(f"{path} is not an Alexandria database", "NOT_A_LIBRARY")
-        check_leaf_format(conn, path)
+            raise ServiceError(f"{display(path)} is not an Alexandria database",
+                               "NOT_A_LIBRARY")
+        check_leaf_format(conn, display(path))
         size = tree_size(conn)
         yield header_line(orjson.loads(row[0]), size)
         checkpoints = _db_checkpoints(conn, size)
@@ -74,8 +78,6 @@ def iter_db(path: str | Path) -> Iterator[bytes]:
                     yield checkpoint_line(pending.note)
                     pending = next(checkpoints, None)
                 done = seq
-    finally:
-        conn.close()
 
 
 def _db_checkpoints(conn: sqlite3.Connection, upto: int) -> Iterator[log.StoredCheckpoint]:

@@ -75,11 +75,12 @@ def register(sub: Sub) -> None:
         "export", help="write every leaf and every checkpoint of a log as JSON Lines",
         description="Write the log's export (docs/log.md): a header, every leaf in order and"
         " every signed checkpoint right after the leaf it ends at. From a live server (--url:"
-        " up to the checkpoint it serves) or directly from a database file (--db: every leaf"
-        " admitted when the export starts).",
+        " up to the checkpoint it serves) or directly from a database (--db: a SQLite"
+        " file or a postgresql:// URL; every leaf admitted when the export starts).",
     )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--db", metavar="FILE", help="the library's SQLite database")
+    src.add_argument("--db", metavar="FILE|URL",
+                     help="the library's database: a SQLite file or a postgresql:// URL")
     src.add_argument("--url", metavar="URL", help="a running library, e.g. http://127.0.0.1:8080")
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

@@ -1,5 +1,6 @@
 """Operating a library: ``backup``, ``restore`` (with ``--catch-up``), ``mirror`` and
-``migrate`` (a SQLite library into PostgreSQL, ``store/postgresql/migrate.py``).
+``migrate`` (a SQLite library into PostgreSQL, ``store/postgresql/migrate.py``), each on a
+SQLite file or a PostgreSQL database (a backup is always a SQLite library file).
 
 docs/operations.md says when to use which; the code that does the work is in
 ``store/backup.py`` (SQLite's online backup API), ``audit/follow.py`` (verify and store another
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 
 from alexandria.cli.participant import command
 from alexandria.cli.terminal import emit_json, note, say
@@ -19,14 +19,17 @@ from alexandria.errors import BadRequest
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = command(sub, "backup", "copy a library's database while it serves", cmd_backup,
-                "An online, consistent backup of the SQLite database FILE to OUT (SQLite's"
-                " backup API: one snapshot of committed state; admissions go on meanwhile).")
-    p.add_argument("--db", required=True, metavar="FILE", help="the library's database")
+                "An online, consistent backup of the library database FILE (a SQLite file, or"
+                " a postgresql:// URL) to OUT, a SQLite library file: one snapshot of committed"
+                " state; admissions go on meanwhile.")
+    p.add_argument("--db", required=True, metavar="FILE|URL",
+                   help="the library's database: a SQLite file or a postgresql:// URL")
     p.add_argument("out", metavar="OUT", help="the backup file to create (must not exist)")
 
     p = command(sub, "restore", "restore a backup, and catch up with a mirror or an export",
                 cmd_restore,
-                "Copy BACKUP to the database FILE (stop the server first), then with"
+                "Copy BACKUP to the database FILE or postgresql:// URL (stop the server, or"
+                " every node, first), then with"
                 " --catch-up replay, verified, everything admitted after the backup from a"
                 " mirror's (or the origin's) URL or an export file. Without BACKUP,"
                 " --catch-up catches up FILE in place, also while the server runs. Until the"
@@ -35,7 +38,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 " CATCH_UP_REQUIRED).")
     p.add_argument("backup", nargs="?", metavar="BACKUP", help="a file made by `alexandria"
                    " backup`")
-    p.add_argument("--db", required=True, metavar="FILE", help="the library's database")
+    p.add_argument("--db", required=True, metavar="FILE|URL",
+                   help="the library's database: a SQLite file or a postgresql:// URL")
     p.add_argument("--catch-up", metavar="URL|EXPORT",
                    help="replay the missing tail from this mirror/origin URL or export file")
     p.add_argument("--replace", action="store_true",
@@ -61,7 +65,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 " checkpoint inconsistent with one it verified, keeping what it verified.")
     p.add_argument("--from", dest="origin", required=True, metavar="URL",
                    help="the origin library")
-    p.add_argument("--db", required=True, metavar="FILE", help="the mirror's database")
+    p.add_argument("--db", required=True, metavar="FILE|URL",
+                   help="the mirror's database: a SQLite file or a postgresql:// URL")
     pin = p.add_mutually_exclusive_group()
     pin.add_argument("--pin", metavar="HEX", help="the origin's genesis pin (first run)")
     pin.add_argument("--genesis", metavar="FILE", help="the origin's genesis document")
@@ -85,6 +90,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
+    from alexandria.store.backends import display
     from alexandria.store.backup import backup
 
     snap = backup(args.db, args.out)
@@ -93,22 +99,23 @@ def cmd_backup(args: argparse.Namespace) -> int:
                    "bytes": snap.bytes})
         return 0
     say(snap.path)
-    note(f"backed up {args.db}: {snap.size} log entries, {snap.bytes:,} bytes")
+    note(f"backed up {display(args.db)}: {snap.size} log entries, {snap.bytes:,} bytes")
     return 0
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    from alexandria.store.backends import display, has_library
     from alexandria.store.backup import describe, restore
 
     if args.backup is None and args.catch_up is None:
         raise BadRequest("give a BACKUP to restore, --catch-up URL|EXPORT, or both", "USAGE")
-    result: dict[str, object] = {"db": args.db}
+    result: dict[str, object] = {"db": display(args.db)}
     if args.backup is not None:
         snap = restore(args.backup, args.db, args.replace)
         result["restored"] = snap.size
-        note(f"restored {args.backup} to {args.db}: {snap.size} log entries")
-    elif not Path(args.db).exists():
-        raise BadRequest(f"{args.db}: no such database", "NO_DATABASE")
+        note(f"restored {args.backup} to {display(args.db)}: {snap.size} log entries")
+    elif not has_library(args.db):
+        raise BadRequest(f"{display(args.db)}: no such library database", "NO_DATABASE")
     if args.catch_up is not None:
         before, after = asyncio.run(_catch_up(args.db, args.catch_up))
         result["caught_up"] = after - before
@@ -129,10 +136,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
 async def _catch_up(db: str, source: str) -> tuple[int, int]:
     from alexandria.audit.follow import Follower, catch_up
     from alexandria.core.trust import Genesis
+    from alexandria.store.backends import storage_for
     from alexandria.store.backup import stored_genesis
-    from alexandria.store.sqlite import SqliteStorage
 
-    storage = SqliteStorage(db, Genesis.from_document(stored_genesis(db)))
+    storage = storage_for(db, Genesis.from_document(stored_genesis(db)))
     await storage.open()
     try:
         before = await storage.log_size()
@@ -178,13 +185,13 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     from alexandria.audit.export import http_fetcher
     from alexandria.core.trust import Genesis
     from alexandria.service.library import Library, MirrorState, load_genesis
+    from alexandria.store.backends import display, has_library, storage_for
     from alexandria.store.backup import stored_genesis
-    from alexandria.store.sqlite import SqliteStorage
 
     origin = args.origin.rstrip("/")
     if args.genesis:
         genesis = load_genesis(args.genesis)
-    elif Path(args.db).exists():
+    elif has_library(args.db):
         genesis = Genesis.from_document(stored_genesis(args.db), args.pin)
     elif args.pin:
         import orjson
@@ -199,10 +206,10 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         raise BadRequest("a new mirror needs the origin's genesis pin (--pin) or genesis"
                          " document (--genesis): it verifies everything against it", "USAGE")
     if args.pin and genesis.pin != args.pin:
-        raise BadRequest(f"{args.db} mirrors the library {genesis.pin}, not {args.pin}",
+        raise BadRequest(f"{display(args.db)} mirrors the library {genesis.pin}, not {args.pin}",
                          "GENESIS_MISMATCH")
     state = MirrorState(origin)
-    library = Library(genesis, SqliteStorage(args.db, genesis), mirror=state)
+    library = Library(genesis, storage_for(args.db, genesis), mirror=state)
     print(f"genesis pin {genesis.pin}")
     print(f"mirroring {genesis.library} from {origin} on http://{args.host}:{args.port}",
           flush=True)

@@ -8,6 +8,7 @@ command starts quickly.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--db", metavar="FILE|URL",
                    help="SQLite database file, or a postgresql:// URL")
     p.add_argument("--log-key", metavar="FILE", help="private key file of the log signing key")
+    p.add_argument("--read-db", metavar="URL",
+                   help="a streaming replica of the PostgreSQL --db to serve reads from; reads"
+                   " after this node's own writes, and changes cursors beyond the replica, go"
+                   " to the primary (one process per node: --workers 1; docs/deployment.md)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--workers", type=int, default=None, metavar="N",
@@ -70,7 +75,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from alexandria.api.origin import Origin, public_url
-    from alexandria.api.serve import DataDir, configure_witnesses, default_library, run
+    from alexandria.api.serve import (
+        READ_DB_ENV,
+        DataDir,
+        configure_witnesses,
+        default_library,
+        run,
+    )
     from alexandria.cli.demo import check_port_free
     from alexandria.service.library import Library
 
@@ -82,8 +93,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from alexandria.store.schema import check_database
 
     check_database(args.db or DataDir(Path(args.data_dir)).db)  # an old leaf format: refused
+    if args.read_db and not args.genesis:
+        raise BadRequest("--read-db goes with --genesis and --db postgresql://…", "USAGE")
     if args.genesis:
-        library = Library.from_files(args.genesis, args.db, args.log_key)
+        library = Library.from_files(args.genesis, args.db, args.log_key, args.read_db)
     else:
         data = DataDir(Path(args.data_dir))
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
@@ -102,9 +115,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_witnesses(library, args.witness, args.witness_quorum)
     from alexandria.api.serve import auto_workers, usable_cores
 
-    workers = args.workers if args.workers is not None else auto_workers()
+    workers = args.workers if args.workers is not None else (
+        1 if args.read_db else auto_workers())
     if workers < 1:
         raise BadRequest("--workers must be at least 1", "USAGE")
+    if args.read_db and (workers > 1 or args.writer_process):
+        raise BadRequest(
+            "--read-db serves one process per node (--workers 1, no --writer-process): a node"
+            " knows its own writes to read them back from the primary, other processes' it"
+            " does not; run more nodes for more processes", "USAGE")
     url = f"http://{args.host}:{args.port}"
     pin_file = Path(args.genesis).with_suffix(".pin") if args.genesis else data.pin_path
     _write_pin(pin_file, library.genesis.pin)
@@ -123,6 +142,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         files = (str(data.genesis_path), str(data.db), log_key)
     access_log = sys.stdout.isatty() if args.access_log is None else args.access_log
+    if args.read_db:
+        os.environ[READ_DB_ENV] = args.read_db  # the worker processes' libraries read there too
     run(library, args.host, args.port, workers, files, args.writer_process, args.front_end,
         origin, access_log=access_log)
     return 0

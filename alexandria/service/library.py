@@ -96,12 +96,15 @@ class Library:
 
     @classmethod
     def from_files(
-        cls, genesis_path: str | Path, db_path: str | Path, log_key_path: str | Path | None = None
+        cls, genesis_path: str | Path, db_path: str | Path, log_key_path: str | Path | None = None,
+        read_db: str | None = None,
     ) -> Library:
+        """``read_db``: a streaming replica of the PostgreSQL ``db_path`` for reads."""
         genesis = load_genesis(genesis_path)
         log_key = SigningKey.load(log_key_path) if log_key_path else None
         published = PublishedCheckpoint(path_for(log_key_path)) if log_key_path else None
-        return cls(genesis, storage_for(db_path, genesis), log_key, published=published)
+        return cls(genesis, storage_for(db_path, genesis, read_db), log_key,
+                   published=published)
 
     async def open(self) -> None:
         await self.storage.open()

@@ -1,4 +1,10 @@
-"""Online backups and restores of a SQLite library (``alexandria backup`` / ``restore``).
+"""Online backups and restores of a library (``alexandria backup`` / ``restore``).
+
+A backup is always a SQLite library file.  Of a SQLite library it is made as below; of a
+PostgreSQL library (``--db postgresql://…``) from one snapshot of the database
+(``store/postgresql/backup.py``), and restoring it into PostgreSQL is ``migrate`` with
+``replace``.  Either way the file can be described, exported, served and restored into either
+backend.
 
 A backup uses SQLite's online backup API in a single step: it reads the whole database under
 one read transaction, so the copy is one consistent snapshot of a committed state, while the
@@ -24,7 +30,9 @@ from typing import Any
 import orjson
 
 from alexandria.errors import BadRequest, ServiceError
+from alexandria.store.backends import display, has_library, open_readonly
 from alexandria.store.merkle_nodes import tree_size
+from alexandria.store.postgresql import is_database_url
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,7 @@ def _open_ro(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
 
 
-def _describe(conn: sqlite3.Connection, path: Path) -> tuple[str, int]:
+def _describe(conn: sqlite3.Connection, path: Path | str) -> tuple[str, int]:
     try:
         row = conn.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
     except sqlite3.DatabaseError as exc:
@@ -53,16 +61,14 @@ def _describe(conn: sqlite3.Connection, path: Path) -> tuple[str, int]:
     return str(row[0]), tree_size(conn)
 
 
-def stored_genesis(path: str | Path) -> dict[str, Any]:
-    """The genesis document a library's database was created for."""
-    conn = _open_ro(Path(path))
-    try:
-        _describe(conn, Path(path))
+def stored_genesis(db: str | Path) -> dict[str, Any]:
+    """The genesis document a library's database (a file or a PostgreSQL URL) was created
+    for."""
+    with open_readonly(db) as conn:
+        _describe(conn, display(db))
         row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
         value: dict[str, Any] = orjson.loads(row[0])
         return value
-    finally:
-        conn.close()
 
 
 def _copy(source: sqlite3.Connection, target: Path) -> None:
@@ -80,6 +86,17 @@ def _copy(source: sqlite3.Connection, target: Path) -> None:
             dest.close()
     except sqlite3.Error as exc:
         raise ServiceError(f"copying the database failed: {exc}", "COPY_FAILED") from exc
+    _check_and_sync(target, check)
+
+
+def _check_and_sync(target: Path, check: str | None = None) -> None:
+    """Refuse a copy that fails ``quick_check``; then its bytes on disk."""
+    if check is None:
+        dest = sqlite3.connect(target)
+        try:
+            check = str(dest.execute("PRAGMA quick_check").fetchone()[0])
+        finally:
+            dest.close()
     if check != "ok":
         raise ServiceError(f"the copy does not pass quick_check: {check}", "COPY_CORRUPT")
     fd = os.open(target, os.O_RDONLY)
@@ -90,14 +107,32 @@ def _copy(source: sqlite3.Connection, target: Path) -> None:
 
 
 def backup(db: str | Path, out: str | Path) -> Snapshot:
-    """A consistent copy of the database ``db`` at ``out`` (which must not exist), taken while
-    a library may be serving from ``db``."""
-    db, out = Path(db), Path(out)
+    """A consistent copy of the database ``db`` (a file or a PostgreSQL URL) at ``out`` (which
+    must not exist), taken while a library may be serving from ``db``."""
+    out = Path(out)
     if out.exists():
         raise BadRequest(f"{out} exists: a backup never replaces a file", "BACKUP_EXISTS",
                          path=str(out))
-    source = _open_ro(db)
     tmp = out.with_name(f".{out.name}.partial")
+    if is_database_url(db):
+        from alexandria.store.postgresql.backup import to_sqlite
+
+        if not out.parent.is_dir():
+            raise BadRequest(f"{out.parent}: no such directory", "NO_DIRECTORY",
+                             path=str(out.parent))
+        with open_readonly(db) as conn:
+            _describe(conn, display(db))
+        tmp.unlink(missing_ok=True)
+        try:
+            to_sqlite(str(db), tmp, display(db))
+            _check_and_sync(tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, out)
+        return describe(out)
+    db = Path(db)
+    source = _open_ro(db)
     try:
         _describe(source, db)
         _copy(source, tmp)
@@ -111,6 +146,12 @@ def backup(db: str | Path, out: str | Path) -> Snapshot:
 
 
 def describe(path: str | Path) -> Snapshot:
+    """The library a database or backup holds: its genesis pin, log size and bytes."""
+    if is_database_url(path):
+        with open_readonly(path) as conn:
+            pin, size = _describe(conn, display(path))
+            used = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+        return Snapshot(display(path), pin, size, int(used[0]))
     path = Path(path)
     conn = _open_ro(path)
     try:
@@ -123,8 +164,11 @@ def describe(path: str | Path) -> Snapshot:
 def restore(backup_path: str | Path, db: str | Path, replace: bool = False) -> Snapshot:
     """Copy the backup at ``backup_path`` to ``db``.  An existing ``db`` is replaced only with
     ``replace`` and only by a backup of the same library; the server must be stopped."""
-    backup_path, db = Path(backup_path), Path(db)
+    backup_path = Path(backup_path)
     snapshot = describe(backup_path)
+    if is_database_url(db):
+        return _restore_postgresql(backup_path, snapshot, str(db), replace)
+    db = Path(db)
     if db.exists():
         if not replace:
             raise BadRequest(
@@ -150,3 +194,25 @@ def restore(backup_path: str | Path, db: str | Path, replace: bool = False) -> S
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     os.replace(tmp, db)
     return describe(db)
+
+
+def _restore_postgresql(backup_path: Path, snapshot: Snapshot, url: str,
+                        replace: bool) -> Snapshot:
+    """The backup copied into the PostgreSQL database ``url`` (``migrate`` with ``replace``:
+    one transaction under the write lock, the copied log's root checked)."""
+    from alexandria.store.postgresql.migrate import migrate
+
+    if has_library(url):
+        if not replace:
+            raise BadRequest(
+                f"{display(url)} holds a library: stop its nodes and pass --replace to restore"
+                " over it", "DATABASE_EXISTS", path=display(url),
+            )
+        current = describe(url)
+        if current.genesis_pin != snapshot.genesis_pin:
+            raise BadRequest(
+                f"{backup_path} is a backup of the library {snapshot.genesis_pin},"
+                f" {display(url)} belongs to {current.genesis_pin}", "GENESIS_MISMATCH",
+            )
+    migrate(backup_path, url, replace=True)
+    return describe(url)

@@ -22,6 +22,7 @@ storage's connections.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -112,24 +113,41 @@ def connect(url: str, *, read_only: bool = False) -> psycopg.Connection[Any]:
 
 
 class _Cursor:
-    """The rows of one statement, as a ``sqlite3.Cursor`` offers them."""
+    """The rows of one statement, as a ``sqlite3.Cursor`` offers them.  In pipeline mode
+    (``PgConnection.pipelined``) the statement's result is waited for only when it is asked
+    for: the first look at it syncs the pipeline (one round trip for every statement queued
+    before it)."""
 
-    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+    def __init__(self, cur: psycopg.Cursor[Any], owner: PgConnection | None) -> None:
         self._cur = cur
+        self._owner = owner  # while its pipeline runs
+
+    def _ready(self) -> None:
+        owner, self._owner = self._owner, None
+        if owner is not None and owner._pipeline is not None and self._cur.pgresult is None:
+            try:
+                owner._pipeline.sync()
+            except psycopg.Error as exc:
+                owner.pipeline_failed = True
+                raise _as_sqlite_error(exc) from exc
 
     def fetchone(self) -> Any:
+        self._ready()
         return self._cur.fetchone() if self._cur.description is not None else None
 
     def fetchall(self) -> list[Any]:
+        self._ready()
         return self._cur.fetchall() if self._cur.description is not None else []
 
     def __iter__(self) -> Iterator[Any]:
+        self._ready()
         if self._cur.description is None:
             return iter(())
         return iter(self._cur)
 
     @property
     def rowcount(self) -> int:
+        self._ready()
         return self._cur.rowcount
 
 
@@ -147,11 +165,34 @@ class PgConnection:
     def __init__(self, raw: psycopg.Connection[Any], dialect: Dialect) -> None:
         self.raw = raw
         self._dialect = dialect
+        self._pipeline: psycopg.Pipeline | None = None
+        #: a statement failed inside the pipeline: the transaction is aborted, whatever a
+        #: caller did with the error (a ``COMMIT`` would quietly roll it back)
+        self.pipeline_failed = False
+
+    @contextlib.contextmanager
+    def pipelined(self) -> Iterator[None]:
+        """psycopg's pipeline mode for the statements run inside: each is sent without
+        waiting for the previous one's answer, and a round trip is paid only where a result
+        is read (``_Cursor``) and at the end, so a write transaction's inserts and updates
+        cost one round trip together instead of one each.  An error of a statement whose
+        result nobody read is raised at the next read or when the block ends (psycopg's
+        ``Pipeline`` exit); the caller then rolls back."""
+        self.pipeline_failed = False
+        with self.raw.pipeline() as pipeline:
+            self._pipeline = pipeline
+            try:
+                yield
+            finally:
+                self._pipeline = None
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> _Cursor:
         try:
-            return _Cursor(self.raw.execute(self._dialect.statement(sql), params))
+            return _Cursor(self.raw.execute(self._dialect.statement(sql), params),
+                           self if self._pipeline is not None else None)
         except psycopg.Error as exc:
+            if self._pipeline is not None:
+                self.pipeline_failed = True
             raise _as_sqlite_error(exc) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
@@ -162,6 +203,8 @@ class PgConnection:
             with self.raw.cursor() as cur:
                 cur.executemany(self._dialect.statement(sql), rows)
         except psycopg.Error as exc:
+            if self._pipeline is not None:
+                self.pipeline_failed = True
             raise _as_sqlite_error(exc) from exc
 
     @property

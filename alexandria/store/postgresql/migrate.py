@@ -1,8 +1,11 @@
 """``alexandria migrate``: a SQLite library copied into an empty PostgreSQL database.
 
 1. the SQLite file is opened read-only and must be a library of this leaf format;
-2. the PostgreSQL schema is applied and the database must hold no log yet;
-3. in one PostgreSQL transaction, under the write lock (no node admits meanwhile): every table
+2. the PostgreSQL schema is applied and the database must hold no log yet (``restore`` into
+   PostgreSQL passes ``replace``: a log of the same library is replaced), nor another
+   library's genesis;
+3. in one PostgreSQL transaction, under the write lock (no node admits meanwhile), the tables
+   copied are emptied (a node may have recorded the genesis already), then every table
    of the ledger and of the library's own state is copied row by row (``COPIED``: the log, its
    Merkle nodes, the projections the rules read, checkpoints and their cosignatures, personal
    lists, enrolment requests and ``meta`` — the genesis, the changes cursor secret and epoch,
@@ -40,7 +43,7 @@ COPIED = (
     "personal_requests", "enrolment_requests",
 )
 #: ``meta`` keys that describe the SQLite copy, not the library
-_NOT_COPIED_META = ("catalogue_index",)
+NOT_COPIED_META = ("catalogue_index",)
 BATCH = 2000
 
 
@@ -69,10 +72,10 @@ def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
     cols = _columns(lite, table)
     if not cols:
         return 0
-    where = (" WHERE key NOT IN (" + ",".join("?" * len(_NOT_COPIED_META)) + ")"
+    where = (" WHERE key NOT IN (" + ",".join("?" * len(NOT_COPIED_META)) + ")"
              if table == "meta" else "")
     rows = lite.execute(f"SELECT {', '.join(cols)} FROM {table}{where}",
-                        _NOT_COPIED_META if where else ())
+                        NOT_COPIED_META if where else ())
     count = 0
     with raw.cursor().copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
         while True:
@@ -96,9 +99,17 @@ def _leaf_root(raw: psycopg.Connection[Any], size: int) -> bytes:
     return merkle.root_from_leaves(hashes)
 
 
+def _target_pin(conn: PgConnection) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
+    return None if row is None else str(row[0])
+
+
 def migrate(source: str | Path, url: str,
-            progress: Callable[[str, int], None] = lambda table, rows: None) -> Migrated:
-    """Steps 1–4 of the module docstring."""
+            progress: Callable[[str, int], None] = lambda table, rows: None,
+            replace: bool = False) -> Migrated:
+    """Steps 1–4 of the module docstring.  ``replace``: the target may hold a log of the same
+    library, which the copy replaces (``alexandria restore --replace`` of a backup, which is a
+    SQLite library file: ``store/postgresql/backup.py``)."""
     path = Path(source)
     if not path.exists():
         raise BadRequest(f"{source}: no such database", "NO_DATABASE")
@@ -106,6 +117,9 @@ def migrate(source: str | Path, url: str,
     lite = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
     try:
         size = tree_size(lite)
+        pin = lite.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
+        if pin is None:
+            raise BadRequest(f"{source} is not an Alexandria database", "NOT_A_LIBRARY")
         root = merkle.root_hash(size, node_reader(lite))
         latest = lite.execute("SELECT max(size) FROM checkpoints").fetchone()[0] or 0
         try:
@@ -120,9 +134,16 @@ def migrate(source: str | Path, url: str,
             with raw.transaction():  # 3.
                 conn.execute(
                     "UPDATE ledger_writes SET version = version + 1 WHERE id = 1")
-                if conn.execute("SELECT 1 FROM log LIMIT 1").fetchone() is not None:
+                if (not replace
+                        and conn.execute("SELECT 1 FROM log LIMIT 1").fetchone() is not None):
                     raise BadRequest("the PostgreSQL database already holds a log: migrate"
                                      " into an empty database", "TARGET_NOT_EMPTY")
+                found_pin = _target_pin(conn)
+                if found_pin is not None and found_pin != pin[0]:
+                    raise BadRequest(
+                        f"the PostgreSQL database belongs to the library {found_pin}, {source}"
+                        f" to {pin[0]}", "GENESIS_MISMATCH")
+                raw.execute(f"TRUNCATE {', '.join(COPIED)}")
                 for table in COPIED:
                     rows += _copy(lite, raw, table, progress)
                 # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)

@@ -29,6 +29,7 @@ figures of both drivers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import sqlite3
@@ -41,11 +42,11 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from alexandria.core.trust import Genesis
-from alexandria.errors import ServiceError
+from alexandria.errors import ResyncRequired, ServiceError
 from alexandria.store import search_index
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
-from alexandria.store.sqlite import BUSY_TIMEOUT_S, READERS, SqliteStorage
+from alexandria.store.sqlite import BUSY_TIMEOUT_S, READERS, SqliteStorage, _BatchAborted
 from alexandria.store.writer_memory import WriterMemory
 
 T = TypeVar("T")
@@ -54,6 +55,11 @@ log = logging.getLogger(__name__)
 #: how long a read waits for a connection of the pool (all busy, or the server unreachable)
 #: before it is a 503: a reader retries sooner than a proxy gives up on it
 READ_WAIT_S = 5.0
+#: primary read connections of a node whose reads go to a replica (``--read-db``): the reads
+#: the replica cannot answer yet
+PRIMARY_READERS = 2
+#: the first attempt of each write batch in pipeline mode (``PostgresStorage._try_batch``)
+pipelined_writes = True
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 
@@ -126,23 +132,111 @@ class _PgReaders:
         self._pool.close()
 
 
-class PostgresStorage(SqliteStorage):
-    """The ``Storage`` of a library in PostgreSQL (``alexandria serve --db postgresql://…``)."""
+def _lsn(text: str | None) -> int:
+    """A ``pg_lsn`` (``'16/B374D848'``) as an integer; 0 for NULL."""
+    if not text:
+        return 0
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
 
-    def __init__(self, url: str, genesis: Genesis) -> None:
+
+class _Behind(Exception):
+    """The replica has not yet replayed this node's latest write."""
+
+
+#: on a standby its replay position; on a primary (a ``--read-db`` that is not a standby) its
+#: current position, so it is never behind
+_REPLAYED = ("SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
+             " ELSE pg_current_wal_lsn() END)::text")
+
+
+class _ReplicaReads:
+    """Reads served by a streaming replica (``serve --read-db``), correct where it lags:
+
+    - **read-your-writes**: after each write transaction this node records the primary's WAL
+      position (``floor``); a read goes to the replica only once it has replayed that far
+      (asked once per write, ``seen`` remembers the answer), else to the primary;
+    - **cursors**: a changes cursor issued against a longer log than the replica's (by
+      another node, on the primary) is answered by the primary, never a 409;
+    - a replica that cannot be reached: the read goes to the primary.
+
+    What another node wrote shows on this node's replica reads when the replica has replayed
+    it (streaming lag, typically milliseconds)."""
+
+    def __init__(self, replica: _PgReaders, primary: _PgReaders) -> None:
+        self.replica = replica
+        self.primary = primary
+        self.floor = 0
+        self.seen = 0
+
+    async def read(self, fn: Callable[[Any], T]) -> T:
+        floor = self.floor
+
+        def on_replica(conn: Any) -> T:
+            if self.seen < floor:
+                replayed = _lsn(conn.execute(_REPLAYED).fetchone()[0])
+                self.seen = max(self.seen, replayed)
+                if replayed < floor:
+                    raise _Behind()
+            return fn(conn)
+
+        try:
+            return await self.replica.read(on_replica)
+        except _Behind:
+            pass
+        except ResyncRequired as exc:
+            if exc.code != "CURSOR_BEYOND_LOG":
+                raise
+        except ServiceError as exc:
+            if exc.code != "STORAGE_UNAVAILABLE":
+                raise
+        return await self.primary.read(fn)
+
+    def close(self) -> None:
+        self.replica.close()
+        self.primary.close()
+
+
+class PostgresStorage(SqliteStorage):
+    """The ``Storage`` of a library in PostgreSQL (``alexandria serve --db postgresql://…``),
+    its reads optionally from a streaming replica (``read_url``: ``serve --read-db``)."""
+
+    def __init__(self, url: str, genesis: Genesis, read_url: str | None = None) -> None:
         super().__init__(redacted(url), genesis)  # ``path`` names the library in messages
         self.url = url
+        self.read_url = read_url
         self.dialect = Dialect()
         self._memory = _PgWriterMemory()
         self._pg_readers: _PgReaders | None = None
+        self._replica: _ReplicaReads | None = None
         self._reconnect_lock = threading.Lock()
 
     async def open(self) -> None:
         self._writer_conn = cast(Any, await asyncio.to_thread(self._connect_writer))
         await self.write(self._init_meta)
         await self.write(search_index.ensure)
-        self._pg_readers = await asyncio.to_thread(_PgReaders, self.url, READERS, self.dialect)
-        self._readers = cast(Any, self._pg_readers)
+        if self.read_url is None:
+            self._pg_readers = await asyncio.to_thread(_PgReaders, self.url, READERS,
+                                                       self.dialect)
+            self._readers = cast(Any, self._pg_readers)
+            return
+        primary = await asyncio.to_thread(_PgReaders, self.url, PRIMARY_READERS, self.dialect)
+        try:
+            replica = await asyncio.to_thread(_PgReaders, self.read_url, READERS, self.dialect)
+        except BaseException:
+            primary.close()
+            raise
+        self._pg_readers = primary
+        self._replica = _ReplicaReads(replica, primary)
+        self._readers = cast(Any, self._replica)
+
+    def _note_written(self, conn: PgConnection, cur: Any | None) -> None:
+        """The primary's WAL position after this node's latest write: replica reads wait for
+        it (``_ReplicaReads``)."""
+        if self._replica is None:
+            return
+        row = (cur or conn.execute("SELECT pg_current_wal_lsn()::text")).fetchone()
+        self._replica.floor = max(self._replica.floor, _lsn(row[0]))
 
     def _connect_writer(self) -> Any:
         try:
@@ -171,8 +265,37 @@ class PostgresStorage(SqliteStorage):
             self._memory.forget()
         conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
 
+    def _try_batch(self, conn: Any, batch: list[Any], isolate: bool) -> list[Any]:
+        """A batch's first attempt runs in pipeline mode (``PgConnection.pipelined``): the
+        rows an admission writes go out without a round trip each.  Any failure — one the
+        pipeline reports late included — rolls the transaction back and aborts the attempt,
+        and ``_run_batch`` runs the batch again, each job in its own savepoint, without the
+        pipeline, so a failing job is told its own error (as on SQLite)."""
+        if isolate or not pipelined_writes or conn.broken:
+            results = super()._try_batch(conn, batch, isolate)
+            self._note_written(conn, None)
+            return results
+        try:
+            with conn.pipelined():
+                results = super()._try_batch(conn, batch, isolate)
+                # after the COMMIT, in the same round trip
+                lsn = (conn.execute("SELECT pg_current_wal_lsn()::text")
+                       if self._replica is not None else None)
+            if conn.pipeline_failed:  # a job caught the error: the COMMIT was a rollback
+                raise _BatchAborted()
+            self._note_written(conn, lsn)
+            return results
+        except (psycopg.Error, sqlite3.Error, _BatchAborted) as exc:
+            self._memory.forget()
+            if not conn.broken and conn.in_transaction:
+                with contextlib.suppress(psycopg.Error):
+                    conn.raw.execute("ROLLBACK")
+            cause = exc.__cause__ if isinstance(exc, _BatchAborted) else exc
+            raise _BatchAborted() from cause
+
     async def close(self) -> None:
         await super().close()
         self._pg_readers = None
+        self._replica = None
 
 
