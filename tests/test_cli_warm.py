@@ -66,6 +66,10 @@ def _warm_pids(runtime: Path) -> list[int]:
     return found
 
 
+def _foreground_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(runtime: Path, **extra: str) -> dict[str, str]:
     return {"XDG_RUNTIME_DIR": str(runtime), "ALEXANDRIA_WARM_IDLE": "60", **extra}
 
@@ -196,9 +200,13 @@ def test_ctrl_c_reaches_the_command_and_the_envelope_stays_pending(
         cli("publish", "-", home=home, env=_env(runtime, ALEXANDRIA_TIMEOUT="1"),
             stdin=json.dumps(_reply("kept")), expect=5)  # starts the warm process
         _socket(runtime)
+        # the command as a terminal's foreground job runs it: SIGINT at its default, even when
+        # this suite runs as a background job (which inherits SIGINT ignored, and so would the
+        # command and the warm process it starts)
         with subprocess.Popen([*CLI, "-v", "publish", "-"], env=env, cwd=ROOT,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) as proc:
+                              stderr=subprocess.PIPE, text=True,
+                              preexec_fn=_foreground_signals) as proc:
             assert proc.stdin is not None and proc.stderr is not None
             proc.stdin.write(json.dumps(_reply("interrupted")))
             proc.stdin.close()

@@ -195,7 +195,11 @@ def _wait(client: socket.socket, pid: int) -> int:
             pass
 
     for name in _FORWARDED:
-        signal.signal(getattr(signal, name), forward)
+        signum = getattr(signal, name)
+        # a signal this caller ignores (a background job's SIGINT, nohup's SIGHUP) is not the
+        # command's either: it stays ignored, as it would be in a cold start
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, forward)
     try:
         while True:
             try:
@@ -398,6 +402,10 @@ def _child(conn: socket.socket, listener: socket.socket, fds: list[int], argv: l
         listener.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # commands wait for their own children
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # the caller forwards SIGINT only when it does not ignore it; whatever the warm
+        # process inherited (started from a background job, it ignores SIGINT), a forwarded
+        # one interrupts the command as Ctrl-C interrupts a cold start
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
