@@ -213,9 +213,11 @@ def test_the_schema_matches_sqlites_columns(pg_db: str) -> None:
         .replace("'", "").replace("\n    ", " ")
 
 
-def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(pg_db: str) -> None:
+def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
+        pg_cluster: Cluster) -> None:
     """Issue 22's index layout reaches a database made before it, once (``MIGRATIONS``)."""
-    with psycopg.connect(pg_db, autocommit=True) as raw:
+    empty = pg_cluster.database(migrated=False)  # not the session's migrated template
+    with psycopg.connect(empty, autocommit=True) as raw:
         raw.execute("CREATE TABLE schema_migrations(version INTEGER PRIMARY KEY,"
                     " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
         raw.execute(_schema_sql().encode())
