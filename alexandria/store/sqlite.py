@@ -52,7 +52,7 @@ from alexandria.rules.state import FEED_RELATIONS
 from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, object_after
 from alexandria.store import feed, schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
-from alexandria.store.merkle_nodes import node_reader, tree_size
+from alexandria.store.merkle_nodes import node_reader, read_together, tree_size
 from alexandria.store.read_ahead import ReadAhead
 from alexandria.store.read_connections import ThreadConnections
 from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
@@ -828,7 +828,8 @@ class SqliteStorage(Storage):
         return ms
 
     async def root_at(self, size: int) -> bytes:
-        return await self.read(lambda conn: merkle.root_hash(size, node_reader(conn)))
+        return await self.read(
+            lambda conn: read_together(conn, lambda get: merkle.root_hash(size, get)))
 
     # --- reads -------------------------------------------------------------------------------
 

@@ -13,7 +13,8 @@
    between the backends, are rebuilt from the copied revisions (``search_index.rebuild``);
 4. after the commit, the Merkle root of every leaf now in PostgreSQL, recomputed from the
    leaves themselves, must equal the SQLite log's root of the same size, and the latest
-   checkpoint must be the same; then ``ANALYZE`` gives the planner the new tables' statistics.
+   checkpoint must be the same; then ``VACUUM (ANALYZE)`` gives the planner the new tables'
+   statistics and marks their pages all-visible (index-only scans read no table page).
 
 Stop the SQLite server first: what it admits after step 3 began is not copied.
 """
@@ -162,7 +163,10 @@ def migrate(source: str | Path, url: str,
             found = conn.execute("SELECT coalesce(max(size), 0) FROM checkpoints").fetchone()
             if int(found[0]) != latest:
                 raise MigrationFailed(f"latest checkpoint {found[0]}, SQLite's {latest}")
-            raw.execute("ANALYZE")  # the planner's statistics of the tables just filled
+            # the planner's statistics of the tables just filled, and their visibility map:
+            # without it every index-only read (the search postings, the covering indexes)
+            # visits the table too until autovacuum comes by
+            raw.execute("VACUUM (ANALYZE)")
     finally:
         lite.close()
     return Migrated(size, root.hex(), rows, int(latest))
