@@ -242,6 +242,8 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         assert not indexes() & set(sqlite_schema.RETIRED_INDEXES)
         assert {"links_tree", "links_to_revision", "vote_values_by_author"} <= indexes()
         assert postings_key().endswith("(term, seq) INCLUDE (title_count, body_count)")
+        assert raw.execute("SELECT stxname FROM pg_statistic_ext").fetchall() == [
+            ("catalogue_facet_kind",)]
         assert pg_schema.apply(raw) == []
 
 
