@@ -44,9 +44,10 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from alexandria.core.trust import Genesis
 from alexandria.errors import ResyncRequired, ServiceError
 from alexandria.store import search_index
+from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, _BatchAborted
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
-from alexandria.store.sqlite import BUSY_TIMEOUT_S, READERS, SqliteStorage, _BatchAborted
+from alexandria.store.sqlite import SqliteStorage
 from alexandria.store.writer_memory import WriterMemory
 
 T = TypeVar("T")
