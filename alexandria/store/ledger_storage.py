@@ -28,6 +28,7 @@ import queue
 import secrets
 import sqlite3
 import threading
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,6 @@ from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, ob
 from alexandria.store import feed, schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
 from alexandria.store.merkle_nodes import node_reader, tree_size
-from alexandria.store.wal_checkpointer import WalCheckpointer
 from alexandria.store.writer_memory import WriterMemory
 
 T = TypeVar("T")
@@ -193,19 +193,60 @@ READERS = 4  # read connections, one thread each: SQLite releases the GIL while 
 
 
 class LedgerStorage(Storage):
-    def __init__(self, path: str | Path, genesis: Genesis) -> None:
-        self.path = str(path)
+    """A library's storage: the writer thread and everything it writes, the admission code and
+    the assembly of signed records.  A backend implements the hooks below and nothing else:
+
+    - ``_connect_writer`` (the write connection, its schema brought up to date) and
+      ``_begin`` (a write transaction that no other writer, in any process, runs beside);
+    - ``_open_readers``, ``read`` and ``_close_readers`` (the read connections);
+    - optionally ``_committed`` and ``_between_batches`` (work after a commit, e.g. SQLite's
+      WAL checkpoints), ``_try_batch`` (how a batch's first attempt is sent) and ``read_ahead``;
+    - its ``WriterMemory``, whose ``begin`` tells the writer when another connection wrote.
+    """
+
+    def __init__(self, path: str | Path, genesis: Genesis,
+                 memory: WriterMemory | None = None) -> None:
+        self.path = str(path)  # names the library in messages: never holds a password
         self.genesis = genesis
         self._writer_conn: sqlite3.Connection | None = None
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._writing: asyncio.Future[None] | None = None  # resolved when the writer thread ends
         self._authority_cache: dict[int, AuthorityCertificate] = {}
         self._authority_bytes: dict[int, bytes] = {}
-        self._memory = WriterMemory()
-        self._checkpointer: WalCheckpointer | None = None
+        self._memory = memory if memory is not None else WriterMemory()
         self.clock: Callable[[], int] = now_ms
 
     # --- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self._writer_conn = await asyncio.to_thread(self._connect_writer)
+        await self.write(self._init_meta)
+        await self.write(search_index.ensure)
+        await self._open_readers()
+
+    @abstractmethod
+    def _connect_writer(self) -> sqlite3.Connection:
+        """The write connection (run on a worker thread), its schema created or migrated."""
+
+    @abstractmethod
+    async def _open_readers(self) -> None:
+        """Open the read connections, once the writer has initialised the database."""
+
+    @abstractmethod
+    async def _close_readers(self) -> None:
+        """Close what ``_open_readers`` opened (and any other helper of the backend); called
+        after the writer thread ended, before the write connection closes."""
+
+    async def close(self) -> None:
+        if self._writing is not None:
+            self._jobs.put(None)  # after the jobs already queued
+            with contextlib.suppress(Exception):
+                await self._writing
+            self._writing = None
+        await self._close_readers()
+        if self._writer_conn is not None:
+            self._writer_conn.close()
+            self._writer_conn = None
 
     def _init_meta(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
@@ -301,8 +342,7 @@ class LedgerStorage(Storage):
             except Exception as exc:  # the connection itself failed
                 results = [_storage_failed(exc)] * len(batch)
             loop.call_soon_threadsafe(self._resolve, batch, results)
-            if self._checkpointer is not None and self._checkpointer.catch_up:
-                self._checkpointer.catch_up_on(conn)  # after the answers: see wal_checkpointer
+            self._between_batches(conn)  # after the answers
             if stop:
                 return
 
@@ -316,14 +356,17 @@ class LedgerStorage(Storage):
             else:
                 job.future.set_result(res)
 
+    @abstractmethod
     def _begin(self, conn: sqlite3.Connection) -> None:
-        raise NotImplementedError
+        """Begin the write transaction of a batch, once no other writer (of this database, in
+        any process) holds one; ``sqlite3.Error`` if it cannot (the batch is 503
+        ``STORAGE_BUSY``)."""
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        raise NotImplementedError
+    def _committed(self, conn: sqlite3.Connection) -> None:
+        """After each batch's ``COMMIT`` (on the writer thread, before the answers)."""
 
-    def read_ahead(self, what: str, sequences: Sequence[int | str]) -> None:
-        raise NotImplementedError
+    def _between_batches(self, conn: sqlite3.Connection) -> None:
+        """After a batch's answers were handed over, before the next batch begins."""
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
         """One write transaction for ``batch``; one result (or exception) per job.
@@ -382,8 +425,7 @@ class LedgerStorage(Storage):
         except _BatchAborted:
             self._rollback(conn)
             raise
-        if self._checkpointer is not None:
-            self._checkpointer.kick()
+        self._committed(conn)
         return results
 
     def _rollback(self, conn: sqlite3.Connection) -> None:
@@ -754,6 +796,16 @@ class LedgerStorage(Storage):
     def _signed_sync(self, conn: sqlite3.Connection, sequence: int) -> bytes | None:
         row = conn.execute(self._SIGNED_SQL + " WHERE r.sequence = ?", (sequence,)).fetchone()
         return None if row is None else self._assemble(conn, row)
+
+    @abstractmethod
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a synchronous read function on one of the read connections, on its thread;
+        it sees committed state only."""
+
+    def read_ahead(self, what: str, sequences: Sequence[int | str]) -> None:
+        """Bring the pages of the rows ``what`` at ``sequences`` into memory several at once,
+        before a read connection reads them one by one (``SqliteStorage.read_ahead``); a
+        backend that does not need it does nothing."""
 
     def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]:
         """Signed records for the given revision sequences, in the given order (a sequence

@@ -1,13 +1,11 @@
 """SQLite storage: one database file in WAL mode, one writer thread and a few reader threads.
 
-Writes go through one writer thread per process that commits whatever is queued together in
-one ``BEGIN IMMEDIATE`` transaction (group commit).  An admission raises its refusals before it
-writes anything, so it runs without a savepoint (``_Job.checks_first``); every other job
-(authority documents, personal lists, checkpoints) runs inside its own savepoint, so that its
-refusal undoes only itself.  Every state check runs inside that transaction, so
-with several server processes on one database the checks and the insert are atomic: exactly
-one of two concurrent revisions of the same head wins.  ``synchronous=FULL``: a job's future is
-resolved only after its transaction is durable.
+The writer, its group commit and the admission transaction are ``LedgerStorage``'s
+(``store/ledger_storage.py``).  What SQLite changes: the writer's transaction is a ``BEGIN
+IMMEDIATE`` that waits for another process's write with short sleeps; ``synchronous=FULL``, so
+a job's future is resolved only after its transaction is durable; the WAL is checkpointed by a
+thread of its own after commits (``store/wal_checkpointer.py``); and what the writer
+remembers is forgotten when ``PRAGMA data_version`` says another connection committed.
 
 The storage owns its threads and their ``sqlite3`` connections: the writer thread holds the one
 write connection for as long as the storage is open, and ``READERS`` read-only connections each
@@ -15,8 +13,9 @@ live on a thread of their own, so a slow read (a search over common words) holds
 of them, never an unrelated read nor the writer.  Reads see committed state only.
 """
 
+from __future__ import annotations
+
 import asyncio
-import contextlib
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +25,7 @@ from typing import TypeVar
 
 from alexandria.core.trust import Genesis
 from alexandria.files import create_private
-from alexandria.store import schema, search_index
+from alexandria.store import schema
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage
 from alexandria.store.read_ahead import ReadAhead
 from alexandria.store.read_connections import ThreadConnections
@@ -72,18 +71,19 @@ class _Readers:
 
 
 class SqliteStorage(LedgerStorage):
+    """The ``LedgerStorage`` of a library in one SQLite file: what SQLite changes is how the
+    writer connects and waits for another process's write, the WAL's checkpoints after
+    commits, and the read connections (with their read-ahead)."""
+
     def __init__(self, path: str | Path, genesis: Genesis) -> None:
         super().__init__(path, genesis)
         self._readers: _Readers | None = None
         self._ahead: ReadAhead | None = None
+        self._checkpointer: WalCheckpointer | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        self._writer_conn = await asyncio.to_thread(self._connect_writer)
-        self._checkpointer = WalCheckpointer(self.path)
-        await self.write(self._init_meta)
-        await self.write(search_index.ensure)
+    async def _open_readers(self) -> None:
         self._readers = _Readers(self.path, READERS)
         self._ahead = ReadAhead(self.path)
 
@@ -111,14 +111,11 @@ class SqliteStorage(LedgerStorage):
         conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # see wal_checkpointer
         conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+        # this connection's commits are checkpointed by a thread of its own (wal_checkpointer)
+        self._checkpointer = WalCheckpointer(self.path)
         return conn
 
-    async def close(self) -> None:
-        if self._writing is not None:
-            self._jobs.put(None)  # after the jobs already queued
-            with contextlib.suppress(Exception):
-                await self._writing
-            self._writing = None
+    async def _close_readers(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
@@ -128,12 +125,8 @@ class SqliteStorage(LedgerStorage):
         if self._ahead is not None:
             await asyncio.to_thread(self._ahead.close)
             self._ahead = None
-        if self._writer_conn is not None:
-            self._writer_conn.close()
-            self._writer_conn = None
 
-    @staticmethod
-    def _begin(conn: sqlite3.Connection) -> None:
+    def _begin(self, conn: sqlite3.Connection) -> None:
         """``BEGIN IMMEDIATE``, waiting for another process's write transaction with short
         sleeps: SQLite's own busy handler backs off to 100 ms sleeps, which starves a
         multi-process server of throughput."""
@@ -151,8 +144,15 @@ class SqliteStorage(LedgerStorage):
             time.sleep(pause)
             pause = min(pause * 2, 0.002)
 
+    def _committed(self, conn: sqlite3.Connection) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.kick()
+
+    def _between_batches(self, conn: sqlite3.Connection) -> None:
+        if self._checkpointer is not None and self._checkpointer.catch_up:
+            self._checkpointer.catch_up_on(conn)  # after the answers: see wal_checkpointer
+
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run a synchronous read function on one of the read connections, on its thread."""
         readers = self._readers
         assert readers is not None, "storage is not open"
         return await readers.read(fn)
