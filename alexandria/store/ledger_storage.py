@@ -70,6 +70,8 @@ class _StateView:
         self.memory = memory
 
     def admitted(self, rev: str) -> int | None:
+        if rev in self.memory.absent:  # known not admitted when this transaction began
+            return None
         row = self.conn.execute("SELECT sequence FROM revisions WHERE id = ?", (rev,)).fetchone()
         return None if row is None else int(row[0])
 
@@ -174,6 +176,8 @@ class _Job:
     fn: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
     checks_first: bool = False
+    #: the revision ids ``fn`` will ask ``StateView.admitted`` about (``_absent``)
+    revisions: tuple[str, ...] = ()
 
 
 class _BatchAborted(Exception):
@@ -292,7 +296,8 @@ class LedgerStorage(Storage):
         return await self._enqueue(fn, checks_first)
 
     def _enqueue(
-        self, fn: Callable[[sqlite3.Connection], T], checks_first: bool
+        self, fn: Callable[[sqlite3.Connection], T], checks_first: bool,
+        revisions: tuple[str, ...] = (),
     ) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()
         if self._writing is None:
@@ -305,7 +310,7 @@ class LedgerStorage(Storage):
                 name="alexandria-writer", daemon=True,
             ).start()
         fut: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(fn, fut, checks_first))
+        self._jobs.put(_Job(fn, fut, checks_first, revisions))
         return fut
 
     def _write_forever(
@@ -362,6 +367,14 @@ class LedgerStorage(Storage):
         any process) holds one; ``sqlite3.Error`` if it cannot (the batch is 503
         ``STORAGE_BUSY``)."""
 
+    def _absent(self, conn: sqlite3.Connection, batch: list[_Job]) -> set[str]:
+        """Which of the revision ids the batch's jobs will ask about (``_Job.revisions``) are
+        not admitted, learnt at the start of the transaction, under the write lock, so that
+        ``StateView.admitted`` need not ask the database for each.  A backend where each
+        question costs a round trip answers them all with one statement
+        (``PostgresStorage._absent``); the default learns nothing."""
+        return set()
+
     def _committed(self, conn: sqlite3.Connection) -> None:
         """After each batch's ``COMMIT`` (on the writer thread, before the answers)."""
 
@@ -394,6 +407,7 @@ class LedgerStorage(Storage):
             return [ServiceError("database is busy", "STORAGE_BUSY")] * len(batch)
         try:
             self._memory.begin(conn)
+            self._memory.absent = self._absent(conn, batch)
             for job in batch:
                 if job.checks_first and not isolate:
                     try:
@@ -419,6 +433,7 @@ class LedgerStorage(Storage):
                 # rebuild) may have changed what the memory holds, or been rolled back
                 self._memory.forget()
             conn.execute("COMMIT")
+            self._memory.absent = set()
         except sqlite3.Error as exc:
             self._rollback(conn)
             raise _BatchAborted() from exc
@@ -441,7 +456,8 @@ class LedgerStorage(Storage):
     def submit(self, cand: Candidate, dry_run: bool = False) -> asyncio.Future[Admitted | DryRun]:
         """``admit`` without a coroutine: the future resolves once the admission is durable
         (used by ``writer_service``, which answers many requests per connection)."""
-        return self._enqueue(lambda conn: self._admit(conn, cand, dry_run), checks_first=True)
+        return self._enqueue(lambda conn: self._admit(conn, cand, dry_run), checks_first=True,
+                             revisions=(cand.record.id,))
 
     async def admit_many(self, cands: Sequence[Candidate]) -> list[Admitted | DryRun | Exception]:
         """The bulk path (loaders): each candidate exactly as ``admit`` would, in order, all in
@@ -484,7 +500,8 @@ class LedgerStorage(Storage):
                 conn.execute("RELEASE bulk")
             return out
 
-        return await self.write(run, checks_first=True)
+        return await self._enqueue(run, checks_first=True,
+                                   revisions=tuple(c.record.id for c in cands))
 
     def state_view(self, conn: sqlite3.Connection) -> _StateView:
         """The rules' ``StateView`` over ``conn``, inside a write transaction of this storage."""
@@ -565,6 +582,7 @@ class LedgerStorage(Storage):
             (sequence, v.id, v.root, v.kind, v.author, rec.authored_at, rec.title,
              cand.record_length, v.authority_sequence, tree),
         )
+        memory.absent.discard(v.id)
         if placed is None:
             conn.execute(
                 "UPDATE objects SET head = ?, head_sequence = ?, revisions = revisions + 1"
@@ -678,7 +696,8 @@ class LedgerStorage(Storage):
                 done += 1
             return done, None
 
-        return await self.write(run, checks_first=True)
+        return await self._enqueue(run, checks_first=True, revisions=tuple(
+            e.candidate.record.id for e in entries if e.candidate is not None))
 
     def _replay_one(self, conn: sqlite3.Connection, e: Replayed) -> None:
         size, last_ms = self._memory.tail(conn)

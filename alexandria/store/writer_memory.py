@@ -53,6 +53,9 @@ class WriterMemory:
         self.revisions: Bounded[str, RevisionFacts] = Bounded(LIMIT)
         self.objects: Bounded[str, ObjectFacts] = Bounded(LIMIT)
         self.feed = FeedCache(LIMIT)
+        #: revision ids known not to be admitted, valid inside the current write transaction
+        #: only (``LedgerStorage._absent``; an admission discards its own)
+        self.absent: set[str] = set()
 
     def begin(self, conn: sqlite3.Connection) -> None:
         """Call inside each write transaction, before anything is read."""

@@ -37,10 +37,15 @@ from alexandria.core.cache import Bounded
 from alexandria.store.postgresql import DIALECT
 
 STATEMENTS = 4096  # distinct SQL texts a storage translates and remembers
+MANY_ROWS = 1000  # rows of one multi-row INSERT (``executemany``), far below 65,535 parameters
 
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)|%")
 _HINTS = re.compile(r"\s+(?:INDEXED BY \w+|NOT INDEXED)\b")
 _OR_IGNORE = re.compile(r"^\s*INSERT OR IGNORE INTO", re.IGNORECASE)
+#: a translated plain ``INSERT INTO t(…) VALUES (%s, …)``: nothing after its one row of
+#: parameters (no ``ON CONFLICT``: a multi-row upsert may not touch one row twice)
+_VALUES = re.compile(r"^(\s*INSERT INTO\s+\w+\s*\([\w\s,]+\)\s*VALUES\s*)"
+                     r"(\((?:\s*%s\s*,)*\s*%s\s*\))\s*$", re.IGNORECASE)
 
 
 def translate(sql: str) -> str:
@@ -186,9 +191,13 @@ class PgConnection:
             finally:
                 self._pipeline = None
 
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> _Cursor:
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = (),
+                prepare: bool | None = None) -> _Cursor:
+        """``prepare``: psycopg's (``False``: planned for its parameters each time, for a
+        statement whose best plan depends on them)."""
         try:
-            return _Cursor(self.raw.execute(self._dialect.statement(sql), params),
+            return _Cursor(self.raw.execute(self._dialect.statement(sql), params,
+                                            prepare=prepare),
                            self if self._pipeline is not None else None)
         except psycopg.Error as exc:
             if self._pipeline is not None:
@@ -196,12 +205,25 @@ class PgConnection:
             raise _as_sqlite_error(exc) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """A plain ``INSERT … VALUES (?, …)`` is sent as one statement of many rows (at most
+        ``MANY_ROWS`` each): the server runs one statement instead of one per row, and psycopg
+        pays its per-statement cost once.  Any other statement runs once per row."""
         rows = list(rows)
         if not rows:
             return
+        translated = self._dialect.statement(sql)
         try:
-            with self.raw.cursor() as cur:
-                cur.executemany(self._dialect.statement(sql), rows)
+            values = _VALUES.match(translated) if len(rows) > 1 else None
+            if values is None:
+                with self.raw.cursor() as cur:
+                    cur.executemany(translated, rows)
+                return
+            for i in range(0, len(rows), MANY_ROWS):
+                chunk = rows[i:i + MANY_ROWS]
+                self.raw.execute(
+                    values.group(1) + ", ".join([values.group(2)] * len(chunk)),
+                    [value for row in chunk for value in row],
+                )
         except psycopg.Error as exc:
             if self._pipeline is not None:
                 self.pipeline_failed = True
