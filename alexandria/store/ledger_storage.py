@@ -470,25 +470,24 @@ class LedgerStorage(Storage):
         (the log's tail, the Merkle nodes, the catalogue) were copied once per candidate, and
         RELEASE was the loader's largest single cost.  An admission failing in a way it did not
         plan for (a bug) may have written part of its rows: the writer then rolls the batch
-        back and runs it again with each job in its own savepoint, and this job, told so by
-        its first failure, gives each candidate a savepoint of its own, so that candidate fails
-        alone."""
-        aborted: list[BaseException] = []
+        back and runs it again with each job in its own savepoint, and this job, run a second
+        time, gives each candidate a savepoint of its own, so that candidate fails alone.  (The
+        failure may surface after the job returned: PostgreSQL's pipeline reports a statement's
+        error at the next read or at the commit.)"""
+        runs: list[None] = []
 
         def run(conn: sqlite3.Connection) -> list[Admitted | DryRun | Exception]:
+            rerun = bool(runs)  # the first run's transaction was rolled back
+            runs.append(None)
             out: list[Admitted | DryRun | Exception] = []
             for cand in cands:
-                if not aborted:
+                if not rerun:
                     try:
                         out.append(self._admit(conn, cand, False))
                     except AlexandriaError as exc:
                         if isinstance(exc, ServiceError):
-                            aborted.append(exc)
                             raise
                         out.append(exc)  # refused before writing
-                    except Exception as exc:
-                        aborted.append(exc)
-                        raise
                     continue
                 conn.execute("SAVEPOINT bulk")
                 try:
