@@ -474,6 +474,12 @@ def test_a_node_reads_from_a_streaming_replica(tmp_path: Path, founding: Foundin
                     time.sleep(0.1)
                 with psycopg.connect(read_url, autocommit=True) as standby_conn:
                     standby_conn.execute("SELECT pg_wal_replay_pause()")
+                    # a pause is only requested: replay stops at its next record
+                    deadline = time.time() + 30
+                    while standby_conn.execute(
+                            "SELECT pg_get_wal_replay_pause_state()").fetchone() != ("paused",):
+                        assert time.time() < deadline, "the standby never paused"
+                        time.sleep(0.05)
                     in_space = {"links": [{"relation": "contained_in", "target": root}]}
                     elsewhere = post(a.url, _claim(1) | in_space, 1)
                     # node b reads the paused replica: node a's new claim is not there yet
