@@ -35,7 +35,7 @@ from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.store.backends import storage_for
 from alexandria.store.interface import Admitted
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.ledger_storage import LedgerStorage
 from tests.admission_support import (
     assessment,
     claim,
@@ -221,7 +221,7 @@ def _learn(world: World, data: bytes) -> None:
         world.proposals.append((rid, body))
 
 
-async def _server(storage: SqliteStorage, route: str, payload: Any) -> Verdict:
+async def _server(storage: LedgerStorage, route: str, payload: Any) -> Verdict:
     try:
         if route == "entries":
             result = await storage.admit(prepare(payload, FOUNDING.genesis))
