@@ -28,7 +28,8 @@ MINIMUM = 8  # fewer rows than this are read by the reader alone: the hand-offs 
 # a sequence (the leaf itself, so that a leaf spilling onto overflow pages brings them too); a
 # head's stored words (``reads/catalogue._relevance`` counts in them); an object's row, by its
 # first sequence (``reads/objects._heads``); a revision's id, by its sequence, and an object's
-# score, by its root (``reads/scores``: a vote's head and target come from the covering index).
+# score, by its first sequence (``reads/scores``: a vote's head and target's key come from the
+# covering index).
 _ROWS_SQL = {
     "records": "SELECT r.id, l.leaf FROM revisions r JOIN log l ON l.sequence = r.sequence"
                " WHERE r.sequence = ?",
@@ -36,7 +37,7 @@ _ROWS_SQL = {
     "objects": "SELECT head_sequence FROM objects WHERE created_sequence = ?",
     "revision_ids": "SELECT id FROM revisions WHERE sequence = ?",
     "object_scores": "SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
-                     " WHERE o.root = ?",
+                     " WHERE o.created_sequence = ?",
 }
 
 

@@ -866,8 +866,8 @@ class SqliteStorage(Storage):
     def read_ahead(self, what: str, sequences: Sequence[int | str]) -> None:
         """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves, by
         sequence; ``"catalogue_words"``; ``"revision_ids"``: by sequence; ``"object_scores"``: by
-        root) at ``sequences`` into memory several at once (``store/read_ahead.py``), before a read
-        connection reads them one by one."""
+        first sequence) at ``sequences`` into memory several at once (``store/read_ahead.py``),
+        before a read connection reads them one by one."""
         if self._ahead is not None:
             self._ahead.rows(what, sequences)
 
