@@ -94,6 +94,22 @@ class Obj:
     title: str
 
 
+class _Joined:
+    """Two lists seen as one, without copying them (``random.choice`` needs only ``len`` and
+    indexing, and draws the same numbers as it would from the concatenation): a copy per reply
+    made the plan quadratic in the number of discussions and replies."""
+
+    def __init__(self, first: list[Obj], second: list[Obj]) -> None:
+        self.first, self.second = first, second
+
+    def __len__(self) -> int:
+        return len(self.first) + len(self.second)
+
+    def __getitem__(self, i: int) -> Obj:
+        n = len(self.first)
+        return self.first[i] if i < n else self.second[i - n]
+
+
 @dataclass
 class Planner:
     """The stream of records, in admission order, with the ids the later ones link to."""
@@ -138,7 +154,7 @@ class Planner:
         found = self.by_kind.get(kind)
         return self.pick_from(found) if found else None
 
-    def pick_from(self, pool: list[Obj]) -> Obj:
+    def pick_from(self, pool: list[Obj] | _Joined) -> Obj:
         """A random object, a member of the follow root only when one more member is wanted
         (links to a member make a member), so the root gets about ``follow_members``."""
         want = self.wants_member()
@@ -237,7 +253,7 @@ class Planner:
                     member = member or origin.member
             return self.add(author, kind, self.title(), body, links, member)
         if kind == "reply":
-            pool = (self.by_kind.get("discussion") or []) + (self.by_kind.get("reply") or [])
+            pool = _Joined(self.by_kind.get("discussion") or [], self.by_kind.get("reply") or [])
             if not pool:
                 return None
             to = self.pick_from(pool)
