@@ -237,7 +237,7 @@ def _heads(
     ``objects``' integer key (its rowid is the object's first sequence), their rows read ahead
     several at once by ``warm`` (``catalogue.Warm``) when given."""
     if warm is not None:
-        warm("objects", first_sequences)
+        warm("object_records", first_sequences)  # the rows and their heads' records at once
     out = []
     for seq in first_sequences:
         row = conn.execute(
@@ -408,6 +408,10 @@ def _section_children(
     return _heads(conn, firsts, warm), more
 
 
+#: links read ahead beyond a page's: later revisions of its children carry tree links too
+TREE_LINK_SLACK = PAGE_SIZE // 5
+
+
 def _warm_tree_links(
     conn: sqlite3.Connection, relations: Sequence[str], exact: bool, params: dict[str, Any],
     offset: int, warm: Warm,
@@ -415,16 +419,21 @@ def _warm_tree_links(
     """``_tree_arm`` probes ``objects`` once per link, in order, until the page is full, and a
     space's children were created at scattered times: read ahead, several at once, the rows of
     the links it will probe first (the links from the index alone; a later revision's link
-    probes a row that is not there, which costs the same page)."""
+    probes a row that is not there, which costs the same page) and, for the page's links, their
+    heads' records too, in the same round (``signed_many`` then finds them in memory).
+    ``TREE_LINK_SLACK`` links beyond the page's allow for later revisions' links."""
     groups = [tuple(relations)] if exact else [(r,) for r in relations]
     arms = [
         f"SELECT source_sequence AS seq FROM links WHERE {_tree_links(exact)}"
         " AND relation IN ('" + "', '".join(group) + "')"
         for group in groups
     ]
-    limit = min(offset + 2 * (PAGE_SIZE + 1), 1_000)
-    rows = conn.execute(_merged(arms) + " LIMIT :limit", {**params, "limit": limit})
-    warm("objects", [r[0] for r in rows])
+    limit = min(offset + PAGE_SIZE + 1 + TREE_LINK_SLACK, 1_000)
+    links = [r[0] for r in conn.execute(_merged(arms) + " LIMIT :limit",
+                                        {**params, "limit": limit})]
+    if offset:
+        warm("objects", links[:offset])  # OFFSET probes them; their records are not shown
+    warm("object_records", links[offset:])
 
 
 def _section_history(

@@ -24,8 +24,7 @@ def _read_ahead(conn: sqlite3.Connection, aid: int, offset: int, warm: Warm) -> 
         " WHERE author_id = ? ORDER BY head_sequence DESC LIMIT ? OFFSET ?",
         (aid, PAGE_SIZE, offset),
     ).fetchall()
-    warm("revision_ids", [r[0] for r in rows])
-    warm("object_scores", list(dict.fromkeys(r[1] for r in rows)))
+    warm("votes", [(r[0], r[1]) for r in rows])  # one round for both
 
 
 def scores(

@@ -27,18 +27,26 @@ MINIMUM = 8  # fewer rows than this are read by the reader alone: the hand-offs 
 # What is read ahead, by name: the pages of everything ``SqliteStorage.signed_many`` reads for
 # a sequence (the leaf itself, so that a leaf spilling onto overflow pages brings them too); a
 # head's stored words (``reads/catalogue._relevance`` counts in them); an object's row, by its
-# first sequence (``reads/objects._heads``); a revision's id, by its sequence, and an object's
-# score, by its first sequence (``reads/scores``: a vote's head and target's key come from the
-# covering index).
+# first sequence; an object's row with its head's record, by its first sequence, in one round
+# (``reads/objects``: a section's heads are found through the rows, so reading the rows first
+# and the records after would wait for the disk twice); a vote's head revision's id and its
+# target's score, by (head sequence, target's first sequence) (``reads/scores``: both come
+# from the covering index).
 _ROWS_SQL = {
     "records": "SELECT r.id, l.leaf FROM revisions r JOIN log l ON l.sequence = r.sequence"
                " WHERE r.sequence = ?",
     "catalogue_words": "SELECT length(title), length(body) FROM catalogue_words WHERE seq = ?",
     "objects": "SELECT head_sequence FROM objects WHERE created_sequence = ?",
-    "revision_ids": "SELECT id FROM revisions WHERE sequence = ?",
-    "object_scores": "SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
-                     " WHERE o.created_sequence = ?",
+    "object_records": "SELECT r.id, l.leaf FROM objects o"
+                      " JOIN revisions r ON r.sequence = o.head_sequence"
+                      " JOIN log l ON l.sequence = r.sequence WHERE o.created_sequence = ?",
+    "votes": "SELECT (SELECT id FROM revisions WHERE sequence = ?),"
+             " (SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
+             "  WHERE o.created_sequence = ?)",
 }
+
+#: A row's key: one value, or a tuple of one value per parameter of its SQL
+Key = int | str | tuple[int | str, ...]
 
 
 class ReadAhead:
@@ -50,12 +58,12 @@ class ReadAhead:
         self._threads = threads
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="alexandria-ahead")
 
-    def _fetch(self, sql: str, sequences: Sequence[int | str]) -> None:
+    def _fetch(self, sql: str, sequences: Sequence[Key]) -> None:
         conn = self._connections.connection()
         for seq in sequences:
-            conn.execute(sql, (seq,)).fetchone()
+            conn.execute(sql, seq if isinstance(seq, tuple) else (seq,)).fetchone()
 
-    def rows(self, what: str, sequences: Sequence[int | str]) -> None:
+    def rows(self, what: str, sequences: Sequence[Key]) -> None:
         """Bring the pages of the rows ``what`` (a key of ``_ROWS_SQL``) at ``sequences`` (their
         keys) into memory, several at once; returns when all are read.  Best effort: a failure
         here leaves the reader to read them itself."""

@@ -53,7 +53,7 @@ from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, ob
 from alexandria.store import feed, schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
 from alexandria.store.merkle_nodes import node_reader, tree_size
-from alexandria.store.read_ahead import ReadAhead
+from alexandria.store.read_ahead import Key, ReadAhead
 from alexandria.store.read_connections import ThreadConnections
 from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
 from alexandria.store.writer_memory import WriterMemory
@@ -863,11 +863,11 @@ class SqliteStorage(Storage):
         assert readers is not None, "storage is not open"
         return await readers.read(fn)
 
-    def read_ahead(self, what: str, sequences: Sequence[int | str]) -> None:
+    def read_ahead(self, what: str, sequences: Sequence[Key]) -> None:
         """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves, by
-        sequence; ``"catalogue_words"``; ``"revision_ids"``: by sequence; ``"object_scores"``: by
-        first sequence) at ``sequences`` into memory several at once (``store/read_ahead.py``),
-        before a read connection reads them one by one."""
+        sequence; the other names are ``store/read_ahead._ROWS_SQL``'s) at ``sequences`` into
+        memory several at once (``store/read_ahead.py``), before a read connection reads them
+        one by one."""
         if self._ahead is not None:
             self._ahead.rows(what, sequences)
 
