@@ -350,15 +350,20 @@ def _section_all(
         found = _deep_firsts(conn, subj, trees, offset + PAGE_SIZE + 1)
         firsts, more = found[offset:offset + PAGE_SIZE], len(found) > offset + PAGE_SIZE
     else:
+        if warm is not None:
+            _warm_links(conn, "SELECT sequence FROM feed WHERE root = :root ORDER BY sequence",
+                        {"root": subj.root}, offset, warm)
         firsts, more = _page(conn, _FIRSTS_BELOW + " ORDER BY f.sequence", {"root": subj.root},
                              offset)
     return _heads(conn, firsts, warm), more
 
 
-# First revisions of the members below :root within its feed rows (``feed`` range)
+# First revisions of the members below :root within its feed rows (``feed`` range): a feed
+# row is a first revision's exactly when an ``objects`` row was created at its sequence (the
+# probe ``_heads`` repeats, by the integer key, rather than one of ``revisions``)
 _FIRSTS_BELOW = (
-    "SELECT f.sequence AS seq FROM feed f JOIN revisions r ON r.sequence = f.sequence"
-    " WHERE f.root = :root AND r.id = r.root AND r.root != :root"
+    "SELECT f.sequence AS seq FROM feed f JOIN objects o ON o.created_sequence = f.sequence"
+    " WHERE f.root = :root AND o.root != :root"
 )
 
 
@@ -408,7 +413,8 @@ def _section_children(
     return _heads(conn, firsts, warm), more
 
 
-#: links read ahead beyond a page's: later revisions of its children carry tree links too
+#: links (feed rows) read ahead beyond a page's: later revisions of its children carry tree
+#: links too (and have feed rows)
 TREE_LINK_SLACK = PAGE_SIZE // 5
 
 
@@ -428,9 +434,16 @@ def _warm_tree_links(
         " AND relation IN ('" + "', '".join(group) + "')"
         for group in groups
     ]
+    _warm_links(conn, _merged(arms), params, offset, warm)
+
+
+def _warm_links(
+    conn: sqlite3.Connection, sql: str, params: dict[str, Any], offset: int, warm: Warm
+) -> None:
+    """Read ahead the ``objects`` rows a page's query will probe, found by ``sql`` (sequences,
+    in the page's order, from an index alone), and the heads' records of the page's own."""
     limit = min(offset + PAGE_SIZE + 1 + TREE_LINK_SLACK, 1_000)
-    links = [r[0] for r in conn.execute(_merged(arms) + " LIMIT :limit",
-                                        {**params, "limit": limit})]
+    links = [r[0] for r in conn.execute(sql + " LIMIT :limit", {**params, "limit": limit})]
     if offset:
         warm("objects", links[:offset])  # OFFSET probes them; their records are not shown
     warm("object_records", links[offset:])
