@@ -349,13 +349,13 @@ def _section_all(
     if trees:
         found = _deep_firsts(conn, subj, trees, offset + PAGE_SIZE + 1)
         firsts, more = found[offset:offset + PAGE_SIZE], len(found) > offset + PAGE_SIZE
-    else:
-        if warm is not None:
-            _warm_links(conn, "SELECT sequence FROM feed WHERE root = :root ORDER BY sequence",
-                        {"root": subj.root}, offset, warm)
-        firsts, more = _page(conn, _FIRSTS_BELOW + " ORDER BY f.sequence", {"root": subj.root},
-                             offset)
-    return _heads(conn, firsts, warm), more
+        return _heads(conn, firsts, warm), more
+    warmed = warm is not None and _warm_links(
+        conn, "SELECT sequence FROM feed WHERE root = :root ORDER BY sequence",
+        {"root": subj.root}, offset, warm)
+    firsts, more = _page(conn, _FIRSTS_BELOW + " ORDER BY f.sequence", {"root": subj.root},
+                         offset)
+    return _heads(conn, firsts, None if warmed else warm), more
 
 
 # First revisions of the members below :root within its feed rows (``feed`` range): a feed
@@ -407,12 +407,13 @@ def _section_children(
     if not relations:
         return [], False
     params = {"root": subj.root, "rev": subj.rev}
-    if warm is not None:
-        _warm_tree_links(conn, relations, exact, params, offset, warm)
+    warmed = warm is not None and _warm_tree_links(conn, relations, exact, params, offset, warm)
     firsts, more = _page(conn, _merged(_tree_arms(relations, exact)), params, offset)
-    return _heads(conn, firsts, warm), more
+    return _heads(conn, firsts, None if warmed else warm), more
 
 
+#: rows at most that ``_warm_links`` reads from an index: deep offsets are rare
+WARM_LIMIT = 1_000
 #: links (feed rows) read ahead beyond a page's: later revisions of its children carry tree
 #: links too (and have feed rows)
 TREE_LINK_SLACK = PAGE_SIZE // 5
@@ -421,7 +422,7 @@ TREE_LINK_SLACK = PAGE_SIZE // 5
 def _warm_tree_links(
     conn: sqlite3.Connection, relations: Sequence[str], exact: bool, params: dict[str, Any],
     offset: int, warm: Warm,
-) -> None:
+) -> bool:
     """``_tree_arm`` probes ``objects`` once per link, in order, until the page is full, and a
     space's children were created at scattered times: read ahead, several at once, the rows of
     the links it will probe first (the links from the index alone; a later revision's link
@@ -434,19 +435,23 @@ def _warm_tree_links(
         " AND relation IN ('" + "', '".join(group) + "')"
         for group in groups
     ]
-    _warm_links(conn, _merged(arms), params, offset, warm)
+    return _warm_links(conn, _merged(arms), params, offset, warm)
 
 
 def _warm_links(
     conn: sqlite3.Connection, sql: str, params: dict[str, Any], offset: int, warm: Warm
-) -> None:
+) -> bool:
     """Read ahead the ``objects`` rows a page's query will probe, found by ``sql`` (sequences,
-    in the page's order, from an index alone), and the heads' records of the page's own."""
-    limit = min(offset + PAGE_SIZE + 1 + TREE_LINK_SLACK, 1_000)
+    in the page's order, from an index alone), and the heads' records of the page's own.
+    Whether the page's were read (not beyond ``WARM_LIMIT`` rows): if not, ``_heads`` reads
+    ahead the page's rows itself."""
+    want = offset + PAGE_SIZE + 1 + TREE_LINK_SLACK
+    limit = min(want, WARM_LIMIT)
     links = [r[0] for r in conn.execute(sql + " LIMIT :limit", {**params, "limit": limit})]
     if offset:
         warm("objects", links[:offset])  # OFFSET probes them; their records are not shown
     warm("object_records", links[offset:])
+    return want <= WARM_LIMIT
 
 
 def _section_history(
