@@ -125,3 +125,19 @@ def test_every_read_ahead_statement_runs_on_a_library(tmp_path: Path) -> None:
     for what, sql in read_ahead._ROWS_SQL.items():
         conn.execute(sql, (1, 1) if what == "votes" else (1,)).fetchall()
     conn.close()
+
+
+def test_fetched_rows_are_returned_and_a_missing_or_failed_one_is_left_to_the_reader(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "lib.db"
+    _library(path, 40)
+    ahead = ReadAhead(str(path), threads=4)
+    try:
+        keys = [*range(0, 40, 3), 99]  # 99: no such row
+        rows = ahead.fetch("SELECT sequence, id FROM revisions WHERE sequence = ?", keys)
+        assert rows == {k: (k, f"r{k}") for k in keys if k != 99}
+        assert ahead.fetch("SELECT id FROM revisions WHERE sequence = ?", [1, 2]) == {}
+        assert ahead.fetch("SELECT id FROM no_such_table WHERE x = ?", list(range(20))) == {}
+    finally:
+        ahead.close()

@@ -875,9 +875,13 @@ class SqliteStorage(Storage):
         """Signed records for the given revision sequences, in the given order (a sequence
         with no revision is left out).  One statement per ``SIGNED_CHUNK`` records: on
         PostgreSQL each statement is a round trip to the server."""
-        self.read_ahead("records", sequences)
         found: dict[int, Sequence[Any]] = {}
         wanted = list(dict.fromkeys(sequences))
+        if self._ahead is not None:
+            # a revision and its leaf never change once admitted: the rows the read-ahead's
+            # connections read, several at once, are the ones this snapshot holds
+            found.update(self._ahead.fetch(self._SIGNED_SQL + " WHERE r.sequence = ?", wanted))
+            wanted = [seq for seq in wanted if seq not in found]
         for i in range(0, len(wanted), SIGNED_CHUNK):
             chunk = wanted[i:i + SIGNED_CHUNK]
             marks = ",".join("?" * len(chunk))
