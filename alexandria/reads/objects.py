@@ -281,12 +281,16 @@ def object_view(
         return None
     item_sequence = subj.sequence if exact else subj.head_sequence
     seqs, more = _SECTIONS[section](conn, subj, item_sequence, offset, exact, store.read_ahead)
+    ancestors = _ancestors(conn, subj)
+    # the item's, the original's and the ancestors' records, each on its own pages: read
+    # ahead together, rather than one after another by the reader (too few for each call)
+    store.read_ahead("records", [item_sequence, subj.created_sequence, *ancestors])
     item, original = store.signed_many(conn, [item_sequence, subj.created_sequence])
     return ObjectView(
         item=item,
         head=subj.head,
         original=original,
-        ancestors=store.signed_many(conn, _ancestors(conn, subj)),
+        ancestors=store.signed_many(conn, ancestors),
         items=store.signed_many(conn, seqs),
         revisions=subj.revisions,
         next_offset=_next(offset, len(seqs), more),
