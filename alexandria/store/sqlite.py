@@ -879,7 +879,8 @@ class SqliteStorage(Storage):
         wanted = list(dict.fromkeys(sequences))
         if self._ahead is not None:
             # a revision and its leaf never change once admitted: the rows the read-ahead's
-            # connections read, several at once, are the ones this snapshot holds
+            # connections read, several at once, are the ones this snapshot holds (callers pass
+            # sequences found in ``conn``'s snapshot, and later snapshots only add rows)
             found.update(self._ahead.fetch(self._SIGNED_SQL + " WHERE r.sequence = ?", wanted))
             wanted = [seq for seq in wanted if seq not in found]
         for i in range(0, len(wanted), SIGNED_CHUNK):
