@@ -282,16 +282,23 @@ def object_view(
     item_sequence = subj.sequence if exact else subj.head_sequence
     seqs, more = _SECTIONS[section](conn, subj, item_sequence, offset, exact, store.read_ahead)
     ancestors = _ancestors(conn, subj)
-    # the item's, the original's and the ancestors' records, each on its own pages: read
-    # ahead together, rather than one after another by the reader (too few for each call)
-    store.read_ahead("records", [item_sequence, subj.created_sequence, *ancestors])
-    item, original = store.signed_many(conn, [item_sequence, subj.created_sequence])
+    # the item's, the original's, the ancestors' and the section's records, each on its own
+    # pages, read by one call: the read-ahead fetches them together, rather than the reader
+    # one after another (the first three are too few for a call of their own)
+    wanted = [item_sequence, subj.created_sequence, *ancestors, *seqs]
+    signed = store.signed_many(conn, wanted)
+    if len(signed) == len(wanted):
+        item, original = signed[:2]
+        above, items = signed[2:2 + len(ancestors)], signed[2 + len(ancestors):]
+    else:  # a sequence without a record (none is expected): left out, as by separate calls
+        item, original = store.signed_many(conn, [item_sequence, subj.created_sequence])
+        above, items = store.signed_many(conn, ancestors), store.signed_many(conn, seqs)
     return ObjectView(
         item=item,
         head=subj.head,
         original=original,
-        ancestors=store.signed_many(conn, ancestors),
-        items=store.signed_many(conn, seqs),
+        ancestors=above,
+        items=items,
         revisions=subj.revisions,
         next_offset=_next(offset, len(seqs), more),
     )
