@@ -11,7 +11,7 @@ from typing import Any
 
 from alexandria.core.canonical import MAX_JSON_DEPTH
 from alexandria.service.bootstrap import found_library
-from alexandria.store.sqlite import READERS, SqliteStorage
+from alexandria.store.ledger_storage import READERS, LedgerStorage
 from tests.admission_support import proposal
 from tests.conftest import T0, Api
 
@@ -79,7 +79,7 @@ async def test_a_job_failing_unexpectedly_fails_alone(api: Api) -> None:
     """A bug in one admission of a batch (here: a job raising a plain RuntimeError halfway
     through its writes) rolls back only itself; the rest of its batch is admitted."""
     storage = api.library.storage
-    assert isinstance(storage, SqliteStorage)
+    assert isinstance(storage, LedgerStorage)
     gate = threading.Event()
 
     def hold(conn: sqlite3.Connection) -> None:
@@ -119,7 +119,7 @@ async def test_slow_reads_do_not_hold_up_other_reads(api: Api) -> None:
     connection). With a pool, reads that hold all but one reader connection leave an entry
     read free to answer at once."""
     storage = api.library.storage
-    assert isinstance(storage, SqliteStorage)
+    assert isinstance(storage, LedgerStorage)
     rev = (await api.publish("owner", _claim("Unrelated")))["id"]
     gate = threading.Event()
 

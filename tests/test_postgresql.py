@@ -27,10 +27,11 @@ from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.errors import BadRequest
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.store import schema as sqlite_schema
+from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader
 from alexandria.store.postgresql import is_database_url
 from alexandria.store.postgresql import schema as pg_schema
 from alexandria.store.postgresql.connection import translate
-from alexandria.store.postgresql.migrate import migrate
+from alexandria.store.postgresql.migrate import MigrationFailed, migrate
 from alexandria.store.postgresql.schema import _schema_sql
 from tests.catalogue_support import document, publish_example, vote
 from tests.cli_support import cli, cli_json
@@ -361,6 +362,55 @@ def test_migrate_command(tmp_path: Path, founding: Founding, pg_cluster: Cluster
     assert bad.returncode != 0 and "USAGE" in bad.stderr + bad.stdout
 
 
+def _tamper_leaf(db: Path, sequence: int) -> None:
+    """Change one digit of leaf ``sequence``'s ``admitted_at``, leaving its Merkle nodes (and
+    so the root the file's nodes give) as they were."""
+    with sqlite3.connect(db) as lite:
+        (leaf,) = lite.execute("SELECT leaf FROM log WHERE sequence = ?", (sequence,)).fetchone()
+        at = bytes(leaf).index(b'Z"') - 1
+        digit = b"1" if bytes(leaf)[at:at + 1] != b"1" else b"2"
+        lite.execute("UPDATE log SET leaf = ? WHERE sequence = ?",
+                     (bytes(leaf)[:at] + digit + bytes(leaf)[at + 1:], sequence))
+
+
+def test_migrate_checks_the_copied_leaves_root(tmp_path: Path, founding: Founding,
+                                               pg_cluster: Cluster) -> None:
+    """``migrate`` recomputes the root from the leaves it copied (``merkle_nodes.log_root``)
+    and refuses a copy whose root is not the source log's, before committing it: the target
+    keeps what it held, an empty log or, for a ``restore --replace``, the log it held before."""
+    genesis, log_key = write_library_files(founding, tmp_path)
+    good = tmp_path / "lib.db"
+    with serving(genesis, good, log_key) as s:
+        _admit_authorities(s.url, founding)
+    size = len(founding.authority_documents())
+    tampered = tmp_path / "tampered.db"
+    tampered.write_bytes(good.read_bytes())
+    _tamper_leaf(tampered, 2)
+    with sqlite3.connect(good) as lite:
+        good_root = log_root(lite.execute(LEAVES))
+        assert good_root == (size, merkle.root_hash(size, node_reader(lite)))
+    with sqlite3.connect(tampered) as lite:  # the file's nodes still give the good root
+        assert merkle.root_hash(size, node_reader(lite)) == good_root[1]
+        assert log_root(lite.execute(LEAVES))[1] != good_root[1]
+    empty = pg_cluster.database()
+    with pytest.raises(MigrationFailed) as refused:
+        migrate(tampered, empty)
+    assert refused.value.code == "MIGRATION_FAILED" and "root" in str(refused.value)
+    assert _rows(empty, "SELECT count(*) FROM log") == [(0,)]
+    assert _rows(empty, "SELECT count(*) FROM meta") == [(0,)]
+    # over a good copy of the same library: refused, the good log stays
+    kept = pg_cluster.database()
+    assert migrate(good, kept).size == size
+    before = _rows(kept, "SELECT sequence, leaf FROM log ORDER BY sequence")
+    with pytest.raises(MigrationFailed):
+        migrate(tampered, kept, replace=True)
+    assert _rows(kept, "SELECT sequence, leaf FROM log ORDER BY sequence") == before
+    bad = cli("restore", str(tampered), "--db", kept, "--replace", expect=1)
+    assert "MIGRATION_FAILED" in bad.stderr, bad.stderr
+    assert _rows(kept, "SELECT sequence, leaf FROM log ORDER BY sequence") == before
+    assert cli("export", "--db", kept).stdout == cli("export", "--db", str(good)).stdout
+
+
 async def test_a_database_outage_is_503_and_the_node_recovers(
     tmp_path: Path, founding: Founding, clock: Clock
 ) -> None:
@@ -454,6 +504,12 @@ def test_a_node_reads_from_a_streaming_replica(tmp_path: Path, founding: Foundin
                     time.sleep(0.1)
                 with psycopg.connect(read_url, autocommit=True) as standby_conn:
                     standby_conn.execute("SELECT pg_wal_replay_pause()")
+                    # a pause is only requested: replay stops at its next record
+                    deadline = time.time() + 30
+                    while standby_conn.execute(
+                            "SELECT pg_get_wal_replay_pause_state()").fetchone() != ("paused",):
+                        assert time.time() < deadline, "the standby never paused"
+                        time.sleep(0.05)
                     in_space = {"links": [{"relation": "contained_in", "target": root}]}
                     elsewhere = post(a.url, _claim(1) | in_space, 1)
                     # node b reads the paused replica: node a's new claim is not there yet

@@ -8,7 +8,7 @@ thing that does not hold, keeping everything it verified before it:
   signatures, certificate chain, content schema and canonical leaf (2c,
   ``verify._prepare_entry`` → ``admission.prepare``), then the admission rules at its recorded
   ``admitted_at`` (2d: ``admission.decide``, inside the storage's write transaction, via
-  ``SqliteStorage.replay``, which appends the leaf, its Merkle nodes and every projection as
+  ``LedgerStorage.replay``, which appends the leaf, its Merkle nodes and every projection as
   the origin did);
 - a checkpoint: its note, origin and size (3a), its signer certified among the first ``size``
   leaves (3b, ``verify.checkpoint_signer``), its root the root of the stored tree (3c); against
@@ -51,7 +51,7 @@ from alexandria.errors import AlexandriaError, BadRequest, ServiceError
 from alexandria.reads import log
 from alexandria.reads.log import latest_checkpoint
 from alexandria.store.interface import Replayed
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.ledger_storage import LedgerStorage
 
 BATCH = 1024  # entries verified and stored per call of ``Follower.entries``
 CHUNK = 128  # entries per write transaction, checked while the previous chunk is stored
@@ -74,7 +74,7 @@ class Verified:
 class Follower:
     """Verifies and stores the entries and checkpoints of another copy of ``storage``'s log."""
 
-    def __init__(self, storage: SqliteStorage, progress: Progress | None = None) -> None:
+    def __init__(self, storage: LedgerStorage, progress: Progress | None = None) -> None:
         self.storage = storage
         self.genesis = storage.genesis
         self.size = 0
@@ -410,7 +410,7 @@ def is_url(source: str) -> bool:
     return source.startswith(("http://", "https://"))
 
 
-async def catch_up(storage: SqliteStorage, source: str,
+async def catch_up(storage: LedgerStorage, source: str,
                    progress: Progress | None = None) -> Follower:
     """Verify and store what ``source`` (the URL of a mirror or of the origin, or an export
     file) holds beyond ``storage``'s log; ``storage`` is open.  Returns the follower, whose

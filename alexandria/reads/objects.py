@@ -32,8 +32,8 @@ from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store import feed
 from alexandria.store.feed import root_of
+from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.schema import NOT_RELATED, TREE_LINKS
-from alexandria.store.sqlite import SqliteStorage
 
 PAGE_SIZE = 50
 SECTIONS = ("all", "children", "related", "history", "graph", "discussions", "knowledge")
@@ -273,7 +273,7 @@ def _next(offset: int, count: int, more: bool) -> int | None:
 
 @snapshot
 def object_view(
-    conn: sqlite3.Connection, store: SqliteStorage, rev: str, section: str, offset: int,
+    conn: sqlite3.Connection, store: LedgerStorage, rev: str, section: str, offset: int,
     exact: bool,
 ) -> ObjectView | None:
     subj = subject(conn, rev)
@@ -667,7 +667,7 @@ def _conversation_arms(subj: Subject) -> list[str]:
 
 @snapshot
 def discussion(
-    conn: sqlite3.Connection, store: SqliteStorage, rev: str, sort: str, offset: int
+    conn: sqlite3.Connection, store: LedgerStorage, rev: str, sort: str, offset: int
 ) -> Discussion | None:
     subj = subject(conn, rev)
     if subj is None:
@@ -708,7 +708,7 @@ def _top(
 
 
 def _deep_discussion(
-    conn: sqlite3.Connection, store: SqliteStorage, subj: Subject,
+    conn: sqlite3.Connection, store: LedgerStorage, subj: Subject,
     trees: dict[int, list[members.Hang]], sort: str, offset: int,
 ) -> Discussion:
     """The conversation below a deep discussion or reply, in the orders of ``discussion``:

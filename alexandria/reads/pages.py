@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from alexandria.reads import catalogue, log, objects, scores
+from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import tree_size
-from alexandria.store.sqlite import SqliteStorage
 
 #: Sections that list the objects whose one tree relation names the object.
 TREE_SECTIONS = {
@@ -66,7 +66,7 @@ class ObjectPage:
 
 @objects.snapshot
 def object_page(
-    conn: sqlite3.Connection, store: SqliteStorage, rev: str, section: str | None, offset: int
+    conn: sqlite3.Connection, store: LedgerStorage, rev: str, section: str | None, offset: int
 ) -> ObjectPage | None:
     """An object's page: its head, its ancestors, the sections of its kind (``section`` paged
     at ``offset``, the others at their first page), its history and, for a discussion or reply,
@@ -133,7 +133,7 @@ class CataloguePage:
 
 @objects.snapshot
 def catalogue_page(
-    conn: sqlite3.Connection, store: SqliteStorage, query: catalogue.CatalogueQuery
+    conn: sqlite3.Connection, store: LedgerStorage, query: catalogue.CatalogueQuery
 ) -> CataloguePage:
     """A page of ``GET /api/catalogue``'s full projection: the listed heads' signed records."""
     found = catalogue.find(conn, query)
@@ -149,7 +149,7 @@ class RevisionPage:
 
 @objects.snapshot
 def revision_page(
-    conn: sqlite3.Connection, store: SqliteStorage, rev: str
+    conn: sqlite3.Connection, store: LedgerStorage, rev: str
 ) -> RevisionPage | None:
     subj = objects.subject(conn, rev)
     if subj is None:
@@ -168,7 +168,7 @@ class AuthorPage:
 
 @objects.snapshot
 def author_page(
-    conn: sqlite3.Connection, store: SqliteStorage, actor: str, offset: int
+    conn: sqlite3.Connection, store: LedgerStorage, actor: str, offset: int
 ) -> AuthorPage:
     """An actor's listed contributions (current heads of what they created, newest first) and
     their host-projected scores with the first page of the votes they hold."""

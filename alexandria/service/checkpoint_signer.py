@@ -40,8 +40,8 @@ from alexandria.service.published import (
     PublishedCheckpoint,
     behind_message,
 )
+from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import LogCorrupt, node_reader, tree_size
-from alexandria.store.sqlite import SqliteStorage
 
 SIGN_INTERVAL_MS = 1000
 
@@ -51,7 +51,7 @@ _log = logging.getLogger("alexandria.log")
 class SigningLibrary(Protocol):
     """What the signer needs of a running library (``service.library.Library``)."""
 
-    storage: SqliteStorage
+    storage: LedgerStorage
     log_key: SigningKey | None
     published: PublishedCheckpoint | None  # the largest checkpoint served, outside the db
 
@@ -64,7 +64,7 @@ class SigningLibrary(Protocol):
 
 
 def sign_checkpoint_now(
-    conn: sqlite3.Connection, storage: SqliteStorage, key: SigningKey | None,
+    conn: sqlite3.Connection, storage: LedgerStorage, key: SigningKey | None,
     min_interval_ms: int = 0, published: Published | None = None,
 ) -> StoredCheckpoint:
     """Steps 1–5 of the module docstring, inside the caller's write transaction;

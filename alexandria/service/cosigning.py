@@ -35,8 +35,8 @@ from alexandria.core.tlog_witness import format_add_checkpoint, parse_size_body
 from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.reads.log import StoredCheckpoint, latest_checkpoint
 from alexandria.store import cosignatures
+from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import node_reader
-from alexandria.store.sqlite import SqliteStorage
 
 _log = logging.getLogger("alexandria.witnesses")
 
@@ -60,7 +60,7 @@ class WitnessEndpoint:
 
 
 class CosigningLibrary(Protocol):
-    storage: SqliteStorage
+    storage: LedgerStorage
 
 
 class WitnessRefused(Exception):
@@ -72,7 +72,7 @@ class WitnessRefused(Exception):
 class WitnessTask:
     """The loop of one witness (steps 1-3 of the module docstring)."""
 
-    def __init__(self, storage: SqliteStorage, witness: WitnessEndpoint,
+    def __init__(self, storage: LedgerStorage, witness: WitnessEndpoint,
                  client: httpx.AsyncClient, wake: asyncio.Event) -> None:
         self.storage = storage
         self.witness = witness
@@ -193,7 +193,7 @@ class Cosigning:
             wake.set()
 
     @contextlib.asynccontextmanager
-    async def running(self, storage: SqliteStorage) -> AsyncIterator[None]:
+    async def running(self, storage: LedgerStorage) -> AsyncIterator[None]:
         if not self.witnesses:
             yield
             return

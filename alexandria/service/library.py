@@ -31,8 +31,8 @@ from alexandria.service.published import (
 from alexandria.service.writer_service import WriterClient
 from alexandria.store.backends import storage_for
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun
+from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import tree_size
-from alexandria.store.sqlite import SqliteStorage
 
 
 class ReadOnlyMirror(Forbidden):
@@ -70,7 +70,7 @@ class Status:
 @dataclass
 class Library:
     genesis: Genesis
-    storage: SqliteStorage
+    storage: LedgerStorage
     log_key: SigningKey | None = None
     writer: WriterClient | None = None  # the writer process of a multi-process server
     #: ``/api/changes`` page bounds (PROTOCOL §5); tests set smaller ones
@@ -141,7 +141,7 @@ class Library:
     async def admit_authority(self, body: bytes) -> AuthorityAdmitted:
         """Admit the authority document ``body`` (at most 64 KiB, ``api.http.read_body``):
         parsed off the event loop (strict JSON of a hostile body costs milliseconds), its
-        signatures verified before the writer (``SqliteStorage.admit_authority``)."""
+        signatures verified before the writer (``LedgerStorage.admit_authority``)."""
         await self.check_writable()
         document = await asyncio.to_thread(parse_json, body)
         return await self.storage.admit_authority(document)

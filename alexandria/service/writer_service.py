@@ -8,7 +8,7 @@ re-reading pages the other one changed.  So with ``--workers N`` (N ≥ 2) the s
 - N HTTP worker processes: they parse, verify and schema-check each envelope
   (``admission.prepare``: the state-free stage, which parallelises) and serve every read;
 - one writer process: it owns the admission writer — every state check, the insert and the
-  group commit — exactly as a single-process server does (``SqliteStorage.admit``).
+  group commit — exactly as a single-process server does (``LedgerStorage.admit``).
 
 A worker hands a prepared ``Candidate`` to the writer over a Unix socket in a private
 directory and answers its HTTP request with whatever the writer answers, once the writer has
@@ -215,7 +215,7 @@ Submit = Callable[[Candidate, bool], "asyncio.Future[Admitted | DryRun]"]
 
 
 class WriterServer:
-    """Answers admission requests with ``submit`` (``SqliteStorage.submit``)."""
+    """Answers admission requests with ``submit`` (``LedgerStorage.submit``)."""
 
     def __init__(self, submit: Submit, path: str | Path) -> None:
         self._submit = submit
@@ -273,7 +273,7 @@ class WriterServer:
 # --- a worker's side -------------------------------------------------------------------------
 
 class WriterClient:
-    """A worker's connection to the writer process: ``admit`` as ``SqliteStorage.admit``."""
+    """A worker's connection to the writer process: ``admit`` as ``LedgerStorage.admit``."""
 
     def __init__(self, path: str | Path) -> None:
         self._path = str(path)

@@ -16,7 +16,7 @@ import orjson
 
 from alexandria.core.trust import WorkerCertificate
 from alexandria.errors import Conflict, Forbidden, NotFound, RateLimited
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.ledger_storage import LedgerStorage
 
 _COLUMNS = "code, worker, name, scopes, requested_ms, expires_ms, certificate"
 
@@ -32,7 +32,7 @@ def _expire(conn: sqlite3.Connection, now_ms: int) -> None:
     conn.execute("DELETE FROM enrolment_requests WHERE expires_ms < ?", (now_ms,))
 
 
-async def create(storage: SqliteStorage, code: str, worker: str, name: str,
+async def create(storage: LedgerStorage, code: str, worker: str, name: str,
                  scopes: tuple[str, ...], now_ms: int, ttl_ms: int, max_open: int) -> int:
     """Store a new request; its expiry.  A worker key has one open request: asking again
     replaces it (a new code).  Raises ``RateLimited`` when ``max_open`` are open."""
@@ -53,7 +53,7 @@ async def create(storage: SqliteStorage, code: str, worker: str, name: str,
     return await storage.write(fn)
 
 
-async def get(storage: SqliteStorage, code: str, now_ms: int) -> dict[str, Any] | None:
+async def get(storage: LedgerStorage, code: str, now_ms: int) -> dict[str, Any] | None:
     def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
         row = conn.execute(f"SELECT {_COLUMNS} FROM enrolment_requests WHERE code = ?"
                            " AND expires_ms >= ?", (code, now_ms)).fetchone()
@@ -62,7 +62,7 @@ async def get(storage: SqliteStorage, code: str, now_ms: int) -> dict[str, Any] 
     return await storage.read(fn)
 
 
-def _check_authority(storage: SqliteStorage, conn: sqlite3.Connection, key: str,
+def _check_authority(storage: LedgerStorage, conn: sqlite3.Connection, key: str,
                      now_ms: int) -> None:
     view = storage.state_view(conn)
     certified = [a for _seq, a in view.authorities(key)
@@ -72,7 +72,7 @@ def _check_authority(storage: SqliteStorage, conn: sqlite3.Connection, key: str,
                         " library", "AUTHORITY_UNKNOWN", authority=key)
 
 
-async def open_requests(storage: SqliteStorage, now_ms: int, limit: int, authority: str
+async def open_requests(storage: LedgerStorage, now_ms: int, limit: int, authority: str
                         ) -> list[dict[str, Any]]:
     """Requests not approved yet and not expired, oldest first, for ``authority`` (a key that
     signed the request for them: it must be certified and unrevoked).  In the writer's
@@ -87,7 +87,7 @@ async def open_requests(storage: SqliteStorage, now_ms: int, limit: int, authori
     return await storage.write(fn)
 
 
-async def approve(storage: SqliteStorage, code: str, cert: WorkerCertificate, now_ms: int
+async def approve(storage: LedgerStorage, code: str, cert: WorkerCertificate, now_ms: int
                   ) -> None:
     """Attach a worker certificate to the open request ``code``: once.  The certificate must be
     for the requesting key, valid now, and issued by a certified, unrevoked native-application

@@ -1,6 +1,6 @@
 """The catalogue's indexes, maintained inside the admission transaction.
 
-``SqliteStorage`` runs ``ensure`` when it opens a database and ``on_admitted`` for every admitted
+``LedgerStorage`` runs ``ensure`` when it opens a database and ``on_admitted`` for every admitted
 contribution, in the same write transaction as the admission itself, so the catalogue never
 shows a state the ledger does not hold and a crash never leaves the two apart.
 

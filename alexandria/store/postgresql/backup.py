@@ -27,7 +27,7 @@ from alexandria.core import merkle
 from alexandria.errors import ServiceError
 from alexandria.files import create_private
 from alexandria.store import schema, search_index
-from alexandria.store.merkle_nodes import node_reader, tree_size
+from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader, tree_size
 from alexandria.store.postgresql import connection
 from alexandria.store.postgresql.connection import Dialect, PgConnection
 from alexandria.store.postgresql.migrate import BATCH, COPIED, NOT_COPIED_META
@@ -56,13 +56,6 @@ def _copy_table(raw: psycopg.Connection[Any], lite: sqlite3.Connection, table: s
     return count
 
 
-def _leaf_root(lite: sqlite3.Connection) -> tuple[int, bytes]:
-    tree = merkle.TreeBuilder()
-    for (leaf,) in lite.execute("SELECT leaf FROM log ORDER BY sequence"):
-        tree.append_data(bytes(leaf))
-    return tree.size, tree.root()
-
-
 def to_sqlite(url: str, target: Path, name: str) -> None:
     """One consistent snapshot of the PostgreSQL library at ``url`` into the new SQLite file
     ``target`` (``name``: the database as messages call it)."""
@@ -87,7 +80,7 @@ def to_sqlite(url: str, target: Path, name: str) -> None:
                 _copy_table(raw, lite, table)
             search_index.ensure(lite)
             lite.execute("COMMIT")
-            copied_size, copied_root = _leaf_root(lite)
+            copied_size, copied_root = log_root(lite.execute(LEAVES))
             if (copied_size, copied_root) != (size, root):
                 raise BackupFailed(
                     f"the copy's {copied_size} leaves have the root {copied_root.hex()}, the"

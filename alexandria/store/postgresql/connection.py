@@ -37,10 +37,23 @@ from alexandria.core.cache import Bounded
 from alexandria.store.postgresql import DIALECT
 
 STATEMENTS = 4096  # distinct SQL texts a storage translates and remembers
+MANY_ROWS = 1000  # rows of one multi-row INSERT (``executemany``), far below 65,535 parameters
 
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)|%")
 _HINTS = re.compile(r"\s+(?:INDEXED BY \w+|NOT INDEXED)\b")
 _OR_IGNORE = re.compile(r"^\s*INSERT OR IGNORE INTO", re.IGNORECASE)
+#: a translated plain ``INSERT INTO t(…) VALUES (%s, …)``: nothing after its one row of
+#: parameters (no ``ON CONFLICT``: a multi-row upsert may not touch one row twice)
+_VALUES = re.compile(r"^(\s*INSERT INTO\s+(\w+)\s*\([\w\s,]+\)\s*VALUES\s*)"
+                     r"(\((?:\s*%s\s*,)*\s*%s\s*\))\s*$", re.IGNORECASE)
+#: statements that touch only the tables they name (not ``COMMIT``, ``SAVEPOINT``, …)
+_DML = re.compile(r"^\s*(?:SELECT|INSERT|UPDATE|DELETE|WITH)\b", re.IGNORECASE)
+#: a change of one table (``_DML`` and no subquery: then the only table it touches, with
+#: those its foreign keys check)
+_CHANGE = re.compile(r"^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)", re.IGNORECASE)
+#: the schema's foreign keys, table → the tables it references (``schema.sql``; a test
+#: compares with ``pg_constraint``)
+FOREIGN_KEYS: dict[str, tuple[str, ...]] = {"checkpoint_cosignatures": ("checkpoints",)}
 
 
 def translate(sql: str) -> str:
@@ -67,15 +80,48 @@ def translate(sql: str) -> str:
 
 
 class Dialect:
-    """The translated statements of one storage (bounded)."""
+    """The translated statements of one storage, and what ``PgConnection.pipelined`` needs to
+    know of each (bounded)."""
 
     def __init__(self) -> None:
         self._statements: Bounded[str, str] = Bounded(STATEMENTS)
+        self._touched: Bounded[str, frozenset[str] | None] = Bounded(STATEMENTS)
+        self._many: Bounded[tuple[str, int, int], str] = Bounded(STATEMENTS)
 
     def statement(self, sql: str) -> str:
         found = self._statements.get(sql)
         if found is None:
             found = self._statements[sql] = translate(sql)
+        return found
+
+    def many_rows(self, head: str, width: int, rows: int) -> str:
+        """``head`` (``INSERT INTO t(…) VALUES``) and ``rows`` rows of ``width`` numbered
+        parameters (``($1, $2), ($3, $4)``): psycopg's ``RawCursor`` sends it as it is,
+        where a long ``%s`` text would be parsed again, in Python, at every execution."""
+        key = (head, width, rows)
+        found = self._many.get(key)
+        if found is None:
+            found = self._many[key] = head + ", ".join(
+                "(" + ", ".join(f"${i * width + j}" for j in range(1, width + 1)) + ")"
+                for i in range(rows))
+        return found
+
+    def touched(self, translated: str) -> frozenset[str] | None:
+        """A superset of the tables a statement reads or changes: the one table of an
+        ``INSERT``, ``UPDATE`` or ``DELETE`` without a subquery (with the tables a foreign key
+        links it to), else every word of a statement that touches only the tables it names;
+        None for any other statement (``COMMIT``, ``SAVEPOINT``, …: it may touch any)."""
+        if translated in self._touched:
+            return self._touched[translated]
+        found: frozenset[str] | None = None
+        if _DML.match(translated):
+            found = frozenset(re.findall(r"\w+", translated.lower()))
+            change = _CHANGE.match(translated)
+            if change is not None and "select" not in found:
+                table = change.group(1).lower()
+                found = frozenset((table, *FOREIGN_KEYS.get(table, ()), *(
+                    other for other, refs in FOREIGN_KEYS.items() if table in refs)))
+        self._touched[translated] = found
         return found
 
 
@@ -157,6 +203,25 @@ def _as_sqlite_error(exc: psycopg.Error) -> sqlite3.Error:
     return sqlite3.OperationalError(str(exc))
 
 
+class _NoRows:
+    """The answer to a statement that returns no rows and was not sent yet (an insert deferred
+    by ``PgConnection.pipelined``)."""
+
+    rowcount = -1
+
+    def fetchone(self) -> Any:
+        return None
+
+    def fetchall(self) -> list[Any]:
+        return []
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+
+_NO_ROWS = _NoRows()
+
+
 class PgConnection:
     """The connection protocol of ``reads/`` and the store over one psycopg connection."""
 
@@ -169,6 +234,9 @@ class PgConnection:
         #: a statement failed inside the pipeline: the transaction is aborted, whatever a
         #: caller did with the error (a ``COMMIT`` would quietly roll it back)
         self.pipeline_failed = False
+        #: inside ``pipelined``: the rows of plain inserts not sent yet, by statement:
+        #: (``INSERT INTO t(…) VALUES``, parameters per row, ``t``, rows)
+        self._deferred: dict[str, tuple[str, int, str, list[Sequence[Any]]]] | None = None
 
     @contextlib.contextmanager
     def pipelined(self) -> Iterator[None]:
@@ -177,18 +245,79 @@ class PgConnection:
         is read (``_Cursor``) and at the end, so a write transaction's inserts and updates
         cost one round trip together instead of one each.  An error of a statement whose
         result nobody read is raised at the next read or when the block ends (psycopg's
-        ``Pipeline`` exit); the caller then rolls back."""
+        ``Pipeline`` exit); the caller then rolls back.
+
+        Inside, the rows of a plain ``INSERT INTO t(…) VALUES (?, …)`` are also held back
+        and sent together, as one multi-row ``INSERT`` per statement (``_flush``), before the
+        first statement that names ``t`` (a read or change of it), before any statement that
+        is not a plain ``SELECT``/``INSERT``/``UPDATE``/``DELETE`` (``COMMIT``,
+        ``SAVEPOINT``, …), and when the block ends: what every statement sees is exactly what
+        it would see had each insert been sent at once, and a batch of admissions sends one
+        statement per table instead of one per admission and table.  An insert's error is
+        then raised by a later statement of the same transaction, as the pipeline's are."""
         self.pipeline_failed = False
         with self.raw.pipeline() as pipeline:
             self._pipeline = pipeline
+            self._deferred = {}
             try:
                 yield
+                self._flush()
             finally:
                 self._pipeline = None
+                self._deferred = None
 
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> _Cursor:
+    def _defer(self, translated: str, rows: Sequence[Sequence[Any]]) -> bool:
+        """Hold ``rows`` back if ``translated`` is a plain insert (inside ``pipelined``);
+        else send what was held back that the statement could see."""
+        deferred = self._deferred
+        if deferred is None:
+            return False
+        entry = deferred.get(translated)
+        if entry is None:
+            values = _VALUES.match(translated)
+            if values is None:
+                if deferred:
+                    touched = self._dialect.touched(translated)
+                    if touched is None or any(t in touched for _, _, t, _ in deferred.values()):
+                        self._flush()
+                return False
+            entry = deferred[translated] = (values.group(1), values.group(3).count("%s"),
+                                            values.group(2).lower(), [])
+        entry[3].extend(rows)
+        return True
+
+    def _flush(self) -> None:
+        """Send the held-back rows: one multi-row ``INSERT`` per statement (and ``MANY_ROWS``),
+        in the order the statements were first held back."""
+        deferred = self._deferred
+        if not deferred:
+            return
+        self._deferred = {}
         try:
-            return _Cursor(self.raw.execute(self._dialect.statement(sql), params),
+            for head, width, _, rows in deferred.values():
+                self._insert_many(head, width, rows)
+        except psycopg.Error as exc:
+            self.pipeline_failed = True
+            raise _as_sqlite_error(exc) from exc
+
+    def _insert_many(self, head: str, width: int, rows: Sequence[Sequence[Any]]) -> None:
+        """``rows`` as multi-row inserts of at most ``MANY_ROWS`` rows each."""
+        for i in range(0, len(rows), MANY_ROWS):
+            chunk = rows[i:i + MANY_ROWS]
+            # texts vary with the number of rows: never prepared
+            psycopg.RawCursor(self.raw).execute(
+                self._dialect.many_rows(head, width, len(chunk)),
+                [value for row in chunk for value in row], prepare=False)
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = (),
+                prepare: bool | None = None) -> _Cursor | _NoRows:
+        """``prepare``: psycopg's (``False``: planned for its parameters each time, for a
+        statement whose best plan depends on them)."""
+        translated = self._dialect.statement(sql)
+        if not isinstance(params, dict) and self._defer(translated, (params,)):
+            return _NO_ROWS
+        try:
+            return _Cursor(self.raw.execute(translated, params, prepare=prepare),
                            self if self._pipeline is not None else None)
         except psycopg.Error as exc:
             if self._pipeline is not None:
@@ -196,12 +325,22 @@ class PgConnection:
             raise _as_sqlite_error(exc) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """A plain ``INSERT … VALUES (?, …)`` is sent as one statement of many rows (at most
+        ``MANY_ROWS`` each): the server runs one statement instead of one per row, and psycopg
+        pays its per-statement cost once.  Any other statement runs once per row."""
         rows = list(rows)
         if not rows:
             return
+        translated = self._dialect.statement(sql)
+        if self._defer(translated, rows):
+            return
         try:
-            with self.raw.cursor() as cur:
-                cur.executemany(self._dialect.statement(sql), rows)
+            values = _VALUES.match(translated) if len(rows) > 1 else None
+            if values is None:
+                with self.raw.cursor() as cur:
+                    cur.executemany(translated, rows)
+                return
+            self._insert_many(values.group(1), values.group(3).count("%s"), rows)
         except psycopg.Error as exc:
             if self._pipeline is not None:
                 self.pipeline_failed = True

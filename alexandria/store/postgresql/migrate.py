@@ -11,9 +11,12 @@
    lists, enrolment requests and ``meta`` — the genesis, the changes cursor secret and epoch,
    so cursors issued before the move stay valid); the catalogue's indexes, which differ
    between the backends, are rebuilt from the copied revisions (``search_index.rebuild``);
-4. after the commit, the Merkle root of every leaf now in PostgreSQL, recomputed from the
-   leaves themselves, must equal the SQLite log's root of the same size, and the latest
-   checkpoint must be the same; then ``ANALYZE`` gives the planner the new tables' statistics.
+4. in the same transaction, before it commits, the Merkle root of every leaf now in
+   PostgreSQL, recomputed from the leaves themselves (streamed: ``merkle_nodes.log_root``),
+   must equal the SQLite log's root of the same size, and the latest checkpoint must be the
+   same: a copy that differs (a damaged file, a tampered leaf) is rolled back, and the
+   database keeps what it held — on ``restore --replace``, the log it replaced; after the
+   commit, ``ANALYZE`` gives the planner the new tables' statistics.
 
 Stop the SQLite server first: what it admits after step 3 began is not copied.
 """
@@ -31,7 +34,7 @@ import psycopg
 from alexandria.core import merkle
 from alexandria.errors import BadRequest, ServiceError
 from alexandria.store import search_index
-from alexandria.store.merkle_nodes import node_reader, tree_size
+from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader, tree_size
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
 from alexandria.store.schema import check_database
@@ -89,14 +92,21 @@ def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
     return count
 
 
-def _leaf_root(raw: psycopg.Connection[Any], size: int) -> bytes:
-    hashes: list[bytes] = []
+def _check_copy(raw: psycopg.Connection[Any], conn: PgConnection, size: int, root: bytes,
+                latest: int) -> None:
+    """Step 4, inside the copy's transaction: raising rolls the copy back."""
     with raw.cursor() as cur:  # streamed: one row at a time, never the whole log in memory
-        for (leaf,) in cur.stream("SELECT leaf FROM log ORDER BY sequence"):
-            hashes.append(merkle.leaf_hash(bytes(leaf)))
-    if len(hashes) != size:
-        raise MigrationFailed(f"PostgreSQL holds {len(hashes)} leaves, SQLite {size}")
-    return merkle.root_from_leaves(hashes)
+        copied_size, copied = log_root(cur.stream(LEAVES))
+    if copied_size != size:
+        raise MigrationFailed(f"PostgreSQL holds {copied_size} leaves, SQLite {size}",
+                              size=size)
+    if copied != root:
+        raise MigrationFailed(
+            f"the migrated log's root {copied.hex()} is not the SQLite log's"
+            f" {root.hex()} (size {size})", size=size)
+    found = conn.execute("SELECT coalesce(max(size), 0) FROM checkpoints").fetchone()
+    if int(found[0]) != latest:
+        raise MigrationFailed(f"latest checkpoint {found[0]}, SQLite's {latest}")
 
 
 def _target_pin(conn: PgConnection) -> str | None:
@@ -153,15 +163,7 @@ def migrate(source: str | Path, url: str,
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                     (search_index.INDEX_VERSION,),
                 )
-            # 4.
-            copied = _leaf_root(raw, size)
-            if copied != root:
-                raise MigrationFailed(
-                    f"the migrated log's root {copied.hex()} is not the SQLite log's"
-                    f" {root.hex()} (size {size})", size=size)
-            found = conn.execute("SELECT coalesce(max(size), 0) FROM checkpoints").fetchone()
-            if int(found[0]) != latest:
-                raise MigrationFailed(f"latest checkpoint {found[0]}, SQLite's {latest}")
+                _check_copy(raw, conn, size, root, latest)  # 4.
             raw.execute("ANALYZE")  # the planner's statistics of the tables just filled
     finally:
         lite.close()

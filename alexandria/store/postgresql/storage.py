@@ -1,9 +1,9 @@
 """PostgreSQL storage: any number of stateless nodes on one database.
 
-The admission path is the SQLite storage's, unchanged (``store/sqlite.py``: the group-commit
-writer thread, the rules' ``StateView`` inside the write transaction, the leaf, its Merkle nodes
-and every projection in the same transaction), run over a ``PgConnection``.  What PostgreSQL
-changes:
+The admission path is ``LedgerStorage``'s, shared with SQLite (``store/ledger_storage.py``: the
+group-commit writer thread, the rules' ``StateView`` inside the write transaction, the leaf, its
+Merkle nodes and every projection in the same transaction), run over a ``PgConnection``.  What
+PostgreSQL changes:
 
 - **serialisation across nodes**: each write transaction begins by incrementing the one row of
   ``ledger_writes`` (``_PgWriterMemory.begin``); its row lock queues every writer of every node
@@ -36,17 +36,16 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from alexandria.core.trust import Genesis
 from alexandria.errors import ResyncRequired, ServiceError
-from alexandria.store import search_index
+from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage, _BatchAborted
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
-from alexandria.store.sqlite import BUSY_TIMEOUT_S, READERS, SqliteStorage, _BatchAborted
 from alexandria.store.writer_memory import WriterMemory
 
 T = TypeVar("T")
@@ -197,28 +196,24 @@ class _ReplicaReads:
         self.primary.close()
 
 
-class PostgresStorage(SqliteStorage):
-    """The ``Storage`` of a library in PostgreSQL (``alexandria serve --db postgresql://…``),
-    its reads optionally from a streaming replica (``read_url``: ``serve --read-db``)."""
+class PostgresStorage(LedgerStorage):
+    """The ``LedgerStorage`` of a library in PostgreSQL (``alexandria serve --db
+    postgresql://…``), its reads optionally from a streaming replica (``read_url``: ``serve
+    --read-db``)."""
 
     def __init__(self, url: str, genesis: Genesis, read_url: str | None = None) -> None:
-        super().__init__(redacted(url), genesis)  # ``path`` names the library in messages
+        # ``path`` names the library in messages
+        super().__init__(redacted(url), genesis, _PgWriterMemory())
         self.url = url
         self.read_url = read_url
         self.dialect = Dialect()
-        self._memory = _PgWriterMemory()
-        self._pg_readers: _PgReaders | None = None
+        self._readers: _PgReaders | _ReplicaReads | None = None
         self._replica: _ReplicaReads | None = None
         self._reconnect_lock = threading.Lock()
 
-    async def open(self) -> None:
-        self._writer_conn = cast(Any, await asyncio.to_thread(self._connect_writer))
-        await self.write(self._init_meta)
-        await self.write(search_index.ensure)
+    async def _open_readers(self) -> None:
         if self.read_url is None:
-            self._pg_readers = await asyncio.to_thread(_PgReaders, self.url, READERS,
-                                                       self.dialect)
-            self._readers = cast(Any, self._pg_readers)
+            self._readers = await asyncio.to_thread(_PgReaders, self.url, READERS, self.dialect)
             return
         primary = await asyncio.to_thread(_PgReaders, self.url, PRIMARY_READERS, self.dialect)
         try:
@@ -226,9 +221,18 @@ class PostgresStorage(SqliteStorage):
         except BaseException:
             primary.close()
             raise
-        self._pg_readers = primary
-        self._replica = _ReplicaReads(replica, primary)
-        self._readers = cast(Any, self._replica)
+        self._replica = self._readers = _ReplicaReads(replica, primary)
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        readers = self._readers
+        assert readers is not None, "storage is not open"
+        return await readers.read(fn)
+
+    async def _close_readers(self) -> None:
+        if self._readers is not None:
+            await asyncio.to_thread(self._readers.close)
+            self._readers = None
+            self._replica = None
 
     def _note_written(self, conn: PgConnection, cur: Any | None) -> None:
         """The primary's WAL position after this node's latest write: replica reads wait for
@@ -254,7 +258,7 @@ class PostgresStorage(SqliteStorage):
             raise
         return PgConnection(raw, self.dialect)
 
-    def _begin(self, conn: Any) -> None:  # type: ignore[override]
+    def _begin(self, conn: Any) -> None:
         """``BEGIN`` (read committed: after the write lock every statement sees the latest
         commits); the lock itself is ``_PgWriterMemory.begin``.  A connection the server
         dropped is replaced first, so a database restart costs the batch in flight only."""
@@ -264,6 +268,18 @@ class PostgresStorage(SqliteStorage):
                 conn.raw.execute(f"SET lock_timeout = '{int(BUSY_TIMEOUT_S * 1000)}ms'")
             self._memory.forget()
         conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+
+    def _absent(self, conn: Any, batch: list[Any]) -> set[str]:
+        """One statement for the whole batch instead of one ``StateView.admitted`` question
+        per admission: in pipeline mode each question waited for the server to run every
+        statement queued before it (a round trip per admission)."""
+        ids = list(dict.fromkeys(r for job in batch for r in job.revisions))
+        if not ids:
+            return set()
+        # never prepared: a generic plan chosen while the table was small scans all of it
+        found = conn.execute("SELECT id FROM revisions WHERE id = ANY(?)", (ids,),
+                             prepare=False).fetchall()
+        return set(ids).difference(row[0] for row in found)
 
     def _try_batch(self, conn: Any, batch: list[Any], isolate: bool) -> list[Any]:
         """A batch's first attempt runs in pipeline mode (``PgConnection.pipelined``): the
@@ -292,10 +308,5 @@ class PostgresStorage(SqliteStorage):
                     conn.raw.execute("ROLLBACK")
             cause = exc.__cause__ if isinstance(exc, _BatchAborted) else exc
             raise _BatchAborted() from cause
-
-    async def close(self) -> None:
-        await super().close()
-        self._pg_readers = None
-        self._replica = None
 
 
