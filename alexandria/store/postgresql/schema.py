@@ -43,6 +43,18 @@ CREATE INDEX IF NOT EXISTS vote_values_by_author
     ON vote_values(author_id, head_sequence, target, value, vote_root);
 """
 
+#: Version 4 (issue 22, as ``store/schema.py``'s ``vote_values.target_seq``): each vote row names
+#: its target object's integer key, so the scores page reaches the targets without the 64-hex
+#: root index; filled from ``objects`` for the votes already there.
+VOTE_TARGET_KEYS = """
+ALTER TABLE vote_values ADD COLUMN IF NOT EXISTS target_seq BIGINT NOT NULL DEFAULT 0;
+UPDATE vote_values v SET target_seq = o.created_sequence FROM objects o
+    WHERE o.root = v.target AND v.target_seq = 0;
+DROP INDEX IF EXISTS vote_values_by_author;
+CREATE INDEX IF NOT EXISTS vote_values_by_target_seq
+    ON vote_values(author_id, head_sequence, target_seq, value, vote_root);
+"""
+
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, "schema.sql"),
@@ -62,6 +74,7 @@ CREATE TABLE IF NOT EXISTS deep(
 CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
 """),
     (3, TREE_LINKS_AND_COVERING_VOTES),
+    (4, VOTE_TARGET_KEYS),
 )
 VERSION = MIGRATIONS[-1][0]
 
