@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.loader --dir DIR --entries N [--seed S] [--workers 2]
         [--follow-members M] [--batch 2000]
+    .venv/bin/python -m bench.loader --dir DIR --extend K [--cache-mib 512] [--drop-caches]
 
 Writes ``DIR/genesis.json``, ``DIR/log.key``, ``DIR/library.db`` and ``DIR/loader.json``
 (``{"genesis_pin", "follow_root", "follow_members", "entries", ...}``) and prints the follow
@@ -21,6 +22,15 @@ vote changes, and revisions of spaces, claims, documents, discussions and replie
 the *follow root*, gathers ``--follow-members`` member revisions (contained objects, their
 replies, evidence and assessments) spread over the whole load, for the changes-feed benchmark.
 Text is drawn from a Zipf-distributed vocabulary, so search words range from rare to common.
+
+``--extend K`` measures the *marginal* ingest rate of a library the loader built: it replays the
+planner (same seed, no signing) up to the library's last entry, checks that entry is the
+library's, and admits K more of the same mix, linking anywhere in the library as the load did.
+It prints admissions/s, the writer thread's CPU seconds per entry, and the bytes the process
+read and wrote per entry (``/proc/self/io``), per step and in total.  Wall rates on a shared
+machine follow its load; CPU and bytes per entry follow the library's size.  It changes the
+library: run it on a copy, once (a second run refuses).  ``--drop-caches`` (root) empties the
+page cache first, so a library larger than the memory left for it starts from disk.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
 import random
 import sys
 import time
@@ -83,6 +94,22 @@ class Obj:
     title: str
 
 
+class _Joined:
+    """Two lists seen as one, without copying them (``random.choice`` needs only ``len`` and
+    indexing, and draws the same numbers as it would from the concatenation): a copy per reply
+    made the plan quadratic in the number of discussions and replies."""
+
+    def __init__(self, first: list[Obj], second: list[Obj]) -> None:
+        self.first, self.second = first, second
+
+    def __len__(self) -> int:
+        return len(self.first) + len(self.second)
+
+    def __getitem__(self, i: int) -> Obj:
+        n = len(self.first)
+        return self.first[i] if i < n else self.second[i - n]
+
+
 @dataclass
 class Planner:
     """The stream of records, in admission order, with the ids the later ones link to."""
@@ -127,7 +154,7 @@ class Planner:
         found = self.by_kind.get(kind)
         return self.pick_from(found) if found else None
 
-    def pick_from(self, pool: list[Obj]) -> Obj:
+    def pick_from(self, pool: list[Obj] | _Joined) -> Obj:
         """A random object, a member of the follow root only when one more member is wanted
         (links to a member make a member), so the root gets about ``follow_members``."""
         want = self.wants_member()
@@ -226,7 +253,7 @@ class Planner:
                     member = member or origin.member
             return self.add(author, kind, self.title(), body, links, member)
         if kind == "reply":
-            pool = (self.by_kind.get("discussion") or []) + (self.by_kind.get("reply") or [])
+            pool = _Joined(self.by_kind.get("discussion") or [], self.by_kind.get("reply") or [])
             if not pool:
                 return None
             to = self.pick_from(pool)
@@ -345,14 +372,7 @@ def sign_and_prepare(batch: list[tuple[int, dict[str, Any]]]) -> list[Candidate]
 
 
 def _batches(planner: Planner, size: int) -> Iterator[list[tuple[int, dict[str, Any]]]]:
-    batch = []
-    for step in planner.steps():
-        batch.append(step)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+    return _batches_of(planner.steps(), size)
 
 
 async def load(directory: Path, entries: int, seed: int, workers: int, follow_members: int,
@@ -431,16 +451,174 @@ async def load(directory: Path, entries: int, seed: int, workers: int, follow_me
     return summary
 
 
+def _io() -> dict[str, int]:
+    """This process's I/O counters (``/proc/self/io``): every thread, the checkpointer's too."""
+    out = {}
+    for line in Path("/proc/self/io").read_text().splitlines():
+        key, _, value = line.partition(":")
+        out[key] = int(value)
+    return out
+
+
+def _writer_cpu(conn: Any) -> float:
+    """Run on the writer thread: its own CPU seconds so far."""
+    return time.thread_time()
+
+
+async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib: int,
+                 drop_caches: bool) -> dict[str, Any]:
+    info = orjson.loads((directory / "loader.json").read_bytes())
+    if "extended_by" in info:
+        raise SystemExit(f"{directory} was already extended: extend a fresh copy of the load")
+    seed, entries = int(info["seed"]), int(info["entries"])
+    seed_bytes = f"bench-loader/{seed}".encode()
+    founding = _founding(seed_bytes)
+    if founding.genesis.pin != info["genesis_pin"]:
+        raise SystemExit(f"{directory} was not built by this loader with seed {seed}")
+    # the same planner, replayed without signing, knows every object the load made (heads,
+    # votes, members), so the new entries link anywhere in the library as the load's did
+    planner = Planner(founding, entries, int(info["follow_members"]), random.Random(seed))
+    t0 = time.perf_counter()
+    steps = planner.steps()
+    last: dict[str, Any] = {}
+    for _ in range(entries):
+        _, last = next(steps)
+    replay = time.perf_counter() - t0
+    planner.entries = entries + more  # from here the planner goes on where the load stopped
+    print(f"  replayed {entries:,} planned entries in {replay:.0f} s", file=sys.stderr,
+          flush=True)
+    db = directory / "library.db"
+    if drop_caches:
+        from bench.read_latency import drop_page_cache
+        drop_page_cache()
+    ctx = multiprocessing.get_context("fork")
+    pending: deque[AsyncResult[list[Candidate]]] = deque()
+    steps_out: list[dict[str, Any]] = []
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(seed_bytes,)) as pool:
+        storage = SqliteStorage(db, founding.genesis)
+        await storage.open()
+        try:
+            last_id = sha256_hex(canonical(last))
+            found = await storage.read(lambda conn: conn.execute(
+                "SELECT count(*) FROM revisions").fetchone()[0])
+            known = await storage.read(lambda conn: conn.execute(
+                "SELECT 1 FROM revisions WHERE id = ?", (last_id,)).fetchone())
+            if known is None:
+                raise SystemExit(f"the replayed plan's last entry {last_id} is not in {db}")
+            pragma = f"PRAGMA cache_size = -{cache_mib * 1024}"
+            await storage.write(lambda conn: conn.execute(pragma))
+
+            def gen() -> Iterator[tuple[int, dict[str, Any]]]:
+                for _ in range(more):
+                    yield next(steps)
+
+            batches = _batches_of(gen(), batch)
+            admitted = 0
+            cpu0 = cpu_last = await storage.write(_writer_cpu)
+            io0 = io_last = _io()
+            started = t_last = time.perf_counter()
+            admitted_last = 0
+            report_every = max(batch, more // 10)
+            while True:
+                while len(pending) < 2 * workers:
+                    nxt = next(batches, None)
+                    if nxt is None:
+                        break
+                    pending.append(pool.apply_async(sign_and_prepare, (nxt,)))
+                if not pending:
+                    break
+                cands = await asyncio.get_running_loop().run_in_executor(None, pending[0].get)
+                pending.popleft()
+                results = await storage.admit_many(cands)
+                for cand, res in zip(cands, results, strict=True):
+                    if not isinstance(res, Admitted) or not res.created:
+                        raise SystemExit(f"refused {cand.record.kind} {cand.record.id}: {res!r}")
+                admitted += len(cands)
+                if admitted - admitted_last >= report_every or admitted == more:
+                    cpu, io, now = await storage.write(_writer_cpu), _io(), time.perf_counter()
+                    step = _figures(admitted - admitted_last, now - t_last, cpu - cpu_last,
+                                    io, io_last)
+                    step["upto"] = found + admitted
+                    steps_out.append(step)
+                    print(f"  {found + admitted:,}: {step['per_second']:,.0f}/s,"
+                          f" writer {step['writer_cpu_ms_per_entry']:.2f} ms CPU/entry,"
+                          f" {step['written_bytes_per_entry']:,.0f} B written/entry,"
+                          f" {step['read_bytes_per_entry']:,.0f} B read/entry",
+                          file=sys.stderr, flush=True)
+                    cpu_last, io_last, t_last, admitted_last = cpu, io, now, admitted
+            cpu_end, io_end, end = await storage.write(_writer_cpu), _io(), time.perf_counter()
+        finally:
+            await storage.close()
+    total = _figures(admitted, end - started, cpu_end - cpu0, io_end, io0)
+    # the second half: past the first batches' cold start, the steady state
+    half = steps_out[len(steps_out) // 2:]
+    n = sum(s["entries"] for s in half)
+    steady = {
+        "entries": n,
+        "per_second": round(n / sum(s["entries"] / s["per_second"] for s in half), 1),
+        "writer_cpu_ms_per_entry": round(
+            sum(s["writer_cpu_ms_per_entry"] * s["entries"] for s in half) / n, 3),
+        "written_bytes_per_entry": round(
+            sum(s["written_bytes_per_entry"] * s["entries"] for s in half) / n),
+        "read_bytes_per_entry": round(
+            sum(s["read_bytes_per_entry"] * s["entries"] for s in half) / n),
+    }
+    summary = {"library_entries": found, "extended_by": admitted, "cache_mib": cache_mib,
+               "drop_caches": drop_caches, "replay_seconds": round(replay, 1),
+               "load_average": os.getloadavg()[0], "total": total, "steady": steady,
+               "steps": steps_out}
+    info["extended_by"] = summary
+    write_json(directory / "loader.json", info)
+    return summary
+
+
+def _figures(n: int, wall: float, cpu: float, io: dict[str, int],
+             before: dict[str, int]) -> dict[str, Any]:
+    return {
+        "entries": n,
+        "per_second": round(n / max(wall, 1e-9), 1),
+        "writer_cpu_ms_per_entry": round(1000 * cpu / n, 3),
+        "written_bytes_per_entry": round((io["write_bytes"] - before["write_bytes"]) / n),
+        "read_bytes_per_entry": round((io["read_bytes"] - before["read_bytes"]) / n),
+    }
+
+
+def _batches_of(steps: Iterator[tuple[int, dict[str, Any]]],
+                size: int) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    batch = []
+    for step in steps:
+        batch.append(step)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.loader", description=__doc__.split("\n")[0])
     ap.add_argument("--dir", required=True, type=Path)
-    ap.add_argument("--entries", required=True, type=int)
+    ap.add_argument("--entries", type=int, help="entries of a new load")
+    ap.add_argument("--extend", type=int, metavar="K",
+                    help="admit K more entries into a library this loader built (a copy)")
+    ap.add_argument("--cache-mib", type=int, default=512,
+                    help="--extend: the writer's page cache (the load's is 512 MiB)")
+    ap.add_argument("--drop-caches", action="store_true",
+                    help="--extend: drop the page cache first (root)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--follow-members", type=int, default=None,
                     help="member revisions of the follow root (default min(10000, entries/10))")
     ap.add_argument("--batch", type=int, default=2000, help="admissions per transaction")
     args = ap.parse_args(argv)
+    if (args.entries is None) == (args.extend is None):
+        ap.error("give one of --entries (a new load) and --extend (more into a load)")
+    if args.extend is not None:
+        ext = asyncio.run(extend(args.dir, args.extend, args.batch, args.workers,
+                                 args.cache_mib, args.drop_caches))
+        print(orjson.dumps({k: v for k, v in ext.items() if k != "steps"},
+                           option=orjson.OPT_INDENT_2).decode())
+        return 0
     follow = args.follow_members
     if follow is None:
         follow = min(10_000, args.entries // 10)

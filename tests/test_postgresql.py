@@ -237,14 +237,44 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
             assert row is not None
             return str(row[0])
 
-        assert set(sqlite_schema.RETIRED_INDEXES) <= indexes()
+        # vote_values_by_author came with version 3 and went with version 4
+        assert set(sqlite_schema.RETIRED_INDEXES) - {"vote_values_by_author"} <= indexes()
         assert "INCLUDE" not in postings_key()
-        assert pg_schema.apply(raw) == [2, 3, 4]
+        assert pg_schema.apply(raw) == [2, 3, 4, 5]
         assert not indexes() & set(sqlite_schema.RETIRED_INDEXES)
-        assert {"links_tree", "links_to_revision", "vote_values_by_author"} <= indexes()
+        assert {"links_tree", "links_to_revision", "vote_values_by_target_seq"} <= indexes()
         assert postings_key().endswith("(term, seq) INCLUDE (title_count, body_count)")
         assert raw.execute("SELECT stxname FROM pg_statistic_ext").fetchall() == [
             ("catalogue_facet_kind",)]
+        assert pg_schema.apply(raw) == []
+
+
+def test_migration_4_gives_the_votes_already_there_their_targets_integer_keys(
+        pg_cluster: Cluster) -> None:
+    """A database of version 3 (votes naming their targets by root only) is given
+    ``vote_values.target_seq``, filled from ``objects``, and the scores page's new index."""
+    empty = pg_cluster.database(migrated=False)
+    with psycopg.connect(empty, autocommit=True) as raw:
+        raw.execute("CREATE TABLE schema_migrations(version INTEGER PRIMARY KEY,"
+                    " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+        raw.execute(_schema_sql().encode())
+        raw.execute(pg_schema.TREE_LINKS_AND_COVERING_VOTES.encode())
+        raw.execute("ALTER TABLE vote_values DROP COLUMN target_seq")
+        raw.execute("INSERT INTO schema_migrations(version) VALUES (1), (2), (3)")
+        for seq, root in ((7, "a" * 64), (9, "b" * 64)):
+            raw.execute(
+                "INSERT INTO objects(created_sequence, root, kind, author, head, head_sequence,"
+                " revisions, depth, parent, vote_target, feed_links)"
+                " VALUES (%s, %s, 'claim', 'x', %s, %s, 1, 0, '', '', '')",
+                (seq, root, root, seq))
+        raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
+                    " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
+        assert pg_schema.apply(raw) == [4, 5]
+        rows = raw.execute("SELECT vote_root, target_seq FROM vote_values ORDER BY vote_root")
+        assert rows.fetchall() == [("v1", 9), ("v2", 7)]
+        indexes = {r[0] for r in raw.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'vote_values'")}
+        assert "vote_values_by_target_seq" in indexes and "vote_values_by_author" not in indexes
         assert pg_schema.apply(raw) == []
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from alexandria.store import read_ahead
-from alexandria.store.read_ahead import MINIMUM, ReadAhead
+from alexandria.store import read_ahead, schema
+from alexandria.store.read_ahead import MINIMUM, Key, ReadAhead
 from tests.catalogue_support import vote
 from tests.conftest import Api
 from tests.objects_support import claim, discussion, reply, space
@@ -40,7 +40,7 @@ def test_a_page_is_read_on_several_connections_at_once(tmp_path: Path) -> None:
     barrier = threading.Barrier(4, timeout=10)
     original = ahead._fetch
 
-    def fetch(sql: str, sequences: Sequence[int | str]) -> None:
+    def fetch(sql: str, sequences: Sequence[Key]) -> None:
         entered.add(threading.current_thread().name)
         barrier.wait()  # all four lanes are in flight together, or this times out
         original(sql, sequences)
@@ -117,3 +117,29 @@ async def test_pages_read_ahead_are_the_pages_read_alone(
     assert with_ahead == alone
     assert all(b'"total":0' not in body and b'"votes":[]' not in body
                and b'"items":[]' not in body for body in alone)
+
+
+def test_every_read_ahead_statement_runs_on_a_library(tmp_path: Path) -> None:
+    """A read-ahead fails quietly (best effort), so a statement that does not fit the schema
+    would only make reads slower: each one runs here on a library's tables, with its keys."""
+    conn = sqlite3.connect(tmp_path / "lib.db")
+    conn.executescript(schema.TABLES)
+    for what, sql in read_ahead._ROWS_SQL.items():
+        conn.execute(sql, (1, 1) if what == "votes" else (1,)).fetchall()
+    conn.close()
+
+
+def test_fetched_rows_are_returned_and_a_missing_or_failed_one_is_left_to_the_reader(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "lib.db"
+    _library(path, 40)
+    ahead = ReadAhead(str(path), threads=4)
+    try:
+        keys = [*range(0, 40, 3), 99]  # 99: no such row
+        rows = ahead.fetch("SELECT sequence, id FROM revisions WHERE sequence = ?", keys)
+        assert rows == {k: (k, f"r{k}") for k in keys if k != 99}
+        assert ahead.fetch("SELECT id FROM revisions WHERE sequence = ?", [1, 2]) == {}
+        assert ahead.fetch("SELECT id FROM no_such_table WHERE x = ?", list(range(20))) == {}
+    finally:
+        ahead.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import psycopg
+import pytest
 
 from alexandria.core.timestamps import parse_ms
 from alexandria.reads import objects as objects_reads
@@ -122,20 +123,29 @@ async def test_a_library_closed_and_opened_again_reads_the_same(
 
 
 # The index layout before issue 22's: every link in two indexes by its target, the scores page
-# read through a narrow index of vote roots.
+# read through a narrow index of vote roots, votes naming their targets by root only.
 _EARLIER_INDEXES = """
 DROP INDEX links_tree;
 DROP INDEX links_to_revision;
 CREATE INDEX links_incoming ON links(target, source_sequence) WHERE relation != 'votes_on';
-DROP INDEX vote_values_by_author;
+DROP INDEX vote_values_by_target_seq;
+ALTER TABLE vote_values DROP COLUMN target_seq;
 CREATE INDEX links_target ON links(target, relation);
 CREATE INDEX links_target_root ON links(target_root, relation);
 CREATE INDEX vote_values_author ON vote_values(author_id, head_sequence);
 """
+# The layout of issue 22's first round: votes still without their targets' integer keys.
+_FIRST_ROUND_INDEXES = """
+DROP INDEX vote_values_by_target_seq;
+ALTER TABLE vote_values DROP COLUMN target_seq;
+CREATE INDEX vote_values_by_author ON vote_values(author_id, head_sequence, target, value);
+"""
 
 
+@pytest.mark.parametrize("earlier", [_EARLIER_INDEXES, _FIRST_ROUND_INDEXES],
+                         ids=["before-issue-22", "issue-22-first-round"])
 async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
-    tmp_path: Path, founding: Founding, clock: Clock
+    tmp_path: Path, founding: Founding, clock: Clock, earlier: str
 ) -> None:
     actors = [founding.participants[name].actor for name in ("owner", "peer")]
 
@@ -159,7 +169,8 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         revisions = [*names.values(), changed["id"]]
         before = await reads(api, revisions)
     conn = sqlite3.connect(tmp_path / "lib.db")
-    conn.executescript(_EARLIER_INDEXES)
+    conn.executescript(earlier)
+    assert "target_seq" not in {r[1] for r in conn.execute("PRAGMA table_info(vote_values)")}
     conn.close()
 
     async for api in serve_library(tmp_path, founding, clock, documents=[]):
@@ -167,8 +178,20 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         conn = sqlite3.connect(tmp_path / "lib.db")
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert not indexes & set(schema.RETIRED_INDEXES)
-        assert {"links_tree", "links_to_revision", "vote_values_by_author"} <= indexes
+        assert {"links_tree", "links_to_revision", "vote_values_by_target_seq"} <= indexes
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        # every vote names its target's integer key, filled when the column was added
+        votes = conn.execute("SELECT count(*) FROM vote_values").fetchone()[0]
+        assert votes == 5
+        assert conn.execute(
+            "SELECT count(*) FROM vote_values v JOIN objects o"
+            " ON o.created_sequence = v.target_seq AND o.root = v.target").fetchone()[0] == votes
+        scores = " ".join(str(r[3]) for r in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT v.vote_root FROM vote_values v"
+            " INDEXED BY vote_values_by_target_seq JOIN objects o"
+            " ON o.created_sequence = v.target_seq WHERE v.author_id = 1"
+            " ORDER BY v.head_sequence DESC"))
+        assert "USING INTEGER PRIMARY KEY" in scores and "root" not in scores
         # the reads take the new indexes: SQLite uses a partial index only when the query
         # repeats its condition
         children = " ".join(str(r[3]) for r in conn.execute(

@@ -26,6 +26,7 @@ from alexandria.core.records import OBJECT_KINDS
 from alexandria.core.search_text import LEVEL_MARK, snippet, words
 from alexandria.errors import BadRequest
 from alexandria.store.postgresql import is_postgresql, postings
+from alexandria.store.read_ahead import Key
 from alexandria.store.search_index import LISTED_KINDS, actor_id
 
 PAGE_SIZE = 50
@@ -226,7 +227,7 @@ CANDIDATE_COST = 12
 
 #: Reads a page of rows of a table several at once before they are used (``ReadAhead``): the
 #: handler passes the storage's, so that scattered rows wait for the disk once, not one by one.
-Warm = Callable[[str, Sequence[int | str]], None]
+Warm = Callable[[str, Sequence[Key]], None]
 
 
 def _heads_holding(conn: sqlite3.Connection, ws: list[str], bound: int = -1) -> int:

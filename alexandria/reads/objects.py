@@ -238,7 +238,7 @@ def _heads(
     ``objects``' integer key (its rowid is the object's first sequence), their rows read ahead
     several at once by ``warm`` (``catalogue.Warm``) when given."""
     if warm is not None:
-        warm("objects", first_sequences)
+        warm("object_records", first_sequences)  # the rows and their heads' records at once
     if is_postgresql(conn) and first_sequences:  # one round trip, not one per object
         heads = dict(_by_key(conn, "SELECT created_sequence, head_sequence FROM objects"
                                    " WHERE created_sequence", first_sequences))
@@ -296,13 +296,24 @@ def object_view(
         return None
     item_sequence = subj.sequence if exact else subj.head_sequence
     seqs, more = _SECTIONS[section](conn, subj, item_sequence, offset, exact, store.read_ahead)
-    item, original = store.signed_many(conn, [item_sequence, subj.created_sequence])
+    ancestors = _ancestors(conn, subj)
+    # the item's, the original's, the ancestors' and the section's records, each on its own
+    # pages, read by one call: the read-ahead fetches them together, rather than the reader
+    # one after another (the first three are too few for a call of their own)
+    wanted = [item_sequence, subj.created_sequence, *ancestors, *seqs]
+    signed = store.signed_many(conn, wanted)
+    if len(signed) == len(wanted):
+        item, original = signed[:2]
+        above, items = signed[2:2 + len(ancestors)], signed[2 + len(ancestors):]
+    else:  # a sequence without a record (none is expected): left out, as by separate calls
+        item, original = store.signed_many(conn, [item_sequence, subj.created_sequence])
+        above, items = store.signed_many(conn, ancestors), store.signed_many(conn, seqs)
     return ObjectView(
         item=item,
         head=subj.head,
         original=original,
-        ancestors=store.signed_many(conn, _ancestors(conn, subj)),
-        items=store.signed_many(conn, seqs),
+        ancestors=above,
+        items=items,
         revisions=subj.revisions,
         next_offset=_next(offset, len(seqs), more),
     )
@@ -364,16 +375,21 @@ def _section_all(
     if trees:
         found = _deep_firsts(conn, subj, trees, offset + PAGE_SIZE + 1)
         firsts, more = found[offset:offset + PAGE_SIZE], len(found) > offset + PAGE_SIZE
-    else:
-        firsts, more = _page(conn, _FIRSTS_BELOW + " ORDER BY f.sequence", {"root": subj.root},
-                             offset)
-    return _heads(conn, firsts, warm), more
+        return _heads(conn, firsts, warm), more
+    warmed = warm is not None and _warm_links(
+        conn, "SELECT sequence FROM feed WHERE root = :root ORDER BY sequence",
+        {"root": subj.root}, offset, warm)
+    firsts, more = _page(conn, _FIRSTS_BELOW + " ORDER BY f.sequence", {"root": subj.root},
+                         offset)
+    return _heads(conn, firsts, None if warmed else warm), more
 
 
-# First revisions of the members below :root within its feed rows (``feed`` range)
+# First revisions of the members below :root within its feed rows (``feed`` range): a feed
+# row is a first revision's exactly when an ``objects`` row was created at its sequence (the
+# probe ``_heads`` repeats, by the integer key, rather than one of ``revisions``)
 _FIRSTS_BELOW = (
-    "SELECT f.sequence AS seq FROM feed f JOIN revisions r ON r.sequence = f.sequence"
-    " WHERE f.root = :root AND r.id = r.root AND r.root != :root"
+    "SELECT f.sequence AS seq FROM feed f JOIN objects o ON o.created_sequence = f.sequence"
+    " WHERE f.root = :root AND o.root != :root"
 )
 
 
@@ -417,29 +433,51 @@ def _section_children(
     if not relations:
         return [], False
     params = {"root": subj.root, "rev": subj.rev}
-    if warm is not None:
-        _warm_tree_links(conn, relations, exact, params, offset, warm)
+    warmed = warm is not None and _warm_tree_links(conn, relations, exact, params, offset, warm)
     firsts, more = _page(conn, _merged(_tree_arms(relations, exact)), params, offset)
-    return _heads(conn, firsts, warm), more
+    return _heads(conn, firsts, None if warmed else warm), more
+
+
+#: rows at most that ``_warm_links`` reads from an index: deep offsets are rare
+WARM_LIMIT = 1_000
+#: links (feed rows) read ahead beyond a page's: later revisions of its children carry tree
+#: links too (and have feed rows)
+TREE_LINK_SLACK = PAGE_SIZE // 5
 
 
 def _warm_tree_links(
     conn: sqlite3.Connection, relations: Sequence[str], exact: bool, params: dict[str, Any],
     offset: int, warm: Warm,
-) -> None:
+) -> bool:
     """``_tree_arm`` probes ``objects`` once per link, in order, until the page is full, and a
     space's children were created at scattered times: read ahead, several at once, the rows of
     the links it will probe first (the links from the index alone; a later revision's link
-    probes a row that is not there, which costs the same page)."""
+    probes a row that is not there, which costs the same page) and, for the page's links, their
+    heads' records too, in the same round (``signed_many`` then finds them in memory).
+    ``TREE_LINK_SLACK`` links beyond the page's allow for later revisions' links."""
     groups = [tuple(relations)] if exact else [(r,) for r in relations]
     arms = [
         f"SELECT source_sequence AS seq FROM links WHERE {_tree_links(exact)}"
         " AND relation IN ('" + "', '".join(group) + "')"
         for group in groups
     ]
-    limit = min(offset + 2 * (PAGE_SIZE + 1), 1_000)
-    rows = conn.execute(_merged(arms) + " LIMIT :limit", {**params, "limit": limit})
-    warm("objects", [r[0] for r in rows])
+    return _warm_links(conn, _merged(arms), params, offset, warm)
+
+
+def _warm_links(
+    conn: sqlite3.Connection, sql: str, params: dict[str, Any], offset: int, warm: Warm
+) -> bool:
+    """Read ahead the ``objects`` rows a page's query will probe, found by ``sql`` (sequences,
+    in the page's order, from an index alone), and the heads' records of the page's own.
+    Whether the page's were read (not beyond ``WARM_LIMIT`` rows): if not, ``_heads`` reads
+    ahead the page's rows itself."""
+    want = offset + PAGE_SIZE + 1 + TREE_LINK_SLACK
+    limit = min(want, WARM_LIMIT)
+    links = [r[0] for r in conn.execute(sql + " LIMIT :limit", {**params, "limit": limit})]
+    if offset:
+        warm("objects", links[:offset])  # OFFSET probes them; their records are not shown
+    warm("object_records", links[offset:])
+    return want <= WARM_LIMIT
 
 
 def _section_history(

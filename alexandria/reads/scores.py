@@ -18,14 +18,13 @@ from alexandria.store.search_index import actor_id
 def _read_ahead(conn: sqlite3.Connection, aid: int, offset: int, warm: Warm) -> None:
     """The page's head revisions and targets sit on pages scattered over the database: read
     them several at once (``catalogue.Warm``); the votes themselves come from one range of the
-    covering index ``vote_values_by_author``."""
+    covering index ``vote_values_by_target_seq``."""
     rows = conn.execute(
-        "SELECT head_sequence, target FROM vote_values INDEXED BY vote_values_by_author"
+        "SELECT head_sequence, target_seq FROM vote_values INDEXED BY vote_values_by_target_seq"
         " WHERE author_id = ? ORDER BY head_sequence DESC LIMIT ? OFFSET ?",
         (aid, PAGE_SIZE, offset),
     ).fetchall()
-    warm("revision_ids", [r[0] for r in rows])
-    warm("object_scores", list(dict.fromkeys(r[1] for r in rows)))
+    warm("votes", [(r[0], r[1]) for r in rows])  # one round for both
 
 
 def scores(
@@ -45,12 +44,14 @@ def scores(
             total = int(row[4])
         if warm is not None and offset < total:
             _read_ahead(conn, aid, offset, warm)
+        # each vote: one range of the covering index, then three integer-key rows (its head
+        # revision's id, its target's object row — the root and head —, the head's score)
         rows = conn.execute(
-            "SELECT v.vote_root, v.target, v.value, r.id,"
-            " (SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
-            "  WHERE o.root = v.target)"
-            " FROM vote_values v INDEXED BY vote_values_by_author"
+            "SELECT v.vote_root, o.root, v.value, r.id, c.score"
+            " FROM vote_values v INDEXED BY vote_values_by_target_seq"
             " JOIN revisions r ON r.sequence = v.head_sequence"
+            " JOIN objects o ON o.created_sequence = v.target_seq"
+            " LEFT JOIN catalogue c ON c.seq = o.head_sequence"
             " WHERE v.author_id = ? ORDER BY v.head_sequence DESC LIMIT ? OFFSET ?",
             (aid, PAGE_SIZE, offset),
         ).fetchall()

@@ -54,6 +54,7 @@ from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, ob
 from alexandria.store import feed, schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
 from alexandria.store.merkle_nodes import node_reader, read_together, tree_size
+from alexandria.store.read_ahead import Key
 from alexandria.store.writer_memory import WriterMemory
 
 T = TypeVar("T")
@@ -821,18 +822,28 @@ class LedgerStorage(Storage):
         """Run a synchronous read function on one of the read connections, on its thread;
         it sees committed state only."""
 
-    def read_ahead(self, what: str, sequences: Sequence[int | str]) -> None:
+    def read_ahead(self, what: str, sequences: Sequence[Key]) -> None:
         """Bring the pages of the rows ``what`` at ``sequences`` into memory several at once,
         before a read connection reads them one by one (``SqliteStorage.read_ahead``); a
         backend that does not need it does nothing."""
+
+    def _fetch_ahead(self, sql: str, keys: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """The rows ``sql`` selects for ``keys`` (its one parameter), read several at once
+        beside the read connection (``ReadAhead.fetch``): only for rows that never change once
+        written.  A key left out is read by the caller; a backend without it returns none."""
+        return {}
 
     def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]:
         """Signed records for the given revision sequences, in the given order (a sequence
         with no revision is left out).  One statement per ``SIGNED_CHUNK`` records: on
         PostgreSQL each statement is a round trip to the server."""
-        self.read_ahead("records", sequences)
         found: dict[int, Sequence[Any]] = {}
         wanted = list(dict.fromkeys(sequences))
+        # a revision and its leaf never change once admitted: rows read ahead, several at once,
+        # are the ones this snapshot holds (callers pass sequences found in ``conn``'s snapshot,
+        # and later snapshots only add rows)
+        found.update(self._fetch_ahead(self._SIGNED_SQL + " WHERE r.sequence = ?", wanted))
+        wanted = [seq for seq in wanted if seq not in found]
         for i in range(0, len(wanted), SIGNED_CHUNK):
             chunk = wanted[i:i + SIGNED_CHUNK]
             marks = ",".join("?" * len(chunk))

@@ -148,16 +148,34 @@ ADDED_COLUMNS = (
     ("objects", "cdepth", "INTEGER NOT NULL DEFAULT 0"),
     ("objects", "cparent", "INTEGER NOT NULL DEFAULT 0"),
     ("objects", "jump", "INTEGER NOT NULL DEFAULT 0"),
+    ("vote_values", "target_seq", "INTEGER NOT NULL DEFAULT 0"),
 )
+
+#: Added columns whose values ``add_columns`` fills itself, in the transaction that adds them:
+#: they are derived from rows already there (not rebuilt by ``feed.ensure_layout``).
+FILLED_COLUMNS = {
+    ("vote_values", "target_seq"): "UPDATE vote_values SET target_seq ="
+    " (SELECT created_sequence FROM objects WHERE root = vote_values.target)",
+}
 
 
 def add_columns(conn: sqlite3.Connection) -> None:
     """Give the tables of a library of an earlier layout this layout's columns (their values
-    are filled by ``store/feed.ensure_layout`` once the library is open)."""
+    are filled by ``store/feed.ensure_layout`` once the library is open, or here, in the same
+    transaction, for ``FILLED_COLUMNS``: a crash leaves the column either absent or filled)."""
     for table, column, declaration in ADDED_COLUMNS:
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         if have and column not in have:
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            fill = FILLED_COLUMNS.get((table, column))
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+                if fill is not None:
+                    conn.execute(fill)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
 
 class OldLeafFormat(ServiceError):
@@ -283,16 +301,20 @@ CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_level_terms
 CREATE TABLE IF NOT EXISTS catalogue_words(
     seq INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL
 );
+-- ``target_seq``: the target object's integer key (``objects.created_sequence``), so a page of
+-- votes reaches each target's row without the 64-hex root index
 CREATE TABLE IF NOT EXISTS vote_values(
     vote_root TEXT PRIMARY KEY,
     author_id INTEGER NOT NULL,
     target TEXT NOT NULL,
     value INTEGER NOT NULL,
-    head_sequence INTEGER NOT NULL
+    head_sequence INTEGER NOT NULL,
+    target_seq INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
--- an actor's votes, newest first, with everything ``/api/scores`` shows of them but the head's id
-CREATE INDEX IF NOT EXISTS vote_values_by_author
-    ON vote_values(author_id, head_sequence, target, value);
+-- an actor's votes, newest first, with everything ``/api/scores`` reads of them but the head's
+-- id and the target's row (by its integer key)
+CREATE INDEX IF NOT EXISTS vote_values_by_target_seq
+    ON vote_values(author_id, head_sequence, target_seq, value);
 CREATE TABLE IF NOT EXISTS vote_totals(
     author_id INTEGER PRIMARY KEY,
     score INTEGER NOT NULL DEFAULT 0,
@@ -325,8 +347,10 @@ CREATE INDEX IF NOT EXISTS enrolment_requests_expires ON enrolment_requests(expi
 #: ``links_incoming`` (now ``links_to_revision``, which holds each link's relation: an exact
 #: children page filters on it without reading the link's row),
 #: ``links_target_root`` (every link, votes included: now ``links_tree``, tree links only),
-#: ``vote_values_author`` (now ``vote_values_by_author``, covering the scores page).
-RETIRED_INDEXES = ("links_target", "links_target_root", "links_incoming", "vote_values_author")
+#: ``vote_values_author`` (then ``vote_values_by_author``, covering the scores page by the
+#: targets' roots; now ``vote_values_by_target_seq``, by their integer keys).
+RETIRED_INDEXES = ("links_target", "links_target_root", "links_incoming", "vote_values_author",
+                   "vote_values_by_author")
 RETIRE = "".join(f"DROP INDEX IF EXISTS {name};\n" for name in RETIRED_INDEXES)
 
 TABLES = SCHEMA + CHECKPOINTS + COSIGNATURES + PERSONAL + CATALOGUE + ENROLMENT

@@ -236,22 +236,24 @@ def _vote(
     old = conn.execute(
         "SELECT value FROM vote_values WHERE vote_root = ?", (vote_root,)
     ).fetchone()
+    # the target's row, found once by its root: its integer key goes into vote_values (the
+    # scores page reaches the row by it), its head's catalogue row takes the score
+    target_seq, head_sequence, owner_actor = conn.execute(
+        "SELECT created_sequence, head_sequence, author FROM objects WHERE root = ?", (target,)
+    ).fetchone()
     conn.execute(
-        "INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
-        " VALUES (?, ?, ?, ?, ?) ON CONFLICT(vote_root) DO UPDATE SET value = excluded.value,"
+        "INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence, target_seq)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(vote_root) DO UPDATE SET value = excluded.value,"
         " head_sequence = excluded.head_sequence",
-        (vote_root, author, target, value, sequence),
+        (vote_root, author, target, value, sequence, target_seq),
     )
     old_value = None if old is None else int(old[0])
     delta = value - (old_value or 0)
     if not replay:
         conn.execute(
-            "UPDATE catalogue SET score = score + ?"
-            " WHERE seq = (SELECT head_sequence FROM objects WHERE root = ?)",
-            (delta, target),
+            "UPDATE catalogue SET score = score + ? WHERE seq = ?", (delta, head_sequence)
         )
-    owner_row = conn.execute("SELECT author FROM objects WHERE root = ?", (target,)).fetchone()
-    owner = actor_id(conn, owner_row[0], create=True, actors=actors)
+    owner = actor_id(conn, owner_actor, create=True, actors=actors)
     changes = {"score": delta, "up": 0, "down": 0, "neutral": 0}
     changes[_TALLY[value]] += 1
     if old_value is not None:

@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from alexandria.core.trust import Genesis
 from alexandria.files import create_private
 from alexandria.store import schema
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage
-from alexandria.store.read_ahead import ReadAhead
+from alexandria.store.read_ahead import Key, ReadAhead
 from alexandria.store.read_connections import ThreadConnections
 from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
 
@@ -157,10 +157,15 @@ class SqliteStorage(LedgerStorage):
         assert readers is not None, "storage is not open"
         return await readers.read(fn)
 
-    def read_ahead(self, what: str, sequences: Sequence[int | str]) -> None:
+    def read_ahead(self, what: str, sequences: Sequence[Key]) -> None:
         """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves, by
-        sequence; ``"catalogue_words"``; ``"revision_ids"``: by sequence; ``"object_scores"``: by
-        root) at ``sequences`` into memory several at once (``store/read_ahead.py``), before a read
-        connection reads them one by one."""
+        sequence; the other names are ``store/read_ahead._ROWS_SQL``'s) at ``sequences`` into
+        memory several at once (``store/read_ahead.py``), before a read connection reads them
+        one by one."""
         if self._ahead is not None:
             self._ahead.rows(what, sequences)
+
+    def _fetch_ahead(self, sql: str, keys: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        if self._ahead is None:
+            return {}
+        return self._ahead.fetch(sql, keys)

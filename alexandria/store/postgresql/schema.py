@@ -43,7 +43,19 @@ CREATE INDEX IF NOT EXISTS vote_values_by_author
     ON vote_values(author_id, head_sequence, target, value, vote_root);
 """
 
-#: Version 4 (issue 17, read speed): the search postings' primary key also carries the counts
+#: Version 4 (issue 22, as ``store/schema.py``'s ``vote_values.target_seq``): each vote row names
+#: its target object's integer key, so the scores page reaches the targets without the 64-hex
+#: root index; filled from ``objects`` for the votes already there.
+VOTE_TARGET_KEYS = """
+ALTER TABLE vote_values ADD COLUMN IF NOT EXISTS target_seq BIGINT NOT NULL DEFAULT 0;
+UPDATE vote_values v SET target_seq = o.created_sequence FROM objects o
+    WHERE o.root = v.target AND v.target_seq = 0;
+DROP INDEX IF EXISTS vote_values_by_author;
+CREATE INDEX IF NOT EXISTS vote_values_by_target_seq
+    ON vote_values(author_id, head_sequence, target_seq, value, vote_root);
+"""
+
+#: Version 5 (issue 17, read speed): the search postings' primary key also carries the counts
 #: a query sums, so a word's heads are read from the index alone (an index-only scan: a few
 #: pages for a word in 700 heads, where the table's rows of that word lie on ~700 pages, one
 #: per head, as admissions wrote them).  The key stays ``(term, seq)``: the same uniqueness,
@@ -82,7 +94,8 @@ CREATE TABLE IF NOT EXISTS deep(
 CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
 """),
     (3, TREE_LINKS_AND_COVERING_VOTES),
-    (4, COVERING_POSTINGS),
+    (4, VOTE_TARGET_KEYS),
+    (5, COVERING_POSTINGS),
 )
 VERSION = MIGRATIONS[-1][0]
 

@@ -182,7 +182,8 @@ CREATE TABLE IF NOT EXISTS vote_values(
     author_id BIGINT NOT NULL,
     target TEXT COLLATE "C" NOT NULL,
     value BIGINT NOT NULL,
-    head_sequence BIGINT NOT NULL
+    head_sequence BIGINT NOT NULL,
+    target_seq BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS vote_values_author ON vote_values(author_id, head_sequence);
 CREATE TABLE IF NOT EXISTS vote_totals(
