@@ -6,7 +6,8 @@ sees its history with the diff, and sees the revision page's badge say *verified
 by the page's own script with WebCrypto.  A server that alters inclusion proofs makes the badge
 say why it failed; a page served from a host that is not a secure context says it cannot
 verify.  axe-core (vendored, ``tests/browser_assets``) checks every page for serious
-accessibility violations.  Screenshots go to ``tests/screenshots/`` (git-ignored).
+accessibility violations.  Every test runs against a library on each backend (``module_db``).
+Screenshots go to ``tests/screenshots/`` (git-ignored).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -35,9 +36,10 @@ from alexandria.service.bootstrap import Founding, found_library, resolve_refs
 from alexandria.service.cosigning import Cosigning, WitnessEndpoint
 from alexandria.service.library import Library
 from alexandria.store import cosignatures
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.backends import storage_for
+from alexandria.store.postgresql import is_database_url
 from tests.conftest import CONTRACT, SEED, T0
-from tests.liveserver import free_port
+from tests.liveserver import NewDb, free_port
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -85,12 +87,12 @@ class TamperProofs:
 class LiveServer:
     """uvicorn serving the real app on 127.0.0.1 in a thread of this process."""
 
-    def __init__(self, tmp: Path, founding: Founding, log_key: bool = True,
+    def __init__(self, db: Path | str, founding: Founding, log_key: bool = True,
                  cosigning: Cosigning | None = None) -> None:
         import uvicorn
 
-        self.db = tmp / "lib.db"
-        storage = SqliteStorage(self.db, founding.genesis)
+        self.db = db
+        storage = storage_for(db, founding.genesis)
         library = Library(founding.genesis, storage, founding.log_key if log_key else None,
                           cosigning=cosigning or Cosigning())
         self.app = TamperProofs(create_app(library))
@@ -128,11 +130,12 @@ def publish_worked_example(url: str, founding: Founding) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+def live(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb
+         ) -> Iterator[tuple[LiveServer, dict[str, str]]]:
     founding = found_library(seed=b"alexandria-browser-test", created_at="2026-01-01T00:00:00.000Z")
     founding.enroll("owner")
     founding.enroll("peer")
-    server = LiveServer(tmp_path_factory.mktemp("browser-lib"), founding)
+    server = LiveServer(module_db(tmp_path_factory.mktemp("browser-lib") / "lib.db"), founding)
     try:
         yield server, publish_worked_example(server.url, founding)
     finally:
@@ -291,7 +294,7 @@ def test_no_badge_outside_a_secure_context(
 
 
 def test_badge_names_the_servers_refusal(
-    tmp_path: Path, live: tuple[LiveServer, dict[str, str]], driver: Any
+    tmp_path: Path, live: tuple[LiveServer, dict[str, str]], driver: Any, module_db: NewDb
 ) -> None:
     """A server without its log key cannot sign a checkpoint: the badge says so, with the
     typed error the server gave."""
@@ -300,7 +303,7 @@ def test_badge_names_the_servers_refusal(
     founding = found_library(seed=b"alexandria-browser-test", created_at="2026-01-01T00:00:00.000Z")
     founding.enroll("owner")
     founding.enroll("peer")
-    server = LiveServer(tmp_path, founding, log_key=False)
+    server = LiveServer(module_db(tmp_path / "lib.db"), founding, log_key=False)
     try:
         names = publish_worked_example(server.url, founding)
         driver.get(f"{server.url}/revisions/{names['claim']}")
@@ -435,8 +438,27 @@ def test_browser_inclusion_matches_rfc9162(script_page: Any) -> None:
             assert have == want, case
 
 
+def store_cosignature(db: Path | str, size: int, witness: str, line: str) -> None:
+    """Store a witness's cosignature line as the cosigning loop would, from outside the
+    server (its own connection to the library's database)."""
+    if is_database_url(db):
+        from alexandria.store.postgresql import connection
+
+        with connection.connect(str(db)) as raw:  # autocommit: one statement
+            cosignatures.store(cast(sqlite3.Connection,
+                                    connection.PgConnection(raw, connection.Dialect())),
+                               size, witness, line)
+        return
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        with conn:
+            cosignatures.store(conn, size, witness, line)
+    finally:
+        conn.close()
+
+
 def test_badge_checks_the_cosignatures_of_the_librarys_witnesses(
-    tmp_path: Path, driver: Any
+    tmp_path: Path, driver: Any, module_db: NewDb
 ) -> None:
     """A library with a witness (quorum 1): the badge refuses its checkpoint until the witness's
     cosignature/v1 line is served with it, then verifies it with WebCrypto and names it."""
@@ -449,7 +471,7 @@ def test_badge_checks_the_cosignatures_of_the_librarys_witnesses(
     name = "witness.example/w1"
     verifier = note.Verifier(name, note.COSIGNATURE_V1, witness_key.public_bytes)
     # the witness is never reached (port 9): the test itself plays its part below
-    server = LiveServer(tmp_path, founding, cosigning=Cosigning(
+    server = LiveServer(module_db(tmp_path / "lib.db"), founding, cosigning=Cosigning(
         [WitnessEndpoint("http://127.0.0.1:9", verifier)], quorum=1))
     try:
         names = publish_worked_example(server.url, founding)
@@ -460,12 +482,7 @@ def test_badge_checks_the_cosignatures_of_the_librarys_witnesses(
         assert "0/1 valid cosignatures" in driver.find_element(By.ID, "badge").text
         text = signed_note[: signed_note.index("\n\n") + 1].encode()
         line = note.cosign(text, name, witness_key, 1_767_225_600).line()
-        conn = sqlite3.connect(server.db, timeout=30)
-        try:
-            with conn:
-                cosignatures.store(conn, size, name, line)
-        finally:
-            conn.close()
+        store_cosignature(server.db, size, name, line)
         driver.get(f"{server.url}/revisions/{names['claim']}")
         assert wait(driver, badge_settled, "the badge settles") == "ok", \
             driver.find_element(By.ID, "verification").text

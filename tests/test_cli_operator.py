@@ -1,5 +1,7 @@
 """Operator commands: ``genesis init`` with a threshold of root keys, ``authority issue`` /
-``enroll`` / ``approve`` / ``revoke``, and ``alexandria demo`` serving the worked example."""
+``enroll`` / ``approve`` / ``revoke``, and ``alexandria demo`` serving the worked example.
+The operator flow runs on both backends (``new_db``); ``demo`` and the flow in the default
+directory test the embedded default, a SQLite library in ``./alexandria-data/`` (no ``--db``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Every ``alexandria`` command the README shows exists: its command path is listed by
 ``--help`` and the whole command line, options included, parses; and the tour runs, as
-written, against ``alexandria demo``."""
+written, against ``alexandria demo`` (the embedded SQLite default, as a reader of the README
+runs it; the README's PostgreSQL commands are parsed like every other)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """A reply chain far deeper than ``feed.NEAR``, admitted over HTTP by a live ``alexandria
 serve``: what each reply adds to the database does not grow with its depth, and the feeds of
 the chain's discussion and of a reply high in the chain hold every reply below them once, in
-order."""
+order.  On both backends (``new_db``): a SQLite file's pages in use, a PostgreSQL database's
+size (``pg_database_size``)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from typing import Any
 
 import httpx
 import orjson
+import psycopg
 import pytest
 
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
 from alexandria.store import feed
-from tests.liveserver import Server, write_library_files
+from alexandria.store.postgresql import is_database_url
+from tests.liveserver import NewDb, Server, write_library_files
 from tests.objects_support import discussion, reply
 
 pytestmark = pytest.mark.slow
@@ -37,17 +40,25 @@ def _port() -> int:
     raise RuntimeError("no free port in 21100-21199")
 
 
-def _stored(db: Path, rev: str) -> tuple[int, int]:
-    """The database's size in bytes (pages in use, WAL included: a reader's view) and the
-    ``feed`` rows written for ``rev``."""
+_ROWS = ("SELECT count(*) FROM feed WHERE sequence = (SELECT sequence FROM revisions"
+         " WHERE id = {})")
+
+
+def _stored(db: Path | str, rev: str) -> tuple[int, int]:
+    """The database's size in bytes (SQLite: pages in use, WAL included, a reader's view;
+    PostgreSQL: ``pg_database_size``) and the ``feed`` rows written for ``rev``."""
+    if is_database_url(db):
+        with psycopg.connect(str(db), autocommit=True) as pg:
+            row = pg.execute("SELECT pg_database_size(current_database()),"
+                             f" ({_ROWS.format('%s')})", (rev,)).fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         free = conn.execute("PRAGMA freelist_count").fetchone()[0]
         size = conn.execute("PRAGMA page_size").fetchone()[0]
-        rows = conn.execute(
-            "SELECT count(*) FROM feed WHERE sequence = (SELECT sequence FROM revisions"
-            " WHERE id = ?)", (rev,)).fetchone()[0]
+        rows = conn.execute(_ROWS.format("?"), (rev,)).fetchone()[0]
         return (pages - free) * size, int(rows)
     finally:
         conn.close()
@@ -68,11 +79,11 @@ def _feed(client: httpx.Client, root: str) -> list[str]:
 
 
 def test_a_reply_chain_deeper_than_near_costs_the_same_per_reply(
-    tmp_path: Path, founding: Founding
+    tmp_path: Path, founding: Founding, new_db: NewDb
 ) -> None:
     assert DEPTH > 10 * feed.NEAR
     genesis, log_key = write_library_files(founding, tmp_path)
-    db = tmp_path / "lib.db"
+    db = new_db(tmp_path / "lib.db")
     server = Server(genesis, db, log_key, port=_port())
     owner = founding.participants["owner"]
     try:

@@ -2,7 +2,7 @@
 ``alexandria serve`` on 127.0.0.1 (keep-alive, the library's answers and errors) and against a
 scripted server on 127.0.0.1 that answers byte for byte what each test needs (chunked and long
 answers, a closed kept-alive connection, a trickling or silent server, answers too large, broken
-framing)."""
+framing).  The tests against the library run on each backend (``new_db``)."""
 
 from __future__ import annotations
 
@@ -24,15 +24,15 @@ from alexandria.http1 import (
     ProtocolError,
 )
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import Server, serving, write_library_files
+from tests.liveserver import NewDb, Server, serving, write_library_files
 
 # --- against the library ----------------------------------------------------------------------
 
 
 @pytest.fixture
-def library(tmp_path: Path, founding: Founding) -> Iterator[Server]:
+def library(tmp_path: Path, founding: Founding, new_db: NewDb) -> Iterator[Server]:
     genesis, log_key = write_library_files(founding, tmp_path)
-    with serving(genesis, tmp_path / "lib.db", log_key) as server:
+    with serving(genesis, new_db(tmp_path / "lib.db"), log_key) as server:
         yield server
 
 

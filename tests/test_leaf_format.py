@@ -1,6 +1,9 @@
 """Libraries record their leaf format (``meta.leaf_format``); a library whose log was written
 before leaves committed to their admission times is refused at start — by the storage, by
-``alexandria serve`` and by ``alexandria export --db`` — with a message that says what to do."""
+``alexandria serve`` and by ``alexandria export --db`` — with a message that says what to do.
+SQLite only: a library of the old leaf format can only be a SQLite file (PostgreSQL storage
+came after the format, and ``alexandria migrate`` copies from a library the storage has opened,
+so refused)."""
 
 from __future__ import annotations
 

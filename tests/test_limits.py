@@ -1,6 +1,7 @@
 """Every resource a stranger's connection can hold is bounded (issue 21), checked against a live
 ``alexandria serve`` on 127.0.0.1: head size, head time (silent, trickled, idle keep-alive),
-body time, and a few hundred hostile connections at once not starving ordinary requests."""
+body time, and a few hundred hostile connections at once not starving ordinary requests.  Each
+test runs on both backends (``new_db``): the bounds must hold whatever the storage."""
 
 from __future__ import annotations
 
@@ -17,16 +18,16 @@ import pytest
 from alexandria.api.http import BODY_TIMEOUT_S
 from alexandria.api.serve import HEAD_BUFFER_BYTES, HEAD_TIMEOUT_MS
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import Server, serving, stop_group, write_library_files
+from tests.liveserver import NewDb, Server, serving, stop_group, write_library_files
 
 HEAD_TIMEOUT_S = HEAD_TIMEOUT_MS / 1000
 SLACK_S = 5.0  # the machine is shared: a deadline is met when the server acts within this
 
 
 @pytest.fixture
-def server(tmp_path: Path, founding: Founding) -> Iterator[Server]:
+def server(tmp_path: Path, founding: Founding, new_db: NewDb) -> Iterator[Server]:
     genesis, log_key = write_library_files(founding, tmp_path)
-    with serving(genesis, tmp_path / "lib.db", log_key) as s:
+    with serving(genesis, new_db(tmp_path / "lib.db"), log_key) as s:
         yield s
 
 
@@ -141,9 +142,10 @@ def test_slow_and_many_connections_are_bounded(server: Server) -> None:
     assert still_open == 0
 
 
-def test_a_client_leaving_mid_body_costs_one_log_line(tmp_path: Path, founding: Founding) -> None:
+def test_a_client_leaving_mid_body_costs_one_log_line(tmp_path: Path, founding: Founding,
+                                                      new_db: NewDb) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
-    server = Server(genesis, tmp_path / "lib.db", log_key)
+    server = Server(genesis, new_db(tmp_path / "lib.db"), log_key)
     try:
         for _ in range(3):
             with _connect(server) as s:

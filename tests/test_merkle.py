@@ -394,3 +394,34 @@ def test_node_positions_are_in_order_unique_and_grow_at_the_end() -> None:
             assert (ones, pos >> (ones + 1)) == (level, index)
             assert 2 * n - (1 << level) < pos <= 2 * n
     assert seen == {merkle.position(lv, i) for lv, i in stored}
+
+
+def test_nodes_read_together_give_what_nodes_read_one_by_one() -> None:
+    """``merkle_nodes.read_together`` (one statement for every node a root or proof reads) gives
+    exactly the root and proofs of ``node_reader`` (one statement per node), and names a
+    missing node as ``node_reader`` does."""
+    import sqlite3
+
+    from alexandria.store.merkle_nodes import LogCorrupt, node_reader, read_together
+
+    hashes = [leaf_hash(str(i).encode()) for i in range(77)]
+    store = build_store(hashes)
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE merkle_nodes(position INTEGER PRIMARY KEY, hash BLOB)")
+    conn.executemany("INSERT INTO merkle_nodes VALUES (?, ?)",
+                     [(merkle.position(lv, ix), h) for (lv, ix), h in store.items()])
+    one_by_one = node_reader(conn)
+    for size in range(1, len(hashes) + 1):
+        assert read_together(conn, lambda get, n=size: root_hash(n, get)) == \
+            root_hash(size, one_by_one) == root_from_leaves(hashes[:size])
+        for index in range(0, size, 7):
+            assert read_together(
+                conn, lambda get, i=index, n=size: inclusion_proof(i, n, get)) == \
+                inclusion_proof(index, size, one_by_one)
+        for old in range(1, size + 1, 5):
+            assert read_together(
+                conn, lambda get, m=old, n=size: consistency_proof(m, n, get)) == \
+                consistency_proof(old, size, one_by_one)
+    conn.execute("DELETE FROM merkle_nodes WHERE position = ?", (merkle.position(6, 0),))
+    with pytest.raises(LogCorrupt):
+        read_together(conn, lambda get: root_hash(77, get))

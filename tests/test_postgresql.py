@@ -30,9 +30,11 @@ from alexandria.store import schema as sqlite_schema
 from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader
 from alexandria.store.postgresql import is_database_url
 from alexandria.store.postgresql import schema as pg_schema
-from alexandria.store.postgresql.connection import translate
+from alexandria.store.postgresql.connection import PgConnection, translate
 from alexandria.store.postgresql.migrate import MigrationFailed, migrate
 from alexandria.store.postgresql.schema import _schema_sql
+from alexandria.store.postgresql.storage import PostgresStorage
+from tests import objects_support
 from tests.catalogue_support import document, publish_example, vote
 from tests.cli_support import cli, cli_json
 from tests.conftest import Api, Clock, serve_library
@@ -216,7 +218,8 @@ def test_the_schema_matches_sqlites_columns(pg_db: str) -> None:
 
 def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         pg_cluster: Cluster) -> None:
-    """Issue 22's index layout reaches a database made before it, once (``MIGRATIONS``)."""
+    """Issue 22's index layout and the covering search postings reach a database made before
+    them, once (``MIGRATIONS``)."""
     empty = pg_cluster.database(migrated=False)  # not the session's migrated template
     with psycopg.connect(empty, autocommit=True) as raw:
         raw.execute("CREATE TABLE schema_migrations(version INTEGER PRIMARY KEY,"
@@ -228,11 +231,21 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
             return {r[0] for r in raw.execute(
                 "SELECT indexname FROM pg_indexes WHERE tablename IN ('links', 'vote_values')")}
 
+        def postings_key() -> str:
+            row = raw.execute("SELECT indexdef FROM pg_indexes"
+                              " WHERE indexname = 'catalogue_postings_pkey'").fetchone()
+            assert row is not None
+            return str(row[0])
+
         # vote_values_by_author came with version 3 and went with version 4
         assert set(sqlite_schema.RETIRED_INDEXES) - {"vote_values_by_author"} <= indexes()
-        assert pg_schema.apply(raw) == [2, 3, 4]
+        assert "INCLUDE" not in postings_key()
+        assert pg_schema.apply(raw) == [2, 3, 4, 5]
         assert not indexes() & set(sqlite_schema.RETIRED_INDEXES)
         assert {"links_tree", "links_to_revision", "vote_values_by_target_seq"} <= indexes()
+        assert postings_key().endswith("(term, seq) INCLUDE (title_count, body_count)")
+        assert raw.execute("SELECT stxname FROM pg_statistic_ext").fetchall() == [
+            ("catalogue_facet_kind",)]
         assert pg_schema.apply(raw) == []
 
 
@@ -256,7 +269,7 @@ def test_migration_4_gives_the_votes_already_there_their_targets_integer_keys(
                 (seq, root, root, seq))
         raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
                     " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
-        assert pg_schema.apply(raw) == [4]
+        assert pg_schema.apply(raw) == [4, 5]
         rows = raw.execute("SELECT vote_root, target_seq FROM vote_values ORDER BY vote_root")
         assert rows.fetchall() == [("v1", 9), ("v2", 7)]
         indexes = {r[0] for r in raw.execute(
@@ -282,6 +295,40 @@ def test_migration_4_gives_the_votes_already_there_their_targets_integer_keys(
 ])
 def test_statements_are_translated(sql: str, expected: str) -> None:
     assert translate(sql) == expected
+
+
+async def test_reads_run_without_jit_and_read_pages_in_few_statements(api: Api) -> None:
+    """Every connection turns JIT off (``connection.configure``): a plan's compilation would
+    cost more than these reads.  A changes page, an inclusion proof and a page of summaries
+    each read their records or Merkle nodes with one statement, not one per item (each
+    statement is a round trip to the server)."""
+    if not isinstance(api.library.storage, PostgresStorage):
+        pytest.skip("PostgreSQL's connections")
+    storage = api.library.storage
+    assert await storage.read(lambda conn: conn.execute("SHOW jit").fetchone()[0]) == "off"
+    root = (await api.publish("owner", objects_support.space("Orchard")))["id"]
+    for i in range(12):
+        await api.publish("owner", objects_support.claim(f"Apple {i}", root))
+    counted: list[str] = []
+    execute = PgConnection.execute
+
+    def counting(self: PgConnection, sql: str, params: Any = ()) -> Any:
+        counted.append(sql)
+        return execute(self, sql, params)
+
+    size = await storage.log_size()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PgConnection, "execute", counting)
+        for path, params in (("/api/changes", {"root": root}),
+                             ("/api/log/proof/inclusion", {"index": "3", "size": str(size)}),
+                             ("/api/catalogue", {"projection": "summary"})):
+            counted.clear()
+            r = await api.client.get(path, params=params)
+            assert r.status_code == 200, r.text
+            assert len(counted) <= 12, (path, counted)
+            assert sum("merkle_nodes" in sql for sql in counted) <= 1, (path, counted)
+            assert sum("JOIN log" in sql for sql in counted) <= 1, (path, counted)
+    assert len(r.json()["items"]) == 13
 
 
 def test_database_urls() -> None:

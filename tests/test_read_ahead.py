@@ -1,5 +1,7 @@
 """Read-ahead (issue 22): a page of scattered records is fetched by several connections at once
-before the reader assembles it, and what is served does not change."""
+before the reader assembles it, and what is served does not change.  The unit tests drive
+``store/read_ahead`` on a SQLite file (read-ahead opens its own SQLite connections; PostgreSQL
+has its reader pool instead); the served bytes are compared on both backends (``api``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Storage behaviour that the HTTP tests do not pin down."""
+"""Storage behaviour that the HTTP tests do not pin down.  The tests taking ``api`` or ``db``
+run on both backends; the migration of an earlier SQLite index layout is about SQLite files
+(PostgreSQL's migrations are tested in tests/test_postgresql.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import orjson
+import psycopg
 import pytest
 
 from alexandria.core.timestamps import parse_ms
@@ -82,32 +85,35 @@ async def _reads(api: Api, revisions: list[str]) -> list[bytes]:
 # A database of an earlier layout holds leaves of the earlier format and is refused when opened
 # (tests/test_leaf_format.py): there is no layout migration left to test, only a reopening.
 async def test_a_library_closed_and_opened_again_reads_the_same(
-    tmp_path: Path, founding: Founding, clock: Clock
+    tmp_path: Path, founding: Founding, clock: Clock, db: Path | str
 ) -> None:
-    async for api in serve_library(tmp_path, founding, clock):
+    async for api in serve_library(tmp_path, founding, clock, db=db):
         names = await publish_example(api)
         first = await api.publish("owner", _claim("Revised later"))
         revised = await api.publish("owner", {**_claim("Revised"), "previous": first["id"]})
         revisions = [*names.values(), first["id"], revised["id"]]
         before = await _reads(api, revisions)
 
-    async for api in serve_library(tmp_path, founding, clock, documents=[]):
+    async for api in serve_library(tmp_path, founding, clock, documents=[], db=db):
         assert await _reads(api, revisions) == before
-        conn = sqlite3.connect(tmp_path / "lib.db")
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-        assert "closure" not in tables and "revisions_root" not in tables
-        assert "merkle" not in tables and "merkle_nodes" in tables
-        assert "revisions_later" in tables and "objects_contents" in tables
-        assert "objects_head_sequence" in tables
-        keyed = conn.execute("SELECT name FROM pragma_table_info('objects') WHERE pk = 1")
-        assert keyed.fetchall() == [("created_sequence",)]
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        own = conn.execute(
-            "SELECT count(*) FROM feed f JOIN revisions r ON r.sequence = f.sequence"
-            " WHERE r.root = f.root"
-        ).fetchone()[0]
-        assert own == 0
-        conn.close()
+        own_feed = ("SELECT count(*) FROM feed f JOIN revisions r ON r.sequence = f.sequence"
+                    " WHERE r.root = f.root")
+        if isinstance(db, str):  # PostgreSQL: its schema is tested in tests/test_postgresql.py
+            with psycopg.connect(db, autocommit=True) as pg:
+                row = pg.execute(own_feed).fetchone()
+                assert row is not None and row[0] == 0
+        else:
+            conn = sqlite3.connect(db)
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            assert "closure" not in tables and "revisions_root" not in tables
+            assert "merkle" not in tables and "merkle_nodes" in tables
+            assert "revisions_later" in tables and "objects_contents" in tables
+            assert "objects_head_sequence" in tables
+            keyed = conn.execute("SELECT name FROM pragma_table_info('objects') WHERE pk = 1")
+            assert keyed.fetchall() == [("created_sequence",)]
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert conn.execute(own_feed).fetchone()[0] == 0
+            conn.close()
         # and the migrated database goes on admitting: a reply deep in the example's thread
         reply = await api.publish("peer", objects_support.reply(names["reply"], "Afterwards"))
         feed = (await api.client.get("/api/changes", params={"root": reply["root"]})).json()

@@ -1,7 +1,7 @@
 """Where the library says it lives (issue 21): ``--public-url`` and opt-in proxy headers decide
 the origin that ``/api/contract`` and ``/api/openapi.json`` advertise, a request's ``Host``
 header only when well formed, and no redirect is built from it.  The CLI warns on plain
-``http://`` for anything but this machine."""
+``http://`` for anything but this machine.  The live servers run on each backend (``new_db``)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,19 @@ import pytest
 from alexandria.cli.terminal import is_loopback, warn_plain_http
 from alexandria.service.bootstrap import Founding
 from tests.cli_support import cli
-from tests.liveserver import Server, serving, write_library_files
+from tests.liveserver import NewDb, Server, serving, write_library_files
+
+Files = tuple[Path, Path | str, Path]
 
 
 @pytest.fixture
-def files(tmp_path: Path, founding: Founding) -> tuple[Path, Path, Path]:
+def files(tmp_path: Path, founding: Founding, new_db: NewDb) -> Files:
     genesis, log_key = write_library_files(founding, tmp_path)
-    return genesis, tmp_path / "lib.db", log_key
+    return genesis, new_db(tmp_path / "lib.db"), log_key
 
 
 @pytest.fixture
-def plain(files: tuple[Path, Path, Path]) -> Iterator[Server]:
+def plain(files: Files) -> Iterator[Server]:
     with serving(*files) as s:
         yield s
 
@@ -40,14 +42,14 @@ FORGED = {"host": "evil.example", "x-forwarded-proto": "https",
 
 
 def test_the_public_url_is_advertised_whatever_the_request_says(
-    files: tuple[Path, Path, Path]
+    files: Files
 ) -> None:
     with serving(*files, extra=("--public-url", "https://Library.Example/")) as s:
         for headers in ({}, FORGED):
             assert _origins(s, headers) == ("https://library.example",) * 2
 
 
-def test_proxy_headers_count_only_when_trusted(files: tuple[Path, Path, Path]) -> None:
+def test_proxy_headers_count_only_when_trusted(files: Files) -> None:
     with serving(*files, extra=("--trust-proxy-headers",)) as s:
         assert _origins(s, FORGED) == ("https://evil.example",) * 2
         # malformed: the scheme falls back to the connection's, the host to Host
@@ -68,7 +70,7 @@ def test_no_redirect_is_built_from_the_host_header(plain: Server) -> None:
     assert r.json()["code"] == "NOT_FOUND"
 
 
-def test_a_public_url_that_is_not_an_origin_is_refused(files: tuple[Path, Path, Path]) -> None:
+def test_a_public_url_that_is_not_an_origin_is_refused(files: Files) -> None:
     for bad in ("ftp://x.example", "https://x.example/path", "https://u:p@x.example",
                 "library.example"):
         genesis, db, _key = files

@@ -1,5 +1,9 @@
 """The offline verifier on a generated export, and the tampering it must catch — each
-detected with the first bad sequence named."""
+detected with the first bad sequence named.
+
+The same library is built on each backend (``exported_on``): its export is byte-identical on
+both, its replay ends in either server's state, and either server streams the export's
+lines.  The tampering tests edit that one export file, so they run once."""
 
 from __future__ import annotations
 
@@ -24,7 +28,6 @@ from alexandria.core.trust import make_revocation
 from alexandria.service.bootstrap import Founding, found_library, resolve_refs
 from alexandria.service.library import Library
 from alexandria.store.backends import storage_for
-from alexandria.store.sqlite import SqliteStorage
 from tests.conftest import CONTRACT, SEED, T0, Api, Clock
 
 ENTRY = b'{"leaf":{"admitted_at":"'  # how every entry line starts (PROTOCOL §7)
@@ -133,13 +136,27 @@ async def _build(directory: Path, db: Path | str | None = None) -> Exported:
 _BUILT: dict[str, Exported] = {}
 
 
-@pytest.fixture
-async def exported() -> Exported:
-    """Built once per test session (it is read-only data); the database stays on disk."""
-    if "x" not in _BUILT:
+async def _built(backend: str, request: pytest.FixtureRequest) -> Exported:
+    """The library on ``backend``, built once per test session (it is read-only data); the
+    database stays (a SQLite file on disk, a database of the session's cluster)."""
+    if backend not in _BUILT:
         directory = Path(tempfile.mkdtemp(prefix="alexandria-test-verify-"))
-        _BUILT["x"] = await _build(directory)
-    return _BUILT["x"]
+        db = request.getfixturevalue("pg_cluster").database() if backend == "postgresql" \
+            else None
+        _BUILT[backend] = await _build(directory, db)
+    return _BUILT[backend]
+
+
+@pytest.fixture
+async def exported(request: pytest.FixtureRequest) -> Exported:
+    """The library on SQLite (the tampering tests' export: the same bytes on both backends)."""
+    return await _built("sqlite", request)
+
+
+@pytest.fixture
+async def exported_on(backend: str, request: pytest.FixtureRequest) -> Exported:
+    """The library on the test's backend."""
+    return await _built(backend, request)
 
 
 def fails(lines: list[bytes], pin: str, workers: int = 0) -> VerificationFailed:
@@ -184,8 +201,9 @@ async def test_the_export_verifies_with_and_without_threads(exported: Exported) 
     assert last.size == 22
 
 
-async def test_the_replay_ends_in_the_servers_state(exported: Exported) -> None:
+async def test_the_replay_ends_in_the_servers_state(exported_on: Exported) -> None:
     """The in-memory ledger keeps the same facts as the server's tables."""
+    exported = exported_on
     genesis, _size = verify.read_header(exported.lines[0].rstrip(b"\n"), exported.pin)
     with tempfile.TemporaryDirectory() as tmp:
         ledger = replay.Ledger(genesis, Path(tmp) / "r.db")
@@ -207,11 +225,11 @@ async def test_the_replay_ends_in_the_servers_state(exported: Exported) -> None:
 
 
 async def test_a_postgresql_library_exports_the_same_log(
-    exported: Exported, tmp_path: Path, pg_cluster: Any
+    exported: Exported, request: pytest.FixtureRequest
 ) -> None:
     """The same admissions on PostgreSQL: ``export --db URL`` gives the SQLite library's export
     byte for byte, it verifies, and its replay ends in the PostgreSQL tables' state."""
-    on_pg = await _build(tmp_path, pg_cluster.database())
+    on_pg = await _built("postgresql", request)
     assert on_pg.lines == exported.lines
     assert verify_export(on_pg.lines, on_pg.pin).size == len(exported.lines) - 1 - 5
     assert sorted(on_pg.server_objects) == sorted(exported.server_objects)
@@ -433,10 +451,11 @@ async def test_a_line_that_is_not_canonical_is_named(exported: Exported) -> None
 
 
 async def test_the_export_of_a_database_streams_the_same_lines_the_api_serves(
-    exported: Exported,
+    exported_on: Exported,
 ) -> None:
     """``GET /api/log/entries`` objects are exactly the export's entry lines."""
-    storage = SqliteStorage(exported.db, exported.founding.genesis)
+    exported = exported_on
+    storage = storage_for(exported.db, exported.founding.genesis)
     app = create_app(Library(exported.founding.genesis, storage, None))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

@@ -1,4 +1,5 @@
-"""WAL checkpoints run beside the writer, not inside its commits."""
+"""WAL checkpoints run beside the writer, not inside its commits.  SQLite only: its ``-wal``
+file and checkpointer thread are SQLite's (PostgreSQL checkpoints its own WAL)."""
 
 from __future__ import annotations
 

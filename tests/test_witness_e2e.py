@@ -221,7 +221,7 @@ def publish_more(server: Server, founding: Founding, titles: list[str]) -> list[
     return ids
 
 
-def test_an_unreachable_witness_delays_nothing(tmp_path: Path) -> None:
+def test_an_unreachable_witness_delays_nothing(tmp_path: Path, new_db: NewDb) -> None:
     """A witness that does not answer: admissions and checkpoints go on, the other witness
     cosigns, and the served checkpoint falls back to the newest (quorum 2 never reached)."""
     founding = found_library(seed=SEED, created_at=T0)
@@ -235,7 +235,7 @@ def test_an_unreachable_witness_delays_nothing(tmp_path: Path) -> None:
                "--witness", f"{dead.name}=http://127.0.0.1:9+{dead.vkey}",
                "--witness-quorum", "2")
     try:
-        with serving(genesis, tmp_path / "lib.db", log_key, extra=options) as server:
+        with serving(genesis, new_db(tmp_path / "lib.db"), log_key, extra=options) as server:
             started = time.time()
             ids = publish(server, founding, ["a", "b"])
             assert time.time() - started < 10

@@ -319,16 +319,18 @@ def _levels(conn: sqlite3.Connection, word: str, offset: int) -> Page:
 
 def summaries(conn: sqlite3.Connection, sequences: list[int]) -> list[dict[str, Any]]:
     """Unsigned discovery hints, in the given order."""
+    select = (f"SELECT r.id, r.root, {record_sql('l.leaf', 'r.record_length')}, r.sequence"
+              " FROM revisions r JOIN log l ON l.sequence = r.sequence WHERE r.sequence")
+    rows: dict[int, Any] = {}
+    if is_postgresql(conn) and sequences:  # one round trip for the page, not one per head
+        marks = ",".join("?" * len(sequences))
+        rows = {int(r[3]): r for r in conn.execute(f"{select} IN ({marks})", sequences)}
     out = []
     for seq in sequences:
-        row = conn.execute(
-            f"SELECT r.id, r.root, {record_sql('l.leaf', 'r.record_length')} FROM revisions r"
-            " JOIN log l ON l.sequence = r.sequence WHERE r.sequence = ?",
-            (seq,),
-        ).fetchone()
+        row = rows.get(seq) if rows else conn.execute(f"{select} = ?", (seq,)).fetchone()
         if row is None:
             continue
-        rev, root, data = row
+        rev, root, data, _seq = row
         record = orjson.loads(data)
         out.append(
             {

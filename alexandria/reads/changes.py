@@ -53,7 +53,8 @@ from typing import Protocol
 from alexandria.core import merkle
 from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
 from alexandria.reads import members
-from alexandria.store.merkle_nodes import node_reader
+from alexandria.store.merkle_nodes import read_together
+from alexandria.store.postgresql import is_postgresql
 
 CURSOR_VERSION = 1
 MAX_LIMIT = 50
@@ -261,6 +262,8 @@ def render(page: Page, cursor: str) -> bytes:
 class SignedSource(Protocol):
     def _signed_sync(self, conn: sqlite3.Connection, sequence: int) -> bytes | None: ...
 
+    def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]: ...
+
 
 def _meta(conn: sqlite3.Connection, key: str) -> str:
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -270,7 +273,7 @@ def _meta(conn: sqlite3.Connection, key: str) -> str:
 
 
 def _log_root(conn: sqlite3.Connection, size: int) -> bytes:
-    return merkle.root_hash(size, node_reader(conn))
+    return read_together(conn, lambda get: merkle.root_hash(size, get))
 
 
 # The items of a root in (after, hi], in admission order: the object's first revision
@@ -283,6 +286,21 @@ _MEMBER_SEQUENCES = (
     " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
     " UNION ALL SELECT sequence FROM feed"
     " WHERE root = :root AND sequence > :after AND sequence <= :hi"
+    " ORDER BY s LIMIT :n"
+)
+
+
+# PostgreSQL does not merge the three ranges: it reads every one of them whole and sorts them
+# (5 ms for a root of 10,000 members, whatever the page).  With each arm ordered and cut at
+# the limit it merges at most 3 × limit rows (0.1 ms).
+_MEMBER_SEQUENCES_PG = (
+    "(SELECT created_sequence AS s FROM objects"
+    " WHERE root = :root AND created_sequence > :after AND created_sequence <= :hi)"
+    " UNION ALL (SELECT sequence FROM revisions"
+    " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
+    " ORDER BY sequence LIMIT :n)"
+    " UNION ALL (SELECT sequence FROM feed"
+    " WHERE root = :root AND sequence > :after AND sequence <= :hi ORDER BY sequence LIMIT :n)"
     " ORDER BY s LIMIT :n"
 )
 
@@ -323,17 +341,37 @@ def read_changes(
         else:
             scanned = [
                 int(r[0]) for r in conn.execute(
-                    _MEMBER_SEQUENCES,
+                    _MEMBER_SEQUENCES_PG if is_postgresql(conn) else _MEMBER_SEQUENCES,
                     {"root": root, "after": win.after, "hi": win.hi,
                      "n": scan_count(limit, limits)},
                 )
             ]
-            page = fill_page(win, scanned, fetch, limit, limits)
+            reader = _read_together(conn, source, scanned[:limit], fetch) \
+                if is_postgresql(conn) else fetch
+            page = fill_page(win, scanned, reader, limit, limits)
         anchor = win.anchor if win.anchor is not None else anchor_of(_log_root(conn, win.hi))
         next_cursor = Cursor(epoch, root, page.hi, page.after, anchor)
         return render(page, encode_cursor(next_cursor, secret))
     finally:
         conn.execute("COMMIT")
+
+
+def _read_together(conn: sqlite3.Connection, source: SignedSource, sequences: list[int],
+                   fetch: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    """``fetch`` with the records of ``sequences`` read by one statement beforehand
+    (``signed_many``), for PostgreSQL, where each statement is a round trip to the server: a
+    page of 50 records cost 50 of them.  (SQLite reads them one by one in-process, its pages
+    read ahead.)  A record that is missing is left to ``fetch``, which names it."""
+    records = source.signed_many(conn, sequences)
+    if len(records) != len(sequences):
+        return fetch
+    found = dict(zip(sequences, records, strict=True))
+
+    def prefetched(seq: int) -> bytes:
+        data = found.get(seq)
+        return data if data is not None else fetch(seq)
+
+    return prefetched
 
 
 _TREE_SEQUENCES = (

@@ -21,7 +21,7 @@ from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.errors import BadRequest
 from alexandria.store import cosignatures
-from alexandria.store.merkle_nodes import node_reader, tree_size
+from alexandria.store.merkle_nodes import node_reader, read_together, tree_size  # noqa: F401 (callers import node_reader from here)
 
 if TYPE_CHECKING:
     pass
@@ -58,7 +58,7 @@ def inclusion_proof(conn: sqlite3.Connection, index: int, size: int) -> list[byt
             "an inclusion proof needs 0 <= index < size <= tree size", index=index, size=size,
             tree_size=current,
         )
-    return merkle.inclusion_proof(index, size, node_reader(conn))
+    return read_together(conn, lambda get: merkle.inclusion_proof(index, size, get))
 
 
 def consistency_proof(conn: sqlite3.Connection, old: int, new: int) -> list[bytes]:
@@ -68,7 +68,7 @@ def consistency_proof(conn: sqlite3.Connection, old: int, new: int) -> list[byte
             "a consistency proof needs 0 < old <= new <= tree size", old=old, new=new,
             tree_size=current,
         )
-    return merkle.consistency_proof(old, new, node_reader(conn))
+    return read_together(conn, lambda get: merkle.consistency_proof(old, new, get))
 
 
 # --- entries ---------------------------------------------------------------------------------

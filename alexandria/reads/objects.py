@@ -33,6 +33,7 @@ from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store import feed
 from alexandria.store.feed import root_of
 from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.postgresql import is_postgresql
 from alexandria.store.schema import NOT_RELATED, TREE_LINKS
 
 PAGE_SIZE = 50
@@ -238,6 +239,10 @@ def _heads(
     several at once by ``warm`` (``catalogue.Warm``) when given."""
     if warm is not None:
         warm("object_records", first_sequences)  # the rows and their heads' records at once
+    if is_postgresql(conn) and first_sequences:  # one round trip, not one per object
+        heads = dict(_by_key(conn, "SELECT created_sequence, head_sequence FROM objects"
+                                   " WHERE created_sequence", first_sequences))
+        return [heads[seq] for seq in first_sequences]
     out = []
     for seq in first_sequences:
         row = conn.execute(
@@ -247,7 +252,17 @@ def _heads(
     return out
 
 
+def _by_key(conn: sqlite3.Connection, select: str, keys: Sequence[Any]) -> list[Any]:
+    """The rows of ``select`` (ending in ``WHERE column``) whose column is one of ``keys``, by
+    one statement: on PostgreSQL each statement is a round trip to the server, so a page's
+    lookups are asked together rather than one by one as SQLite does in-process."""
+    return conn.execute(f"{select} IN ({','.join('?' * len(keys))})", list(keys)).fetchall()
+
+
 def _sequences_of(conn: sqlite3.Connection, revs: Sequence[str]) -> list[int]:
+    if is_postgresql(conn) and revs:
+        found = dict(_by_key(conn, "SELECT id, sequence FROM revisions WHERE id", revs))
+        return [found[rev] for rev in revs]
     out = []
     for rev in revs:
         row = conn.execute("SELECT sequence FROM revisions WHERE id = ?", (rev,)).fetchone()

@@ -53,7 +53,7 @@ from alexandria.rules.state import FEED_RELATIONS
 from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, object_after
 from alexandria.store import feed, schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
-from alexandria.store.merkle_nodes import node_reader, tree_size
+from alexandria.store.merkle_nodes import node_reader, read_together, tree_size
 from alexandria.store.read_ahead import Key
 from alexandria.store.writer_memory import WriterMemory
 
@@ -787,7 +787,8 @@ class LedgerStorage(Storage):
         return ms
 
     async def root_at(self, size: int) -> bytes:
-        return await self.read(lambda conn: merkle.root_hash(size, node_reader(conn)))
+        return await self.read(
+            lambda conn: read_together(conn, lambda get: merkle.root_hash(size, get)))
 
     # --- reads -------------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ Hypothesis writes a program of steps — publishing objects of every kind, revis
 stale or by the wrong author), voting (also twice), proposing and merging, and mutated
 envelopes: bad proofs, unknown links, the wrong author, a future timestamp, retries of earlier
 inputs, revocations of a worker key or of the authority key, new authority certificates.  Each
-input goes to the server's storage (``SqliteStorage``, in-process, its real write path) and to
+input goes to the server's storage (in-process, its real write path, on each backend: a SQLite
+file, a fresh database of the session's PostgreSQL cluster for each example) and to
 the offline replay (``audit.replay.Ledger``, what ``alexandria verify`` runs) at the same
 admission time, and both must answer the same status and code.  An exact retry, which the
 server answers with 200 and the replay refuses as a duplicate log entry, counts as 200.
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,8 +33,9 @@ from alexandria.core.trust import make_authority_certificate, make_revocation
 from alexandria.errors import AlexandriaError
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding, found_library
+from alexandria.store.backends import storage_for
 from alexandria.store.interface import Admitted
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.ledger_storage import LedgerStorage
 from tests.admission_support import (
     assessment,
     claim,
@@ -218,7 +221,7 @@ def _learn(world: World, data: bytes) -> None:
         world.proposals.append((rid, body))
 
 
-async def _server(storage: SqliteStorage, route: str, payload: Any) -> Verdict:
+async def _server(storage: LedgerStorage, route: str, payload: Any) -> Verdict:
     try:
         if route == "entries":
             result = await storage.admit(prepare(payload, FOUNDING.genesis))
@@ -244,9 +247,9 @@ def _replay(ledger: Ledger, route: str, payload: Any, now: int) -> Verdict:
         return exc.status, exc.code
 
 
-async def _run(program: list[tuple[str, int, int]], tmp: Path) -> list[Verdict]:
+async def _run(program: list[tuple[str, int, int]], db: Path | str, tmp: Path) -> list[Verdict]:
     clock = Clock()
-    storage = SqliteStorage(tmp / "server.db", FOUNDING.genesis)
+    storage = storage_for(db, FOUNDING.genesis)
     storage.clock = clock
     ledger = Ledger(FOUNDING.genesis, tmp / "replay.db")
     world = World()
@@ -289,13 +292,24 @@ PROGRAMS = st.lists(
 )
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(PROGRAMS)
+# the backend (a function-scoped fixture) is the same for every example; each example makes its
+# own database
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(program=PROGRAMS)
 def test_server_and_replay_reach_the_same_verdict_on_every_input(
-    program: list[tuple[str, int, int]],
+    backend: str, request: pytest.FixtureRequest, program: list[tuple[str, int, int]],
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(_run(program, Path(tmp)))
+        if backend == "sqlite":
+            asyncio.run(_run(program, Path(tmp) / "server.db", Path(tmp)))
+            return
+        cluster = request.getfixturevalue("pg_cluster")
+        url = cluster.database()
+        try:
+            asyncio.run(_run(program, url, Path(tmp)))
+        finally:
+            cluster.drop(url)
 
 
 def test_the_programs_reach_the_refusals_they_are_meant_to_compare() -> None:
@@ -311,7 +325,7 @@ def test_the_programs_reach_the_refusals_they_are_meant_to_compare() -> None:
         ("claim", 0, 0), ("new_authority_certificate", 0, 0),
     ]
     with tempfile.TemporaryDirectory() as tmp:
-        verdicts = asyncio.run(_run(program, Path(tmp)))
+        verdicts = asyncio.run(_run(program, Path(tmp) / "server.db", Path(tmp)))
     codes = {code for _status, code in verdicts}
     assert {
         "DUPLICATE_VOTE", "NOT_ORIGINAL_AUTHOR", "HEAD_CONFLICT", "PROOF_INVALID",

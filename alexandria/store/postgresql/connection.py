@@ -143,9 +143,14 @@ class _Numeric(Loader):
 
 
 def configure(raw: psycopg.Connection[Any]) -> None:
-    """Adapt a new connection (also the pool's ``configure`` hook)."""
+    """Adapt a new connection (also the pool's ``configure`` hook).  JIT compilation is off:
+    every statement here is a short index read or write whose answer is due in milliseconds,
+    and PostgreSQL (``jit = on`` by default since 15) compiles a plan whose estimated cost
+    passes ``jit_above_cost`` — a search of a common word in a large library — for tens of
+    milliseconds before running it."""
     raw.adapters.register_dumper(int, _UntypedInt)
     raw.adapters.register_loader("numeric", _Numeric)
+    raw.execute("SET jit = off")
 
 
 def connect(url: str, *, read_only: bool = False) -> psycopg.Connection[Any]:

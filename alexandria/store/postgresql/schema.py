@@ -55,6 +55,26 @@ CREATE INDEX IF NOT EXISTS vote_values_by_target_seq
     ON vote_values(author_id, head_sequence, target_seq, value, vote_root);
 """
 
+#: Version 5 (issue 17, read speed): the search postings' primary key also carries the counts
+#: a query sums, so a word's heads are read from the index alone (an index-only scan: a few
+#: pages for a word in 700 heads, where the table's rows of that word lie on ~700 pages, one
+#: per head, as admissions wrote them).  The key stays ``(term, seq)``: the same uniqueness,
+#: and one B-tree written per posting as before.  And the planner learns that a catalogue
+#: facet implies its kind (``method:…`` only on evidence, ``verdict:…`` only on assessments):
+#: estimating them as independent, it read all 2,700 heads of a facet through a bitmap and
+#: sorted them for a page of 50, where the facet's index read backwards gives the page at once
+#: (3.5 ms → 0.1 ms at 100,000 entries).
+COVERING_POSTINGS = """
+CREATE UNIQUE INDEX catalogue_postings_cover ON catalogue_postings(term, seq)
+    INCLUDE (title_count, body_count);
+ALTER TABLE catalogue_postings DROP CONSTRAINT catalogue_postings_pkey;
+ALTER TABLE catalogue_postings ADD CONSTRAINT catalogue_postings_pkey
+    PRIMARY KEY USING INDEX catalogue_postings_cover;
+CREATE STATISTICS IF NOT EXISTS catalogue_facet_kind (dependencies) ON facet, kind
+    FROM catalogue;
+ANALYZE catalogue;
+"""
+
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, "schema.sql"),
@@ -75,6 +95,7 @@ CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
 """),
     (3, TREE_LINKS_AND_COVERING_VOTES),
     (4, VOTE_TARGET_KEYS),
+    (5, COVERING_POSTINGS),
 )
 VERSION = MIGRATIONS[-1][0]
 
