@@ -43,9 +43,9 @@ import random
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from multiprocessing.pool import AsyncResult
+from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
 from typing import Any
 
@@ -371,6 +371,30 @@ def sign_and_prepare(batch: list[tuple[int, dict[str, Any]]]) -> list[Candidate]
     return out
 
 
+async def _signed(pool: Pool, batches: Iterator[list[tuple[int, dict[str, Any]]]],
+                  workers: int) -> AsyncIterator[list[Candidate]]:
+    """Each batch signed and prepared by the pool's workers, in order, at most ``2 * workers``
+    batches ahead of the one the caller admits (a bounded read-ahead)."""
+    pending: deque[AsyncResult[list[Candidate]]] = deque()
+    while True:
+        while len(pending) < 2 * workers:
+            nxt = next(batches, None)
+            if nxt is None:
+                break
+            pending.append(pool.apply_async(sign_and_prepare, (nxt,)))
+        if not pending:
+            return
+        yield await asyncio.get_running_loop().run_in_executor(None, pending.popleft().get)
+
+
+async def _admit_all(storage: SqliteStorage, cands: list[Candidate]) -> None:
+    """Admit a batch; any candidate not newly admitted stops the load."""
+    results = await storage.admit_many(cands)
+    for cand, res in zip(cands, results, strict=True):
+        if not isinstance(res, Admitted) or not res.created:
+            raise SystemExit(f"refused {cand.record.kind} {cand.record.id}: {res!r}")
+
+
 def _batches(planner: Planner, size: int) -> Iterator[list[tuple[int, dict[str, Any]]]]:
     return _batches_of(planner.steps(), size)
 
@@ -399,26 +423,13 @@ async def load(directory: Path, entries: int, seed: int, workers: int, follow_me
         try:
             for doc in founding.authority_documents():
                 await storage.admit_authority(doc)
-            pending: deque[AsyncResult[list[Candidate]]] = deque()
-            batches = _batches(planner, batch)
-            while True:
-                while len(pending) < 2 * workers:  # bounded read-ahead
-                    nxt = next(batches, None)
-                    if nxt is None:
-                        break
-                    pending.append(pool.apply_async(sign_and_prepare, (nxt,)))
-                if not pending:
-                    break
-                t0 = time.perf_counter()
-                cands = await asyncio.get_running_loop().run_in_executor(None, pending[0].get)
-                pending.popleft()
+            t0 = time.perf_counter()
+            async for cands in _signed(pool, _batches(planner, batch), workers):
                 t1 = time.perf_counter()
-                results = await storage.admit_many(cands)
+                await _admit_all(storage, cands)
                 waited += t1 - t0
-                writing += time.perf_counter() - t1
-                for cand, res in zip(cands, results, strict=True):
-                    if not isinstance(res, Admitted) or not res.created:
-                        raise SystemExit(f"refused {cand.record.kind} {cand.record.id}: {res!r}")
+                t0 = time.perf_counter()
+                writing += t0 - t1
                 admitted += len(cands)
                 if admitted % (batch * 25) < batch:
                     rate = admitted / (time.perf_counter() - started)
@@ -492,7 +503,6 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
         from bench.read_latency import drop_page_cache
         drop_page_cache()
     ctx = multiprocessing.get_context("fork")
-    pending: deque[AsyncResult[list[Candidate]]] = deque()
     steps_out: list[dict[str, Any]] = []
     with ctx.Pool(workers, initializer=_init_worker, initargs=(seed_bytes,)) as pool:
         storage = SqliteStorage(db, founding.genesis)
@@ -519,20 +529,8 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
             started = t_last = time.perf_counter()
             admitted_last = 0
             report_every = max(batch, more // 10)
-            while True:
-                while len(pending) < 2 * workers:
-                    nxt = next(batches, None)
-                    if nxt is None:
-                        break
-                    pending.append(pool.apply_async(sign_and_prepare, (nxt,)))
-                if not pending:
-                    break
-                cands = await asyncio.get_running_loop().run_in_executor(None, pending[0].get)
-                pending.popleft()
-                results = await storage.admit_many(cands)
-                for cand, res in zip(cands, results, strict=True):
-                    if not isinstance(res, Admitted) or not res.created:
-                        raise SystemExit(f"refused {cand.record.kind} {cand.record.id}: {res!r}")
+            async for cands in _signed(pool, batches, workers):
+                await _admit_all(storage, cands)
                 admitted += len(cands)
                 if admitted - admitted_last >= report_every or admitted == more:
                     cpu, io, now = await storage.write(_writer_cpu), _io(), time.perf_counter()
