@@ -14,9 +14,9 @@ from alexandria.api.app import create_app
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.core.trust import Genesis
-from alexandria.reads import log
 from alexandria.service.library import Library
 from alexandria.store.backends import storage_for
+from alexandria.store.merkle_nodes import node_reader
 from tests.conftest import CONTRACT, Clock
 from tests.vectors import generate
 
@@ -86,7 +86,7 @@ async def test_vectors_replay_with_their_expected_status_and_code(db: Path | str
         size = await storage.log_size()
         r = await client.get("/api/log/entries", params={"start": 0, "end": size})
         served = r.json()["entries"]
-        root = await storage.read(lambda conn: merkle.root_hash(size, log.node_reader(conn)))
+        root = await storage.read(lambda conn: merkle.root_hash(size, node_reader(conn)))
     expected = LEAVES["entries"]
     assert size == LEAVES["size"] == len(expected) == len(served)
     for e, got in zip(expected, served, strict=True):

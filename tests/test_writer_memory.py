@@ -14,12 +14,12 @@ import pytest
 from alexandria.core import merkle
 from alexandria.core.cache import Bounded
 from alexandria.errors import Conflict
-from alexandria.reads.log import node_reader
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.service.bootstrap import Founding
 from alexandria.store import search_index
 from alexandria.store.backends import open_readonly, storage_for
 from alexandria.store.interface import Admitted
+from alexandria.store.merkle_nodes import node_reader
 from alexandria.store.sqlite import SqliteStorage
 from alexandria.store.writer_memory import LIMIT
 from tests.conftest import Clock

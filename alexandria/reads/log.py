@@ -21,7 +21,7 @@ from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.errors import BadRequest
 from alexandria.store import cosignatures
-from alexandria.store.merkle_nodes import node_reader, read_together, tree_size  # noqa: F401 (callers import node_reader from here)
+from alexandria.store.merkle_nodes import read_together, tree_size
 
 if TYPE_CHECKING:
     pass
