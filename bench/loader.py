@@ -41,6 +41,7 @@ import multiprocessing
 import os
 import random
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -471,9 +472,19 @@ def _io() -> dict[str, int]:
     return out
 
 
-def _writer_cpu(conn: Any) -> float:
-    """Run on the writer thread: its own CPU seconds so far."""
-    return time.thread_time()
+def _writer_cpu(conn: Any) -> tuple[float, dict[str, int]]:
+    """Run on the writer thread: its own CPU seconds so far, and its own I/O counters
+    (``/proc/self/task/TID/io``): ``wchar``, the bytes it handed to ``write`` (the WAL frames of
+    its commits, and the checkpoints it finishes itself), and ``rchar``, the bytes it read (the
+    pages its cache lacked, from the page cache or the disk).  Exact counts of the writer's own
+    work, where the process's ``write_bytes`` also holds the checkpointer's writes and what the
+    filesystem charges for them."""
+    out = {}
+    task = Path(f"/proc/self/task/{threading.get_native_id()}/io")
+    for line in task.read_text().splitlines():
+        key, _, value = line.partition(":")
+        out[key] = int(value)
+    return time.thread_time(), out
 
 
 async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib: int,
@@ -524,7 +535,8 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
 
             batches = _batches_of(gen(), batch)
             admitted = 0
-            cpu0 = cpu_last = await storage.write(_writer_cpu)
+            cpu0, wio0 = await storage.write(_writer_cpu)
+            cpu_last, wio_last = cpu0, wio0
             io0 = io_last = _io()
             started = t_last = time.perf_counter()
             admitted_last = 0
@@ -533,21 +545,26 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
                 await _admit_all(storage, cands)
                 admitted += len(cands)
                 if admitted - admitted_last >= report_every or admitted == more:
-                    cpu, io, now = await storage.write(_writer_cpu), _io(), time.perf_counter()
+                    (cpu, wio), io, now = (await storage.write(_writer_cpu), _io(),
+                                           time.perf_counter())
                     step = _figures(admitted - admitted_last, now - t_last, cpu - cpu_last,
-                                    io, io_last)
+                                    io, io_last, wio, wio_last)
                     step["upto"] = found + admitted
                     steps_out.append(step)
                     print(f"  {found + admitted:,}: {step['per_second']:,.0f}/s,"
                           f" writer {step['writer_cpu_ms_per_entry']:.2f} ms CPU/entry,"
                           f" {step['written_bytes_per_entry']:,.0f} B written/entry,"
-                          f" {step['read_bytes_per_entry']:,.0f} B read/entry",
+                          f" {step['read_bytes_per_entry']:,.0f} B read/entry;"
+                          f" the writer thread wrote {step['writer_wrote_bytes_per_entry']:,.0f}"
+                          f" B/entry, read {step['writer_read_bytes_per_entry']:,.0f} B/entry",
                           file=sys.stderr, flush=True)
-                    cpu_last, io_last, t_last, admitted_last = cpu, io, now, admitted
-            cpu_end, io_end, end = await storage.write(_writer_cpu), _io(), time.perf_counter()
+                    cpu_last, wio_last, io_last, t_last, admitted_last = (
+                        cpu, wio, io, now, admitted)
+            (cpu_end, wio_end), io_end, end = (await storage.write(_writer_cpu), _io(),
+                                               time.perf_counter())
         finally:
             await storage.close()
-    total = _figures(admitted, end - started, cpu_end - cpu0, io_end, io0)
+    total = _figures(admitted, end - started, cpu_end - cpu0, io_end, io0, wio_end, wio0)
     # the second half: past the first batches' cold start, the steady state
     half = steps_out[len(steps_out) // 2:]
     n = sum(s["entries"] for s in half)
@@ -560,6 +577,10 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
             sum(s["written_bytes_per_entry"] * s["entries"] for s in half) / n),
         "read_bytes_per_entry": round(
             sum(s["read_bytes_per_entry"] * s["entries"] for s in half) / n),
+        "writer_wrote_bytes_per_entry": round(
+            sum(s["writer_wrote_bytes_per_entry"] * s["entries"] for s in half) / n),
+        "writer_read_bytes_per_entry": round(
+            sum(s["writer_read_bytes_per_entry"] * s["entries"] for s in half) / n),
     }
     summary = {"library_entries": found, "extended_by": admitted, "cache_mib": cache_mib,
                "drop_caches": drop_caches, "replay_seconds": round(replay, 1),
@@ -570,14 +591,16 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
     return summary
 
 
-def _figures(n: int, wall: float, cpu: float, io: dict[str, int],
-             before: dict[str, int]) -> dict[str, Any]:
+def _figures(n: int, wall: float, cpu: float, io: dict[str, int], before: dict[str, int],
+             wio: dict[str, int], wbefore: dict[str, int]) -> dict[str, Any]:
     return {
         "entries": n,
         "per_second": round(n / max(wall, 1e-9), 1),
         "writer_cpu_ms_per_entry": round(1000 * cpu / n, 3),
         "written_bytes_per_entry": round((io["write_bytes"] - before["write_bytes"]) / n),
         "read_bytes_per_entry": round((io["read_bytes"] - before["read_bytes"]) / n),
+        "writer_wrote_bytes_per_entry": round((wio["wchar"] - wbefore["wchar"]) / n),
+        "writer_read_bytes_per_entry": round((wio["rchar"] - wbefore["rchar"]) / n),
     }
 
 
