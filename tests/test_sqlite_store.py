@@ -142,8 +142,19 @@ CREATE INDEX vote_values_by_author ON vote_values(author_id, head_sequence, targ
 """
 
 
-@pytest.mark.parametrize("earlier", [_EARLIER_INDEXES, _FIRST_ROUND_INDEXES],
-                         ids=["before-issue-22", "issue-22-first-round"])
+# Every layout before issue 22's third round indexed the objects by root (``UNIQUE``), beside
+# the index of revision ids that finds them now (``schema.object_row``).
+_ROOT_INDEXED = (
+    schema._OBJECTS.format(name="objects_earlier").replace("root TEXT NOT NULL,",
+                                                           "root TEXT NOT NULL UNIQUE,")
+    + "INSERT INTO objects_earlier SELECT * FROM objects;\n"
+    + "DROP TABLE objects;\nALTER TABLE objects_earlier RENAME TO objects;\n"
+    + schema._OBJECT_INDEXES
+)
+
+
+@pytest.mark.parametrize("earlier", [_EARLIER_INDEXES, _FIRST_ROUND_INDEXES, ""],
+                         ids=["before-issue-22", "issue-22-first-round", "issue-22-second-round"])
 async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
     tmp_path: Path, founding: Founding, clock: Clock, earlier: str
 ) -> None:
@@ -169,8 +180,12 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         revisions = [*names.values(), changed["id"]]
         before = await reads(api, revisions)
     conn = sqlite3.connect(tmp_path / "lib.db")
-    conn.executescript(earlier)
-    assert "target_seq" not in {r[1] for r in conn.execute("PRAGMA table_info(vote_values)")}
+    objects = conn.execute("SELECT * FROM objects ORDER BY created_sequence").fetchall()
+    conn.executescript(earlier + _ROOT_INDEXED)
+    assert earlier == "" or "target_seq" not in {
+        r[1] for r in conn.execute("PRAGMA table_info(vote_values)")}
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE"
+                        " 'sqlite_autoindex_objects_%'").fetchone()[0] == 1
     conn.close()
 
     async for api in serve_library(tmp_path, founding, clock, documents=[]):
@@ -178,6 +193,11 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         conn = sqlite3.connect(tmp_path / "lib.db")
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         assert not indexes & set(schema.RETIRED_INDEXES)
+        # the objects, rebuilt without their index of roots, each row as it was
+        assert not any(name.startswith("sqlite_autoindex_objects") for name in indexes)
+        assert {"objects_head_sequence", "objects_contents"} <= indexes
+        assert conn.execute(
+            "SELECT * FROM objects ORDER BY created_sequence").fetchall()[:len(objects)] == objects
         assert {"links_tree", "links_to_revision", "vote_values_by_target_seq"} <= indexes
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         # every vote names its target's integer key, filled when the column was added

@@ -55,6 +55,7 @@ from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
 from alexandria.reads import members
 from alexandria.store.merkle_nodes import read_together
 from alexandria.store.postgresql import is_postgresql
+from alexandria.store.schema import object_row
 
 CURSOR_VERSION = 1
 MAX_LIMIT = 50
@@ -281,7 +282,7 @@ def _log_root(conn: sqlite3.Connection, size: int) -> bytes:
 # (feed), three ordered index ranges that SQLite merges, stopping at the limit.
 _MEMBER_SEQUENCES = (
     "SELECT created_sequence AS s FROM objects"
-    " WHERE root = :root AND created_sequence > :after AND created_sequence <= :hi"
+    f" WHERE {object_row(':root')} AND created_sequence > :after AND created_sequence <= :hi"
     " UNION ALL SELECT sequence FROM revisions"
     " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
     " UNION ALL SELECT sequence FROM feed"
@@ -306,7 +307,7 @@ _MEMBER_SEQUENCES_PG = (
 
 
 def _check_followable(conn: sqlite3.Connection, root: str) -> None:
-    if conn.execute("SELECT 1 FROM objects WHERE root = ?", (root,)).fetchone() is not None:
+    if conn.execute(f"SELECT 1 FROM objects WHERE {object_row('?')}", (root,)).fetchone():
         return
     row = conn.execute("SELECT root FROM revisions WHERE id = ?", (root,)).fetchone()
     if row is not None:
@@ -376,7 +377,7 @@ def _read_together(conn: sqlite3.Connection, source: SignedSource, sequences: li
 
 _TREE_SEQUENCES = (
     "SELECT r.sequence, o.created_sequence, o.cdepth FROM revisions r"
-    " JOIN objects o ON o.root = r.root"
+    " JOIN revisions f ON f.id = r.root JOIN objects o ON o.created_sequence = f.sequence"
     " WHERE r.tree = :tree AND r.tree != 0 AND r.sequence > :after AND r.sequence <= :hi"
     " ORDER BY r.sequence LIMIT :n"
 )

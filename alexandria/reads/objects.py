@@ -135,7 +135,8 @@ def snapshot(
 def subject(conn: sqlite3.Connection, rev: str) -> Subject | None:
     row = conn.execute(
         "SELECT r.sequence, r.root, r.kind, o.head, o.head_sequence, o.revisions,"
-        " o.created_sequence FROM revisions r JOIN objects o ON o.root = r.root WHERE r.id = ?",
+        " o.created_sequence FROM revisions r JOIN revisions f ON f.id = r.root"
+        " JOIN objects o ON o.created_sequence = f.sequence WHERE r.id = ?",
         (rev,),
     ).fetchone()
     return None if row is None else Subject(rev, *row)
@@ -205,12 +206,13 @@ def _contained_arm(kind: str) -> str:
 # Every revision of :root, oldest first: the first one (``objects``), then the later ones
 # (``revisions_later``): two ordered ranges that SQLite merges without sorting.
 _HISTORY_SEQUENCES = (
-    "SELECT created_sequence AS sequence FROM objects WHERE root = :root"
+    "SELECT created_sequence AS sequence FROM objects WHERE created_sequence = :created"
     " UNION ALL SELECT sequence FROM revisions WHERE root = :root AND id != root"
     " ORDER BY sequence"
 )
 _HISTORY_IDS = (
-    "SELECT root AS id, created_sequence AS sequence FROM objects WHERE root = :root"
+    "SELECT root AS id, created_sequence AS sequence FROM objects"
+    " WHERE created_sequence = :created"
     " UNION ALL SELECT id, sequence FROM revisions WHERE root = :root AND id != root"
     " ORDER BY sequence"
 )
@@ -332,7 +334,8 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
     that in its tree also has the spaces marked in ``deep`` for its tree whose hang is its
     ancestor (``_far_spaces``)."""
     row = conn.execute(
-        "SELECT ancestors, tree, cdepth FROM objects WHERE root = ?", (subj.root,)
+        "SELECT ancestors, tree, cdepth FROM objects WHERE created_sequence = ?",
+        (subj.created_sequence,)
     ).fetchone()
     roots = [root_of(t) for t in row[0].split()] if row is not None else []
     if row is not None and row[1] and int(row[2]) > feed.NEAR:  # else every ancestor is near
@@ -344,8 +347,9 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
     for at in range(0, len(roots), ANCESTOR_CHUNK):
         chunk = roots[at:at + ANCESTOR_CHUNK]
         spaces += conn.execute(
-            "SELECT depth, created_sequence, head_sequence FROM objects WHERE root IN"
-            f" ({', '.join('?' * len(chunk))}) AND kind = 'space'",
+            "SELECT o.depth, o.created_sequence, o.head_sequence FROM revisions f"
+            " JOIN objects o ON o.created_sequence = f.sequence"
+            f" WHERE f.id IN ({', '.join('?' * len(chunk))}) AND o.kind = 'space'",
             chunk,
         ).fetchall()
     return [head for _depth, _created, head in sorted(spaces)]
@@ -356,7 +360,8 @@ def _far_spaces(conn: sqlite3.Connection, tree: int, seq: int, cdepth: int) -> l
     its near list: the spaces marked deep in its tree, each tested by a level-ancestor query."""
     rows = conn.execute(
         "SELECT d.root, d.hang, h.cdepth FROM deep d"
-        " JOIN objects s ON s.root = d.root JOIN objects h ON h.created_sequence = d.hang"
+        " JOIN revisions f ON f.id = d.root JOIN objects s ON s.created_sequence = f.sequence"
+        " JOIN objects h ON h.created_sequence = d.hang"
         " WHERE d.tree = ? AND s.kind = 'space' ORDER BY d.hang", (tree,),
     ).fetchall()
     positions = members.Positions(conn, members.Budget(None))
@@ -485,7 +490,8 @@ def _section_history(
     warm: Warm | None = None,
 ) -> SectionResult:
     """Every revision, oldest first."""
-    return _page(conn, _HISTORY_SEQUENCES, {"root": subj.root}, offset)
+    return _page(conn, _HISTORY_SEQUENCES, {"root": subj.root, "created": subj.created_sequence},
+                 offset)
 
 
 def _discussion_arms(subj: Subject, exact: bool) -> list[str]:
@@ -655,7 +661,8 @@ def connections(conn: sqlite3.Connection, rev: str, offset: int) -> Connections 
         " ORDER BY l.source_sequence, l.position LIMIT :limit OFFSET :offset",
         {"rev": rev, "limit": PAGE_SIZE + 1, "offset": offset},
     ).fetchall()
-    history, more_history = _page(conn, _HISTORY_IDS, {"root": subj.root}, offset)
+    history, more_history = _page(
+        conn, _HISTORY_IDS, {"root": subj.root, "created": subj.created_sequence}, offset)
     return Connections(
         outgoing=[{"relation": r, "target": t} for r, t in _links_of(conn, subj.sequence)],
         incoming=[Incoming(*row) for row in rows[:PAGE_SIZE]],

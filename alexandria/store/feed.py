@@ -55,6 +55,7 @@ import orjson
 
 from alexandria.core.cache import Bounded
 from alexandria.rules.state import FEED_RELATIONS
+from alexandria.store.schema import object_row
 
 #: Conversation edges through which a revision still writes ``feed`` rows.  Tests lower it to
 #: exercise deep conversations cheaply; the layout recorded in ``meta`` names it, and a library
@@ -162,7 +163,9 @@ class FeedCache:
     def near_of(self, conn: sqlite3.Connection, root: str) -> Near:
         found = self.near.get(root)
         if found is None:
-            row = conn.execute("SELECT ancestors FROM objects WHERE root = ?", (root,)).fetchone()
+            row = conn.execute(
+                f"SELECT ancestors FROM objects WHERE {object_row('?')}", (root,)
+            ).fetchone()
             found = Near.decode(row[0]) if row is not None else EMPTY
             self.near[root] = found
         return found
@@ -179,7 +182,7 @@ class FeedCache:
         seq = self.node_seqs.get(root)
         if seq is not None:
             return self.node(conn, seq)
-        found = _node(conn.execute(f"{_NODE} WHERE root = ?", (root,)).fetchone())
+        found = _node(conn.execute(f"{_NODE} WHERE {object_row('?')}", (root,)).fetchone())
         assert found is not None, root
         self.node_seqs[root] = found.seq
         self.nodes[found.seq] = found
@@ -323,7 +326,8 @@ def rebuild(conn: sqlite3.Connection) -> None:
         last = int(objects[-1][0])
     conn.execute("UPDATE revisions SET tree = 0 WHERE tree != 0")
     conn.execute(
-        "UPDATE revisions SET tree = (SELECT o.tree FROM objects o WHERE o.root = revisions.root)"
+        "UPDATE revisions SET tree = (SELECT o.tree FROM objects o WHERE o.created_sequence ="
+        " (SELECT f.sequence FROM revisions f WHERE f.id = revisions.root))"
         " WHERE kind IN ('discussion', 'reply')"
     )
     last = 0

@@ -123,7 +123,8 @@ class _StateView:
 
     def _object(self, root: str) -> ObjectFacts | None:
         row = self.conn.execute(
-            "SELECT root, kind, author, head, depth, feed_links FROM objects WHERE root = ?",
+            "SELECT root, kind, author, head, depth, feed_links FROM objects"
+            f" WHERE {schema.object_row('?')}",
             (root,),
         ).fetchone()
         if row is None:
@@ -586,7 +587,7 @@ class LedgerStorage(Storage):
         if placed is None:
             conn.execute(
                 "UPDATE objects SET head = ?, head_sequence = ?, revisions = revisions + 1"
-                " WHERE root = ?",
+                f" WHERE {schema.object_row('?')}",
                 (v.id, sequence, v.root),
             )
             cached = memory.objects.get(v.root)
@@ -861,8 +862,8 @@ class LedgerStorage(Storage):
     async def head_entry(self, rev: str) -> bytes | None:
         def fn(conn: sqlite3.Connection) -> bytes | None:
             row = conn.execute(
-                "SELECT o.head_sequence FROM revisions r JOIN objects o ON o.root = r.root"
-                " WHERE r.id = ?", (rev,),
+                "SELECT o.head_sequence FROM revisions r JOIN revisions f ON f.id = r.root"
+                " JOIN objects o ON o.created_sequence = f.sequence WHERE r.id = ?", (rev,),
             ).fetchone()
             return None if row is None else self._signed_sync(conn, row[0])
 

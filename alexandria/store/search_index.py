@@ -37,6 +37,7 @@ from alexandria.core.records import Record
 from alexandria.core.search_text import IndexText, levels, text_of
 from alexandria.rules.view import Verdict
 from alexandria.store.postgresql import is_postgresql, postings
+from alexandria.store.schema import object_row
 
 INDEX_VERSION = f"catalogue/4 unicode/{unicodedata.unidata_version}"
 LISTED_KINDS = (
@@ -85,7 +86,8 @@ def rebuild(conn: sqlite3.Connection) -> None:
     # scores last: during the replay ``objects`` already names each target's final head
     conn.execute(
         "UPDATE catalogue SET score = t.score FROM (SELECT o.head_sequence AS seq,"
-        " sum(v.value) AS score FROM vote_values v JOIN objects o ON o.root = v.target"
+        " sum(v.value) AS score FROM vote_values v JOIN revisions f ON f.id = v.target"
+        " JOIN objects o ON o.created_sequence = f.sequence"
         " GROUP BY o.head_sequence) AS t WHERE catalogue.seq = t.seq"
     )
 
@@ -239,7 +241,8 @@ def _vote(
     # the target's row, found once by its root: its integer key goes into vote_values (the
     # scores page reaches the row by it), its head's catalogue row takes the score
     target_seq, head_sequence, owner_actor = conn.execute(
-        "SELECT created_sequence, head_sequence, author FROM objects WHERE root = ?", (target,)
+        f"SELECT created_sequence, head_sequence, author FROM objects WHERE {object_row('?')}",
+        (target,)
     ).fetchone()
     conn.execute(
         "INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence, target_seq)"
