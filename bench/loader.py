@@ -464,28 +464,24 @@ async def load(directory: Path, entries: int, seed: int, workers: int, follow_me
     return summary
 
 
-def _io() -> dict[str, int]:
-    """This process's I/O counters (``/proc/self/io``): every thread, the checkpointer's too."""
+def _io(path: str = "/proc/self/io") -> dict[str, int]:
+    """I/O counters from ``path``: by default this process's, every thread's (the
+    checkpointer's too); ``/proc/self/task/TID/io`` for one thread."""
     out = {}
-    for line in Path("/proc/self/io").read_text().splitlines():
+    for line in Path(path).read_text().splitlines():
         key, _, value = line.partition(":")
         out[key] = int(value)
     return out
 
 
-def _writer_cpu(conn: Any) -> tuple[float, dict[str, int]]:
+def _writer_usage(conn: Any) -> tuple[float, dict[str, int]]:
     """Run on the writer thread: its own CPU seconds so far, and its own I/O counters
     (``/proc/self/task/TID/io``): ``wchar``, the bytes it handed to ``write`` (the WAL frames of
     its commits, and the checkpoints it finishes itself), and ``rchar``, the bytes it read (the
     pages its cache lacked, from the page cache or the disk).  Exact counts of the writer's own
     work, where the process's ``write_bytes`` also holds the checkpointer's writes and what the
     filesystem charges for them."""
-    out = {}
-    task = Path(f"/proc/self/task/{threading.get_native_id()}/io")
-    for line in task.read_text().splitlines():
-        key, _, value = line.partition(":")
-        out[key] = int(value)
-    return time.thread_time(), out
+    return time.thread_time(), _io(f"/proc/self/task/{threading.get_native_id()}/io")
 
 
 async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib: int,
@@ -539,7 +535,7 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
 
             batches = _batches_of(gen(), batch)
             admitted = 0
-            cpu0, wio0 = await storage.write(_writer_cpu)
+            cpu0, wio0 = await storage.write(_writer_usage)
             cpu_last, wio_last = cpu0, wio0
             io0 = io_last = _io()
             started = t_last = time.perf_counter()
@@ -549,7 +545,7 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
                 await _admit_all(storage, cands)
                 admitted += len(cands)
                 if admitted - admitted_last >= report_every or admitted == more:
-                    (cpu, wio), io, now = (await storage.write(_writer_cpu), _io(),
+                    (cpu, wio), io, now = (await storage.write(_writer_usage), _io(),
                                            time.perf_counter())
                     step = _figures(admitted - admitted_last, now - t_last, cpu - cpu_last,
                                     io, io_last, wio, wio_last)
@@ -564,7 +560,7 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
                           file=sys.stderr, flush=True)
                     cpu_last, wio_last, io_last, t_last, admitted_last = (
                         cpu, wio, io, now, admitted)
-            (cpu_end, wio_end), io_end, end = (await storage.write(_writer_cpu), _io(),
+            (cpu_end, wio_end), io_end, end = (await storage.write(_writer_usage), _io(),
                                                time.perf_counter())
         finally:
             await storage.close()
@@ -577,14 +573,9 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
         "per_second": round(n / sum(s["entries"] / s["per_second"] for s in half), 1),
         "writer_cpu_ms_per_entry": round(
             sum(s["writer_cpu_ms_per_entry"] * s["entries"] for s in half) / n, 3),
-        "written_bytes_per_entry": round(
-            sum(s["written_bytes_per_entry"] * s["entries"] for s in half) / n),
-        "read_bytes_per_entry": round(
-            sum(s["read_bytes_per_entry"] * s["entries"] for s in half) / n),
-        "writer_wrote_bytes_per_entry": round(
-            sum(s["writer_wrote_bytes_per_entry"] * s["entries"] for s in half) / n),
-        "writer_read_bytes_per_entry": round(
-            sum(s["writer_read_bytes_per_entry"] * s["entries"] for s in half) / n),
+        **{key: round(sum(s[key] * s["entries"] for s in half) / n) for key in (
+            "written_bytes_per_entry", "read_bytes_per_entry", "writer_wrote_bytes_per_entry",
+            "writer_read_bytes_per_entry")},
     }
     summary = {"library_entries": found, "extended_by": admitted, "cache_mib": cache_mib,
                "drop_caches": drop_caches, "replay_seconds": round(replay, 1),

@@ -15,16 +15,12 @@ import logging
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.errors import BadRequest
 from alexandria.store import cosignatures
 from alexandria.store.merkle_nodes import read_together, tree_size
-
-if TYPE_CHECKING:
-    pass
 
 PAGE_ENTRIES = 50
 PAGE_BYTES = 393_216
