@@ -475,13 +475,18 @@ def _io(path: str = "/proc/self/io") -> dict[str, int]:
 
 
 def _writer_usage(conn: Any) -> tuple[float, dict[str, int]]:
-    """Run on the writer thread: its own CPU seconds so far, and its own I/O counters
-    (``/proc/self/task/TID/io``): ``wchar``, the bytes it handed to ``write`` (the WAL frames of
+    """Run on the writer thread: its own CPU seconds so far, and its own counters.  From
+    ``/proc/self/task/TID/io``: ``wchar``, the bytes it handed to ``write`` (the WAL frames of
     its commits, and the checkpoints it finishes itself), and ``rchar``, the bytes it read (the
-    pages its cache lacked, from the page cache or the disk).  Exact counts of the writer's own
+    pages its cache lacked, from the page cache or the disk) -- exact counts of the writer's own
     work, where the process's ``write_bytes`` also holds the checkpointer's writes and what the
-    filesystem charges for them."""
-    return time.thread_time(), _io(f"/proc/self/task/{threading.get_native_id()}/io")
+    filesystem charges for them.  From ``/proc/self/task/TID/schedstat``: ``queued_ns``, the
+    time it was ready to run but waited for a core (the signers and the checkpointer share the
+    machine's)."""
+    tid = threading.get_native_id()
+    counters = _io(f"/proc/self/task/{tid}/io")
+    counters["queued_ns"] = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[1])
+    return time.thread_time(), counters
 
 
 async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib: int,
@@ -541,14 +546,17 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
             started = t_last = time.perf_counter()
             admitted_last = 0
             report_every = max(batch, more // 10)
+            admitting = admitting_last = 0.0
             async for cands in _signed(pool, batches, workers):
+                t1 = time.perf_counter()
                 await _admit_all(storage, cands)
+                admitting += time.perf_counter() - t1
                 admitted += len(cands)
                 if admitted - admitted_last >= report_every or admitted == more:
                     (cpu, wio), io, now = (await storage.write(_writer_usage), _io(),
                                            time.perf_counter())
                     step = _figures(admitted - admitted_last, now - t_last, cpu - cpu_last,
-                                    io, io_last, wio, wio_last)
+                                    io, io_last, wio, wio_last, admitting - admitting_last)
                     step["upto"] = found + admitted
                     steps_out.append(step)
                     print(f"  {found + admitted:,}: {step['per_second']:,.0f}/s,"
@@ -556,15 +564,19 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
                           f" {step['written_bytes_per_entry']:,.0f} B written/entry,"
                           f" {step['read_bytes_per_entry']:,.0f} B read/entry;"
                           f" the writer thread wrote {step['writer_wrote_bytes_per_entry']:,.0f}"
-                          f" B/entry, read {step['writer_read_bytes_per_entry']:,.0f} B/entry",
+                          f" B/entry, read {step['writer_read_bytes_per_entry']:,.0f} B/entry;"
+                          f" admitting {step['admitting_ms_per_entry']:.2f} ms/entry of which"
+                          f" waiting for a core {step['writer_queued_ms_per_entry']:.2f},"
+                          f" blocked {step['writer_blocked_ms_per_entry']:.2f}",
                           file=sys.stderr, flush=True)
-                    cpu_last, wio_last, io_last, t_last, admitted_last = (
-                        cpu, wio, io, now, admitted)
+                    cpu_last, wio_last, io_last, t_last, admitted_last, admitting_last = (
+                        cpu, wio, io, now, admitted, admitting)
             (cpu_end, wio_end), io_end, end = (await storage.write(_writer_usage), _io(),
                                                time.perf_counter())
         finally:
             await storage.close()
-    total = _figures(admitted, end - started, cpu_end - cpu0, io_end, io0, wio_end, wio0)
+    total = _figures(admitted, end - started, cpu_end - cpu0, io_end, io0, wio_end, wio0,
+                     admitting)
     # the second half: past the first batches' cold start, the steady state
     half = steps_out[len(steps_out) // 2:]
     n = sum(s["entries"] for s in half)
@@ -576,6 +588,9 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
         **{key: round(sum(s[key] * s["entries"] for s in half) / n) for key in (
             "written_bytes_per_entry", "read_bytes_per_entry", "writer_wrote_bytes_per_entry",
             "writer_read_bytes_per_entry")},
+        **{key: round(sum(s[key] * s["entries"] for s in half) / n, 3) for key in (
+            "admitting_ms_per_entry", "writer_queued_ms_per_entry",
+            "writer_blocked_ms_per_entry")},
     }
     summary = {"library_entries": found, "extended_by": admitted, "cache_mib": cache_mib,
                "drop_caches": drop_caches, "replay_seconds": round(replay, 1),
@@ -587,7 +602,11 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
 
 
 def _figures(n: int, wall: float, cpu: float, io: dict[str, int], before: dict[str, int],
-             wio: dict[str, int], wbefore: dict[str, int]) -> dict[str, Any]:
+             wio: dict[str, int], wbefore: dict[str, int], admitting: float) -> dict[str, Any]:
+    """One step's figures per entry.  Of the time spent admitting (the writer's batches, from
+    the event loop's side), what the writer thread did not spend on a core nor waiting for one
+    is ``writer_blocked``: reads from disk, the commit's ``fsync``, a checkpoint it waited for."""
+    queued = (wio["queued_ns"] - wbefore["queued_ns"]) / 1e9
     return {
         "entries": n,
         "per_second": round(n / max(wall, 1e-9), 1),
@@ -596,6 +615,9 @@ def _figures(n: int, wall: float, cpu: float, io: dict[str, int], before: dict[s
         "read_bytes_per_entry": round((io["read_bytes"] - before["read_bytes"]) / n),
         "writer_wrote_bytes_per_entry": round((wio["wchar"] - wbefore["wchar"]) / n),
         "writer_read_bytes_per_entry": round((wio["rchar"] - wbefore["rchar"]) / n),
+        "admitting_ms_per_entry": round(1000 * admitting / n, 3),
+        "writer_queued_ms_per_entry": round(1000 * queued / n, 3),
+        "writer_blocked_ms_per_entry": round(1000 * max(0.0, admitting - cpu - queued) / n, 3),
     }
 
 
