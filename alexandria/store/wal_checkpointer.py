@@ -28,8 +28,8 @@ batches before a catch-up finds it idle.  Two things keep that cheap and bounded
 - the log file is not cut back when the log starts over unless it is longer than
   ``JOURNAL_SIZE_LIMIT``, so later frames overwrite blocks the file already has.  Cut back to a
   small limit, the file regrew by hundreds of megabytes each time, every new block allocated
-  (and the old ones discarded) by the filesystem: a fifth of the writer's time in a bulk load
-  at 1,000,000 entries (``docs/read-api.md``);
+  and zero-filled: a tenth to a fifth of the writer's time in a bulk load at 1,000,000
+  entries (``docs/read-api.md``);
 - past ``LIMIT_FRAMES`` the writer waits for this thread's checkpoint to end and finishes it
   itself, so the log starts over at the next transaction: one pause of one checkpoint, and the
   log never outgrows ``LIMIT_FRAMES`` plus one transaction.
@@ -80,13 +80,12 @@ class WalCheckpointer:
             return
         try:
             busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if not busy and frames == copied:
+                self.catch_up = self.overdue = False
         except sqlite3.Error as exc:
             logging.getLogger(__name__).warning("WAL checkpoint failed: %s", exc)
-            return
         finally:
             self._copying.release()
-        if not busy and frames == copied:
-            self.catch_up = self.overdue = False
 
     def _run(self) -> None:
         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
@@ -98,12 +97,12 @@ class WalCheckpointer:
                     return
                 self._kick.clear()
                 try:
-                    with self._copying:
+                    with self._copying:  # the flags too: a catch-up may clear them next
                         _busy, frames, _copied = conn.execute(
                             "PRAGMA wal_checkpoint(PASSIVE)"
                         ).fetchone()
-                    self.overdue = frames >= LIMIT_FRAMES
-                    self.catch_up = frames >= RESTART_FRAMES
+                        self.overdue = frames >= LIMIT_FRAMES
+                        self.catch_up = frames >= RESTART_FRAMES
                 except sqlite3.Error as exc:  # e.g. another process is checkpointing
                     logging.getLogger(__name__).warning("WAL checkpoint failed: %s", exc)
                 if not self._stop:  # let the next batches' frames gather before copying again
