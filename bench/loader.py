@@ -503,8 +503,8 @@ LIBRARY_FILES = ("genesis.json", "log.key", "loader.json")
 def copy_library(source: Path, directory: Path) -> None:
     """Copy a closed library built by this loader into ``directory`` (new), the database one
     page at a time (see the module's docstring)."""
-    if Path(f"{source / 'library.db'}-wal").exists() and \
-            Path(f"{source / 'library.db'}-wal").stat().st_size:
+    wal = source / "library.db-wal"
+    if wal.exists() and wal.stat().st_size:
         raise SystemExit(f"{source} is open or was not closed: its -wal file holds commits")
     if directory.exists():
         raise SystemExit(f"{directory} exists: --from copies into a new directory")
@@ -615,12 +615,11 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
     steady = {
         "entries": n,
         "per_second": round(n / sum(s["entries"] / s["per_second"] for s in half), 1),
-        "writer_cpu_ms_per_entry": round(
-            sum(s["writer_cpu_ms_per_entry"] * s["entries"] for s in half) / n, 3),
-        **{key: round(sum(s[key] * s["entries"] for s in half) / n) for key in (
-            "written_bytes_per_entry", "read_bytes_per_entry", "writer_wrote_bytes_per_entry",
-            "writer_read_bytes_per_entry")},
-        **{key: round(sum(s[key] * s["entries"] for s in half) / n, 3) for key in (
+        # each a mean weighted by entries: times to the µs, bytes whole
+        **{key: round(sum(s[key] * s["entries"] for s in half) / n,
+                      3 if key.endswith("ms_per_entry") else None) for key in (
+            "writer_cpu_ms_per_entry", "written_bytes_per_entry", "read_bytes_per_entry",
+            "writer_wrote_bytes_per_entry", "writer_read_bytes_per_entry",
             "admitting_ms_per_entry", "writer_queued_ms_per_entry",
             "writer_blocked_ms_per_entry")},
     }
