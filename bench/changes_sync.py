@@ -70,8 +70,8 @@ def _members(conn: sqlite3.Connection, root: str, hi: int) -> tuple[int, int, in
     the root's own revisions (a scan of ``revisions``)."""
     n, lo, top = conn.execute(
         "SELECT count(*), min(sequence), max(sequence) FROM (SELECT sequence FROM feed"
-        " WHERE root = ? AND sequence <= ? UNION ALL SELECT sequence FROM revisions"
-        " WHERE root = ? AND sequence <= ?)",
+        " WHERE owner = (SELECT sequence FROM revisions WHERE id = ?) AND sequence <= ?"
+        " UNION ALL SELECT sequence FROM revisions WHERE root = ? AND sequence <= ?)",
         (root, hi, root, hi),
     ).fetchone()
     return int(n), int(lo or 0), int(top or 0)
@@ -159,7 +159,8 @@ def pick_root(db: Path, members: int) -> str:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         row = conn.execute(
-            "SELECT root, count(*) AS n FROM feed GROUP BY root ORDER BY abs(n - ?) LIMIT 1",
+            "SELECT (SELECT root FROM objects WHERE created_sequence = owner), count(*) AS n"
+            " FROM feed GROUP BY owner ORDER BY abs(n - ?) LIMIT 1",
             (members,),
         ).fetchone()
         return str(row[0])

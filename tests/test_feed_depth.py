@@ -269,8 +269,8 @@ async def test_a_deep_scripted_library_reads_as_the_closure(
                                (n["r11"],)).fetchone()[0])
         rows = int(conn.execute("SELECT count(*) FROM feed WHERE sequence = ?",
                                 (seq,)).fetchone()[0])
-        hangs = int(conn.execute("SELECT count(*) FROM deep WHERE root = ?",
-                                 (n["c"],)).fetchone()[0])
+        hangs = int(conn.execute("SELECT count(*) FROM deep WHERE owner = (SELECT sequence"
+                                 " FROM revisions WHERE id = ?)", (n["c"],)).fetchone()[0])
         return deep, rows, hangs
 
     deep, rows, hangs = await api.library.storage.read(counts)
@@ -299,15 +299,18 @@ async def test_rows_per_admission_do_not_grow_with_depth(
     at_10 = await api.library.storage.read(lambda c: written(c, n["r9"]))
     at_39 = await api.library.storage.read(lambda c: written(c, n["r39"]))
     assert at_10[0] == at_39[0] == 3
-    assert at_10[2] == at_39[2]  # three tokens "root/d"
+    assert at_10[2] == at_39[2]  # three tokens "seq/d"
     assert model.feed(n["d1"]) == (await follow(api, n["d1"], 7))[0]
 
 
 def _downgrade(db: str | Path) -> int:
-    """Turn a library written with every ancestor near into the earlier layout: plain ancestor
-    lists, none of this layout's columns, tables and index, no layout recorded (and, on
-    PostgreSQL, schema version 1); its ``feed`` rows."""
+    """Turn a library written with every ancestor near into the first layout: plain lists of
+    ancestor roots, ``feed`` rows keyed by root, none of the later columns, tables and index,
+    no layout recorded (and, on PostgreSQL, schema version 1); its ``feed`` rows."""
     drops = [
+        "CREATE TABLE feed_by_root AS SELECT o.root AS root, f.sequence AS sequence FROM feed f"
+        " JOIN objects o ON o.created_sequence = f.owner",
+        "DROP TABLE feed", "ALTER TABLE feed_by_root RENAME TO feed",
         "DROP INDEX revisions_tree", "DROP INDEX deep_tree", "DROP TABLE deep",
         "ALTER TABLE revisions DROP COLUMN tree", "ALTER TABLE objects DROP COLUMN tree",
         "ALTER TABLE objects DROP COLUMN cdepth", "ALTER TABLE objects DROP COLUMN cparent",
@@ -322,9 +325,10 @@ def _downgrade(db: str | Path) -> int:
         mark = "%s"
         drops.append("DELETE FROM schema_migrations WHERE version >= 2")
     try:
+        roots = dict(conn.execute("SELECT created_sequence, root FROM objects").fetchall())
         for root, text in conn.execute("SELECT root, ancestors FROM objects").fetchall():
             conn.execute(f"UPDATE objects SET ancestors = {mark} WHERE root = {mark}",
-                         (" ".join(feed.root_of(t) for t in text.split()), root))
+                         (" ".join(roots[s] for s in feed.Near.decode(text).seqs), root))
         for sql in drops:
             conn.execute(sql)
         if isinstance(conn, sqlite3.Connection):

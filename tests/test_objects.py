@@ -251,14 +251,15 @@ async def test_nested_spaces_ancestors_and_all(api: Api) -> None:
 
 
 async def test_ancestors_of_an_object_deeper_than_one_statement_allows(api: Api) -> None:
-    """A reply chain has no depth bound: an object whose ``objects.ancestors`` names more roots
-    than SQLite (32,766) or PostgreSQL (65,535) binds in one statement still has its ancestor
-    spaces found (a chain that deep is simulated by naming 70,000 further roots)."""
+    """A reply chain has no depth bound: an object whose ``objects.ancestors`` names more
+    objects than SQLite (32,766) or PostgreSQL (65,535) binds in one statement still has its
+    ancestor spaces found (a chain that deep is simulated by naming 70,000 further objects
+    keys, none of them a space's)."""
     top = (await api.publish("owner", space("Top")))["id"]
     inner = (await api.publish("owner", space("Inner", top)))["id"]
     d = (await api.publish("peer", discussion("About inner", about=inner)))["id"]
     r = (await api.publish("owner", reply(d, "deep reply")))["id"]
-    padding = " ".join(f"{i:064x}" for i in range(1, 70_001))
+    padding = " ".join(str(10**9 + i) for i in range(1, 70_001))
 
     def deepen(conn: Any) -> None:
         conn.execute("UPDATE objects SET ancestors = ancestors || ' ' || ? WHERE root = ?",

@@ -218,8 +218,8 @@ def test_the_schema_matches_sqlites_columns(pg_db: str) -> None:
 
 def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         pg_cluster: Cluster) -> None:
-    """Issue 22's index layout and the covering search postings reach a database made before
-    them, once (``MIGRATIONS``)."""
+    """Issue 22's index layout, the covering search postings and the feed keyed by objects
+    keys reach a database made before them, once (``MIGRATIONS``)."""
     empty = pg_cluster.database(migrated=False)  # not the session's migrated template
     with psycopg.connect(empty, autocommit=True) as raw:
         raw.execute("CREATE TABLE schema_migrations(version INTEGER PRIMARY KEY,"
@@ -240,7 +240,13 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         # vote_values_by_author came with version 3 and went with version 4
         assert set(sqlite_schema.RETIRED_INDEXES) - {"vote_values_by_author"} <= indexes()
         assert "INCLUDE" not in postings_key()
-        assert pg_schema.apply(raw) == [2, 3, 4, 5]
+        raw.execute("DROP TABLE feed")  # version 1's feed was keyed by roots
+        raw.execute("CREATE TABLE feed(root TEXT NOT NULL, sequence BIGINT NOT NULL,"
+                    " PRIMARY KEY(root, sequence))")
+        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6]
+        assert [r[0] for r in raw.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'feed'"
+            " ORDER BY ordinal_position")] == ["owner", "sequence"]
         assert not indexes() & set(sqlite_schema.RETIRED_INDEXES)
         assert {"links_tree", "links_to_revision", "vote_values_by_target_seq"} <= indexes()
         assert postings_key().endswith("(term, seq) INCLUDE (title_count, body_count)")
@@ -269,7 +275,7 @@ def test_migration_4_gives_the_votes_already_there_their_targets_integer_keys(
                 (seq, root, root, seq))
         raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
                     " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
-        assert pg_schema.apply(raw) == [4, 5]
+        assert pg_schema.apply(raw) == [4, 5, 6]
         rows = raw.execute("SELECT vote_root, target_seq FROM vote_values ORDER BY vote_root")
         assert rows.fetchall() == [("v1", 9), ("v2", 7)]
         indexes = {r[0] for r in raw.execute(

@@ -97,7 +97,7 @@ async def test_a_library_closed_and_opened_again_reads_the_same(
     async for api in serve_library(tmp_path, founding, clock, documents=[], db=db):
         assert await _reads(api, revisions) == before
         own_feed = ("SELECT count(*) FROM feed f JOIN revisions r ON r.sequence = f.sequence"
-                    " WHERE r.root = f.root")
+                    " JOIN revisions o ON o.sequence = f.owner WHERE r.root = o.id")
         if isinstance(db, str):  # PostgreSQL: its schema is tested in tests/test_postgresql.py
             with psycopg.connect(db, autocommit=True) as pg:
                 row = pg.execute(own_feed).fetchone()

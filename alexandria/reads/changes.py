@@ -55,7 +55,6 @@ from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
 from alexandria.reads import members
 from alexandria.store.merkle_nodes import read_together
 from alexandria.store.postgresql import is_postgresql
-from alexandria.store.schema import object_row
 
 CURSOR_VERSION = 1
 MAX_LIMIT = 50
@@ -277,16 +276,17 @@ def _log_root(conn: sqlite3.Connection, size: int) -> bytes:
     return read_together(conn, lambda get: merkle.root_hash(size, get))
 
 
-# The items of a root in (after, hi], in admission order: the object's first revision
-# (objects), its later revisions (revisions_later) and every revision of every member below it
-# (feed), three ordered index ranges that SQLite merges, stopping at the limit.
+# The items of a root in (after, hi], in admission order: the object's first revision (its
+# objects key, :owner), its later revisions (revisions_later) and every revision of every
+# member below it (feed, by the owner's key), three ordered index ranges that SQLite merges,
+# stopping at the limit.
 _MEMBER_SEQUENCES = (
     "SELECT created_sequence AS s FROM objects"
-    f" WHERE {object_row(':root')} AND created_sequence > :after AND created_sequence <= :hi"
+    " WHERE created_sequence = :owner AND created_sequence > :after AND created_sequence <= :hi"
     " UNION ALL SELECT sequence FROM revisions"
     " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
     " UNION ALL SELECT sequence FROM feed"
-    " WHERE root = :root AND sequence > :after AND sequence <= :hi"
+    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi"
     " ORDER BY s LIMIT :n"
 )
 
@@ -296,24 +296,26 @@ _MEMBER_SEQUENCES = (
 # the limit it merges at most 3 × limit rows (0.1 ms).
 _MEMBER_SEQUENCES_PG = (
     "(SELECT created_sequence AS s FROM objects"
-    " WHERE root = :root AND created_sequence > :after AND created_sequence <= :hi)"
+    " WHERE created_sequence = :owner AND created_sequence > :after AND created_sequence <= :hi)"
     " UNION ALL (SELECT sequence FROM revisions"
     " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
     " ORDER BY sequence LIMIT :n)"
     " UNION ALL (SELECT sequence FROM feed"
-    " WHERE root = :root AND sequence > :after AND sequence <= :hi ORDER BY sequence LIMIT :n)"
+    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi ORDER BY sequence LIMIT :n)"
     " ORDER BY s LIMIT :n"
 )
 
 
-def _check_followable(conn: sqlite3.Connection, root: str) -> None:
-    if conn.execute(f"SELECT 1 FROM objects WHERE {object_row('?')}", (root,)).fetchone():
-        return
-    row = conn.execute("SELECT root FROM revisions WHERE id = ?", (root,)).fetchone()
-    if row is not None:
+def _followable(conn: sqlite3.Connection, root: str) -> int:
+    """The ``objects`` key of the object ``root`` (the sequence of its first revision, the one
+    revision whose id is its root), or the error naming what ``root`` is instead."""
+    row = conn.execute("SELECT sequence, root FROM revisions WHERE id = ?", (root,)).fetchone()
+    if row is None:
+        raise NotFound(f"no object with root {root}", "UNKNOWN_ROOT", root=root)
+    if row[1] != root:
         raise BadRequest("root names a revision that is not a root: follow its root",
-                         "NOT_A_ROOT", parameter="root", root=row[0])
-    raise NotFound(f"no object with root {root}", "UNKNOWN_ROOT", root=root)
+                         "NOT_A_ROOT", parameter="root", root=row[1])
+    return int(row[0])
 
 
 def read_changes(
@@ -328,7 +330,7 @@ def read_changes(
         cursor = None if cursor_text is None else decode_cursor(cursor_text, secret)
         latest = int(conn.execute("SELECT coalesce(max(sequence), 0) FROM log").fetchone()[0])
         win = window(cursor, root, epoch, latest, lambda size: _log_root(conn, size))
-        _check_followable(conn, root)
+        owner = _followable(conn, root)
 
         def fetch(seq: int) -> bytes:
             data = source._signed_sync(conn, seq)
@@ -336,14 +338,14 @@ def read_changes(
                 raise ServiceError(f"feed entry {seq} has no revision", "STORAGE_CORRUPT")
             return data
 
-        trees = members.deep_trees(conn, root)
+        trees = members.deep_trees(conn, owner)
         if trees:
-            page = _deep_page(conn, root, trees, win, fetch, limit, limits)
+            page = _deep_page(conn, root, owner, trees, win, fetch, limit, limits)
         else:
             scanned = [
                 int(r[0]) for r in conn.execute(
                     _MEMBER_SEQUENCES_PG if is_postgresql(conn) else _MEMBER_SEQUENCES,
-                    {"root": root, "after": win.after, "hi": win.hi,
+                    {"root": root, "owner": owner, "after": win.after, "hi": win.hi,
                      "n": scan_count(limit, limits)},
                 )
             ]
@@ -384,15 +386,16 @@ _TREE_SEQUENCES = (
 
 
 def _deep_page(
-    conn: sqlite3.Connection, root: str, trees: dict[int, list[members.Hang]], win: Window,
-    fetch: Callable[[int], bytes], limit: int, limits: Limits,
+    conn: sqlite3.Connection, root: str, owner: int, trees: dict[int, list[members.Hang]],
+    win: Window, fetch: Callable[[int], bytes], limit: int, limits: Limits,
 ) -> Page:
     """A page of a deep root: its own and near members merged with its marked trees'
     members, every index entry and probe counted against ``limits.scan``."""
 
     def near(after: int, n: int) -> list[tuple[int, int, int]]:
         return [(int(r[0]), 0, 0) for r in conn.execute(
-            _MEMBER_SEQUENCES, {"root": root, "after": after, "hi": win.hi, "n": n})]
+            _MEMBER_SEQUENCES,
+            {"root": root, "owner": owner, "after": after, "hi": win.hi, "n": n})]
 
     def tree_range(tree: int) -> members.Fetch:
         def rows(after: int, n: int) -> list[tuple[int, int, int]]:

@@ -34,14 +34,14 @@ class Hang:
     cdepth: int
 
 
-def deep_trees(conn: sqlite3.Connection, root: str) -> dict[int, list[Hang]]:
-    """The conversation trees where ``root``'s feed has members beyond its ``feed`` rows, and
-    their hangs (empty for every root of a library without a conversation deeper than
-    ``feed.NEAR``: one probe of the primary key of ``deep``)."""
+def deep_trees(conn: sqlite3.Connection, owner: int) -> dict[int, list[Hang]]:
+    """The conversation trees where the feed of the object created at ``owner`` has members
+    beyond its ``feed`` rows, and their hangs (empty for every root of a library without a
+    conversation deeper than ``feed.NEAR``: one probe of the primary key of ``deep``)."""
     trees: dict[int, list[Hang]] = {}
     for tree, hang, cdepth in conn.execute(
         "SELECT d.tree, d.hang, o.cdepth FROM deep d JOIN objects o ON o.created_sequence = d.hang"
-        " WHERE d.root = ? ORDER BY d.tree, d.hang", (root,),
+        " WHERE d.owner = ? ORDER BY d.tree, d.hang", (owner,),
     ):
         trees.setdefault(int(tree), []).append(Hang(int(hang), int(cdepth)))
     return trees

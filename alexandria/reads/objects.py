@@ -31,7 +31,6 @@ from alexandria.reads import members
 from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store import feed
-from alexandria.store.feed import root_of
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.postgresql import is_postgresql
 from alexandria.store.schema import NOT_RELATED, TREE_LINKS
@@ -337,36 +336,35 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
         "SELECT ancestors, tree, cdepth FROM objects WHERE created_sequence = ?",
         (subj.created_sequence,)
     ).fetchone()
-    roots = [root_of(t) for t in row[0].split()] if row is not None else []
+    keys = list(feed.Near.decode(row[0]).seqs) if row is not None else []
     if row is not None and row[1] and int(row[2]) > feed.NEAR:  # else every ancestor is near
-        roots += _far_spaces(conn, int(row[1]), subj.created_sequence, int(row[2]))
-    roots = list(dict.fromkeys(roots))
+        keys += _far_spaces(conn, int(row[1]), subj.created_sequence, int(row[2]))
+    keys = list(dict.fromkeys(keys))
     # asked in chunks of ANCESTOR_CHUNK parameters (SQLite refuses more than 32,766 in one
     # statement, PostgreSQL 65,535); the spaces found are few (containment stops at 64 levels)
     spaces: list[tuple[int, int, int]] = []
-    for at in range(0, len(roots), ANCESTOR_CHUNK):
-        chunk = roots[at:at + ANCESTOR_CHUNK]
+    for at in range(0, len(keys), ANCESTOR_CHUNK):
+        chunk = keys[at:at + ANCESTOR_CHUNK]
         spaces += conn.execute(
-            "SELECT o.depth, o.created_sequence, o.head_sequence FROM revisions f"
-            " JOIN objects o ON o.created_sequence = f.sequence"
-            f" WHERE f.id IN ({', '.join('?' * len(chunk))}) AND o.kind = 'space'",
+            "SELECT depth, created_sequence, head_sequence FROM objects"
+            f" WHERE created_sequence IN ({', '.join('?' * len(chunk))}) AND kind = 'space'",
             chunk,
         ).fetchall()
     return [head for _depth, _created, head in sorted(spaces)]
 
 
-def _far_spaces(conn: sqlite3.Connection, tree: int, seq: int, cdepth: int) -> list[str]:
+def _far_spaces(conn: sqlite3.Connection, tree: int, seq: int, cdepth: int) -> list[int]:
     """Spaces hanging from the discussions of ``tree`` that are the object's ancestors beyond
     its near list: the spaces marked deep in its tree, each tested by a level-ancestor query."""
     rows = conn.execute(
-        "SELECT d.root, d.hang, h.cdepth FROM deep d"
-        " JOIN revisions f ON f.id = d.root JOIN objects s ON s.created_sequence = f.sequence"
+        "SELECT d.owner, d.hang, h.cdepth FROM deep d"
+        " JOIN objects s ON s.created_sequence = d.owner"
         " JOIN objects h ON h.created_sequence = d.hang"
         " WHERE d.tree = ? AND s.kind = 'space' ORDER BY d.hang", (tree,),
     ).fetchall()
     positions = members.Positions(conn, members.Budget(None))
     return [
-        str(root) for root, hang, depth in rows
+        int(owner) for owner, hang, depth in rows
         if positions.below(seq, cdepth, [members.Hang(int(hang), int(depth))])
     ]
 
@@ -376,25 +374,26 @@ def _section_all(
     warm: Warm | None = None,
 ) -> SectionResult:
     """The whole tree below the object (``feed`` range), by creation, current heads."""
-    trees = members.deep_trees(conn, subj.root)
+    trees = members.deep_trees(conn, subj.created_sequence)
     if trees:
         found = _deep_firsts(conn, subj, trees, offset + PAGE_SIZE + 1)
         firsts, more = found[offset:offset + PAGE_SIZE], len(found) > offset + PAGE_SIZE
         return _heads(conn, firsts, warm), more
     warmed = warm is not None and _warm_links(
-        conn, "SELECT sequence FROM feed WHERE root = :root ORDER BY sequence",
-        {"root": subj.root}, offset, warm)
-    firsts, more = _page(conn, _FIRSTS_BELOW + " ORDER BY f.sequence", {"root": subj.root},
-                         offset)
+        conn, "SELECT sequence FROM feed WHERE owner = :owner ORDER BY sequence",
+        {"owner": subj.created_sequence}, offset, warm)
+    firsts, more = _page(conn, _FIRSTS_BELOW + " ORDER BY f.sequence",
+                         {"owner": subj.created_sequence}, offset)
     return _heads(conn, firsts, None if warmed else warm), more
 
 
-# First revisions of the members below :root within its feed rows (``feed`` range): a feed
-# row is a first revision's exactly when an ``objects`` row was created at its sequence (the
-# probe ``_heads`` repeats, by the integer key, rather than one of ``revisions``)
+# First revisions of the members below the object created at :owner within its feed rows
+# (``feed`` range): a feed row is a first revision's exactly when an ``objects`` row was
+# created at its sequence (the probe ``_heads`` repeats, by the integer key, rather than one of
+# ``revisions``)
 _FIRSTS_BELOW = (
     "SELECT f.sequence AS seq FROM feed f JOIN objects o ON o.created_sequence = f.sequence"
-    " WHERE f.root = :root AND o.root != :root"
+    " WHERE f.owner = :owner AND o.created_sequence != :owner"
 )
 
 
@@ -410,7 +409,7 @@ def _deep_firsts(
     def near(after: int, n: int) -> list[tuple[int, int, int]]:
         return [(int(r[0]), 0, 0) for r in conn.execute(
             _FIRSTS_BELOW + " AND f.sequence > :after ORDER BY f.sequence LIMIT :n",
-            {"root": subj.root, "after": after, "n": n})]
+            {"owner": subj.created_sequence, "after": after, "n": n})]
 
     def tree_range(tree: int) -> members.Fetch:
         def rows(after: int, n: int) -> list[tuple[int, int, int]]:
@@ -697,10 +696,11 @@ def discussion(
     arms = _conversation_arms(subj)
     if not arms:
         return Discussion([], 0, None)
-    trees = members.deep_trees(conn, subj.root) if subj.kind in ("discussion", "reply") else {}
+    trees = members.deep_trees(conn, subj.created_sequence) \
+        if subj.kind in ("discussion", "reply") else {}
     if trees:
         return _deep_discussion(conn, store, subj, trees, sort, offset)
-    params = {"root": subj.root}
+    params: dict[str, Any] = {"root": subj.root, "owner": subj.created_sequence}
     total = int(conn.execute(
         "SELECT count(*) FROM (" + " UNION ".join(arms) + ") AS u", params
     ).fetchone()[0])

@@ -567,8 +567,9 @@ class LedgerStorage(Storage):
         placed: feed.Placement | None = None
         if v.previous:
             # an object's parentage never changes: its near ancestors and tree neither
-            near = cache.near_of(conn, v.root)
-            tree = cache.node_of(conn, v.root).tree if v.kind in feed.CONVERSATION else 0
+            created = cache.seq_of(conn, v.root)
+            near = cache.near_of(conn, created)
+            tree = cache.node(conn, created).tree if v.kind in feed.CONVERSATION else 0
         else:
             placed = feed.place(conn, cache, v.kind, sequence, (
                 (lk.relation, target_root)
@@ -608,7 +609,7 @@ class LedgerStorage(Storage):
                     "INSERT INTO votes(author, target, vote_root) VALUES (?, ?, ?)",
                     (v.author, v.vote_target, v.root),
                 )
-            cache.remember(v.root, near, placed.node)
+            cache.remember(v.root, sequence, near, placed.node)
             if placed.mark is not None:
                 feed.mark_deep(conn, cache, placed.mark)
         feed.write_rows(conn, near, sequence)

@@ -143,17 +143,17 @@ CREATE TABLE IF NOT EXISTS revocations(
     sequence INTEGER PRIMARY KEY, key TEXT NOT NULL, issuer TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS revocations_key ON revocations(key);
--- one row per revision and *near* ancestor of its object (store/feed.py; the object's own
--- revisions are found through objects and revisions_later: no page keyed by a fresh root is
--- written twice)
+-- one row per revision and *near* ancestor of its object, the ``owner`` (store/feed.py), by
+-- the ancestor's objects key (created_sequence), not its root: ~12 bytes a row instead of ~75
+-- (the object's own revisions are found through objects and revisions_later)
 CREATE TABLE IF NOT EXISTS feed(
-    root TEXT NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(root, sequence)
+    owner INTEGER NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(owner, sequence)
 ) WITHOUT ROWID;
--- roots whose feed holds members of a conversation tree beyond their feed rows: those below
--- the conversation node created at ``hang`` (store/feed.py)
+-- objects (by objects key) whose feed holds members of a conversation tree beyond their feed
+-- rows: those below the conversation node created at ``hang`` (store/feed.py)
 CREATE TABLE IF NOT EXISTS deep(
-    root TEXT NOT NULL, tree INTEGER NOT NULL, hang INTEGER NOT NULL,
-    PRIMARY KEY(root, tree, hang)
+    owner INTEGER NOT NULL, tree INTEGER NOT NULL, hang INTEGER NOT NULL,
+    PRIMARY KEY(owner, tree, hang)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
 """
@@ -216,6 +216,26 @@ def drop_object_root_index(conn: sqlite3.Connection) -> None:
                      " ORDER BY created_sequence")
         conn.execute("DROP TABLE objects")
         conn.execute("ALTER TABLE objects_rebuilt RENAME TO objects")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def drop_root_keyed_feed(conn: sqlite3.Connection) -> None:
+    """Drop the ``feed`` and ``deep`` tables of a library of an earlier layout, keyed by 64-hex
+    roots, and forget their layout, in one transaction: ``TABLES`` creates them again keyed by
+    ``objects`` keys, and ``feed.ensure_layout`` refills them (and rewrites the near lists) in
+    the writer's first transaction.  A crash in between leaves empty tables and no recorded
+    layout, which the next opening rebuilds the same way."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(feed)")}
+    if "root" not in columns:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("DROP TABLE feed")
+        conn.execute("DROP TABLE IF EXISTS deep")
+        conn.execute("DELETE FROM meta WHERE key = 'feed_layout'")
     except BaseException:
         conn.execute("ROLLBACK")
         raise

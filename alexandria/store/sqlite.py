@@ -106,6 +106,7 @@ class SqliteStorage(LedgerStorage):
         conn.execute("PRAGMA busy_timeout = 30000")  # opening; _begin waits for writes
         schema.add_columns(conn)  # a library of an earlier layout: before TABLES' indexes
         schema.drop_object_root_index(conn)
+        schema.drop_root_keyed_feed(conn)
         conn.executescript(schema.TABLES)
         conn.executescript(schema.RETIRE)  # an earlier layout's indexes, once replaced
         conn.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting

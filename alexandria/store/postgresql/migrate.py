@@ -46,6 +46,10 @@ COPIED = (
     "revocations", "feed", "deep", "checkpoints", "checkpoint_cosignatures", "personal_state",
     "personal_requests", "enrolment_requests",
 )
+#: tables that a library of an earlier layout keyed by roots (``store/feed.py``): not copied
+#: from such a library; the copy's recorded ``feed_layout`` is the earlier one, so the first
+#: node to open the database rebuilds them
+ROOT_KEYED = ("feed", "deep")
 #: ``meta`` keys that describe the SQLite copy, not the library
 NOT_COPIED_META = ("catalogue_index",)
 BATCH = 2000
@@ -156,6 +160,8 @@ def migrate(source: str | Path, url: str,
                         f" to {pin[0]}", "GENESIS_MISMATCH")
                 raw.execute(f"TRUNCATE {', '.join(COPIED)}")
                 for table in COPIED:
+                    if table in ROOT_KEYED and "root" in _columns(lite, table):
+                        continue  # an earlier layout's: feed.ensure_layout rebuilds them
                     rows += _copy(lite, raw, table, progress)
                 # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
                 search_index.rebuild(cast(sqlite3.Connection, conn))

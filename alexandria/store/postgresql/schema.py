@@ -75,6 +75,24 @@ CREATE STATISTICS IF NOT EXISTS catalogue_facet_kind (dependencies) ON facet, ki
 ANALYZE catalogue;
 """
 
+#: ``feed`` and ``deep`` name their owners by ``objects`` key (store/feed.py, layout 2): the
+#: tables of an earlier layout are replaced, empty, and ``feed.ensure_layout`` refills them and
+#: rewrites the near lists in the writer's first transaction (the layout it finds recorded is
+#: the earlier one).  On a new database this replaces schema.sql's empty tables by the same.
+FEED_BY_OBJECT_KEYS = """
+DROP TABLE IF EXISTS feed;
+DROP TABLE IF EXISTS deep;
+CREATE TABLE feed(
+    owner BIGINT NOT NULL, sequence BIGINT NOT NULL, PRIMARY KEY(owner, sequence)
+);
+CREATE TABLE deep(
+    owner BIGINT NOT NULL, tree BIGINT NOT NULL, hang BIGINT NOT NULL,
+    PRIMARY KEY(owner, tree, hang)
+);
+CREATE INDEX deep_tree ON deep(tree, hang);
+DELETE FROM meta WHERE key = 'feed_layout';
+"""
+
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, "schema.sql"),
@@ -96,6 +114,7 @@ CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
     (3, TREE_LINKS_AND_COVERING_VOTES),
     (4, VOTE_TARGET_KEYS),
     (5, COVERING_POSTINGS),
+    (6, FEED_BY_OBJECT_KEYS),
 )
 VERSION = MIGRATIONS[-1][0]
 
