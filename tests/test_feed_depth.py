@@ -305,9 +305,16 @@ async def test_rows_per_admission_do_not_grow_with_depth(
 
 def _downgrade(db: str | Path) -> int:
     """Turn a library written with every ancestor near into the first layout: plain lists of
-    ancestor roots, ``feed`` rows keyed by root, none of the later columns, tables and index,
-    no layout recorded (and, on PostgreSQL, schema version 1); its ``feed`` rows."""
+    ancestor roots, ``feed`` rows keyed by root, links naming their targets' roots (not their
+    integer keys), none of the later columns, tables and index, no layout recorded (and, on
+    PostgreSQL, schema version 1); its ``feed`` rows."""
     drops = [
+        "ALTER TABLE links ADD COLUMN target_root TEXT NOT NULL DEFAULT ''",
+        "UPDATE links SET target_root ="
+        " (SELECT root FROM objects WHERE created_sequence = links.target_owner)",
+        "DROP INDEX links_tree", "DROP INDEX links_related", "DROP INDEX links_to_revision",
+        "DROP INDEX links_relationships", "ALTER TABLE links DROP COLUMN target_seq",
+        "ALTER TABLE links DROP COLUMN target_owner",
         "CREATE TABLE feed_by_root AS SELECT o.root AS root, f.sequence AS sequence FROM feed f"
         " JOIN objects o ON o.created_sequence = f.owner",
         "DROP TABLE feed", "ALTER TABLE feed_by_root RENAME TO feed",

@@ -41,6 +41,7 @@ from tests.conftest import Api, Clock, serve_library
 from tests.liveserver import serving, write_library_files
 from tests.pgcluster import Cluster, cluster, standby
 from tests.test_durability import _admit_authorities, _claim, _post_at
+from tests.test_sqlite_store import _ROOT_KEYED, _reads
 
 pytestmark = pytest.mark.slow
 
@@ -202,18 +203,17 @@ def test_the_schema_matches_sqlites_columns(pg_db: str) -> None:
     tables = [r[0] for r in lite.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE '%VIRTUAL%'"
         " AND name NOT LIKE 'catalogue_text%' AND name NOT LIKE 'catalogue_levels%'")]
-    with psycopg.connect(pg_db, autocommit=True) as pg:
-        pg.execute(_schema_sql().encode())
+    with psycopg.connect(pg_db, autocommit=True) as pg:  # migrated to ``VERSION``
         for table in tables:
             mine = [r[1] for r in lite.execute(f"PRAGMA table_info({table})")]
             theirs = [r[0] for r in pg.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
                 " ORDER BY ordinal_position", (table,))]
             assert mine == theirs, table
-    assert sqlite_schema.NOT_RELATED.replace("'", "") in _schema_sql().replace("'", "").replace(
-        "\n    ", " ")
-    assert sqlite_schema.TREE_LINKS.replace("'", "") in pg_schema.TREE_LINKS_AND_COVERING_VOTES\
-        .replace("'", "").replace("\n    ", " ")
+    assert sqlite_schema.NOT_RELATED.replace("'", "") in pg_schema.INTEGER_KEYS.replace(
+        "'", "").replace("\n    ", " ")
+    assert sqlite_schema.TREE_LINKS.replace("'", "") in pg_schema.INTEGER_KEYS.replace(
+        "'", "").replace("\n    ", " ")
 
 
 def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
@@ -240,13 +240,13 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         # vote_values_by_author came with version 3 and went with version 4
         assert set(sqlite_schema.RETIRED_INDEXES) - {"vote_values_by_author"} <= indexes()
         assert "INCLUDE" not in postings_key()
-        raw.execute("DROP TABLE feed")  # version 1's feed was keyed by roots
-        raw.execute("CREATE TABLE feed(root TEXT NOT NULL, sequence BIGINT NOT NULL,"
-                    " PRIMARY KEY(root, sequence))")
         assert pg_schema.apply(raw) == [2, 3, 4, 5, 6]
-        assert [r[0] for r in raw.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'feed'"
-            " ORDER BY ordinal_position")] == ["owner", "sequence"]
+        for table, columns in (("feed", ["owner", "sequence"]), ("links", [
+                "source_sequence", "position", "relation", "target", "target_seq",
+                "target_owner"])):
+            assert [r[0] for r in raw.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
+                " ORDER BY ordinal_position", (table,))] == columns
         assert not indexes() & set(sqlite_schema.RETIRED_INDEXES)
         assert {"links_tree", "links_to_revision", "vote_values_by_target_seq"} <= indexes()
         assert postings_key().endswith("(term, seq) INCLUDE (title_count, body_count)")
@@ -401,6 +401,26 @@ async def test_migrate_keeps_the_root_and_the_same_answers(
     with pytest.raises(BadRequest) as refused:
         migrate(lite, url)
     assert refused.value.code == "TARGET_NOT_EMPTY"
+
+
+async def test_migrate_carries_a_library_of_the_root_keyed_layout(
+    tmp_path: Path, founding: Founding, clock: Clock, pg_cluster: Cluster
+) -> None:
+    """A SQLite library whose links and feed were keyed by 64-hex roots (before issue 22's
+    integer keys) migrates as opening it would carry it over: its links with their targets'
+    integer keys, its feed rebuilt by the first node to open the database; every read the
+    same."""
+    lite = tmp_path / "lib.db"
+    async for api in serve_library(tmp_path, founding, clock, db=lite):
+        revisions = list((await publish_example(api)).values())
+        before = await _reads(api, revisions)
+    conn = sqlite3.connect(lite)
+    conn.executescript(_ROOT_KEYED)
+    conn.close()
+    url = pg_cluster.database()
+    migrate(lite, url)
+    async for api in serve_library(tmp_path, founding, clock, documents=[], db=url):
+        assert await _reads(api, revisions) == before
 
 
 def test_migrate_command(tmp_path: Path, founding: Founding, pg_cluster: Cluster) -> None:

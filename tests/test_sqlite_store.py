@@ -15,7 +15,7 @@ from alexandria.core.timestamps import parse_ms
 from alexandria.reads import objects as objects_reads
 from alexandria.reads.objects import SECTIONS
 from alexandria.service.bootstrap import Founding
-from alexandria.store import schema
+from alexandria.store import feed, schema
 from alexandria.store.merkle_nodes import tree_size
 from tests import objects_support
 from tests.catalogue_support import vote
@@ -142,6 +142,32 @@ CREATE INDEX vote_values_by_author ON vote_values(author_id, head_sequence, targ
 """
 
 
+# Every layout before issue 22's fourth round keyed links, ``feed`` and ``deep`` by 64-hex
+# roots and revision ids (its near lists too, which the rebuild rewrites whatever they hold).
+_ROOT_KEYED = f"""
+ALTER TABLE links ADD COLUMN target_root TEXT NOT NULL DEFAULT '';
+UPDATE links SET target_root =
+    (SELECT root FROM objects WHERE created_sequence = links.target_owner);
+DROP INDEX links_tree;
+DROP INDEX links_related;
+DROP INDEX links_to_revision;
+DROP INDEX links_relationships;
+ALTER TABLE links DROP COLUMN target_seq;
+ALTER TABLE links DROP COLUMN target_owner;
+CREATE INDEX links_tree ON links(target_root, relation) WHERE relation IN {schema.TREE_LINKS};
+CREATE INDEX links_related ON links(target_root, source_sequence)
+    WHERE relation NOT IN {schema.NOT_RELATED};
+CREATE INDEX links_to_revision ON links(target, source_sequence, position, relation)
+    WHERE relation != 'votes_on';
+CREATE INDEX links_relationships ON links(target_root, source_sequence)
+    WHERE relation IN ('relates_from', 'relates_to');
+CREATE TABLE feed_by_root AS SELECT o.root AS root, f.sequence AS sequence FROM feed f
+    JOIN objects o ON o.created_sequence = f.owner;
+DROP TABLE feed;
+ALTER TABLE feed_by_root RENAME TO feed;
+UPDATE meta SET value = 'near-conversation-1/64' WHERE key = 'feed_layout';
+"""
+
 # Every layout before issue 22's third round indexed the objects by root (``UNIQUE``), beside
 # the index of revision ids that finds them now (``schema.object_row``).
 _ROOT_INDEXED = (
@@ -151,6 +177,14 @@ _ROOT_INDEXED = (
     + "DROP TABLE objects;\nALTER TABLE objects_earlier RENAME TO objects;\n"
     + schema._OBJECT_INDEXES
 )
+
+
+def _objects(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
+    """Every ``objects`` row, its near list as a set (the rebuild of the feed layout may list
+    an object's ancestors in another order)."""
+    at = schema.OBJECT_COLUMNS.index("ancestors")
+    return [(*row[:at], frozenset(row[at].split()), *row[at + 1:]) for row in conn.execute(
+        f"SELECT {', '.join(schema.OBJECT_COLUMNS)} FROM objects ORDER BY created_sequence")]
 
 
 @pytest.mark.parametrize("earlier", [_EARLIER_INDEXES, _FIRST_ROUND_INDEXES, ""],
@@ -180,8 +214,8 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         revisions = [*names.values(), changed["id"]]
         before = await reads(api, revisions)
     conn = sqlite3.connect(tmp_path / "lib.db")
-    objects = conn.execute("SELECT * FROM objects ORDER BY created_sequence").fetchall()
-    conn.executescript(earlier + _ROOT_INDEXED)
+    objects = _objects(conn)
+    conn.executescript(_ROOT_KEYED + earlier + _ROOT_INDEXED)
     assert earlier == "" or "target_seq" not in {
         r[1] for r in conn.execute("PRAGMA table_info(vote_values)")}
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE"
@@ -196,10 +230,18 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         # the objects, rebuilt without their index of roots, each row as it was
         assert not any(name.startswith("sqlite_autoindex_objects") for name in indexes)
         assert {"objects_head_sequence", "objects_contents"} <= indexes
-        assert conn.execute(
-            "SELECT * FROM objects ORDER BY created_sequence").fetchall()[:len(objects)] == objects
+        assert _objects(conn)[:len(objects)] == objects
         assert {"links_tree", "links_to_revision", "vote_values_by_target_seq"} <= indexes
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        # links keyed by integers, each naming its target's sequence and object
+        columns = tuple(r[1] for r in conn.execute("PRAGMA table_info(links)"))
+        assert columns == schema.LINK_COLUMNS
+        assert conn.execute(
+            "SELECT count(*) FROM links l JOIN revisions t ON t.sequence = l.target_seq"
+            " JOIN revisions o ON o.sequence = l.target_owner"
+            " WHERE t.id != l.target OR o.id != t.root").fetchone()[0] == 0
+        assert conn.execute("SELECT value FROM meta WHERE key = 'feed_layout'").fetchone()[0] \
+            == feed.layout()
         # every vote names its target's integer key, filled when the column was added
         votes = conn.execute("SELECT count(*) FROM vote_values").fetchone()[0]
         assert votes == 5
@@ -216,10 +258,10 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         # repeats its condition
         children = " ".join(str(r[3]) for r in conn.execute(
             "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", False),
-            {"root": names["space"]}))
+            {"owner": 1}))
         assert "links_tree" in children
         exact = " ".join(str(r[3]) for r in conn.execute(
             "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", True),
-            {"rev": names["space"]}))
+            {"seq": 1}))
         assert "links_to_revision" in exact
         conn.close()

@@ -150,14 +150,14 @@ def _tree_arm(
     relations: str | Sequence[str], exact: bool, column: str = "l.source_sequence AS seq"
 ) -> str:
     """First revisions of the objects whose tree link of one of ``relations`` names the subject
-    (any of its revisions, or exactly ``:rev``).
+    (any of its revisions, ``:owner``, or exactly the one at ``:seq``).
 
     Tree links never change across revisions, so the first revision carries them; the range
-    ``links_tree(target_root, relation)`` (``links_to_revision(target, source_sequence, …)`` when
-    exact) is ordered by ``source_sequence``, the primary key suffix, so no sort is needed.  A
-    link is a first revision's exactly when an ``objects`` row was created at its sequence: one
-    probe of that table's integer key (objects are stored in creation order, so the rows of a
-    space's children sit together), not of ``revisions`` and its 64-hex ids.
+    ``links_tree(target_owner, relation)`` (``links_to_revision(target_seq, source_sequence,
+    …)`` when exact) is ordered by ``source_sequence``, the primary key suffix, so no sort is
+    needed.  A link is a first revision's exactly when an ``objects`` row was created at its
+    sequence: one probe of that table's integer key (objects are stored in creation order, so
+    the rows of a space's children sit together), not of ``revisions`` and its 64-hex ids.
 
     Several relations: by root, one arm each (``_tree_arms``); exactly, one arm for all, since
     ``links_to_revision`` is not keyed by relation — an arm per relation would each read every
@@ -190,8 +190,8 @@ def _tree_links(exact: bool, prefix: str = "") -> str:
     that holds them (SQLite uses a partial index only when the query repeats its condition):
     ``links_to_revision`` for one exact revision, ``links_tree`` for any of the object's."""
     if exact:
-        return f"{prefix}target = :rev AND {prefix}relation != 'votes_on'"
-    return f"{prefix}target_root = :root AND {prefix}relation IN {TREE_LINKS}"
+        return f"{prefix}target_seq = :seq AND {prefix}relation != 'votes_on'"
+    return f"{prefix}target_owner = :owner AND {prefix}relation IN {TREE_LINKS}"
 
 
 def _contained_arm(kind: str) -> str:
@@ -260,24 +260,24 @@ def _by_key(conn: sqlite3.Connection, select: str, keys: Sequence[Any]) -> list[
     return conn.execute(f"{select} IN ({','.join('?' * len(keys))})", list(keys)).fetchall()
 
 
-def _sequences_of(conn: sqlite3.Connection, revs: Sequence[str]) -> list[int]:
-    if is_postgresql(conn) and revs:
-        found = dict(_by_key(conn, "SELECT id, sequence FROM revisions WHERE id", revs))
-        return [found[rev] for rev in revs]
-    out = []
-    for rev in revs:
-        row = conn.execute("SELECT sequence FROM revisions WHERE id = ?", (rev,)).fetchone()
-        out.append(row[0])
-    return out
-
-
-def _links_of(conn: sqlite3.Connection, sequence: int) -> list[tuple[str, str]]:
+def _links_of(conn: sqlite3.Connection, sequence: int) -> list[tuple[str, str, int]]:
+    """The links of the revision at ``sequence``, in order: relation, target revision id and
+    the target's sequence."""
     return [
-        (r[0], r[1]) for r in conn.execute(
-            "SELECT relation, target FROM links WHERE source_sequence = ? ORDER BY position",
-            (sequence,),
+        (r[0], r[1], int(r[2])) for r in conn.execute(
+            "SELECT relation, target, target_seq FROM links WHERE source_sequence = ?"
+            " ORDER BY position", (sequence,),
         )
     ]
+
+
+def _keys(subj: Subject) -> dict[str, Any]:
+    """The parameters naming the subject in a section's SQL: its root (``:root``, for
+    ``objects.parent`` and ``revisions.root``), requested revision (``:rev``), the object's
+    ``objects`` key (``:owner``, for ``feed`` and the links' indexes) and the requested
+    revision's sequence (``:seq``, for links naming it exactly)."""
+    return {"root": subj.root, "rev": subj.rev, "owner": subj.created_sequence,
+            "seq": subj.sequence}
 
 
 def _next(offset: int, count: int, more: bool) -> int | None:
@@ -436,7 +436,7 @@ def _section_children(
     relations = CHILD_RELATIONS.get(subj.kind, ())
     if not relations:
         return [], False
-    params = {"root": subj.root, "rev": subj.rev}
+    params = _keys(subj)
     warmed = warm is not None and _warm_tree_links(conn, relations, exact, params, offset, warm)
     firsts, more = _page(conn, _merged(_tree_arms(relations, exact)), params, offset)
     return _heads(conn, firsts, None if warmed else warm), more
@@ -511,7 +511,7 @@ def _section_discussions(
     arms = _discussion_arms(subj, exact)
     if not arms:
         return [], False
-    firsts, more = _page(conn, _merged(arms), {"root": subj.root, "rev": subj.rev}, offset)
+    firsts, more = _page(conn, _merged(arms), _keys(subj), offset)
     return _heads(conn, firsts, warm), more
 
 
@@ -534,13 +534,13 @@ def _section_knowledge(
     conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool,
     warm: Warm | None = None,
 ) -> SectionResult:
-    params = {"root": subj.root, "rev": subj.rev}
+    params = _keys(subj)
     if subj.kind == "claim":
         arms = _tree_arms(("evidence_for", "assesses"), exact)
         return _page(conn, _merged(arms), params, offset)  # immutable: first revision is head
     if subj.kind != "space":
         return [], False
-    included = _sequences_of(conn, [t for r, t in _links_of(conn, item) if r == "includes"])
+    included = [seq for r, _t, seq in _links_of(conn, item) if r == "includes"]
     if exact and subj.rev != subj.root:
         return included[offset : offset + PAGE_SIZE], offset + PAGE_SIZE < len(included)
     sql = _merged([_contained_arm("claim"), _contained_arm("document")])
@@ -559,23 +559,23 @@ def _section_related(
     """Exact targets of the item's links (but its containment: see ``ancestors``), then the
     current heads of other objects linking to it by citation, includes, relationship or merge
     (partial indexes ``links_related`` and, exact, ``links_to_revision``)."""
-    targets: list[str] = []
-    for relation, target in _links_of(conn, item):
-        if relation != "contained_in" and target not in targets:
-            targets.append(target)
-    outgoing = _sequences_of(conn, targets)
+    outgoing: list[int] = []
+    for relation, _target, target_seq in _links_of(conn, item):
+        if relation != "contained_in" and target_seq not in outgoing:
+            outgoing.append(target_seq)
     where = (
-        "l.target = :rev AND l.relation != 'votes_on'" if exact else "l.target_root = :root"
+        "l.target_seq = :seq AND l.relation != 'votes_on'" if exact
+        else "l.target_owner = :owner"
     )
     sql = (
         "SELECT l.source_sequence AS seq FROM links l"
         " JOIN objects o ON o.head_sequence = l.source_sequence"
-        f" WHERE {where} AND l.relation NOT IN {NOT_RELATED} AND o.root != :root"
+        f" WHERE {where} AND l.relation NOT IN {NOT_RELATED} AND o.created_sequence != :owner"
         " GROUP BY l.source_sequence ORDER BY l.source_sequence"
     )
 
     def incoming(off: int, limit: int) -> SectionResult:
-        return _page(conn, sql, {"root": subj.root, "rev": subj.rev}, off, limit)
+        return _page(conn, sql, _keys(subj), off, limit)
 
     return _prefixed(outgoing, offset, incoming)
 
@@ -591,30 +591,31 @@ def _section_graph(
     relations = CHILD_RELATIONS.get(subj.kind, ())
     linked = [rel for rel in relations if rel != "contained_in"]
     endpoints = (
-        [_tree_arm(linked, True, "o.root")] if exact and linked
-        else [_tree_arm(rel, exact, "o.root") for rel in linked]
+        [_tree_arm(linked, True, "o.created_sequence")] if exact and linked
+        else [_tree_arm(rel, exact, "o.created_sequence") for rel in linked]
     )
     if "contained_in" in relations and (not exact or subj.rev == subj.root):
-        endpoints.append("SELECT root FROM objects WHERE parent = :root AND parent != ''")
+        endpoints.append(
+            "SELECT created_sequence FROM objects WHERE parent = :root AND parent != ''")
     endpoints.append(
-        "SELECT target_root FROM links WHERE source_sequence = :item AND relation = 'includes'"
+        "SELECT target_owner FROM links WHERE source_sequence = :item AND relation = 'includes'"
     )
     if not exact:
-        endpoints.append("SELECT :root")
+        endpoints.append("SELECT :owner")
     arms = [
         "SELECT l.source_sequence AS seq FROM links l INDEXED BY links_relationships"
         f" WHERE l.relation IN {RELATIONSHIP_LINKS}"
-        f" AND l.target_root IN ({' UNION ALL '.join(endpoints)})"
+        f" AND l.target_owner IN ({' UNION ALL '.join(endpoints)})"
     ]
     if exact:
         arms.append(
             "SELECT l.source_sequence AS seq FROM links l"
-            f" WHERE l.target = :rev AND l.relation != 'votes_on'"
+            f" WHERE l.target_seq = :seq AND l.relation != 'votes_on'"
             f" AND l.relation IN {RELATIONSHIP_LINKS}"
         )
     # a relationship between two endpoints has two matching links: DISTINCT keeps it once
     sql = "SELECT DISTINCT seq FROM (" + " UNION ALL ".join(arms) + ") AS u ORDER BY seq"
-    return _page(conn, sql, {"root": subj.root, "rev": subj.rev, "item": item}, offset)
+    return _page(conn, sql, _keys(subj) | {"item": item}, offset)
 
 
 def tree_children(
@@ -624,7 +625,7 @@ def tree_children(
     """Current heads of the objects whose ``relation`` tree link names the object (any of its
     revisions), by creation: one range of ``links_tree``, as in ``children``."""
     firsts, more = _page(
-        conn, _merged([_tree_arm(relation, False)]), {"root": subj.root, "rev": subj.rev}, offset
+        conn, _merged([_tree_arm(relation, False)]), _keys(subj), offset
     )
     return _heads(conn, firsts, warm), more
 
@@ -656,14 +657,14 @@ def connections(conn: sqlite3.Connection, rev: str, offset: int) -> Connections 
         "SELECT r.id, l.relation, r.title FROM links l"
         " JOIN objects o ON o.head_sequence = l.source_sequence"
         " JOIN revisions r ON r.sequence = l.source_sequence"
-        " WHERE l.target = :rev AND l.relation != 'votes_on'"
+        " WHERE l.target_seq = :seq AND l.relation != 'votes_on'"
         " ORDER BY l.source_sequence, l.position LIMIT :limit OFFSET :offset",
-        {"rev": rev, "limit": PAGE_SIZE + 1, "offset": offset},
+        {"seq": subj.sequence, "limit": PAGE_SIZE + 1, "offset": offset},
     ).fetchall()
     history, more_history = _page(
         conn, _HISTORY_IDS, {"root": subj.root, "created": subj.created_sequence}, offset)
     return Connections(
-        outgoing=[{"relation": r, "target": t} for r, t in _links_of(conn, subj.sequence)],
+        outgoing=[{"relation": r, "target": t} for r, t, _s in _links_of(conn, subj.sequence)],
         incoming=[Incoming(*row) for row in rows[:PAGE_SIZE]],
         history=[str(h) for h in history],
         history_total=subj.revisions,
@@ -700,7 +701,7 @@ def discussion(
         if subj.kind in ("discussion", "reply") else {}
     if trees:
         return _deep_discussion(conn, store, subj, trees, sort, offset)
-    params: dict[str, Any] = {"root": subj.root, "owner": subj.created_sequence}
+    params = _keys(subj)
     total = int(conn.execute(
         "SELECT count(*) FROM (" + " UNION ".join(arms) + ") AS u", params
     ).fetchone()[0])

@@ -105,6 +105,7 @@ class _StateView:
         sequence, length = row[0], row[5]
         ms = parse_ms(row[4])
         assert ms is not None
+        self.memory.feed.seqs[rev] = int(sequence)  # the links to it store its sequence
 
         def record() -> dict[str, Any]:
             data = self.conn.execute(
@@ -585,6 +586,7 @@ class LedgerStorage(Storage):
              cand.record_length, v.authority_sequence, tree),
         )
         memory.absent.discard(v.id)
+        cache.seqs[v.id] = sequence  # links to it store its sequence
         if placed is None:
             conn.execute(
                 "UPDATE objects SET head = ?, head_sequence = ?, revisions = revisions + 1"
@@ -614,10 +616,11 @@ class LedgerStorage(Storage):
                 feed.mark_deep(conn, cache, placed.mark)
         feed.write_rows(conn, near, sequence)
         conn.executemany(
-            "INSERT INTO links(source_sequence, position, relation, target, target_root)"
-            " VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO links(source_sequence, position, relation, target, target_seq,"
+            " target_owner) VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (sequence, i, lk.relation, lk.target, target_root)
+                (sequence, i, lk.relation, lk.target, cache.seq_of(conn, lk.target),
+                 cache.seq_of(conn, target_root))
                 for i, (lk, target_root) in enumerate(zip(rec.links, v.link_roots, strict=True))
             ],
         )

@@ -63,6 +63,25 @@ CREATE INDEX IF NOT EXISTS objects_contents ON objects(parent, kind, created_seq
     WHERE parent != '';
 """
 
+# A link names its target revision by id (``target``, as the record does) and, for the
+# indexes, by integer keys: the target's sequence and its object's ``objects`` key (the
+# sequence of its first revision), never by 64-hex text, so an index row is ~15 bytes instead
+# of ~80 (issue 22: fewer pages dirtied per admission once the library outgrows memory).
+_LINKS = """
+CREATE TABLE IF NOT EXISTS {name}(
+    source_sequence INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    relation TEXT NOT NULL,
+    target TEXT NOT NULL,
+    target_seq INTEGER NOT NULL,
+    target_owner INTEGER NOT NULL,
+    PRIMARY KEY(source_sequence, position)
+) WITHOUT ROWID;
+"""
+#: The columns of ``links``, in the order ``_LINKS`` declares them.
+LINK_COLUMNS = ("source_sequence", "position", "relation", "target", "target_seq",
+                "target_owner")
+
 #: The columns of ``objects``, in the order ``_OBJECTS`` declares them.
 OBJECT_COLUMNS = ("created_sequence", "root", "kind", "author", "head", "head_sequence",
                   "revisions", "depth", "parent", "vote_target", "feed_links", "ancestors",
@@ -109,24 +128,17 @@ CREATE INDEX IF NOT EXISTS revisions_tree ON revisions(tree, sequence) WHERE tre
 -- an object's first revision is found by its root (objects.created_sequence); only the later
 -- ones are indexed by root, so creating an object writes no page of this index
 CREATE INDEX IF NOT EXISTS revisions_later ON revisions(root, sequence) WHERE id != root;
-""" + _OBJECTS.format(name="objects") + _OBJECT_INDEXES + """CREATE TABLE IF NOT EXISTS links(
-    source_sequence INTEGER NOT NULL,
-    position INTEGER NOT NULL,
-    relation TEXT NOT NULL,
-    target TEXT NOT NULL,
-    target_root TEXT NOT NULL,
-    PRIMARY KEY(source_sequence, position)
-) WITHOUT ROWID;
--- children, discussions, knowledge (objects.py ``_tree_arm``): tree links by the target's root;
--- links naming one exact revision are found through ``links_to_revision``
-CREATE INDEX IF NOT EXISTS links_tree ON links(target_root, relation)
+""" + _OBJECTS.format(name="objects") + _OBJECT_INDEXES + _LINKS.format(name="links") + """
+-- children, discussions, knowledge (objects.py ``_tree_arm``): tree links by the target's
+-- object; links naming one exact revision are found through ``links_to_revision``
+CREATE INDEX IF NOT EXISTS links_tree ON links(target_owner, relation)
     WHERE relation IN """ + TREE_LINKS + """;
 -- object views (objects.py): incoming links in admission order, without tree links and votes
-CREATE INDEX IF NOT EXISTS links_related ON links(target_root, source_sequence) WHERE relation
+CREATE INDEX IF NOT EXISTS links_related ON links(target_owner, source_sequence) WHERE relation
     NOT IN """ + NOT_RELATED + """;
-CREATE INDEX IF NOT EXISTS links_to_revision ON links(target, source_sequence, position, relation)
-    WHERE relation != 'votes_on';
-CREATE INDEX IF NOT EXISTS links_relationships ON links(target_root, source_sequence)
+CREATE INDEX IF NOT EXISTS links_to_revision
+    ON links(target_seq, source_sequence, position, relation) WHERE relation != 'votes_on';
+CREATE INDEX IF NOT EXISTS links_relationships ON links(target_owner, source_sequence)
     WHERE relation IN ('relates_from', 'relates_to');
 CREATE TABLE IF NOT EXISTS votes(
     author TEXT NOT NULL, target TEXT NOT NULL, vote_root TEXT NOT NULL,
@@ -236,6 +248,37 @@ def drop_root_keyed_feed(conn: sqlite3.Connection) -> None:
         conn.execute("DROP TABLE feed")
         conn.execute("DROP TABLE IF EXISTS deep")
         conn.execute("DELETE FROM meta WHERE key = 'feed_layout'")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def key_links_by_integers(conn: sqlite3.Connection) -> None:
+    """Rebuild the ``links`` table of a library of an earlier layout, whose indexes were keyed
+    by the 64-hex ``target`` and ``target_root``, with integer keys instead (``target_seq``,
+    ``target_owner``), in one transaction (a crash leaves either table whole); ``TABLES`` then
+    creates its indexes on them."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(links)")}
+    if "target_root" not in columns:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("DROP TABLE IF EXISTS links_rebuilt")
+        conn.execute(_LINKS.format(name="links_rebuilt"))
+        conn.execute(
+            f"INSERT INTO links_rebuilt({', '.join(LINK_COLUMNS)})"
+            " SELECT l.source_sequence, l.position, l.relation, l.target, t.sequence, o.sequence"
+            " FROM links l JOIN revisions t ON t.id = l.target"
+            " JOIN revisions o ON o.id = l.target_root ORDER BY l.source_sequence, l.position"
+        )
+        kept, had = (conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                     for t in ("links_rebuilt", "links"))
+        if kept != had:  # every target was admitted before the link: a link lost is damage
+            raise ServiceError(f"{had - kept} links name a revision the library does not hold",
+                               "STORAGE_CORRUPT")
+        conn.execute("DROP TABLE links")
+        conn.execute("ALTER TABLE links_rebuilt RENAME TO links")
     except BaseException:
         conn.execute("ROLLBACK")
         raise

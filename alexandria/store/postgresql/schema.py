@@ -75,11 +75,14 @@ CREATE STATISTICS IF NOT EXISTS catalogue_facet_kind (dependencies) ON facet, ki
 ANALYZE catalogue;
 """
 
-#: ``feed`` and ``deep`` name their owners by ``objects`` key (store/feed.py, layout 2): the
-#: tables of an earlier layout are replaced, empty, and ``feed.ensure_layout`` refills them and
-#: rewrites the near lists in the writer's first transaction (the layout it finds recorded is
-#: the earlier one).  On a new database this replaces schema.sql's empty tables by the same.
-FEED_BY_OBJECT_KEYS = """
+#: Version 6 (issue 22, as ``store/schema.py``'s ``feed``, ``deep`` and ``links``): integer
+#: keys where 64-hex roots and revision ids keyed the indexes every admission writes at
+#: scattered places.  ``feed`` and ``deep`` name their owners by ``objects`` key: the tables
+#: of the earlier layout are replaced, empty, and ``feed.ensure_layout`` refills them and
+#: rewrites the near lists in the writer's first transaction (the layout recorded is forgotten
+#: here).  ``links`` gets its targets' sequences and their objects' keys, filled from
+#: ``revisions``, and its indexes on them; the column of target roots goes.
+INTEGER_KEYS = """
 DROP TABLE IF EXISTS feed;
 DROP TABLE IF EXISTS deep;
 CREATE TABLE feed(
@@ -91,6 +94,27 @@ CREATE TABLE deep(
 );
 CREATE INDEX deep_tree ON deep(tree, hang);
 DELETE FROM meta WHERE key = 'feed_layout';
+ALTER TABLE links ADD COLUMN target_seq BIGINT, ADD COLUMN target_owner BIGINT;
+UPDATE links l SET target_seq = t.sequence, target_owner = o.sequence
+    FROM revisions t, revisions o WHERE t.id = l.target AND o.id = l.target_root;
+ALTER TABLE links ALTER COLUMN target_seq SET NOT NULL,
+    ALTER COLUMN target_owner SET NOT NULL;
+DROP INDEX IF EXISTS links_to_revision;
+DROP INDEX IF EXISTS links_tree;
+DROP INDEX IF EXISTS links_related;
+DROP INDEX IF EXISTS links_relationships;
+ALTER TABLE links DROP COLUMN target_root;
+CREATE INDEX links_to_revision ON links(target_seq, source_sequence, position, relation)
+    WHERE relation != 'votes_on';
+CREATE INDEX links_tree ON links(target_owner, relation, source_sequence)
+    WHERE relation IN ('contained_in', 'replies_to', 'answers', 'branches_from', 'about',
+    'evidence_for', 'assesses', 'proposes_for');
+CREATE INDEX links_related ON links(target_owner, source_sequence) WHERE relation
+    NOT IN ('contained_in', 'replies_to', 'answers', 'branches_from', 'about', 'evidence_for',
+    'assesses', 'proposes_for', 'votes_on');
+CREATE INDEX links_relationships ON links(target_owner, source_sequence)
+    WHERE relation IN ('relates_from', 'relates_to');
+ANALYZE links;
 """
 
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
@@ -114,7 +138,7 @@ CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
     (3, TREE_LINKS_AND_COVERING_VOTES),
     (4, VOTE_TARGET_KEYS),
     (5, COVERING_POSTINGS),
-    (6, FEED_BY_OBJECT_KEYS),
+    (6, INTEGER_KEYS),
 )
 VERSION = MIGRATIONS[-1][0]
 

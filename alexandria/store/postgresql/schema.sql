@@ -97,12 +97,12 @@ CREATE TABLE IF NOT EXISTS revocations(
 );
 CREATE INDEX IF NOT EXISTS revocations_key ON revocations(key);
 CREATE TABLE IF NOT EXISTS feed(
-    owner BIGINT NOT NULL, sequence BIGINT NOT NULL, PRIMARY KEY(owner, sequence)
+    root TEXT COLLATE "C" NOT NULL, sequence BIGINT NOT NULL, PRIMARY KEY(root, sequence)
 );
 -- store/feed.py (store/schema.py documents it)
 CREATE TABLE IF NOT EXISTS deep(
-    owner BIGINT NOT NULL, tree BIGINT NOT NULL, hang BIGINT NOT NULL,
-    PRIMARY KEY(owner, tree, hang)
+    root TEXT COLLATE "C" NOT NULL, tree BIGINT NOT NULL, hang BIGINT NOT NULL,
+    PRIMARY KEY(root, tree, hang)
 );
 CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
 
