@@ -67,15 +67,15 @@ def test_inserts_are_held_back_until_something_could_see_them(
     sent = _Sent(conn, monkeypatch)
     conn.execute("BEGIN")
     with conn.pipelined():
-        conn.execute("INSERT INTO feed(root, sequence) VALUES (?, ?)", ("a", 1))
-        conn.executemany("INSERT INTO feed(root, sequence) VALUES (?, ?)", [("b", 2), ("c", 3)])
+        conn.execute("INSERT INTO feed(owner, sequence) VALUES (?, ?)", (1, 1))
+        conn.executemany("INSERT INTO feed(owner, sequence) VALUES (?, ?)", [(2, 2), (3, 3)])
         conn.execute("INSERT INTO merkle_nodes(position, hash) VALUES (?, ?)", (1, b"x" * 32))
         assert conn.execute("SELECT count(*) FROM meta").fetchone() == (0,)
         conn.execute("UPDATE objects SET depth = 1 WHERE root = ?", ("none",))
         assert sent.inserts == []  # neither names feed nor merkle_nodes
         assert conn.execute("SELECT count(*) FROM feed").fetchone() == (3,)
         assert sent.inserts == [("feed", 3), ("merkle_nodes", 1)]
-        conn.execute("INSERT INTO feed(root, sequence) VALUES (?, ?)", ("d", 4))
+        conn.execute("INSERT INTO feed(owner, sequence) VALUES (?, ?)", (4, 4))
         assert _count(url, "feed") == 0  # not committed yet
         conn.execute("COMMIT")  # sends what is held back first
     assert sent.inserts[2:] == [("feed", 1)]
@@ -93,7 +93,7 @@ def test_a_change_of_another_table_sends_nothing_but_its_foreign_keys(
     with conn.pipelined():
         conn.execute("INSERT INTO checkpoints(size, root, note, key, signed_at)"
                      " VALUES (?, ?, ?, ?, ?)", (1, b"r" * 32, "note", "k", "t"))
-        conn.execute("INSERT INTO feed(root, sequence) VALUES (?, ?)", ("a", 1))
+        conn.execute("INSERT INTO feed(owner, sequence) VALUES (?, ?)", (1, 1))
         conn.execute("INSERT INTO checkpoint_cosignatures(size, witness, line) VALUES (?, ?, ?)"
                      " ON CONFLICT(size, witness) DO UPDATE SET line = excluded.line",
                      (1, "w", "line"))
@@ -109,7 +109,7 @@ def test_a_held_back_insert_fails_at_the_next_statement_and_aborts(
     conn, url = pg
     conn.execute("BEGIN")
     with pytest.raises(sqlite3.IntegrityError), conn.pipelined():
-        conn.executemany("INSERT INTO feed(root, sequence) VALUES (?, ?)", [("a", 1), ("a", 1)])
+        conn.executemany("INSERT INTO feed(owner, sequence) VALUES (?, ?)", [(1, 1), (1, 1)])
         conn.execute("SELECT 1 FROM feed").fetchone()
     assert conn.pipeline_failed
     conn.raw.execute("ROLLBACK")
