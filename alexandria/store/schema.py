@@ -332,6 +332,16 @@ def check_database(path: str | Path) -> None:
         conn.close()
 
 
+# A head's one-word relevance levels (store/search_index.py): each ``word·score`` token occurs
+# once per head and is only ever matched alone, so the index keeps no positions
+# (``detail=none``): 57% fewer pages at 1,000,000 entries, and fewer written per admission.
+CATALOGUE_LEVELS = """
+CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_levels
+    USING fts5(levels, content='', tokenize='ascii', detail=none);
+CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_level_terms
+    USING fts5vocab(catalogue_levels, 'row');
+"""
+
 CHECKPOINTS = """
 CREATE TABLE IF NOT EXISTS checkpoints(
     size INTEGER PRIMARY KEY,
@@ -401,10 +411,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_text
     USING fts5(title, body, content='', tokenize='ascii');
 CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_terms USING fts5vocab(catalogue_text, 'instance');
 CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_vocab USING fts5vocab(catalogue_text, 'row');
-CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_levels
-    USING fts5(levels, content='', tokenize='ascii');
-CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_level_terms
-    USING fts5vocab(catalogue_levels, 'row');
+""" + CATALOGUE_LEVELS + """
 CREATE TABLE IF NOT EXISTS catalogue_words(
     seq INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL
 );
