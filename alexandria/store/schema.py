@@ -11,7 +11,9 @@ refuses it before anything writes to it — there were no deployments to carry o
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 from alexandria.core.leaf import LEAF_FORMAT
@@ -189,6 +191,19 @@ FILLED_COLUMNS = {
 }
 
 
+@contextlib.contextmanager
+def _one_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """A layout change made whole or not at all: ``BEGIN IMMEDIATE``, then ``COMMIT``, or
+    ``ROLLBACK`` when the body raises (a crash leaves the earlier layout)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def add_columns(conn: sqlite3.Connection) -> None:
     """Give the tables of a library of an earlier layout this layout's columns (their values
     are filled by ``store/feed.ensure_layout`` once the library is open, or here, in the same
@@ -197,15 +212,10 @@ def add_columns(conn: sqlite3.Connection) -> None:
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         if have and column not in have:
             fill = FILLED_COLUMNS.get((table, column))
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _one_transaction(conn):
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
                 if fill is not None:
                     conn.execute(fill)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
 
 
 def drop_object_root_index(conn: sqlite3.Connection) -> None:
@@ -220,18 +230,13 @@ def drop_object_root_index(conn: sqlite3.Connection) -> None:
     if old is None:
         return
     columns = ", ".join(OBJECT_COLUMNS)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _one_transaction(conn):
         conn.execute("DROP TABLE IF EXISTS objects_rebuilt")
         conn.execute(_OBJECTS.format(name="objects_rebuilt"))
         conn.execute(f"INSERT INTO objects_rebuilt({columns}) SELECT {columns} FROM objects"
                      " ORDER BY created_sequence")
         conn.execute("DROP TABLE objects")
         conn.execute("ALTER TABLE objects_rebuilt RENAME TO objects")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def drop_root_keyed_feed(conn: sqlite3.Connection) -> None:
@@ -243,15 +248,10 @@ def drop_root_keyed_feed(conn: sqlite3.Connection) -> None:
     columns = {r[1] for r in conn.execute("PRAGMA table_info(feed)")}
     if "root" not in columns:
         return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _one_transaction(conn):
         conn.execute("DROP TABLE feed")
         conn.execute("DROP TABLE IF EXISTS deep")
         conn.execute("DELETE FROM meta WHERE key = 'feed_layout'")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def key_links_by_integers(conn: sqlite3.Connection) -> None:
@@ -262,8 +262,7 @@ def key_links_by_integers(conn: sqlite3.Connection) -> None:
     columns = {r[1] for r in conn.execute("PRAGMA table_info(links)")}
     if "target_root" not in columns:
         return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _one_transaction(conn):
         conn.execute("DROP TABLE IF EXISTS links_rebuilt")
         conn.execute(_LINKS.format(name="links_rebuilt"))
         conn.execute(
@@ -279,10 +278,6 @@ def key_links_by_integers(conn: sqlite3.Connection) -> None:
                                "STORAGE_CORRUPT")
         conn.execute("DROP TABLE links")
         conn.execute("ALTER TABLE links_rebuilt RENAME TO links")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 class OldLeafFormat(ServiceError):
