@@ -267,7 +267,7 @@ async def test_a_deep_scripted_library_reads_as_the_closure(
         deep = int(conn.execute("SELECT count(*) FROM deep").fetchone()[0])
         seq = int(conn.execute("SELECT created_sequence FROM objects WHERE root = ?",
                                (n["r11"],)).fetchone()[0])
-        rows = int(conn.execute("SELECT count(*) FROM feed WHERE sequence = ?",
+        rows = int(conn.execute(f"SELECT count(*) FROM {feed.ROWS} AS f WHERE sequence = ?",
                                 (seq,)).fetchone()[0])
         hangs = int(conn.execute("SELECT count(*) FROM deep WHERE owner = (SELECT sequence"
                                  " FROM revisions WHERE id = ?)", (n["c"],)).fetchone()[0])
@@ -289,7 +289,7 @@ async def test_rows_per_admission_do_not_grow_with_depth(
         seq = int(conn.execute("SELECT created_sequence FROM objects WHERE root = ?",
                                (root,)).fetchone()[0])
         return (
-            int(conn.execute("SELECT count(*) FROM feed WHERE sequence = ?",
+            int(conn.execute(f"SELECT count(*) FROM {feed.ROWS} AS f WHERE sequence = ?",
                              (seq,)).fetchone()[0]),
             int(conn.execute("SELECT count(*) FROM deep WHERE hang = ?", (seq,)).fetchone()[0]),
             len(conn.execute("SELECT ancestors FROM objects WHERE root = ?",
@@ -315,9 +315,9 @@ def _downgrade(db: str | Path) -> int:
         "DROP INDEX links_tree", "DROP INDEX links_related", "DROP INDEX links_to_revision",
         "DROP INDEX links_relationships", "ALTER TABLE links DROP COLUMN target_seq",
         "ALTER TABLE links DROP COLUMN target_owner",
-        "CREATE TABLE feed_by_root AS SELECT o.root AS root, f.sequence AS sequence FROM feed f"
-        " JOIN objects o ON o.created_sequence = f.owner",
-        "DROP TABLE feed", "ALTER TABLE feed_by_root RENAME TO feed",
+        "CREATE TABLE feed_by_root AS SELECT o.root AS root, f.sequence AS sequence"
+        f" FROM {feed.ROWS} f JOIN objects o ON o.created_sequence = f.owner",
+        "DROP TABLE feed", "DROP TABLE feed_recent", "ALTER TABLE feed_by_root RENAME TO feed",
         "DROP INDEX revisions_tree", "DROP INDEX deep_tree", "DROP TABLE deep",
         "ALTER TABLE revisions DROP COLUMN tree", "ALTER TABLE objects DROP COLUMN tree",
         "ALTER TABLE objects DROP COLUMN cdepth", "ALTER TABLE objects DROP COLUMN cparent",
@@ -369,7 +369,7 @@ async def test_a_library_of_the_earlier_layout_is_rebuilt_when_opened(
         rows = await api.library.storage.read(lambda conn: [
             conn.execute(sql).fetchone()[0] for sql in (
                 "SELECT value FROM meta WHERE key = 'feed_layout'",
-                "SELECT count(*) FROM feed", "SELECT count(*) FROM deep")])
+                f"SELECT count(*) FROM {feed.ROWS} AS f", "SELECT count(*) FROM deep")])
     assert rows[0] == feed.layout()
     assert rows[1] < every_ancestor and rows[2] > 0
 

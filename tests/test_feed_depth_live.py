@@ -40,8 +40,8 @@ def _port() -> int:
     raise RuntimeError("no free port in 21100-21199")
 
 
-_ROWS = ("SELECT count(*) FROM feed WHERE sequence = (SELECT sequence FROM revisions"
-         " WHERE id = {})")
+_ROWS = (f"SELECT count(*) FROM {feed.ROWS} AS f WHERE sequence = (SELECT sequence FROM"
+         " revisions WHERE id = {})")
 
 
 def _stored(db: Path | str, rev: str) -> tuple[int, int]:

@@ -96,7 +96,8 @@ async def test_a_library_closed_and_opened_again_reads_the_same(
 
     async for api in serve_library(tmp_path, founding, clock, documents=[], db=db):
         assert await _reads(api, revisions) == before
-        own_feed = ("SELECT count(*) FROM feed f JOIN revisions r ON r.sequence = f.sequence"
+        own_feed = (f"SELECT count(*) FROM {feed.ROWS} f"
+                    " JOIN revisions r ON r.sequence = f.sequence"
                     " JOIN revisions o ON o.sequence = f.owner WHERE r.root = o.id")
         if isinstance(db, str):  # PostgreSQL: its schema is tested in tests/test_postgresql.py
             with psycopg.connect(db, autocommit=True) as pg:
@@ -116,10 +117,10 @@ async def test_a_library_closed_and_opened_again_reads_the_same(
             conn.close()
         # and the migrated database goes on admitting: a reply deep in the example's thread
         reply = await api.publish("peer", objects_support.reply(names["reply"], "Afterwards"))
-        feed = (await api.client.get("/api/changes", params={"root": reply["root"]})).json()
-        assert [item["id"] for item in feed["items"]] == [reply["id"]]
-        feed = (await api.client.get("/api/changes", params={"root": names["space"]})).json()
-        assert feed["items"][-1]["id"] == reply["id"]
+        changes = (await api.client.get("/api/changes", params={"root": reply["root"]})).json()
+        assert [item["id"] for item in changes["items"]] == [reply["id"]]
+        changes = (await api.client.get("/api/changes", params={"root": names["space"]})).json()
+        assert changes["items"][-1]["id"] == reply["id"]
 
 
 # The index layout before issue 22's: every link in two indexes by its target, the scores page
@@ -161,9 +162,10 @@ CREATE INDEX links_to_revision ON links(target, source_sequence, position, relat
     WHERE relation != 'votes_on';
 CREATE INDEX links_relationships ON links(target_root, source_sequence)
     WHERE relation IN ('relates_from', 'relates_to');
-CREATE TABLE feed_by_root AS SELECT o.root AS root, f.sequence AS sequence FROM feed f
+CREATE TABLE feed_by_root AS SELECT o.root AS root, f.sequence AS sequence FROM {feed.ROWS} f
     JOIN objects o ON o.created_sequence = f.owner;
 DROP TABLE feed;
+DROP TABLE feed_recent;
 ALTER TABLE feed_by_root RENAME TO feed;
 UPDATE meta SET value = 'near-conversation-1/64' WHERE key = 'feed_layout';
 """

@@ -4,7 +4,7 @@ Membership is maintained at admission (``store/feed.py``): for every object root
 ``feed(R, sequence)`` lists the global sequence of every revision of every member strictly
 below R within ``feed.NEAR`` conversation levels, and R's own revisions are indexed by root
 (``objects``, ``revisions_later``).  For a root without deep conversations (every root of most
-libraries) a page is a merge of three index ranges over ``(after, hi]`` plus the signed records
+libraries) a page is a merge of four index ranges over ``(after, hi]`` plus the signed records
 of what it found — never a graph walk, and never a scan of non-members.  A *deep* root (one
 with ``deep`` marks) also merges the revisions of its marked conversation trees, each tested
 by a level-ancestor query (``reads/members.py``): its non-members in those trees are read and
@@ -278,8 +278,8 @@ def _log_root(conn: sqlite3.Connection, size: int) -> bytes:
 
 # The items of a root in (after, hi], in admission order: the object's first revision (its
 # objects key, :owner), its later revisions (revisions_later) and every revision of every
-# member below it (feed, by the owner's key), three ordered index ranges that SQLite merges,
-# stopping at the limit.
+# member below it (feed and feed_recent, by the owner's key), four ordered index ranges that
+# SQLite merges, stopping at the limit.
 _MEMBER_SEQUENCES = (
     "SELECT created_sequence AS s FROM objects"
     " WHERE created_sequence = :owner AND created_sequence > :after AND created_sequence <= :hi"
@@ -287,13 +287,15 @@ _MEMBER_SEQUENCES = (
     " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
     " UNION ALL SELECT sequence FROM feed"
     " WHERE owner = :owner AND sequence > :after AND sequence <= :hi"
+    " UNION ALL SELECT sequence FROM feed_recent"
+    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi"
     " ORDER BY s LIMIT :n"
 )
 
 
-# PostgreSQL does not merge the three ranges: it reads every one of them whole and sorts them
-# (5 ms for a root of 10,000 members, whatever the page).  With each arm ordered and cut at
-# the limit it merges at most 3 × limit rows (0.1 ms).
+# PostgreSQL does not merge the ranges: it reads every one of them whole and sorts them (5 ms
+# for a root of 10,000 members, whatever the page).  With each arm ordered and cut at the
+# limit it merges at most 4 × limit rows (0.1 ms; its ``feed_recent`` is empty: feed.py).
 _MEMBER_SEQUENCES_PG = (
     "(SELECT created_sequence AS s FROM objects"
     " WHERE created_sequence = :owner AND created_sequence > :after AND created_sequence <= :hi)"
@@ -301,6 +303,8 @@ _MEMBER_SEQUENCES_PG = (
     " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
     " ORDER BY sequence LIMIT :n)"
     " UNION ALL (SELECT sequence FROM feed"
+    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi ORDER BY sequence LIMIT :n)"
+    " UNION ALL (SELECT sequence FROM feed_recent"
     " WHERE owner = :owner AND sequence > :after AND sequence <= :hi ORDER BY sequence LIMIT :n)"
     " ORDER BY s LIMIT :n"
 )

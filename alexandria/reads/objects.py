@@ -380,21 +380,24 @@ def _section_all(
         firsts, more = found[offset:offset + PAGE_SIZE], len(found) > offset + PAGE_SIZE
         return _heads(conn, firsts, warm), more
     warmed = warm is not None and _warm_links(
-        conn, "SELECT sequence FROM feed WHERE owner = :owner ORDER BY sequence",
+        conn, _merged([f"SELECT sequence AS seq FROM {t} WHERE owner = :owner"
+                       for t in FEED_TABLES]),
         {"owner": subj.created_sequence}, offset, warm)
-    firsts, more = _page(conn, _FIRSTS_BELOW + " ORDER BY f.sequence",
-                         {"owner": subj.created_sequence}, offset)
+    firsts, more = _page(conn, _merged(_FIRSTS_BELOW), {"owner": subj.created_sequence}, offset)
     return _heads(conn, firsts, None if warmed else warm), more
 
 
+#: a root's feed rows: those moved into ``feed`` and the latest admissions' (store/feed.py)
+FEED_TABLES = ("feed", "feed_recent")
 # First revisions of the members below the object created at :owner within its feed rows
-# (``feed`` range): a feed row is a first revision's exactly when an ``objects`` row was
-# created at its sequence (the probe ``_heads`` repeats, by the integer key, rather than one of
-# ``revisions``)
-_FIRSTS_BELOW = (
-    "SELECT f.sequence AS seq FROM feed f JOIN objects o ON o.created_sequence = f.sequence"
+# (a range of each feed table, merged by ``_merged``): a feed row is a first revision's exactly
+# when an ``objects`` row was created at its sequence (the probe ``_heads`` repeats, by the
+# integer key, rather than one of ``revisions``)
+_FIRSTS_BELOW = [
+    f"SELECT f.sequence AS seq FROM {table} f JOIN objects o ON o.created_sequence = f.sequence"
     " WHERE f.owner = :owner AND o.created_sequence != :owner"
-)
+    for table in FEED_TABLES
+]
 
 
 def _deep_firsts(
@@ -408,7 +411,7 @@ def _deep_firsts(
 
     def near(after: int, n: int) -> list[tuple[int, int, int]]:
         return [(int(r[0]), 0, 0) for r in conn.execute(
-            _FIRSTS_BELOW + " AND f.sequence > :after ORDER BY f.sequence LIMIT :n",
+            _merged([arm + " AND f.sequence > :after" for arm in _FIRSTS_BELOW]) + " LIMIT :n",
             {"owner": subj.created_sequence, "after": after, "n": n})]
 
     def tree_range(tree: int) -> members.Fetch:
@@ -683,7 +686,7 @@ def _conversation_arms(subj: Subject) -> list[str]:
     discussions about it, and for a space those contained in it.  Nothing else can be
     discussed: ``about`` names claims and spaces, replies name discussions and replies."""
     if subj.kind in ("discussion", "reply"):
-        return [_FIRSTS_BELOW]
+        return list(_FIRSTS_BELOW)
     return _discussion_arms(subj, exact=False) if subj.kind in ("claim", "space") else []
 
 

@@ -206,7 +206,8 @@ class LedgerStorage(Storage):
     - ``_connect_writer`` (the write connection, its schema brought up to date) and
       ``_begin`` (a write transaction that no other writer, in any process, runs beside);
     - ``_open_readers``, ``read`` and ``_close_readers`` (the read connections);
-    - optionally ``_committed`` and ``_between_batches`` (work after a commit, e.g. SQLite's
+    - optionally ``_before_commit`` (the transaction's last writes, e.g. SQLite's move of recent
+      feed rows), ``_committed`` and ``_between_batches`` (work after a commit, e.g. SQLite's
       WAL checkpoints), ``_try_batch`` (how a batch's first attempt is sent) and ``read_ahead``;
     - its ``WriterMemory``, whose ``begin`` tells the writer when another connection wrote.
     """
@@ -378,6 +379,9 @@ class LedgerStorage(Storage):
         (``PostgresStorage._absent``); the default learns nothing."""
         return set()
 
+    def _before_commit(self, conn: sqlite3.Connection) -> None:
+        """At the end of each batch's transaction, before its ``COMMIT``."""
+
     def _committed(self, conn: sqlite3.Connection) -> None:
         """After each batch's ``COMMIT`` (on the writer thread, before the answers)."""
 
@@ -435,6 +439,7 @@ class LedgerStorage(Storage):
                 # any other write (authority documents, personal lists, checkpoints, an index
                 # rebuild) may have changed what the memory holds, or been rolled back
                 self._memory.forget()
+            self._before_commit(conn)
             conn.execute("COMMIT")
             self._memory.absent = set()
         except sqlite3.Error as exc:

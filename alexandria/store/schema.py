@@ -163,6 +163,11 @@ CREATE INDEX IF NOT EXISTS revocations_key ON revocations(key);
 CREATE TABLE IF NOT EXISTS feed(
     owner INTEGER NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(owner, sequence)
 ) WITHOUT ROWID;
+-- the feed rows of the latest admissions, moved into ``feed`` a range of owners at a time
+-- (store/feed.py: ``merge_recent``); a root's feed is its rows in both
+CREATE TABLE IF NOT EXISTS feed_recent(
+    owner INTEGER NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(owner, sequence)
+) WITHOUT ROWID;
 -- objects (by objects key) whose feed holds members of a conversation tree beyond their feed
 -- rows: those below the conversation node created at ``hang`` (store/feed.py)
 CREATE TABLE IF NOT EXISTS deep(

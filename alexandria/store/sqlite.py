@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from alexandria.core.trust import Genesis
 from alexandria.files import create_private
-from alexandria.store import schema
+from alexandria.store import feed, schema
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage
 from alexandria.store.read_ahead import Key, ReadAhead
 from alexandria.store.read_connections import ThreadConnections
@@ -80,6 +80,7 @@ class SqliteStorage(LedgerStorage):
         self._readers: _Readers | None = None
         self._ahead: ReadAhead | None = None
         self._checkpointer: WalCheckpointer | None = None
+        self._feed_start = 0  # the first owner of the next range of recent feed rows to move
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -146,6 +147,11 @@ class SqliteStorage(LedgerStorage):
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 0.002)
+
+    def _before_commit(self, conn: sqlite3.Connection) -> None:
+        # any start is right (a rolled-back move leaves the rows where they were), so the
+        # start is not forgotten with the writer's memory
+        self._feed_start = feed.merge_recent(conn, self._feed_start, self._memory.tail(conn)[0])
 
     def _committed(self, conn: sqlite3.Connection) -> None:
         if self._checkpointer is not None:

@@ -93,6 +93,10 @@ def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
             " FROM links l LEFT JOIN revisions t ON t.id = l.target"
             " LEFT JOIN revisions o ON o.id = l.target_root"
         )
+    if table == "feed" and _columns(lite, "feed_recent"):
+        # the rows SQLite had not yet moved from feed_recent (store/feed.py) go to feed, which
+        # PostgreSQL writes directly
+        select += " UNION ALL SELECT owner, sequence FROM feed_recent"
     rows = lite.execute(select, NOT_COPIED_META if where else ())
     count = 0
     with raw.cursor().copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:

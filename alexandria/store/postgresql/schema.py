@@ -117,6 +117,15 @@ CREATE INDEX links_relationships ON links(target_owner, source_sequence)
 ANALYZE links;
 """
 
+#: SQLite stages the feed rows of recent admissions in ``feed_recent`` (store/feed.py); the
+#: reads take a root's rows from both tables, so PostgreSQL has the table too, always empty:
+#: it writes ``feed`` directly
+FEED_RECENT = """
+CREATE TABLE IF NOT EXISTS feed_recent(
+    owner BIGINT NOT NULL, sequence BIGINT NOT NULL, PRIMARY KEY(owner, sequence)
+);
+"""
+
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, "schema.sql"),
@@ -139,6 +148,7 @@ CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
     (4, VOTE_TARGET_KEYS),
     (5, COVERING_POSTINGS),
     (6, INTEGER_KEYS),
+    (7, FEED_RECENT),
 )
 VERSION = MIGRATIONS[-1][0]
 
