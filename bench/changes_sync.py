@@ -40,6 +40,7 @@ import orjson
 
 from alexandria.reads import changes
 from alexandria.service.library import load_genesis
+from alexandria.store import feed
 from alexandria.store.sqlite import SqliteStorage
 from bench.serving import free_port, process_cpu, wait_ready
 
@@ -69,7 +70,7 @@ def _members(conn: sqlite3.Connection, root: str, hi: int) -> tuple[int, int, in
     tables (not through the server's query): the feed rows of the members below the root, and
     the root's own revisions (a scan of ``revisions``)."""
     n, lo, top = conn.execute(
-        "SELECT count(*), min(sequence), max(sequence) FROM (SELECT sequence FROM feed"
+        f"SELECT count(*), min(sequence), max(sequence) FROM (SELECT sequence FROM {feed.ROWS}"
         " WHERE owner = (SELECT sequence FROM revisions WHERE id = ?) AND sequence <= ?"
         " UNION ALL SELECT sequence FROM revisions WHERE root = ? AND sequence <= ?)",
         (root, hi, root, hi),
@@ -160,7 +161,7 @@ def pick_root(db: Path, members: int) -> str:
     try:
         row = conn.execute(
             "SELECT (SELECT root FROM objects WHERE created_sequence = owner), count(*) AS n"
-            " FROM feed GROUP BY owner ORDER BY abs(n - ?) LIMIT 1",
+            f" FROM {feed.ROWS} GROUP BY owner ORDER BY abs(n - ?) LIMIT 1",
             (members,),
         ).fetchone()
         return str(row[0])

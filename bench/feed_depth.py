@@ -42,15 +42,17 @@ from alexandria.reads import objects
 from alexandria.reads.changes import read_changes
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import found_library
+from alexandria.store import feed
 from alexandria.store.sqlite import SqliteStorage
 
 
 def _feed(db: Path) -> tuple[int, int, int]:
-    """Rows of ``feed``, the bytes of its pages (``dbstat``), rows of ``deep`` (0 when the
-    layout has none)."""
+    """Feed rows (both tables), the bytes of their pages (``dbstat``), rows of ``deep`` (0 when
+    the layout has none)."""
     with sqlite3.connect(db) as conn:
-        rows = int(conn.execute("SELECT count(*) FROM feed").fetchone()[0])
-        size = conn.execute("SELECT sum(pgsize) FROM dbstat WHERE name = 'feed'").fetchone()[0]
+        rows = int(conn.execute(f"SELECT count(*) FROM {feed.ROWS} AS f").fetchone()[0])
+        size = conn.execute("SELECT sum(pgsize) FROM dbstat"
+                            " WHERE name IN ('feed', 'feed_recent')").fetchone()[0]
         try:
             deep = int(conn.execute("SELECT count(*) FROM deep").fetchone()[0])
         except sqlite3.OperationalError:
