@@ -26,6 +26,7 @@ from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.errors import BadRequest
 from alexandria.service.bootstrap import Founding, found_library
+from alexandria.store import feed
 from alexandria.store import schema as sqlite_schema
 from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader
 from alexandria.store.postgresql import is_database_url
@@ -240,8 +241,9 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         # vote_values_by_author came with version 3 and went with version 4
         assert set(sqlite_schema.RETIRED_INDEXES) - {"vote_values_by_author"} <= indexes()
         assert "INCLUDE" not in postings_key()
-        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6]
-        for table, columns in (("feed", ["owner", "sequence"]), ("links", [
+        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7]
+        for table, columns in (("feed", ["owner", "sequence"]),
+                               ("feed_recent", ["owner", "sequence"]), ("links", [
                 "source_sequence", "position", "relation", "target", "target_seq",
                 "target_owner"])):
             assert [r[0] for r in raw.execute(
@@ -275,7 +277,7 @@ def test_migration_4_gives_the_votes_already_there_their_targets_integer_keys(
                 (seq, root, root, seq))
         raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
                     " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
-        assert pg_schema.apply(raw) == [4, 5, 6]
+        assert pg_schema.apply(raw) == [4, 5, 6, 7]
         rows = raw.execute("SELECT vote_root, target_seq FROM vote_values ORDER BY vote_root")
         assert rows.fetchall() == [("v1", 9), ("v2", 7)]
         indexes = {r[0] for r in raw.execute(
@@ -388,8 +390,14 @@ async def test_migrate_keeps_the_root_and_the_same_answers(
         answers["checkpoint"] = (await api.client.get("/api/log/checkpoint")).text
         top = answers[json.dumps({})]["items"][-1]["id"]
         page = (await api.client.get("/api/changes", params={"root": top, "limit": 1})).json()
+    with sqlite3.connect(lite) as conn:  # feed rows still staged go to PostgreSQL's feed
+        feed_rows = set(conn.execute(f"SELECT owner, sequence FROM {feed.ROWS}"))
+        assert conn.execute("SELECT count(*) FROM feed_recent").fetchone()[0] > 0
     result = migrate(lite, url)
     assert result.size == parse_checkpoint(answers["checkpoint"])[0].size == result.checkpoint
+    with psycopg.connect(url) as pg:
+        assert set(pg.execute("SELECT owner, sequence FROM feed")) == feed_rows
+        assert pg.execute("SELECT count(*) FROM feed_recent").fetchone() == (0,)
     async for api in serve_library(tmp_path, founding, clock, documents=[], db=url):
         for q in _queries():
             got = (await api.client.get("/api/catalogue", params=q)).json()
