@@ -50,9 +50,10 @@ The encoding here:
   rows an admission adds land at scattered owners; written straight into ``feed`` each of them
   dirtied a page of that table, ~2 pages per admission at 1,000,000 entries, the most of any
   table (issue 22).  Now they dirty pages of a table of about ``CYCLE`` batches' rows, and
-  ``feed`` takes them in sorted runs, one contiguous range of its pages per transaction.  A
-  root's feed rows are those of both tables (every read takes both ranges).  PostgreSQL
-  writes ``feed`` directly: its ``feed_recent`` stays empty.
+  ``feed`` takes each owner's rows of those ``CYCLE`` batches in one sorted run instead of one
+  per batch (how many rows a range holds varies: the first objects, the library's early
+  spaces, own most rows).  A root's feed rows are those of both tables (every read takes both
+  ranges).  PostgreSQL writes ``feed`` directly: its ``feed_recent`` stays empty.
 
 A root R's feed is then: its own revisions, its ``feed`` rows, and for each ``(tree, hang)``
 mark of R the revisions of that tree whose object has ``hang`` as an ancestor-or-self (one
@@ -83,7 +84,7 @@ CONVERSATION = frozenset(("discussion", "reply"))
 CONVERSATION_LINKS = frozenset(("replies_to", "answers", "branches_from"))
 LIMIT = 20_000  # entries of each writer cache
 #: ``merge_recent`` moves 1/CYCLE of the owners' recent rows per write transaction: a row waits
-#: at most CYCLE transactions, and ``feed_recent`` holds about CYCLE batches' rows
+#: at most CYCLE + 1 transactions, and ``feed_recent`` holds about CYCLE batches' rows
 CYCLE = 32
 
 
@@ -265,9 +266,9 @@ def merge_recent(conn: sqlite3.Connection, start: int, keys: int) -> int:
     """Move the rows of ``feed_recent`` whose owners are in ``[start, start + step)`` into
     ``feed``, ``step`` being 1/``CYCLE`` of the ``keys`` (the log's size) objects keys could
     be; the start of the next range (0 once the range passed the last key).  Inside the
-    writer's transaction, once per transaction: every row moves within ``CYCLE`` transactions
-    of its own, and the rows are inserted in ``feed``'s order, so a transaction changes one
-    contiguous run of its pages."""
+    writer's transaction, once per transaction: every row moves within ``CYCLE`` + 1
+    transactions of its own, and the rows go into ``feed`` in its order, each owner's as one
+    run at its end."""
     step = max(1, -(-keys // CYCLE))
     end = start + step
     bounds = (start, end)
