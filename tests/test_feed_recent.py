@@ -1,6 +1,6 @@
 """``store/feed.py``'s recent feed rows: staged in ``feed_recent`` and moved into ``feed`` one
-range of owners per write transaction, never lost, duplicated or kept longer than ``CYCLE``
-transactions; and a library's writer keeping the staging table to about ``CYCLE`` batches."""
+range of owners per write transaction, never lost or duplicated, all moved within a cycle of
+``CYCLE`` + 1 moves; and a library's writer moving them as it admits, its reads unchanged."""
 
 from __future__ import annotations
 
@@ -45,9 +45,10 @@ def test_moves_keep_every_row_once(old: set[tuple[int, int]], new: set[tuple[int
     step = -(-keys // feed.CYCLE)
     at = start
     for _ in range(moves):
-        before = _rows(conn, "feed_recent")
+        before, kept = _rows(conn, "feed_recent"), _rows(conn, "feed")
         nxt = feed.merge_recent(conn, at, keys)
         moved = before - _rows(conn, "feed_recent")
+        assert kept <= _rows(conn, "feed")
         assert moved == {r for r in before if at <= r[0] < at + step}
         assert nxt == (0 if at + step > keys else at + step)
         at = nxt
