@@ -83,6 +83,15 @@ CREATE TABLE IF NOT EXISTS {name}(
 #: The columns of ``links``, in the order ``_LINKS`` declares them.
 LINK_COLUMNS = ("source_sequence", "position", "relation", "target", "target_seq",
                 "target_owner")
+#: The links of a library of an earlier layout (named by ``target`` and ``target_root``), as
+#: ``LINK_COLUMNS``: the integer keys found through ``revisions``, NULL where a target is not
+#: there (``key_links_by_integers`` when it is opened, ``alexandria migrate`` when it is copied).
+ROOT_KEYED_LINKS = (
+    "SELECT l.source_sequence, l.position, l.relation, l.target,"
+    " t.sequence AS target_seq, o.sequence AS target_owner"
+    " FROM links l LEFT JOIN revisions t ON t.id = l.target"
+    " LEFT JOIN revisions o ON o.id = l.target_root"
+)
 
 #: The columns of ``objects``, in the order ``_OBJECTS`` declares them.
 OBJECT_COLUMNS = ("created_sequence", "root", "kind", "author", "head", "head_sequence",
@@ -271,10 +280,9 @@ def key_links_by_integers(conn: sqlite3.Connection) -> None:
         conn.execute("DROP TABLE IF EXISTS links_rebuilt")
         conn.execute(_LINKS.format(name="links_rebuilt"))
         conn.execute(
-            f"INSERT INTO links_rebuilt({', '.join(LINK_COLUMNS)})"
-            " SELECT l.source_sequence, l.position, l.relation, l.target, t.sequence, o.sequence"
-            " FROM links l JOIN revisions t ON t.id = l.target"
-            " JOIN revisions o ON o.id = l.target_root ORDER BY l.source_sequence, l.position"
+            f"INSERT INTO links_rebuilt({', '.join(LINK_COLUMNS)}) SELECT * FROM"
+            f" ({ROOT_KEYED_LINKS}) WHERE target_seq IS NOT NULL AND target_owner IS NOT NULL"
+            " ORDER BY source_sequence, position"
         )
         kept, had = (conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
                      for t in ("links_rebuilt", "links"))

@@ -38,7 +38,7 @@ from alexandria.store import search_index
 from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader, tree_size
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
-from alexandria.store.schema import LINK_COLUMNS, check_database
+from alexandria.store.schema import LINK_COLUMNS, ROOT_KEYED_LINKS, check_database
 
 #: tables copied as they are, in this order (the catalogue's are rebuilt instead)
 COPIED = (
@@ -87,12 +87,7 @@ def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
         # a library of an earlier layout names link targets by root only: their integer keys,
         # as opening it would give them (``schema.key_links_by_integers``); a target missing
         # from ``revisions`` leaves a NULL, which PostgreSQL refuses
-        cols = list(LINK_COLUMNS)
-        select = (
-            "SELECT l.source_sequence, l.position, l.relation, l.target, t.sequence, o.sequence"
-            " FROM links l LEFT JOIN revisions t ON t.id = l.target"
-            " LEFT JOIN revisions o ON o.id = l.target_root"
-        )
+        cols, select = list(LINK_COLUMNS), ROOT_KEYED_LINKS
     if table == "feed" and _columns(lite, "feed_recent"):
         # the rows SQLite had not yet moved from feed_recent (store/feed.py) go to feed, which
         # PostgreSQL writes directly
