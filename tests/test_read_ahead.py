@@ -22,12 +22,15 @@ from tests.objects_support import claim, discussion, reply, space
 def _library(path: Path, rows: int) -> None:
     conn = sqlite3.connect(path)
     conn.executescript(
-        "CREATE TABLE revisions(sequence INTEGER PRIMARY KEY, id TEXT);"
-        "CREATE TABLE log(sequence INTEGER PRIMARY KEY, leaf BLOB);"
+        "CREATE TABLE revisions(sequence INTEGER PRIMARY KEY, id TEXT, root TEXT,"
+        " record_length INTEGER, authority_seq INTEGER);"
+        "CREATE TABLE log(sequence INTEGER PRIMARY KEY, leaf BLOB, admitted_at TEXT);"
         "CREATE TABLE catalogue_words(seq INTEGER PRIMARY KEY, title TEXT, body TEXT);"
     )
-    conn.executemany("INSERT INTO revisions VALUES (?, ?)", [(i, f"r{i}") for i in range(rows)])
-    conn.executemany("INSERT INTO log VALUES (?, ?)", [(i, b"x" * 5000) for i in range(rows)])
+    conn.executemany("INSERT INTO revisions VALUES (?, ?, ?, ?, ?)",
+                     [(i, f"r{i}", f"r{i - i % 2}", 10, 1) for i in range(rows)])
+    conn.executemany("INSERT INTO log VALUES (?, ?, ?)", [(i, b"x" * 5000, f"t{i}")
+                                                          for i in range(rows)])
     conn.commit()
     conn.close()
 
@@ -40,10 +43,10 @@ def test_a_page_is_read_on_several_connections_at_once(tmp_path: Path) -> None:
     barrier = threading.Barrier(4, timeout=10)
     original = ahead._fetch
 
-    def fetch(sql: str, sequences: Sequence[Key]) -> None:
+    def fetch(sql: str, sequences: Sequence[Key]) -> list[tuple[object, ...]]:
         entered.add(threading.current_thread().name)
         barrier.wait()  # all four lanes are in flight together, or this times out
-        original(sql, sequences)
+        return original(sql, sequences)
 
     ahead._fetch = fetch  # type: ignore[method-assign]  # the lanes wait for each other
     try:
@@ -127,6 +130,37 @@ def test_every_read_ahead_statement_runs_on_a_library(tmp_path: Path) -> None:
     for what, sql in read_ahead._ROWS_SQL.items():
         conn.execute(sql, (1, 1) if what == "votes" else (1,)).fetchall()
     conn.close()
+
+
+def _record(i: int) -> tuple[object, ...]:
+    """The row of ``schema.SIGNED_COLUMNS`` ``_library`` holds at sequence ``i``."""
+    return (f"r{i}", f"r{i - i % 2}", i, 10, 1, b"x" * 5000, f"t{i}")
+
+
+def test_records_read_ahead_are_kept_for_the_thread_that_asked_until_it_takes_them(
+    tmp_path: Path,
+) -> None:
+    """The reader then assembles the page from them (``signed_many``) instead of reading them,
+    or fetching them ahead, a second time."""
+    path = tmp_path / "lib.db"
+    _library(path, 60)
+    ahead = ReadAhead(str(path), threads=4)
+    try:
+        ahead.rows("records", list(range(0, 60, 2)))
+        elsewhere: list[dict[int, tuple[object, ...]]] = []
+        other = threading.Thread(target=lambda: elsewhere.append(ahead.kept([0, 2, 4])))
+        other.start()
+        other.join()
+        assert elsewhere == [{}]  # another reader's thread has none of them
+        assert ahead.kept([4, 5, 58, 99]) == {4: _record(4), 58: _record(58)}
+        assert ahead.kept([4]) == {}  # taken: the rest were dropped with them
+        ahead.rows("records", list(range(0, 20)))
+        ahead.rows("records", list(range(30, 50)))  # in place of the first
+        assert ahead.kept([10, 40]) == {40: _record(40)}
+        ahead.rows("catalogue_words", list(range(20)))  # not records: nothing kept
+        assert ahead.kept(list(range(60))) == {}
+    finally:
+        ahead.close()
 
 
 def test_fetched_rows_are_returned_and_a_missing_or_failed_one_is_left_to_the_reader(

@@ -814,8 +814,7 @@ class LedgerStorage(Storage):
         return data
 
     _SIGNED_SQL = (
-        "SELECT r.id, r.root, r.sequence, r.record_length, r.authority_seq, l.leaf, l.admitted_at"
-        " FROM revisions r JOIN log l ON l.sequence = r.sequence"
+        f"SELECT {schema.SIGNED_COLUMNS} FROM revisions r JOIN log l ON l.sequence = r.sequence"
     )
 
     def _assemble(self, conn: sqlite3.Connection, row: Sequence[Any]) -> bytes:
@@ -843,15 +842,22 @@ class LedgerStorage(Storage):
         written.  A key left out is read by the caller; a backend without it returns none."""
         return {}
 
+    def _kept_ahead(self, sequences: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """The rows of ``_SIGNED_SQL`` at ``sequences`` that this thread's read-ahead already
+        read (``ReadAhead.kept``), by sequence; a backend without it returns none."""
+        return {}
+
     def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]:
         """Signed records for the given revision sequences, in the given order (a sequence
         with no revision is left out).  One statement per ``SIGNED_CHUNK`` records: on
         PostgreSQL each statement is a round trip to the server."""
-        found: dict[int, Sequence[Any]] = {}
         wanted = list(dict.fromkeys(sequences))
         # a revision and its leaf never change once admitted: rows read ahead, several at once,
         # are the ones this snapshot holds (callers pass sequences found in ``conn``'s snapshot,
-        # and later snapshots only add rows)
+        # and later snapshots only add rows) -- those a read-ahead of the page kept, then the
+        # rest fetched together
+        found: dict[int, Sequence[Any]] = dict(self._kept_ahead(wanted))
+        wanted = [seq for seq in wanted if seq not in found]
         found.update(self._fetch_ahead(self._SIGNED_SQL + " WHERE r.sequence = ?", wanted))
         wanted = [seq for seq in wanted if seq not in found]
         for i in range(0, len(wanted), SIGNED_CHUNK):

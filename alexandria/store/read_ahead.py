@@ -10,38 +10,47 @@ own thread (SQLite releases the GIL while it reads), fetch the same rows at once
 system keeps what they read, and the reader then finds every page in memory.
 
 It reads through its own snapshots and returns nothing: what is served still comes from the
-reader's one snapshot, so a commit between the two changes nothing but what is warm.  The one
-exception is ``fetch``, for rows that never change once written (a revision and its leaf, by
-sequence): those it returns, and the reader uses them instead of reading the same pages again
-one by one (each read a system call, even from the operating system's cache).
+reader's one snapshot, so a commit between the two changes nothing but what is warm.  The
+exception is rows that never change once written (a revision and its leaf, by sequence): those
+``fetch`` returns, and those ``rows`` read as records (``KEPT``) it keeps for the thread that
+asked until it takes them (``kept``), so the reader uses them instead of reading the same pages
+again one by one (each read a system call, even from the operating system's cache), or the
+read-ahead fetching them a second time.
+
+``THREADS`` is 4: on this two-core machine a page of children read cold with 3 or 4 threads
+took p95 13.4–14.6 ms against 15.4–18.1 with 8 (the threads' hand-offs of the interpreter's lock
+cost more than the disk gains from a deeper queue: 12,300 random 4 KiB reads a second with 4
+in flight, 13,800 with 8; docs/read-api.md).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from alexandria.store.read_connections import ThreadConnections
+from alexandria.store.schema import SIGNED_COLUMNS
 
-THREADS = 8  # requests in flight at once
+THREADS = 4  # requests in flight at once
 CACHE_KIB = 2_048  # each connection's page cache: the upper levels of log and revisions
 MINIMUM = 8  # fewer rows than this are read by the reader alone: the hand-offs cost more
 
-# What is read ahead, by name: the pages of everything ``LedgerStorage.signed_many`` reads for
-# a sequence (the leaf itself, so that a leaf spilling onto overflow pages brings them too); a
-# head's stored words (``reads/catalogue._relevance`` counts in them); an object's row, by its
-# first sequence; an object's row with its head's record, by its first sequence, in one round
+# What is read ahead, by name: everything ``LedgerStorage.signed_many`` reads for a sequence
+# (the leaf itself, so that a leaf spilling onto overflow pages brings them too); a head's
+# stored words (``reads/catalogue._relevance`` counts in them); an object's row, by its first
+# sequence; an object's row with its head's record, by its first sequence, in one round
 # (``reads/objects``: a section's heads are found through the rows, so reading the rows first
 # and the records after would wait for the disk twice); a vote's head revision's id and its
 # target's score, by (head sequence, target's first sequence) (``reads/scores``: both come
 # from the covering index).
 _ROWS_SQL = {
-    "records": "SELECT r.id, l.leaf FROM revisions r JOIN log l ON l.sequence = r.sequence"
+    "records": f"SELECT {SIGNED_COLUMNS} FROM revisions r JOIN log l ON l.sequence = r.sequence"
                " WHERE r.sequence = ?",
     "catalogue_words": "SELECT length(title), length(body) FROM catalogue_words WHERE seq = ?",
     "objects": "SELECT head_sequence FROM objects WHERE created_sequence = ?",
-    "object_records": "SELECT r.id, l.leaf FROM objects o"
+    "object_records": f"SELECT {SIGNED_COLUMNS} FROM objects o"
                       " JOIN revisions r ON r.sequence = o.head_sequence"
                       " JOIN log l ON l.sequence = r.sequence WHERE o.created_sequence = ?",
     "votes": "SELECT (SELECT id FROM revisions WHERE sequence = ?),"
@@ -51,6 +60,10 @@ _ROWS_SQL = {
 
 #: A row's key: one value, or a tuple of one value per parameter of its SQL
 Key = int | str | tuple[int | str, ...]
+#: What ``rows`` reads as records (``schema.SIGNED_COLUMNS``), kept by revision sequence
+KEPT = frozenset({"records", "object_records"})
+#: the column of ``SIGNED_COLUMNS`` holding the revision's sequence
+_SEQUENCE = 2
 
 
 class ReadAhead:
@@ -61,23 +74,42 @@ class ReadAhead:
         self._connections = ThreadConnections(path, cache_kib)
         self._threads = threads
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="alexandria-ahead")
+        self._local = threading.local()  # each asking thread's kept records
 
-    def _fetch(self, sql: str, sequences: Sequence[Key]) -> None:
+    def _fetch(self, sql: str, sequences: Sequence[Key]) -> list[tuple[Any, ...]]:
         conn = self._connections.connection()
+        out = []
         for seq in sequences:
-            conn.execute(sql, seq if isinstance(seq, tuple) else (seq,)).fetchone()
+            row = conn.execute(sql, seq if isinstance(seq, tuple) else (seq,)).fetchone()
+            if row is not None:
+                out.append(tuple(row))
+        return out
 
     def rows(self, what: str, sequences: Sequence[Key]) -> None:
         """Bring the pages of the rows ``what`` (a key of ``_ROWS_SQL``) at ``sequences`` (their
-        keys) into memory, several at once; returns when all are read.  Best effort: a failure
-        here leaves the reader to read them itself."""
+        keys) into memory, several at once; returns when all are read.  Records (``KEPT``) are
+        kept for this thread's next ``kept``, in place of any it kept before.  Best effort: a
+        failure here leaves the reader to read them itself."""
         sql = _ROWS_SQL[what]
         if len(sequences) < MINIMUM:
             return
         lanes = [sequences[i :: self._threads] for i in range(self._threads)]
         done, _ = wait([self._pool.submit(self._fetch, sql, lane) for lane in lanes if lane])
+        keep: dict[int, tuple[Any, ...]] | None = None
+        if what in KEPT:  # in place of any kept before: one page's records at most
+            keep = self._local.kept = {}
         for future in done:
-            future.exception()  # retrieved, so a failed read-ahead is not logged as unhandled
+            # retrieved either way, so a failed read-ahead is not logged as unhandled
+            if future.exception() is None and keep is not None:
+                keep.update((int(row[_SEQUENCE]), row) for row in future.result())
+
+    def kept(self, sequences: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """The records (``schema.SIGNED_COLUMNS``) at ``sequences`` that this thread's read-ahead
+        of records read since its last call, by revision sequence; the rest are dropped.  A
+        revision and its leaf never change once admitted, so they are the rows the reader's
+        snapshot holds for any sequence it found."""
+        kept: dict[int, tuple[Any, ...]] = self._local.__dict__.pop("kept", {})
+        return {seq: kept[seq] for seq in sequences if seq in kept}
 
     def _fetch_rows(self, sql: str, keys: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         conn = self._connections.connection()

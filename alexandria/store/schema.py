@@ -93,6 +93,13 @@ ROOT_KEYED_LINKS = (
     " LEFT JOIN revisions o ON o.id = l.target_root"
 )
 
+#: The columns a signed record is assembled from (``LedgerStorage._assemble``), of a revision
+#: ``r`` and its leaf ``l``: rows that never change once admitted, so a row read through any
+#: snapshot is the one every later snapshot holds (``store/read_ahead.py`` keeps them)
+SIGNED_COLUMNS = (
+    "r.id, r.root, r.sequence, r.record_length, r.authority_seq, l.leaf, l.admitted_at"
+)
+
 #: The columns of ``objects``, in the order ``_OBJECTS`` declares them.
 OBJECT_COLUMNS = ("created_sequence", "root", "kind", "author", "head", "head_sequence",
                   "revisions", "depth", "parent", "vote_target", "feed_links", "ancestors",

@@ -178,3 +178,8 @@ class SqliteStorage(LedgerStorage):
         if self._ahead is None:
             return {}
         return self._ahead.fetch(sql, keys)
+
+    def _kept_ahead(self, sequences: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        if self._ahead is None:
+            return {}
+        return self._ahead.kept(sequences)
