@@ -449,16 +449,17 @@ async def load(directory: Path, entries: int, seed: int, workers: int, follow_me
                     rate = admitted / (time.perf_counter() - started)
                     # the writer's own time per step: what grows with the library's size
                     step = writing - last_writing
+                    size = db.stat().st_size / admitted
                     milestones.append({
                         "entries": admitted, "per_second": round(rate, 1),
                         "admitting_per_second": round(admitted / max(writing, 1e-9), 1),
                         "seconds_waiting_for_signers": round(waited, 1),
-                        "database_bytes_per_entry": round(db.stat().st_size / admitted)})
+                        "database_bytes_per_entry": round(size)})
                     print(f"  {admitted:,} admitted, {rate:,.0f}/s (waiting for signers"
                           f" {waited:.0f} s, admitting {writing:.0f} s; this step"
                           f" {admitted - last_admitted:,} in {step:.0f} s of admitting,"
                           f" {(admitted - last_admitted) / max(step, 1e-9):,.0f}/s;"
-                          f" {db.stat().st_size / admitted:,.0f} bytes/entry)",
+                          f" {size:,.0f} bytes/entry)",
                           file=sys.stderr, flush=True)
                     last_writing, last_admitted = writing, admitted
         finally:
@@ -491,9 +492,9 @@ def against_first(milestones: list[dict[str, Any]], first: int) -> dict[str, Any
     milestone at or past it): admissions per second of the load, and per second the writer
     spent admitting (without the waits for the signers).  None if the load is not larger."""
     base = next((m for m in milestones if m["entries"] >= first), None)
-    end = milestones[-1] if milestones else None
-    if base is None or end is None or end["entries"] <= base["entries"]:
+    if base is None or milestones[-1] is base:
         return None
+    end = milestones[-1]
     return {
         "entries": end["entries"], "first": base["entries"],
         "per_second": round(100 * end["per_second"] / base["per_second"], 1),

@@ -9,6 +9,7 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ def test_a_page_is_read_on_several_connections_at_once(tmp_path: Path) -> None:
     barrier = threading.Barrier(4, timeout=10)
     original = ahead._fetch
 
-    def fetch(sql: str, sequences: Sequence[Key]) -> list[tuple[object, ...]]:
+    def fetch(sql: str, sequences: Sequence[Key]) -> list[tuple[Key, tuple[Any, ...]]]:
         entered.add(threading.current_thread().name)
         barrier.wait()  # all four lanes are in flight together, or this times out
         return original(sql, sequences)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, cast
 
 from alexandria.store.read_connections import ThreadConnections
 from alexandria.store.schema import SIGNED_COLUMNS
@@ -76,13 +76,25 @@ class ReadAhead:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="alexandria-ahead")
         self._local = threading.local()  # each asking thread's kept records
 
-    def _fetch(self, sql: str, sequences: Sequence[Key]) -> list[tuple[Any, ...]]:
+    def _fetch(self, sql: str, keys: Sequence[Key]) -> list[tuple[Key, tuple[Any, ...]]]:
+        """One lane: each key's row, on this thread's connection (a key without one left out)."""
         conn = self._connections.connection()
         out = []
-        for seq in sequences:
-            row = conn.execute(sql, seq if isinstance(seq, tuple) else (seq,)).fetchone()
+        for key in keys:
+            row = conn.execute(sql, key if isinstance(key, tuple) else (key,)).fetchone()
             if row is not None:
-                out.append(tuple(row))
+                out.append((key, tuple(row)))
+        return out
+
+    def _read(self, sql: str, keys: Sequence[Key]) -> list[tuple[Key, tuple[Any, ...]]]:
+        """Each key's row, read by ``threads`` lanes at once; a failed lane's rows left out."""
+        lanes = [keys[i :: self._threads] for i in range(self._threads)]
+        done, _ = wait([self._pool.submit(self._fetch, sql, lane) for lane in lanes if lane])
+        out: list[tuple[Key, tuple[Any, ...]]] = []
+        for future in done:
+            # retrieved either way, so a failed read-ahead is not logged as unhandled
+            if future.exception() is None:
+                out += future.result()
         return out
 
     def rows(self, what: str, sequences: Sequence[Key]) -> None:
@@ -93,15 +105,9 @@ class ReadAhead:
         sql = _ROWS_SQL[what]
         if len(sequences) < MINIMUM:
             return
-        lanes = [sequences[i :: self._threads] for i in range(self._threads)]
-        done, _ = wait([self._pool.submit(self._fetch, sql, lane) for lane in lanes if lane])
-        keep: dict[int, tuple[Any, ...]] | None = None
+        found = self._read(sql, sequences)
         if what in KEPT:  # in place of any kept before: one page's records at most
-            keep = self._local.kept = {}
-        for future in done:
-            # retrieved either way, so a failed read-ahead is not logged as unhandled
-            if future.exception() is None and keep is not None:
-                keep.update((int(row[_SEQUENCE]), row) for row in future.result())
+            self._local.kept = {int(row[_SEQUENCE]): row for _key, row in found}
 
     def kept(self, sequences: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         """The records (``schema.SIGNED_COLUMNS``) at ``sequences`` that this thread's read-ahead
@@ -111,15 +117,6 @@ class ReadAhead:
         kept: dict[int, tuple[Any, ...]] = self._local.__dict__.pop("kept", {})
         return {seq: kept[seq] for seq in sequences if seq in kept}
 
-    def _fetch_rows(self, sql: str, keys: Sequence[int]) -> dict[int, tuple[Any, ...]]:
-        conn = self._connections.connection()
-        out = {}
-        for key in keys:
-            row = conn.execute(sql, (key,)).fetchone()
-            if row is not None:
-                out[key] = tuple(row)
-        return out
-
     def fetch(self, sql: str, keys: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         """The row ``sql`` selects for each key (its one parameter), read several at once and
         returned: only for rows that never change once written (a revision and its leaf), so
@@ -127,13 +124,7 @@ class ReadAhead:
         without a row, or whose read failed, is left out: the reader reads it itself."""
         if len(keys) < MINIMUM:
             return {}
-        lanes = [keys[i :: self._threads] for i in range(self._threads)]
-        done, _ = wait([self._pool.submit(self._fetch_rows, sql, lane) for lane in lanes if lane])
-        out: dict[int, tuple[Any, ...]] = {}
-        for future in done:
-            if future.exception() is None:
-                out.update(future.result())
-        return out
+        return {cast(int, key): row for key, row in self._read(sql, keys)}
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
