@@ -248,9 +248,9 @@ def routes(inp: Inputs, rng: random.Random) -> list[tuple[str, float, Callable[[
         out.append(("catalogue?q=<1 rare word>&sort=relevance", rel,
                     lambda: f"/api/catalogue?q={words(inp.rare, 1)}&sort=relevance"))
     if len(inp.common) >= 2:
-        out.append(("catalogue?q=<common word + mid word> (informative)", rel,
+        out.append(("catalogue?q=<common word + mid word>", rel,
                     lambda: f"/api/catalogue?q={words(inp.common, 1)}+{words(inp.mid, 1)}"))
-        out.append(("catalogue?q=<1 common word> (informative)", rel,
+        out.append(("catalogue?q=<1 common word>", rel,
                     lambda: f"/api/catalogue?q={words(inp.common, 1)}"))
     return out
 

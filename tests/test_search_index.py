@@ -189,9 +189,9 @@ async def test_pages_without_q_read_an_index_in_order(
 async def test_relevance_both_ways_equals_a_reference(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Counting from term instances, counting in the candidates' words (read ahead or not) and
-    reading one word's score levels give the same pages, and all equal a brute-force reference:
-    every word present, 3 × title + body, ties newest."""
+    """Counting from term instances, counting in the candidates' words (read ahead or not),
+    reading one word's score levels and summing several words' levels give the same pages, and
+    all equal a brute-force reference: every word present, 3 × title + body, ties newest."""
     rng = random.Random(5)
     vocab = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
     docs: list[tuple[int, str, str]] = []
@@ -212,21 +212,26 @@ async def test_relevance_both_ways_equals_a_reference(
     queries = [[w] for w in vocab] + [[a, b] for a in vocab for b in vocab if a < b]
     queries += [["alpha", "beta", "gamma"], ["missing"], ["alpha", "missing"]]
     storage = api.library.storage
-    ways: list[tuple[int, bool, catalogue.Warm | None]] = [
-        (0, False, None), (10**9, False, None), (0, True, None),
-        (10**9, False, storage.read_ahead),
+    # (CANDIDATE_COST, LEVELS, LEVEL_ANCHOR_MAX, warm): several words are summed from their
+    # score levels when their rarest is held by at most LEVEL_ANCHOR_MAX heads (0: never; 5:
+    # only for some of the queries, the others counted by the candidate cost)
+    ways: list[tuple[int, bool, int, catalogue.Warm | None]] = [
+        (0, False, 0, None), (10**9, False, 0, None), (0, True, 0, None),
+        (10**9, False, 0, storage.read_ahead), (0, True, 10**9, None), (10**9, True, 5, None),
     ]
-    for cost, levels, warm in ways:
+    for cost, levels, anchor_max, warm in ways:
         monkeypatch.setattr(catalogue, "CANDIDATE_COST", cost)
         monkeypatch.setattr(catalogue, "LEVELS", levels)
+        monkeypatch.setattr(catalogue, "LEVEL_ANCHOR_MAX", anchor_max)
         for ws in queries:
             expected = reference(ws)
             for offset in (0, 3, 50):
                 query = CatalogueQuery(q=" ".join(ws).upper(), sort="relevance", offset=offset)
                 page = await storage.read(functools.partial(catalogue.find, query=query,
                                                             warm=warm))
-                assert page.total == len(expected), (cost, ws)
-                assert page.sequences == expected[offset : offset + 50], (cost, ws, offset)
+                assert page.total == len(expected), (cost, anchor_max, ws)
+                assert page.sequences == expected[offset : offset + 50], (cost, anchor_max, ws,
+                                                                           offset)
 
 
 @given(st.lists(st.sampled_from(["a", "b", "cc", "déjà", "x" * 70]), max_size=12),

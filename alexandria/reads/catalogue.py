@@ -4,9 +4,11 @@ Every answer comes from the indexes of ``search_index`` (docs/read-api.md):
 
 - no ``q``: ``total`` is a sum of at most nine maintained counters and the page an index range
   (by head sequence, or by score then head sequence) skipping ``offset`` entries;
-- with ``q``: each distinct query word is looked up in the full-text index's term instances;
-  a head matches when it holds every word, its relevance is title occurrences × 3 + body
-  occurrences summed over the words, and ``total`` comes from the same pass.
+- with ``q``: a head matches when it holds every distinct query word, its relevance is title
+  occurrences × 3 + body occurrences summed over the words, and ``total`` comes from the same
+  pass; relevance is read whichever way reads least: one word's score levels best first, the
+  sum of several words' score levels, the index's term instances, or the candidates' stored
+  words.
 
 "Newest" is the most recently admitted head (admission order is the host's clock; authored_at
 is the author's claim), so a revised object moves to the front.
@@ -247,6 +249,12 @@ def _relevance(
     conn: sqlite3.Connection, ws: list[str], warm: Warm | None = None
 ) -> tuple[Any, ...] | None:
     """The ``h(seq, score)`` CTE and its parameters; None when no head holds every word."""
+    if len(ws) > 1 and LEVEL_ANCHOR_MAX > 0:
+        held = [_heads_holding(conn, [w], LEVEL_ANCHOR_MAX + 1) for w in ws]
+        if min(held) == 0:
+            return None
+        if min(held) <= LEVEL_ANCHOR_MAX:
+            return _combined_levels(conn, ws, held.index(min(held)))
     candidates = _heads_holding(conn, ws)
     if candidates == 0:
         return None
@@ -290,15 +298,68 @@ def _relevance(
 
 # One word, no filter: read the word's score levels best first (``search_text.levels``).
 LEVELS = True
+# Several words: sum their score levels (``_combined_levels``) when one of them is held by at
+# most ``LEVEL_ANCHOR_MAX`` heads (the candidates, kept in memory at once; 0: never).
+LEVEL_ANCHOR_MAX = 20_000
 
 
-def _levels(conn: sqlite3.Connection, word: str, offset: int) -> Page:
+def _word_levels(conn: sqlite3.Connection, word: str) -> list[tuple[int, int]]:
+    """The score levels of ``word`` (``search_text.levels``): each score some head has for it
+    and how many heads have it, best first (the index's term statistics)."""
     prefix = word + LEVEL_MARK
     found = conn.execute(
         "SELECT term, doc FROM catalogue_level_terms WHERE term >= ? AND term < ?",
         (prefix, word + chr(ord(LEVEL_MARK) + 1)),
     ).fetchall()
-    levels = sorted(((int(term[len(prefix):]), docs) for term, docs in found), reverse=True)
+    return sorted(((int(term[len(prefix):]), docs) for term, docs in found), reverse=True)
+
+
+def _level(word: str, score: int) -> str:
+    """The full-text query of one score level of ``word``: its one token."""
+    return f'"{word}{LEVEL_MARK}{score}"'
+
+
+def _combined_levels(
+    conn: sqlite3.Connection, ws: list[str], anchor: int
+) -> tuple[Any, ...] | None:
+    """Relevance of several words scored from their score levels, without reading the heads:
+    a head's relevance for the query is the sum of its scores for each word, and each level
+    of a word is one token of ``catalogue_levels``.  The anchor (the word fewest heads hold)
+    gives every candidate and its score, a query per level; each other word's levels are each
+    intersected with the anchor's tokens, so the index skips through a common word's long
+    lists, reading their pages in order (about the pages the term statistics read), instead
+    of one scattered ``catalogue_words`` row per candidate.  None when no head holds every
+    word."""
+    levels = [_word_levels(conn, w) for w in ws]
+    scores: dict[int, int] = {}
+    for score, _docs in levels[anchor]:
+        for (seq,) in conn.execute(
+            "SELECT rowid FROM catalogue_levels WHERE catalogue_levels MATCH ?",
+            (_level(ws[anchor], score),),
+        ):
+            scores[seq] = score
+    anchored = " OR ".join(_level(ws[anchor], score) for score, _docs in levels[anchor])
+    for i, word in enumerate(ws):
+        if i == anchor or not scores:
+            continue
+        found: dict[int, int] = {}
+        for score, _docs in levels[i]:
+            for (seq,) in conn.execute(
+                "SELECT rowid FROM catalogue_levels WHERE catalogue_levels MATCH ?",
+                (f"{_level(word, score)} AND ({anchored})",),
+            ):
+                found[seq] = score
+        scores = {seq: total + found[seq] for seq, total in scores.items() if seq in found}
+    if not scores:
+        return None
+    return (
+        "WITH h(seq, score) AS (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
+        orjson.dumps(list(scores.items())).decode(),
+    )
+
+
+def _levels(conn: sqlite3.Connection, word: str, offset: int) -> Page:
+    levels = _word_levels(conn, word)
     total = sum(docs for _score, docs in levels)
     out: list[int] = []
     skip = offset
@@ -309,7 +370,7 @@ def _levels(conn: sqlite3.Connection, word: str, offset: int) -> Page:
         out += [r[0] for r in conn.execute(
             "SELECT rowid FROM catalogue_levels WHERE catalogue_levels MATCH ?"
             " ORDER BY rowid DESC LIMIT ? OFFSET ?",
-            (f'"{prefix}{score}"', PAGE_SIZE - len(out), skip),
+            (_level(word, score), PAGE_SIZE - len(out), skip),
         )]
         skip = 0
         if len(out) >= PAGE_SIZE:

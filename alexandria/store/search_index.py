@@ -19,7 +19,8 @@ the full-text index holds):
   each head (what the index needs to forget it, and what relevance counts in when a query's
   candidates are fewer than its words' occurrences); ``catalogue_levels`` indexes each head's
   distinct words as ``word·score`` tokens, so one word's heads can be read score level by score
-  level, best first, without scoring them all;
+  level, best first, without scoring them all, and several words' relevance summed level by
+  level without reading the heads' words;
 - ``vote_values``: every vote object's current value; ``vote_totals``: per actor, the votes
   received on their objects and the number of current votes they cast.
 """
