@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/ruff check alexandria tests cli.py bench genesis
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 4
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.admission

@@ -6,7 +6,6 @@ size (``pg_database_size``)."""
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -26,18 +25,6 @@ from tests.objects_support import discussion, reply
 pytestmark = pytest.mark.slow
 
 DEPTH = 1_100
-
-
-def _port() -> int:
-    """A free port of this test's range (21100-21199)."""
-    for port in range(21100, 21200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 21100-21199")
 
 
 _ROWS = (f"SELECT count(*) FROM {feed.ROWS} AS f WHERE sequence = (SELECT sequence FROM"
@@ -84,7 +71,7 @@ def test_a_reply_chain_deeper_than_near_costs_the_same_per_reply(
     assert DEPTH > 10 * feed.NEAR
     genesis, log_key = write_library_files(founding, tmp_path)
     db = new_db(tmp_path / "lib.db")
-    server = Server(genesis, db, log_key, port=_port())
+    server = Server(genesis, db, log_key)
     owner = founding.participants["owner"]
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
@@ -111,8 +98,10 @@ def test_a_reply_chain_deeper_than_near_costs_the_same_per_reply(
                     grew[depth] = size - before
             assert rows[150] == rows[1_050] == feed.NEAR
             # pages fill in steps: fifty replies deep in the chain cost what fifty replies
-            # near its top cost, within a few pages
-            assert abs(grew[1_050] - grew[150]) <= max(0.15 * grew[150], 8 * 4096), grew
+            # near its top cost, within a few pages (a loaded machine moves where the
+            # background merges and checkpoints fall: up to 9 pages apart seen); a closure
+            # written in full would cost a thousand rows more per reply at depth 1,000
+            assert abs(grew[1_050] - grew[150]) <= max(0.15 * grew[150], 12 * 4096), grew
             assert _feed(client, top) == [top, *chain]
             assert _feed(client, chain[4]) == chain[4:]
             d = client.get(f"/api/entries/{chain[9]}/discussion").json()
