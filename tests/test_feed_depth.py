@@ -322,6 +322,8 @@ def _downgrade(db: str | Path) -> int:
         "ALTER TABLE revisions DROP COLUMN tree", "ALTER TABLE objects DROP COLUMN tree",
         "ALTER TABLE objects DROP COLUMN cdepth", "ALTER TABLE objects DROP COLUMN cparent",
         "ALTER TABLE objects DROP COLUMN jump", "DELETE FROM meta WHERE key = 'feed_layout'",
+        *(f"ALTER TABLE log DROP COLUMN {c}" for c in ("id", "root", "record_length",
+                                                         "authority_seq")),
     ]
     conn: Any
     if isinstance(db, Path):
@@ -351,7 +353,8 @@ async def test_a_library_of_the_earlier_layout_is_rebuilt_when_opened(
 ) -> None:
     """A library written before this layout (a ``feed`` row per ancestor, plain ancestor
     lists, none of the new columns and tables) gets them when opened, its feed tables are
-    rebuilt from ``objects`` and its links, and it reads and admits as a new one does."""
+    rebuilt from ``objects`` and its links, and it reads and admits as a new one does (its
+    leaves' records read with their revisions' pieces, the new leaves' with their own)."""
     monkeypatch.setattr(feed, "NEAR", 10**6)  # every ancestor near: the earlier layout's rows
     model = Model()
     async for api in serve_library(tmp_path, founding, clock, db=db):
@@ -369,9 +372,16 @@ async def test_a_library_of_the_earlier_layout_is_rebuilt_when_opened(
         rows = await api.library.storage.read(lambda conn: [
             conn.execute(sql).fetchone()[0] for sql in (
                 "SELECT value FROM meta WHERE key = 'feed_layout'",
-                f"SELECT count(*) FROM {feed.ROWS} AS f", "SELECT count(*) FROM deep")])
+                f"SELECT count(*) FROM {feed.ROWS} AS f", "SELECT count(*) FROM deep",
+                # the leaves admitted since carry their records' pieces; those before are read
+                # with their revisions' (check() read both)
+                "SELECT count(*) FROM log l JOIN revisions r ON r.sequence = l.sequence"
+                " WHERE l.id = r.id AND l.root = r.root AND l.record_length = r.record_length"
+                " AND l.authority_seq = r.authority_seq",
+                "SELECT count(*) FROM log WHERE id IS NULL AND type = 'contribution'")])
     assert rows[0] == feed.layout()
     assert rows[1] < every_ancestor and rows[2] > 0
+    assert rows[3] == 4 and rows[4] > 0
 
 
 async def test_later_pages_of_a_deep_root(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:

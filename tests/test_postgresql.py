@@ -219,14 +219,17 @@ def test_the_schema_matches_sqlites_columns(pg_db: str) -> None:
 
 def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         pg_cluster: Cluster) -> None:
-    """Issue 22's index layout, the covering search postings and the feed keyed by objects
-    keys reach a database made before them, once (``MIGRATIONS``)."""
+    """Issue 22's index layout, the covering search postings, the feed keyed by objects keys
+    and the leaves' record pieces reach a database made before them, once (``MIGRATIONS``)."""
     empty = pg_cluster.database(migrated=False)  # not the session's migrated template
     with psycopg.connect(empty, autocommit=True) as raw:
         raw.execute("CREATE TABLE schema_migrations(version INTEGER PRIMARY KEY,"
                     " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
         raw.execute(_schema_sql().encode())
         raw.execute("INSERT INTO schema_migrations(version) VALUES (1)")
+        # version 1's log: the leaves alone
+        raw.execute("ALTER TABLE log DROP COLUMN id, DROP COLUMN root, DROP COLUMN record_length,"
+                    " DROP COLUMN authority_seq")
 
         def indexes() -> set[str]:
             return {r[0] for r in raw.execute(
@@ -241,8 +244,10 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         # vote_values_by_author came with version 3 and went with version 4
         assert set(sqlite_schema.RETIRED_INDEXES) - {"vote_values_by_author"} <= indexes()
         assert "INCLUDE" not in postings_key()
-        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7]
-        for table, columns in (("feed", ["owner", "sequence"]),
+        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8]
+        for table, columns in (("log", ["sequence", "type", "leaf", "leaf_hash", "admitted_at",
+                                        "id", "root", "record_length", "authority_seq"]),
+                               ("feed", ["owner", "sequence"]),
                                ("feed_recent", ["owner", "sequence"]), ("links", [
                 "source_sequence", "position", "relation", "target", "target_seq",
                 "target_owner"])):
@@ -277,7 +282,7 @@ def test_migration_4_gives_the_votes_already_there_their_targets_integer_keys(
                 (seq, root, root, seq))
         raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
                     " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
-        assert pg_schema.apply(raw) == [4, 5, 6, 7]
+        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8]
         rows = raw.execute("SELECT vote_root, target_seq FROM vote_values ORDER BY vote_root")
         assert rows.fetchall() == [("v1", 9), ("v2", 7)]
         indexes = {r[0] for r in raw.execute(

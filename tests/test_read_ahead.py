@@ -21,17 +21,22 @@ from tests.objects_support import claim, discussion, reply, space
 
 
 def _library(path: Path, rows: int) -> None:
+    """Records at sequences ``0 … rows - 1``: every third (from 0) of the earlier layout, its
+    revision's pieces in ``revisions``; the others with them in ``log`` alone."""
     conn = sqlite3.connect(path)
     conn.executescript(
         "CREATE TABLE revisions(sequence INTEGER PRIMARY KEY, id TEXT, root TEXT,"
         " record_length INTEGER, authority_seq INTEGER);"
-        "CREATE TABLE log(sequence INTEGER PRIMARY KEY, leaf BLOB, admitted_at TEXT);"
+        "CREATE TABLE log(sequence INTEGER PRIMARY KEY, leaf BLOB, admitted_at TEXT, id TEXT,"
+        " root TEXT, record_length INTEGER, authority_seq INTEGER);"
         "CREATE TABLE catalogue_words(seq INTEGER PRIMARY KEY, title TEXT, body TEXT);"
     )
     conn.executemany("INSERT INTO revisions VALUES (?, ?, ?, ?, ?)",
-                     [(i, f"r{i}", f"r{i - i % 2}", 10, 1) for i in range(rows)])
-    conn.executemany("INSERT INTO log VALUES (?, ?, ?)", [(i, b"x" * 5000, f"t{i}")
-                                                          for i in range(rows)])
+                     [(i, f"r{i}", f"r{i - i % 2}", 10, 1) for i in range(0, rows, 3)])
+    conn.executemany("INSERT INTO log VALUES (?, ?, ?, ?, ?, ?, ?)", [
+        (i, b"x" * 5000, f"t{i}", *((None,) * 4 if i % 3 == 0 else (f"r{i}", f"r{i - i % 2}",
+                                                                     10, 1)))
+        for i in range(rows)])
     conn.commit()
     conn.close()
 

@@ -526,7 +526,8 @@ class LedgerStorage(Storage):
             return Admitted(False, verdict.id, verdict.root, verdict.sequence, signed)
         if dry_run:
             return DryRun(verdict.id, verdict.root, False)
-        sequence, admitted_at = self._append_leaf(conn, "contribution", cand.document, now)
+        sequence, admitted_at = self._append_leaf(
+            conn, "contribution", cand.document, now, _record_pieces(cand, verdict))
         self._store_contribution(conn, cand, verdict, sequence)
         authority = self._authority_document_bytes(conn, verdict.authority_sequence)
         admission = admission_bytes(sequence, admitted_at, authority)
@@ -543,18 +544,22 @@ class LedgerStorage(Storage):
         return max(self.clock(), self._memory.tail(conn)[1])
 
     def _append_leaf(
-        self, conn: sqlite3.Connection, kind: str, document: bytes, now: int
+        self, conn: sqlite3.Connection, kind: str, document: bytes, now: int,
+        record: tuple[str, str, int, int] | None = None,
     ) -> tuple[int, str]:
         """Append the leaf of ``document`` (its canonical bytes) admitted at ``now`` (from
-        ``_admission_clock``): the leaf commits to the admission time (PROTOCOL §7)."""
+        ``_admission_clock``): the leaf commits to the admission time (PROTOCOL §7).
+        ``record``: a contribution's revision id, root, record length and authority sequence,
+        stored beside its leaf (``schema.SIGNED_COLUMNS``)."""
         memory = self._memory
         sequence = memory.tail(conn)[0] + 1
         admitted_at = format_ms(now)
         leaf = leaf_bytes(admitted_at, document)
         leaf_hash = merkle.leaf_hash(leaf)
         conn.execute(
-            "INSERT INTO log(sequence, type, leaf, leaf_hash, admitted_at) VALUES (?, ?, ?, ?, ?)",
-            (sequence, kind, leaf, leaf_hash, admitted_at),
+            "INSERT INTO log(sequence, type, leaf, leaf_hash, admitted_at, id, root,"
+            " record_length, authority_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (sequence, kind, leaf, leaf_hash, admitted_at, *(record or (None,) * 4)),
         )
         nodes = merkle.append_nodes(sequence - 1, leaf_hash, memory.node_getter(conn))
         conn.executemany(
@@ -724,7 +729,8 @@ class LedgerStorage(Storage):
             if isinstance(verdict, Retry):  # the server answers a retry without a new leaf
                 raise BadRequest("the same contribution was already admitted",
                                  "DUPLICATE_ENTRY", first=verdict.sequence)
-            sequence, _ = self._append_leaf(conn, "contribution", cand.document, e.admitted_ms)
+            sequence, _ = self._append_leaf(conn, "contribution", cand.document, e.admitted_ms,
+                                            _record_pieces(cand, verdict))
             self._store_contribution(conn, cand, verdict, sequence)
             return
         name = document_name(e.document)
@@ -813,9 +819,6 @@ class LedgerStorage(Storage):
             data = self._authority_bytes[seq] = bytes(row[0])
         return data
 
-    _SIGNED_SQL = (
-        f"SELECT {schema.SIGNED_COLUMNS} FROM revisions r JOIN log l ON l.sequence = r.sequence"
-    )
 
     def _assemble(self, conn: sqlite3.Connection, row: Sequence[Any]) -> bytes:
         rev_id, root, seq, rlen, aseq, leaf, admitted_at = row
@@ -823,7 +826,7 @@ class LedgerStorage(Storage):
         return signed_record_bytes(document_of(bytes(leaf)), rlen, rev_id, root, adm)
 
     def _signed_sync(self, conn: sqlite3.Connection, sequence: int) -> bytes | None:
-        row = conn.execute(self._SIGNED_SQL + " WHERE r.sequence = ?", (sequence,)).fetchone()
+        row = conn.execute(schema.signed_sql("l.sequence = ?"), (sequence,)).fetchone()
         return None if row is None else self._assemble(conn, row)
 
     @abstractmethod
@@ -843,7 +846,7 @@ class LedgerStorage(Storage):
         return {}
 
     def _kept_ahead(self, sequences: Sequence[int]) -> dict[int, tuple[Any, ...]]:
-        """The rows of ``_SIGNED_SQL`` at ``sequences`` that this thread's read-ahead already
+        """The rows of ``schema.signed_sql`` at ``sequences`` that this thread's read-ahead already
         read (``ReadAhead.kept``), by sequence; a backend without it returns none."""
         return {}
 
@@ -858,18 +861,19 @@ class LedgerStorage(Storage):
         # rest fetched together
         found: dict[int, Sequence[Any]] = dict(self._kept_ahead(wanted))
         wanted = [seq for seq in wanted if seq not in found]
-        found.update(self._fetch_ahead(self._SIGNED_SQL + " WHERE r.sequence = ?", wanted))
+        found.update(self._fetch_ahead(schema.signed_sql("l.sequence = ?"), wanted))
         wanted = [seq for seq in wanted if seq not in found]
         for i in range(0, len(wanted), SIGNED_CHUNK):
             chunk = wanted[i:i + SIGNED_CHUNK]
             marks = ",".join("?" * len(chunk))
-            for row in conn.execute(self._SIGNED_SQL + f" WHERE r.sequence IN ({marks})", chunk):
+            for row in conn.execute(schema.signed_sql(f"l.sequence IN ({marks})"), chunk):
                 found[int(row[2])] = row
         return [self._assemble(conn, found[seq]) for seq in sequences if seq in found]
 
     async def entry(self, rev: str) -> bytes | None:
         def fn(conn: sqlite3.Connection) -> bytes | None:
-            row = conn.execute(self._SIGNED_SQL + " WHERE r.id = ?", (rev,)).fetchone()
+            row = conn.execute(schema.signed_sql(
+                "l.sequence = (SELECT sequence FROM revisions WHERE id = ?)"), (rev,)).fetchone()
             return None if row is None else self._assemble(conn, row)
 
         return await self.read(fn)
@@ -886,6 +890,11 @@ class LedgerStorage(Storage):
 
     async def log_size(self) -> int:
         return await self.read(tree_size)
+
+
+def _record_pieces(cand: Candidate, verdict: Verdict) -> tuple[str, str, int, int]:
+    """What a contribution's ``log`` row carries beside its leaf (``schema.SIGNED_COLUMNS``)."""
+    return verdict.id, verdict.root, cand.record_length, verdict.authority_sequence
 
 
 def _settle(ended: asyncio.Future[None]) -> None:

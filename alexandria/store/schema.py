@@ -93,12 +93,34 @@ ROOT_KEYED_LINKS = (
     " LEFT JOIN revisions o ON o.id = l.target_root"
 )
 
-#: The columns a signed record is assembled from (``LedgerStorage._assemble``), of a revision
-#: ``r`` and its leaf ``l``: rows that never change once admitted, so a row read through any
-#: snapshot is the one every later snapshot holds (``store/read_ahead.py`` keeps them)
+#: The columns a signed record is assembled from (``LedgerStorage._assemble``): the leaf ``l``
+#: and, beside it, the revision's id, root, record length and authority, which a contribution's
+#: ``log`` row carries itself since this layout, so a record is one row of one table (one page
+#: read cold, not two); a leaf admitted before it takes them from its ``revisions`` row ``r``,
+#: which ``SIGNED_FROM`` joins only for such a leaf.  Rows that never change once admitted, so a
+#: row read through any snapshot is the one every later snapshot holds (``store/read_ahead.py``
+#: keeps them).
 SIGNED_COLUMNS = (
-    "r.id, r.root, r.sequence, r.record_length, r.authority_seq, l.leaf, l.admitted_at"
+    "coalesce(l.id, r.id), coalesce(l.root, r.root), l.sequence,"
+    " coalesce(l.record_length, r.record_length), coalesce(l.authority_seq, r.authority_seq),"
+    " l.leaf, l.admitted_at"
 )
+#: The tables of ``SIGNED_COLUMNS``, ending in ``JOIN log l ON l.sequence = …`` where a query
+#: joins them: the ``revisions`` row is sought only for a leaf without the columns (a ``CASE``
+#: gives NULL otherwise, which seeks nothing; ``l.id IS NULL AND r.sequence = l.sequence``
+#: would still read the row's page before testing), and a leaf of an authority document has
+#: neither (``SIGNED_IS_RECORD``)
+SIGNED_FROM = (
+    " LEFT JOIN revisions r ON r.sequence = CASE WHEN l.id IS NULL THEN l.sequence END"
+)
+#: The condition that the leaf ``l`` is a contribution's (a signed record)
+SIGNED_IS_RECORD = "coalesce(l.id, r.id) IS NOT NULL"
+
+
+def signed_sql(condition: str) -> str:
+    """The ``SIGNED_COLUMNS`` of the contribution leaves ``l`` meeting ``condition``."""
+    return (f"SELECT {SIGNED_COLUMNS} FROM log l{SIGNED_FROM}"
+            f" WHERE {SIGNED_IS_RECORD} AND {condition}")
 
 #: The columns of ``objects``, in the order ``_OBJECTS`` declares them.
 OBJECT_COLUMNS = ("created_sequence", "root", "kind", "author", "head", "head_sequence",
@@ -117,12 +139,19 @@ def object_row(root: str) -> str:
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- id, root, record_length, authority_seq: a contribution's revision id, root, record length
+-- and authority (SIGNED_COLUMNS); NULL for an authority document, and for a leaf admitted
+-- before this layout
 CREATE TABLE IF NOT EXISTS log(
     sequence INTEGER PRIMARY KEY,
     type TEXT NOT NULL,
     leaf BLOB NOT NULL,
     leaf_hash BLOB NOT NULL,
-    admitted_at TEXT NOT NULL
+    admitted_at TEXT NOT NULL,
+    id TEXT,
+    root TEXT,
+    record_length INTEGER,
+    authority_seq INTEGER
 );
 -- leaves are found by sequence; contributions again by revision id, authority documents by
 -- their key (authorities, revocations): a leaf commits to its admission time, so its hash
@@ -202,6 +231,11 @@ ADDED_COLUMNS = (
     ("objects", "cparent", "INTEGER NOT NULL DEFAULT 0"),
     ("objects", "jump", "INTEGER NOT NULL DEFAULT 0"),
     ("vote_values", "target_seq", "INTEGER NOT NULL DEFAULT 0"),
+    # left NULL in the leaves admitted before: SIGNED_FROM reads theirs from ``revisions``
+    ("log", "id", "TEXT"),
+    ("log", "root", "TEXT"),
+    ("log", "record_length", "INTEGER"),
+    ("log", "authority_seq", "INTEGER"),
 )
 
 #: Added columns whose values ``add_columns`` fills itself, in the transaction that adds them:

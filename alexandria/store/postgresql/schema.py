@@ -149,6 +149,14 @@ CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
     (5, COVERING_POSTINGS),
     (6, INTEGER_KEYS),
     (7, FEED_RECENT),
+    # a contribution's leaf carries its signed record's other pieces (store/schema.py
+    # SIGNED_COLUMNS; NULL in the leaves admitted before, read from revisions)
+    (8, """
+ALTER TABLE log ADD COLUMN IF NOT EXISTS id TEXT COLLATE "C";
+ALTER TABLE log ADD COLUMN IF NOT EXISTS root TEXT COLLATE "C";
+ALTER TABLE log ADD COLUMN IF NOT EXISTS record_length BIGINT;
+ALTER TABLE log ADD COLUMN IF NOT EXISTS authority_seq BIGINT;
+"""),
 )
 VERSION = MIGRATIONS[-1][0]
 

@@ -24,7 +24,11 @@ CREATE TABLE IF NOT EXISTS log(
     type TEXT COLLATE "C" NOT NULL,
     leaf BYTEA NOT NULL,
     leaf_hash BYTEA NOT NULL,
-    admitted_at TEXT COLLATE "C" NOT NULL
+    admitted_at TEXT COLLATE "C" NOT NULL,
+    id TEXT COLLATE "C",
+    root TEXT COLLATE "C",
+    record_length BIGINT,
+    authority_seq BIGINT
 );
 CREATE TABLE IF NOT EXISTS merkle_nodes(position BIGINT PRIMARY KEY, hash BYTEA NOT NULL);
 CREATE TABLE IF NOT EXISTS revisions(
