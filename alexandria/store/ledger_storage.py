@@ -819,7 +819,6 @@ class LedgerStorage(Storage):
             data = self._authority_bytes[seq] = bytes(row[0])
         return data
 
-
     def _assemble(self, conn: sqlite3.Connection, row: Sequence[Any]) -> bytes:
         rev_id, root, seq, rlen, aseq, leaf, admitted_at = row
         adm = admission_bytes(seq, admitted_at, self._authority_document_bytes(conn, aseq))

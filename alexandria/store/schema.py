@@ -105,11 +105,10 @@ SIGNED_COLUMNS = (
     " coalesce(l.record_length, r.record_length), coalesce(l.authority_seq, r.authority_seq),"
     " l.leaf, l.admitted_at"
 )
-#: The tables of ``SIGNED_COLUMNS``, ending in ``JOIN log l ON l.sequence = …`` where a query
-#: joins them: the ``revisions`` row is sought only for a leaf without the columns (a ``CASE``
-#: gives NULL otherwise, which seeks nothing; ``l.id IS NULL AND r.sequence = l.sequence``
-#: would still read the row's page before testing), and a leaf of an authority document has
-#: neither (``SIGNED_IS_RECORD``)
+#: What ``SIGNED_COLUMNS`` joins to a query's ``log l``: the ``revisions`` row, sought only for
+#: a leaf without the columns (a ``CASE`` gives NULL otherwise, which seeks nothing; ``ON l.id
+#: IS NULL AND r.sequence = l.sequence`` would still read the row's page before testing).  A
+#: leaf of an authority document has neither (``SIGNED_IS_RECORD``).
 SIGNED_FROM = (
     " LEFT JOIN revisions r ON r.sequence = CASE WHEN l.id IS NULL THEN l.sequence END"
 )
