@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, cast
 
 from alexandria.store.read_connections import ThreadConnections
-from alexandria.store.schema import SIGNED_COLUMNS, SIGNED_FROM, SIGNED_IS_RECORD, signed_sql
+from alexandria.store.schema import signed_sql
 
 THREADS = 4  # requests in flight at once
 CACHE_KIB = 2_048  # each connection's page cache: the upper levels of log and revisions
@@ -49,9 +49,8 @@ _ROWS_SQL = {
     "records": signed_sql("l.sequence = ?"),
     "catalogue_words": "SELECT length(title), length(body) FROM catalogue_words WHERE seq = ?",
     "objects": "SELECT head_sequence FROM objects WHERE created_sequence = ?",
-    "object_records": f"SELECT {SIGNED_COLUMNS} FROM objects o"
-                      f" JOIN log l ON l.sequence = o.head_sequence{SIGNED_FROM}"
-                      f" WHERE o.created_sequence = ? AND {SIGNED_IS_RECORD}",
+    "object_records": signed_sql(
+        "l.sequence = (SELECT head_sequence FROM objects WHERE created_sequence = ?)"),
     "votes": "SELECT (SELECT id FROM revisions WHERE sequence = ?),"
              " (SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
              "  WHERE o.created_sequence = ?)",

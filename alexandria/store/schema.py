@@ -97,7 +97,7 @@ ROOT_KEYED_LINKS = (
 #: and, beside it, the revision's id, root, record length and authority, which a contribution's
 #: ``log`` row carries itself since this layout, so a record is one row of one table (one page
 #: read cold, not two); a leaf admitted before it takes them from its ``revisions`` row ``r``,
-#: which ``SIGNED_FROM`` joins only for such a leaf.  Rows that never change once admitted, so a
+#: which ``_SIGNED_FROM`` joins only for such a leaf.  Rows that never change once admitted, so a
 #: row read through any snapshot is the one every later snapshot holds (``store/read_ahead.py``
 #: keeps them).
 SIGNED_COLUMNS = (
@@ -108,18 +108,18 @@ SIGNED_COLUMNS = (
 #: What ``SIGNED_COLUMNS`` joins to a query's ``log l``: the ``revisions`` row, sought only for
 #: a leaf without the columns (a ``CASE`` gives NULL otherwise, which seeks nothing; ``ON l.id
 #: IS NULL AND r.sequence = l.sequence`` would still read the row's page before testing).  A
-#: leaf of an authority document has neither (``SIGNED_IS_RECORD``).
-SIGNED_FROM = (
+#: leaf of an authority document has neither (``_SIGNED_IS_RECORD``).
+_SIGNED_FROM = (
     " LEFT JOIN revisions r ON r.sequence = CASE WHEN l.id IS NULL THEN l.sequence END"
 )
 #: The condition that the leaf ``l`` is a contribution's (a signed record)
-SIGNED_IS_RECORD = "coalesce(l.id, r.id) IS NOT NULL"
+_SIGNED_IS_RECORD = "coalesce(l.id, r.id) IS NOT NULL"
 
 
 def signed_sql(condition: str) -> str:
     """The ``SIGNED_COLUMNS`` of the contribution leaves ``l`` meeting ``condition``."""
-    return (f"SELECT {SIGNED_COLUMNS} FROM log l{SIGNED_FROM}"
-            f" WHERE {SIGNED_IS_RECORD} AND {condition}")
+    return (f"SELECT {SIGNED_COLUMNS} FROM log l{_SIGNED_FROM}"
+            f" WHERE {_SIGNED_IS_RECORD} AND {condition}")
 
 #: The columns of ``objects``, in the order ``_OBJECTS`` declares them.
 OBJECT_COLUMNS = ("created_sequence", "root", "kind", "author", "head", "head_sequence",
@@ -230,7 +230,7 @@ ADDED_COLUMNS = (
     ("objects", "cparent", "INTEGER NOT NULL DEFAULT 0"),
     ("objects", "jump", "INTEGER NOT NULL DEFAULT 0"),
     ("vote_values", "target_seq", "INTEGER NOT NULL DEFAULT 0"),
-    # left NULL in the leaves admitted before: SIGNED_FROM reads theirs from ``revisions``
+    # left NULL in the leaves admitted before: _SIGNED_FROM reads theirs from ``revisions``
     ("log", "id", "TEXT"),
     ("log", "root", "TEXT"),
     ("log", "record_length", "INTEGER"),
