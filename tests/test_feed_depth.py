@@ -312,7 +312,7 @@ def _downgrade(db: str | Path) -> int:
         "ALTER TABLE links ADD COLUMN target_root TEXT NOT NULL DEFAULT ''",
         "UPDATE links SET target_root ="
         " (SELECT root FROM objects WHERE created_sequence = links.target_owner)",
-        "DROP INDEX links_tree", "DROP INDEX links_related", "DROP INDEX links_to_revision",
+        "DROP TABLE tree_heads", "DROP INDEX links_related", "DROP INDEX links_to_revision",
         "DROP INDEX links_relationships", "ALTER TABLE links DROP COLUMN target_seq",
         "ALTER TABLE links DROP COLUMN target_owner",
         "CREATE TABLE feed_by_root AS SELECT o.root AS root, f.sequence AS sequence"

@@ -241,10 +241,12 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
             assert row is not None
             return str(row[0])
 
-        # vote_values_by_author came with version 3 and went with version 4
-        assert set(sqlite_schema.RETIRED_INDEXES) - {"vote_values_by_author"} <= indexes()
+        # vote_values_by_author came with version 3 and went with version 4; links_tree
+        # (version 3, on roots) went with version 9
+        assert set(sqlite_schema.RETIRED_INDEXES) - {"vote_values_by_author", "links_tree"} \
+            <= indexes()
         assert "INCLUDE" not in postings_key()
-        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8]
+        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9]
         for table, columns in (("log", ["sequence", "type", "leaf", "leaf_hash", "admitted_at",
                                         "id", "root", "record_length", "authority_seq"]),
                                ("feed", ["owner", "sequence"]),
@@ -255,7 +257,9 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
                 " ORDER BY ordinal_position", (table,))] == columns
         assert not indexes() & set(sqlite_schema.RETIRED_INDEXES)
-        assert {"links_tree", "links_to_revision", "vote_values_by_target_seq"} <= indexes()
+        assert {"links_to_revision", "vote_values_by_target_seq"} <= indexes()
+        assert "links_tree" not in indexes()  # version 9: the table tree_heads instead
+        assert raw.execute("SELECT to_regclass('tree_heads')").fetchone() == ("tree_heads",)
         assert postings_key().endswith("(term, seq) INCLUDE (title_count, body_count)")
         assert raw.execute("SELECT stxname FROM pg_statistic_ext").fetchall() == [
             ("catalogue_facet_kind",)]
@@ -282,7 +286,7 @@ def test_migration_4_gives_the_votes_already_there_their_targets_integer_keys(
                 (seq, root, root, seq))
         raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
                     " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
-        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8]
+        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9]
         rows = raw.execute("SELECT vote_root, target_seq FROM vote_values ORDER BY vote_root")
         assert rows.fetchall() == [("v1", 9), ("v2", 7)]
         indexes = {r[0] for r in raw.execute(

@@ -149,7 +149,7 @@ _ROOT_KEYED = f"""
 ALTER TABLE links ADD COLUMN target_root TEXT NOT NULL DEFAULT '';
 UPDATE links SET target_root =
     (SELECT root FROM objects WHERE created_sequence = links.target_owner);
-DROP INDEX links_tree;
+DROP TABLE tree_heads;
 DROP INDEX links_related;
 DROP INDEX links_to_revision;
 DROP INDEX links_relationships;
@@ -233,7 +233,7 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         assert not any(name.startswith("sqlite_autoindex_objects") for name in indexes)
         assert {"objects_head_sequence", "objects_contents"} <= indexes
         assert _objects(conn)[:len(objects)] == objects
-        assert {"links_tree", "links_to_revision", "vote_values_by_target_seq"} <= indexes
+        assert {"links_to_revision", "vote_values_by_target_seq"} <= indexes
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         # links keyed by integers, each naming its target's sequence and object
         columns = tuple(r[1] for r in conn.execute("PRAGMA table_info(links)"))
@@ -259,9 +259,14 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         # the reads take the new indexes: SQLite uses a partial index only when the query
         # repeats its condition
         children = " ".join(str(r[3]) for r in conn.execute(
-            "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", False),
+            "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", False, heads=True),
             {"owner": 1}))
-        assert "links_tree" in children
+        assert children == "SEARCH tree_heads USING PRIMARY KEY (target_owner=? AND relation=?)"
+        # tree_heads filled from the links and objects: each first revision's tree links,
+        # with its object's head (the revision of the claim and the votes' changes included)
+        assert conn.execute("SELECT * FROM tree_heads ORDER BY 1, 2, 3").fetchall() == [
+            tuple(r) for r in conn.execute(schema.TREE_HEADS_ROWS)]
+        assert conn.execute("SELECT count(*) FROM tree_heads").fetchone()[0] > 0
         exact = " ".join(str(r[3]) for r in conn.execute(
             "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", True),
             {"seq": 1}))

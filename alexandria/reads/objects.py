@@ -33,7 +33,7 @@ from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store import feed
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.postgresql import is_postgresql
-from alexandria.store.schema import NOT_RELATED, TREE_LINKS
+from alexandria.store.schema import NOT_RELATED
 
 PAGE_SIZE = 50
 SECTIONS = ("all", "children", "related", "history", "graph", "discussions", "knowledge")
@@ -146,52 +146,49 @@ def subject(conn: sqlite3.Connection, rev: str) -> Subject | None:
 SectionResult = tuple[list[int], bool]  # a page of sequences, and whether more follow
 
 
-def _tree_arm(
-    relations: str | Sequence[str], exact: bool, column: str = "l.source_sequence AS seq"
-) -> str:
-    """First revisions of the objects whose tree link of one of ``relations`` names the subject
-    (any of its revisions, ``:owner``, or exactly the one at ``:seq``).
+def _tree_arm(relations: str | Sequence[str], exact: bool, heads: bool = False) -> str:
+    """First revisions (``seq``) of the objects whose tree link of one of ``relations`` names the
+    subject (any of its revisions, ``:owner``, or exactly the one at ``:seq``), in order; with
+    ``heads``, each beside its object's current head (``head``).
 
-    Tree links never change across revisions, so the first revision carries them; the range
-    ``links_tree(target_owner, relation)`` (``links_to_revision(target_seq, source_sequence,
-    …)`` when exact) is ordered by ``source_sequence``, the primary key suffix, so no sort is
-    needed.  A link is a first revision's exactly when an ``objects`` row was created at its
-    sequence: one probe of that table's integer key (objects are stored in creation order, so
-    the rows of a space's children sit together), not of ``revisions`` and its 64-hex ids.
-
-    Several relations: by root, one arm each (``_tree_arms``); exactly, one arm for all, since
-    ``links_to_revision`` is not keyed by relation — an arm per relation would each read every
-    link to the revision, and one finding none would read them all."""
+    By the object: one range of the table ``tree_heads(target_owner, relation,
+    created_sequence)``, which holds the first revisions' tree links (tree links never change
+    across revisions) and their objects' heads, so a page of heads is read from a page or two
+    of it, with no row read per child.  Exactly: ``links_to_revision(target_seq,
+    source_sequence, …)``, which holds every revision's links, each probed against ``objects``
+    by its integer key (a link is a first revision's exactly when an object was created at its
+    sequence), one arm for all the relations, since the index is not keyed by relation."""
     if isinstance(relations, str):
         relations = (relations,)
     assert relations and all(r in FEED_RELATIONS for r in relations)
     named = (
-        f"l.relation = '{relations[0]}'" if len(relations) == 1
-        else "l.relation IN ('" + "', '".join(relations) + "')"
+        f"relation = '{relations[0]}'" if len(relations) == 1
+        else "relation IN ('" + "', '".join(relations) + "')"
     )
     # DISTINCT: one object may hold two of the relations to the subject
     distinct = "DISTINCT " if len(relations) > 1 else ""
+    if not exact:
+        column = "created_sequence AS seq" + (", head_sequence AS head" if heads else "")
+        return f"SELECT {distinct}{column} FROM tree_heads WHERE target_owner = :owner AND {named}"
+    column = "l.source_sequence AS seq" + (", o.head_sequence AS head" if heads else "")
     return (
         f"SELECT {distinct}{column} FROM links l"
         " JOIN objects o ON o.created_sequence = l.source_sequence"
-        f" WHERE {_tree_links(exact, 'l.')} AND {named}"
+        f" WHERE {_EXACT_TREE_LINKS} AND l.{named}"
     )
 
 
-def _tree_arms(relations: Sequence[str], exact: bool) -> list[str]:
-    """``_tree_arm`` of every relation: one range each by root, one range in all exactly."""
+def _tree_arms(relations: Sequence[str], exact: bool, heads: bool = False) -> list[str]:
+    """``_tree_arm`` of every relation: one range each by object, one range in all exactly."""
     if exact and relations:
-        return [_tree_arm(relations, True)]
-    return [_tree_arm(r, exact) for r in relations]
+        return [_tree_arm(relations, True, heads)]
+    return [_tree_arm(r, exact, heads) for r in relations]
 
 
-def _tree_links(exact: bool, prefix: str = "") -> str:
-    """The condition naming the subject's tree links, with the WHERE clause of the partial index
-    that holds them (SQLite uses a partial index only when the query repeats its condition):
-    ``links_to_revision`` for one exact revision, ``links_tree`` for any of the object's."""
-    if exact:
-        return f"{prefix}target_seq = :seq AND {prefix}relation != 'votes_on'"
-    return f"{prefix}target_owner = :owner AND {prefix}relation IN {TREE_LINKS}"
+#: The links naming the subject's revision at ``:seq``, with the WHERE clause of the partial
+#: index that holds them, ``links_to_revision`` (SQLite uses a partial index only when the
+#: query repeats its condition).
+_EXACT_TREE_LINKS = "l.target_seq = :seq AND l.relation != 'votes_on'"
 
 
 def _contained_arm(kind: str) -> str:
@@ -223,13 +220,15 @@ def _merged(arms: Sequence[str], descending: bool = False) -> str:
 
 
 def _page(
-    conn: sqlite3.Connection, sql: str, params: dict[str, Any], offset: int, limit: int = PAGE_SIZE
+    conn: sqlite3.Connection, sql: str, params: dict[str, Any], offset: int,
+    limit: int = PAGE_SIZE, column: int = 0,
 ) -> SectionResult:
-    """``limit`` sequences from ``offset`` of an ordered query, and whether more follow."""
+    """``limit`` sequences (the query's ``column``) from ``offset`` of an ordered query, and
+    whether more follow."""
     rows = conn.execute(
         f"{sql} LIMIT :limit OFFSET :offset", {**params, "limit": limit + 1, "offset": offset}
     ).fetchall()
-    return [r[0] for r in rows[:limit]], len(rows) > limit
+    return [r[column] for r in rows[:limit]], len(rows) > limit
 
 
 def _heads(
@@ -436,13 +435,18 @@ def _section_children(
     conn: sqlite3.Connection, subj: Subject, _item: int, offset: int, exact: bool,
     warm: Warm | None = None,
 ) -> SectionResult:
+    """Current heads of the objects whose tree links name the subject, by creation: by the
+    object, ranges of ``tree_heads`` give the heads themselves (``object_view`` then reads their
+    records at once); exactly, each link's ``objects`` row gives its head, and those rows are
+    read ahead first."""
     relations = CHILD_RELATIONS.get(subj.kind, ())
     if not relations:
         return [], False
     params = _keys(subj)
-    warmed = warm is not None and _warm_tree_links(conn, relations, exact, params, offset, warm)
-    firsts, more = _page(conn, _merged(_tree_arms(relations, exact)), params, offset)
-    return _heads(conn, firsts, None if warmed else warm), more
+    if exact and warm is not None:
+        _warm_exact_tree_links(conn, relations, params, offset, warm)
+    return _page(conn, _merged(_tree_arms(relations, exact, heads=True)), params, offset,
+                 column=1)
 
 
 #: rows at most that ``_warm_links`` reads from an index: deep offsets are rare
@@ -452,23 +456,22 @@ WARM_LIMIT = 1_000
 TREE_LINK_SLACK = PAGE_SIZE // 5
 
 
-def _warm_tree_links(
-    conn: sqlite3.Connection, relations: Sequence[str], exact: bool, params: dict[str, Any],
-    offset: int, warm: Warm,
-) -> bool:
-    """``_tree_arm`` probes ``objects`` once per link, in order, until the page is full, and a
-    space's children were created at scattered times: read ahead, several at once, the rows of
-    the links it will probe first (the links from the index alone; a later revision's link
-    probes a row that is not there, which costs the same page) and, for the page's links, their
-    heads' records too, in the same round (``signed_many`` then finds them in memory).
-    ``TREE_LINK_SLACK`` links beyond the page's allow for later revisions' links."""
-    groups = [tuple(relations)] if exact else [(r,) for r in relations]
-    arms = [
-        f"SELECT source_sequence AS seq FROM links WHERE {_tree_links(exact)}"
-        " AND relation IN ('" + "', '".join(group) + "')"
-        for group in groups
-    ]
-    return _warm_links(conn, _merged(arms), params, offset, warm)
+def _warm_exact_tree_links(
+    conn: sqlite3.Connection, relations: Sequence[str], params: dict[str, Any], offset: int,
+    warm: Warm,
+) -> None:
+    """An exact ``_tree_arm`` probes ``objects`` once per link, in order, until the page is
+    full, and a revision's children were created at scattered times: read ahead, several at
+    once, the rows of the links it will probe first (the links from the index alone; a later
+    revision's link probes a row that is not there, which costs the same page) and, for the
+    page's links, their heads' records too, in the same round (``signed_many`` then finds them
+    in memory).  ``TREE_LINK_SLACK`` links beyond the page's allow for later revisions'
+    links."""
+    arm = (
+        f"SELECT l.source_sequence AS seq FROM links l WHERE {_EXACT_TREE_LINKS}"
+        " AND l.relation IN ('" + "', '".join(relations) + "')"
+    )
+    _warm_links(conn, _merged([arm]), params, offset, warm)
 
 
 def _warm_links(
@@ -593,10 +596,7 @@ def _section_graph(
     direct children; a space's contained children come straight from ``objects_contents``."""
     relations = CHILD_RELATIONS.get(subj.kind, ())
     linked = [rel for rel in relations if rel != "contained_in"]
-    endpoints = (
-        [_tree_arm(linked, True, "o.created_sequence")] if exact and linked
-        else [_tree_arm(rel, exact, "o.created_sequence") for rel in linked]
-    )
+    endpoints = _tree_arms(linked, exact)
     if "contained_in" in relations and (not exact or subj.rev == subj.root):
         endpoints.append(
             "SELECT created_sequence FROM objects WHERE parent = :root AND parent != ''")
@@ -622,15 +622,12 @@ def _section_graph(
 
 
 def tree_children(
-    conn: sqlite3.Connection, subj: Subject, relation: str, offset: int,
-    warm: Warm | None = None,
+    conn: sqlite3.Connection, subj: Subject, relation: str, offset: int
 ) -> SectionResult:
     """Current heads of the objects whose ``relation`` tree link names the object (any of its
-    revisions), by creation: one range of ``links_tree``, as in ``children``."""
-    firsts, more = _page(
-        conn, _merged([_tree_arm(relation, False)]), _keys(subj), offset
-    )
-    return _heads(conn, firsts, warm), more
+    revisions), by creation: one range of ``tree_heads``, as in ``children``."""
+    return _page(conn, _merged([_tree_arm(relation, False, heads=True)]), _keys(subj), offset,
+                 column=1)
 
 
 _SECTIONS = {

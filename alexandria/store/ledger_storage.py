@@ -625,15 +625,31 @@ class LedgerStorage(Storage):
             if placed.mark is not None:
                 feed.mark_deep(conn, cache, placed.mark)
         feed.write_rows(conn, near, sequence)
+        links = [
+            (sequence, i, lk.relation, lk.target, cache.seq_of(conn, lk.target),
+             cache.seq_of(conn, target_root))
+            for i, (lk, target_root) in enumerate(zip(rec.links, v.link_roots, strict=True))
+        ]
         conn.executemany(
             "INSERT INTO links(source_sequence, position, relation, target, target_seq,"
-            " target_owner) VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (sequence, i, lk.relation, lk.target, cache.seq_of(conn, lk.target),
-                 cache.seq_of(conn, target_root))
-                for i, (lk, target_root) in enumerate(zip(rec.links, v.link_roots, strict=True))
-            ],
+            " target_owner) VALUES (?, ?, ?, ?, ?, ?)", links,
         )
+        # the object's tree links with its head (schema ``tree_heads``): a revision carries
+        # its object's tree links unchanged (rules.state), so they name the rows to update
+        tree_links = [(owner, relation) for _s, _i, relation, _t, _ts, owner in links
+                      if relation in FEED_RELATIONS]
+        if placed is not None:
+            conn.executemany(
+                "INSERT OR IGNORE INTO tree_heads(target_owner, relation, created_sequence,"
+                " head_sequence) VALUES (?, ?, ?, ?)",
+                [(owner, relation, sequence, sequence) for owner, relation in tree_links],
+            )
+        else:
+            conn.executemany(
+                "UPDATE tree_heads SET head_sequence = ? WHERE target_owner = ?"
+                " AND relation = ? AND created_sequence = ?",
+                [(sequence, owner, relation, created) for owner, relation in tree_links],
+            )
         search_index.on_admitted(conn, rec, v, sequence, memory.actors, cand.index_text)
 
     # --- authority documents -----------------------------------------------------------------

@@ -38,7 +38,12 @@ from alexandria.store import search_index
 from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader, tree_size
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
-from alexandria.store.schema import LINK_COLUMNS, ROOT_KEYED_LINKS, check_database
+from alexandria.store.schema import (
+    LINK_COLUMNS,
+    ROOT_KEYED_LINKS,
+    check_database,
+    fill_tree_heads,
+)
 
 #: tables copied as they are, in this order (the catalogue's are rebuilt instead)
 COPIED = (
@@ -46,6 +51,9 @@ COPIED = (
     "revocations", "feed", "deep", "checkpoints", "checkpoint_cosignatures", "personal_state",
     "personal_requests", "enrolment_requests",
 )
+#: tables derived from the copied ones, filled in the copy from them (``schema.fill_tree_heads``:
+#: a library of an earlier layout has none)
+DERIVED = ("tree_heads",)
 #: tables that a library of an earlier layout keyed by roots (``store/feed.py``): not copied
 #: from such a library; the copy's recorded ``feed_layout`` is the earlier one, so the first
 #: node to open the database rebuilds them
@@ -167,12 +175,13 @@ def migrate(source: str | Path, url: str,
                     raise BadRequest(
                         f"the PostgreSQL database belongs to the library {found_pin}, {source}"
                         f" to {pin[0]}", "GENESIS_MISMATCH")
-                raw.execute(f"TRUNCATE {', '.join(COPIED)}")
+                raw.execute(f"TRUNCATE {', '.join((*COPIED, *DERIVED))}")
                 for table in COPIED:
                     if table in ROOT_KEYED and "root" in _columns(lite, table):
                         continue  # an earlier layout's: feed.ensure_layout rebuilds them
                     rows += _copy(lite, raw, table, progress)
                 # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
+                fill_tree_heads(cast(sqlite3.Connection, conn))
                 search_index.rebuild(cast(sqlite3.Connection, conn))
                 conn.execute(
                     "INSERT INTO meta(key, value) VALUES ('catalogue_index', ?)"

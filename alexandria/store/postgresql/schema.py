@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from alexandria.errors import ServiceError
+from alexandria.store.schema import TREE_HEADS_COLUMNS, TREE_HEADS_ROWS
 
 #: ``pg_advisory_xact_lock`` key of schema changes (the text "alexschm" as a 64-bit integer)
 MIGRATION_LOCK = 0x616C65787363686D
@@ -126,6 +127,22 @@ CREATE TABLE IF NOT EXISTS feed_recent(
 );
 """
 
+#: Version 9 (issue 22, as ``store/schema.py``'s ``tree_heads``): a children page is one range
+#: of a table that gives each child's head, not one ``objects`` row read per child; it replaces
+#: the index ``links_tree``.  Filled from the links and objects already there.
+TREE_HEADS = f"""
+CREATE TABLE IF NOT EXISTS tree_heads(
+    target_owner BIGINT NOT NULL,
+    relation TEXT COLLATE "C" NOT NULL,
+    created_sequence BIGINT NOT NULL,
+    head_sequence BIGINT NOT NULL,
+    PRIMARY KEY(target_owner, relation, created_sequence)
+);
+INSERT INTO tree_heads({TREE_HEADS_COLUMNS}) {TREE_HEADS_ROWS} ON CONFLICT DO NOTHING;
+DROP INDEX IF EXISTS links_tree;
+ANALYZE tree_heads;
+"""
+
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, "schema.sql"),
@@ -157,6 +174,7 @@ ALTER TABLE log ADD COLUMN IF NOT EXISTS root TEXT COLLATE "C";
 ALTER TABLE log ADD COLUMN IF NOT EXISTS record_length BIGINT;
 ALTER TABLE log ADD COLUMN IF NOT EXISTS authority_seq BIGINT;
 """),
+    (9, TREE_HEADS),
 )
 VERSION = MIGRATIONS[-1][0]
 
