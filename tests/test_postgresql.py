@@ -241,12 +241,12 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
             assert row is not None
             return str(row[0])
 
-        # vote_values_by_author came with version 3 and went with version 4; links_tree
-        # (version 3, on roots) went with version 9
-        assert set(sqlite_schema.RETIRED_INDEXES) - {"vote_values_by_author", "links_tree"} \
-            <= indexes()
+        # vote_values_by_author came with version 3 and went with version 4, links_tree
+        # (version 3, on roots) with version 9, vote_values_by_target_seq (version 4) with 10
+        assert set(sqlite_schema.RETIRED_INDEXES) - {
+            "vote_values_by_author", "links_tree", "vote_values_by_target_seq"} <= indexes()
         assert "INCLUDE" not in postings_key()
-        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9]
+        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9, 10]
         for table, columns in (("log", ["sequence", "type", "leaf", "leaf_hash", "admitted_at",
                                         "id", "root", "record_length", "authority_seq"]),
                                ("feed", ["owner", "sequence"]),
@@ -257,7 +257,7 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
                 " ORDER BY ordinal_position", (table,))] == columns
         assert not indexes() & set(sqlite_schema.RETIRED_INDEXES)
-        assert {"links_to_revision", "vote_values_by_target_seq"} <= indexes()
+        assert {"links_to_revision", "vote_values_page"} <= indexes()
         assert "links_tree" not in indexes()  # version 9: the table tree_heads instead
         assert raw.execute("SELECT to_regclass('tree_heads')").fetchone() == ("tree_heads",)
         assert postings_key().endswith("(term, seq) INCLUDE (title_count, body_count)")
@@ -266,10 +266,11 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         assert pg_schema.apply(raw) == []
 
 
-def test_migration_4_gives_the_votes_already_there_their_targets_integer_keys(
+def test_migrations_4_and_10_give_the_votes_already_there_their_targets_keys_and_heads(
         pg_cluster: Cluster) -> None:
     """A database of version 3 (votes naming their targets by root only) is given
-    ``vote_values.target_seq``, filled from ``objects``, and the scores page's new index."""
+    ``vote_values.target_seq``, filled from ``objects``, then (version 10) each vote's head id
+    and target's root, and the scores page's index covering them."""
     empty = pg_cluster.database(migrated=False)
     with psycopg.connect(empty, autocommit=True) as raw:
         raw.execute("CREATE TABLE schema_migrations(version INTEGER PRIMARY KEY,"
@@ -284,14 +285,21 @@ def test_migration_4_gives_the_votes_already_there_their_targets_integer_keys(
                 " revisions, depth, parent, vote_target, feed_links)"
                 " VALUES (%s, %s, 'claim', 'x', %s, %s, 1, 0, '', '', '')",
                 (seq, root, root, seq))
+        for seq in (20, 21):  # the votes' heads
+            raw.execute(
+                "INSERT INTO revisions(sequence, id, root, kind, author, authored_at, title,"
+                " record_length, authority_seq) VALUES (%s, %s, %s, 'vote', 'x', '', '', 1, 1)",
+                (seq, f"h{seq}", f"v{seq}"))
         raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
                     " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
-        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9]
-        rows = raw.execute("SELECT vote_root, target_seq FROM vote_values ORDER BY vote_root")
-        assert rows.fetchall() == [("v1", 9), ("v2", 7)]
+        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9, 10]
+        rows = raw.execute("SELECT vote_root, target_seq, head, target_root FROM vote_values"
+                           " ORDER BY vote_root")
+        assert rows.fetchall() == [("v1", 9, "h20", "b" * 64), ("v2", 7, "h21", "a" * 64)]
         indexes = {r[0] for r in raw.execute(
             "SELECT indexname FROM pg_indexes WHERE tablename = 'vote_values'")}
-        assert "vote_values_by_target_seq" in indexes and "vote_values_by_author" not in indexes
+        assert "vote_values_page" in indexes
+        assert not indexes & {"vote_values_by_target_seq", "vote_values_by_author"}
         assert pg_schema.apply(raw) == []
 
 

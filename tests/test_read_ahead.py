@@ -134,7 +134,7 @@ def test_every_read_ahead_statement_runs_on_a_library(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "lib.db")
     conn.executescript(schema.TABLES)
     for what, sql in read_ahead._ROWS_SQL.items():
-        conn.execute(sql, (1, 1) if what == "votes" else (1,)).fetchall()
+        conn.execute(sql, (1,)).fetchall()
     conn.close()
 
 

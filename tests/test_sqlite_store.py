@@ -123,6 +123,14 @@ async def test_a_library_closed_and_opened_again_reads_the_same(
         assert changes["items"][-1]["id"] == reply["id"]
 
 
+# Every layout before issue 22's sixth round: the scores page read each vote's head id from its
+# revision and its target's root from the target's object row.
+_BEFORE_VOTE_PAGE = """
+DROP INDEX vote_values_page;
+ALTER TABLE vote_values DROP COLUMN head;
+ALTER TABLE vote_values DROP COLUMN target_root;
+CREATE INDEX vote_values_by_target_seq ON vote_values(author_id, head_sequence, target_seq, value);
+"""
 # The index layout before issue 22's: every link in two indexes by its target, the scores page
 # read through a narrow index of vote roots, votes naming their targets by root only.
 _EARLIER_INDEXES = """
@@ -217,7 +225,7 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         before = await reads(api, revisions)
     conn = sqlite3.connect(tmp_path / "lib.db")
     objects = _objects(conn)
-    conn.executescript(_ROOT_KEYED + earlier + _ROOT_INDEXED)
+    conn.executescript(_BEFORE_VOTE_PAGE + _ROOT_KEYED + earlier + _ROOT_INDEXED)
     assert earlier == "" or "target_seq" not in {
         r[1] for r in conn.execute("PRAGMA table_info(vote_values)")}
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE"
@@ -233,7 +241,7 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         assert not any(name.startswith("sqlite_autoindex_objects") for name in indexes)
         assert {"objects_head_sequence", "objects_contents"} <= indexes
         assert _objects(conn)[:len(objects)] == objects
-        assert {"links_to_revision", "vote_values_by_target_seq"} <= indexes
+        assert {"links_to_revision", "vote_values_page"} <= indexes
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         # links keyed by integers, each naming its target's sequence and object
         columns = tuple(r[1] for r in conn.execute("PRAGMA table_info(links)"))
@@ -251,11 +259,17 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
             "SELECT count(*) FROM vote_values v JOIN objects o"
             " ON o.created_sequence = v.target_seq AND o.root = v.target").fetchone()[0] == votes
         scores = " ".join(str(r[3]) for r in conn.execute(
-            "EXPLAIN QUERY PLAN SELECT v.vote_root FROM vote_values v"
-            " INDEXED BY vote_values_by_target_seq JOIN objects o"
+            "EXPLAIN QUERY PLAN SELECT v.vote_root, v.head, v.target_root FROM vote_values v"
+            " INDEXED BY vote_values_page JOIN objects o"
             " ON o.created_sequence = v.target_seq WHERE v.author_id = 1"
             " ORDER BY v.head_sequence DESC"))
         assert "USING INTEGER PRIMARY KEY" in scores and "root" not in scores
+        assert "COVERING INDEX vote_values_page" in scores
+        # and each its head's id and its target's root, filled when the columns were added
+        assert conn.execute(
+            "SELECT count(*) FROM vote_values v JOIN revisions h ON h.sequence = v.head_sequence"
+            " JOIN objects o ON o.created_sequence = v.target_seq"
+            " WHERE v.head = h.id AND v.target_root = o.root").fetchone()[0] == votes
         # the reads take the new indexes: SQLite uses a partial index only when the query
         # repeats its condition
         children = " ".join(str(r[3]) for r in conn.execute(

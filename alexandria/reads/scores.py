@@ -16,15 +16,15 @@ from alexandria.store.search_index import actor_id
 
 
 def _read_ahead(conn: sqlite3.Connection, aid: int, offset: int, warm: Warm) -> None:
-    """The page's head revisions and targets sit on pages scattered over the database: read
-    them several at once (``catalogue.Warm``); the votes themselves come from one range of the
-    covering index ``vote_values_by_target_seq``."""
+    """The page's targets' rows and scores sit on pages scattered over the database: read them
+    several at once (``catalogue.Warm``); the votes themselves, with their head ids and
+    targets' roots, come from one range of the covering index ``vote_values_page``."""
     rows = conn.execute(
-        "SELECT head_sequence, target_seq FROM vote_values INDEXED BY vote_values_by_target_seq"
+        "SELECT target_seq FROM vote_values INDEXED BY vote_values_page"
         " WHERE author_id = ? ORDER BY head_sequence DESC LIMIT ? OFFSET ?",
         (aid, PAGE_SIZE, offset),
     ).fetchall()
-    warm("votes", [(r[0], r[1]) for r in rows])  # one round for both
+    warm("target_scores", list(dict.fromkeys(r[0] for r in rows)))
 
 
 def scores(
@@ -44,12 +44,11 @@ def scores(
             total = int(row[4])
         if warm is not None and offset < total:
             _read_ahead(conn, aid, offset, warm)
-        # each vote: one range of the covering index, then three integer-key rows (its head
-        # revision's id, its target's object row — the root and head —, the head's score)
+        # each vote: one range of the covering index, then two integer-key rows (its target's
+        # object row, for its head, and the head's score)
         rows = conn.execute(
-            "SELECT v.vote_root, o.root, v.value, r.id, c.score"
-            " FROM vote_values v INDEXED BY vote_values_by_target_seq"
-            " JOIN revisions r ON r.sequence = v.head_sequence"
+            "SELECT v.vote_root, v.target_root, v.value, v.head, c.score"
+            " FROM vote_values v INDEXED BY vote_values_page"
             " JOIN objects o ON o.created_sequence = v.target_seq"
             " LEFT JOIN catalogue c ON c.seq = o.head_sequence"
             " WHERE v.author_id = ? ORDER BY v.head_sequence DESC LIMIT ? OFFSET ?",

@@ -42,18 +42,16 @@ MINIMUM = 8  # fewer rows than this are read by the reader alone: the hand-offs 
 # stored words (``reads/catalogue._relevance`` counts in them); an object's row, by its first
 # sequence; an object's row with its head's record, by its first sequence, in one round
 # (``reads/objects``: a section's heads are found through the rows, so reading the rows first
-# and the records after would wait for the disk twice); a vote's head revision's id and its
-# target's score, by (head sequence, target's first sequence) (``reads/scores``: both come
-# from the covering index).
+# and the records after would wait for the disk twice); a vote target's score, by its first
+# sequence (``reads/scores``: the rest of a vote comes from the covering index).
 _ROWS_SQL = {
     "records": signed_sql("l.sequence = ?"),
     "catalogue_words": "SELECT length(title), length(body) FROM catalogue_words WHERE seq = ?",
     "objects": "SELECT head_sequence FROM objects WHERE created_sequence = ?",
     "object_records": signed_sql(
         "l.sequence = (SELECT head_sequence FROM objects WHERE created_sequence = ?)"),
-    "votes": "SELECT (SELECT id FROM revisions WHERE sequence = ?),"
-             " (SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
-             "  WHERE o.created_sequence = ?)",
+    "target_scores": "SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
+                     " WHERE o.created_sequence = ?",
 }
 
 #: A row's key: one value, or a tuple of one value per parameter of its SQL

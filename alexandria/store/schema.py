@@ -262,6 +262,8 @@ ADDED_COLUMNS = (
     ("objects", "cparent", "INTEGER NOT NULL DEFAULT 0"),
     ("objects", "jump", "INTEGER NOT NULL DEFAULT 0"),
     ("vote_values", "target_seq", "INTEGER NOT NULL DEFAULT 0"),
+    ("vote_values", "head", "TEXT NOT NULL DEFAULT ''"),
+    ("vote_values", "target_root", "TEXT NOT NULL DEFAULT ''"),
     # left NULL in the leaves admitted before: _SIGNED_FROM reads theirs from ``revisions``
     ("log", "id", "TEXT"),
     ("log", "root", "TEXT"),
@@ -274,6 +276,10 @@ ADDED_COLUMNS = (
 FILLED_COLUMNS = {
     ("vote_values", "target_seq"): "UPDATE vote_values SET target_seq ="
     " (SELECT sequence FROM revisions WHERE id = vote_values.target)",
+    ("vote_values", "head"): "UPDATE vote_values SET head ="
+    " (SELECT id FROM revisions WHERE sequence = vote_values.head_sequence)",
+    ("vote_values", "target_root"): "UPDATE vote_values SET target_root ="
+    " (SELECT root FROM revisions WHERE id = vote_values.target)",
 }
 
 
@@ -511,19 +517,24 @@ CREATE TABLE IF NOT EXISTS catalogue_words(
     seq INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL
 );
 -- ``target_seq``: the target object's integer key (``objects.created_sequence``), so a page of
--- votes reaches each target's row without the 64-hex root index
+-- votes reaches each target's row without the 64-hex root index; ``head``, ``target_root``: the
+-- vote's head revision id and its target's root, which ``/api/scores`` shows (a page of votes
+-- read them from a ``revisions`` row and the target's ``objects`` row each)
 CREATE TABLE IF NOT EXISTS vote_values(
     vote_root TEXT PRIMARY KEY,
     author_id INTEGER NOT NULL,
     target TEXT NOT NULL,
     value INTEGER NOT NULL,
     head_sequence INTEGER NOT NULL,
-    target_seq INTEGER NOT NULL DEFAULT 0
+    target_seq INTEGER NOT NULL DEFAULT 0,
+    head TEXT NOT NULL DEFAULT '',
+    target_root TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
--- an actor's votes, newest first, with everything ``/api/scores`` reads of them but the head's
--- id and the target's row (by its integer key)
-CREATE INDEX IF NOT EXISTS vote_values_by_target_seq
-    ON vote_values(author_id, head_sequence, target_seq, value);
+-- an actor's votes, newest first, with everything ``/api/scores`` reads of them but the
+-- target's score: the page reads one index range, then per vote the target's ``objects`` row
+-- (its head, by its integer key) and that head's ``catalogue`` row
+CREATE INDEX IF NOT EXISTS vote_values_page
+    ON vote_values(author_id, head_sequence, target_seq, value, head, target_root);
 CREATE TABLE IF NOT EXISTS vote_totals(
     author_id INTEGER PRIMARY KEY,
     score INTEGER NOT NULL DEFAULT 0,
@@ -557,11 +568,12 @@ CREATE INDEX IF NOT EXISTS enrolment_requests_expires ON enrolment_requests(expi
 #: children page filters on it without reading the link's row),
 #: ``links_target_root`` (every link, votes included: now ``links_tree``, tree links only),
 #: ``vote_values_author`` (then ``vote_values_by_author``, covering the scores page by the
-#: targets' roots; now ``vote_values_by_target_seq``, by their integer keys).
+#: targets' roots; then ``vote_values_by_target_seq``, by their integer keys; now
+#: ``vote_values_page``, with the votes' head ids and targets' roots).
 #: ``links_tree`` (tree links by target object and relation: now the ``tree_heads`` table,
 #: first revisions only, with their objects' heads).
 RETIRED_INDEXES = ("links_target", "links_target_root", "links_incoming", "vote_values_author",
-                   "vote_values_by_author", "links_tree")
+                   "vote_values_by_author", "links_tree", "vote_values_by_target_seq")
 RETIRE = "".join(f"DROP INDEX IF EXISTS {name};\n" for name in RETIRED_INDEXES)
 
 TABLES = SCHEMA + CHECKPOINTS + COSIGNATURES + PERSONAL + CATALOGUE + ENROLMENT

@@ -274,15 +274,19 @@ def _vote(
     ).fetchone()
     # the target's row, found once by its root: its integer key goes into vote_values (the
     # scores page reaches the row by it), its head's catalogue row takes the score
-    target_seq, head_sequence, owner_actor = conn.execute(
-        f"SELECT created_sequence, head_sequence, author FROM objects WHERE {object_row('?')}",
-        (target,)
+    target_seq, target_root, head_sequence, owner_actor = conn.execute(
+        "SELECT created_sequence, root, head_sequence, author FROM objects"
+        f" WHERE {object_row('?')}", (target,)
     ).fetchone()
+    # the vote's head id (its revision row, written by this admission), kept beside its value
+    # for the scores page
+    head = conn.execute("SELECT id FROM revisions WHERE sequence = ?", (sequence,)).fetchone()[0]
     conn.execute(
-        "INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence, target_seq)"
-        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(vote_root) DO UPDATE SET value = excluded.value,"
-        " head_sequence = excluded.head_sequence",
-        (vote_root, author, target, value, sequence, target_seq),
+        "INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence, target_seq,"
+        " head, target_root) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(vote_root)"
+        " DO UPDATE SET value = excluded.value, head_sequence = excluded.head_sequence,"
+        " head = excluded.head",
+        (vote_root, author, target, value, sequence, target_seq, head, target_root),
     )
     old_value = None if old is None else int(old[0])
     delta = value - (old_value or 0)

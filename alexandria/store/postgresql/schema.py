@@ -143,6 +143,20 @@ DROP INDEX IF EXISTS links_tree;
 ANALYZE tree_heads;
 """
 
+#: Version 10 (issue 22, as ``store/schema.py``'s ``vote_values.head`` and ``target_root``): a
+#: page of votes takes each vote's head id and its target's root from the index, not from a
+#: ``revisions`` and an ``objects`` row each; filled for the votes already there.
+VOTE_PAGE = """
+ALTER TABLE vote_values ADD COLUMN IF NOT EXISTS head TEXT COLLATE "C" NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS target_root TEXT COLLATE "C" NOT NULL DEFAULT '';
+UPDATE vote_values v SET head = h.id, target_root = o.root FROM revisions h, objects o
+    WHERE h.sequence = v.head_sequence AND o.created_sequence = v.target_seq;
+DROP INDEX IF EXISTS vote_values_by_target_seq;
+CREATE INDEX IF NOT EXISTS vote_values_page ON vote_values(author_id, head_sequence, target_seq,
+    value) INCLUDE (vote_root, head, target_root);
+ANALYZE vote_values;
+"""
+
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, "schema.sql"),
@@ -175,6 +189,7 @@ ALTER TABLE log ADD COLUMN IF NOT EXISTS record_length BIGINT;
 ALTER TABLE log ADD COLUMN IF NOT EXISTS authority_seq BIGINT;
 """),
     (9, TREE_HEADS),
+    (10, VOTE_PAGE),
 )
 VERSION = MIGRATIONS[-1][0]
 
