@@ -246,7 +246,7 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         assert set(sqlite_schema.RETIRED_INDEXES) - {
             "vote_values_by_author", "links_tree", "vote_values_by_target_seq"} <= indexes()
         assert "INCLUDE" not in postings_key()
-        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9, 10]
+        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
         for table, columns in (("log", ["sequence", "type", "leaf", "leaf_hash", "admitted_at",
                                         "id", "root", "record_length", "authority_seq"]),
                                ("feed", ["owner", "sequence"]),
@@ -292,10 +292,13 @@ def test_migrations_4_and_10_give_the_votes_already_there_their_targets_keys_and
                 (seq, f"h{seq}", f"v{seq}"))
         raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
                     " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
-        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9, 10]
+        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9, 10, 11]
         rows = raw.execute("SELECT vote_root, target_seq, head, target_root FROM vote_values"
                            " ORDER BY vote_root")
         assert rows.fetchall() == [("v1", 9, "h20", "b" * 64), ("v2", 7, "h21", "a" * 64)]
+        # version 11: each voted object's score
+        assert raw.execute("SELECT * FROM object_scores ORDER BY 1").fetchall() == [
+            (7, -1), (9, 1)]
         indexes = {r[0] for r in raw.execute(
             "SELECT indexname FROM pg_indexes WHERE tablename = 'vote_values'")}
         assert "vote_values_page" in indexes

@@ -133,7 +133,7 @@ def test_every_read_ahead_statement_runs_on_a_library(tmp_path: Path) -> None:
     would only make reads slower: each one runs here on a library's tables, with its keys."""
     conn = sqlite3.connect(tmp_path / "lib.db")
     conn.executescript(schema.TABLES)
-    for what, sql in read_ahead._ROWS_SQL.items():
+    for sql in read_ahead._ROWS_SQL.values():
         conn.execute(sql, (1,)).fetchall()
     conn.close()
 

@@ -59,6 +59,7 @@ async def _tables(api: Api) -> dict[str, Any]:
                 (("catalogue_terms", "term, doc, col, offset"), ("catalogue_level_terms", "term")))
         for table, order in (("catalogue", "seq"), ("catalogue_counts", "kind, facet, author_id"),
                              ("vote_values", "vote_root"), ("vote_totals", "author_id"),
+                             ("object_scores", "created_sequence"),
                              ("catalogue_actors", "id"), *text, ("catalogue_words", "seq")):
             out[table] = conn.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()
         return out
@@ -96,6 +97,13 @@ async def test_incremental_index_equals_a_rebuild(api: Api) -> None:
     live = await _tables(api)
     await api.library.storage.write(search_index.rebuild)
     assert await _tables(api) == live
+    # each voted object's score (the scores page's) is its head's catalogue score (sort=top's)
+    pairs = await api.library.storage.read(lambda conn: conn.execute(
+        "SELECT s.score, c.score FROM object_scores s JOIN objects o"
+        " ON o.created_sequence = s.created_sequence JOIN catalogue c ON c.seq = o.head_sequence"
+    ).fetchall())
+    assert len(pairs) == len(live["object_scores"]) == 2  # the revised document, the evidence
+    assert all(mine == theirs for mine, theirs in pairs) and (-1, -1) in pairs
 
 
 async def test_a_stale_index_version_is_rebuilt_on_open(api: Api) -> None:

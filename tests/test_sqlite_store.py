@@ -126,6 +126,7 @@ async def test_a_library_closed_and_opened_again_reads_the_same(
 # Every layout before issue 22's sixth round: the scores page read each vote's head id from its
 # revision and its target's root from the target's object row.
 _BEFORE_VOTE_PAGE = """
+DROP TABLE object_scores;
 DROP INDEX vote_values_page;
 ALTER TABLE vote_values DROP COLUMN head;
 ALTER TABLE vote_values DROP COLUMN target_root;
@@ -270,6 +271,10 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
             "SELECT count(*) FROM vote_values v JOIN revisions h ON h.sequence = v.head_sequence"
             " JOIN objects o ON o.created_sequence = v.target_seq"
             " WHERE v.head = h.id AND v.target_root = o.root").fetchone()[0] == votes
+        # and each voted object's score, summed from them when the table was added
+        assert conn.execute("SELECT * FROM object_scores ORDER BY 1").fetchall() == [
+            tuple(r) for r in conn.execute(schema.OBJECT_SCORES_ROWS)]
+        assert len(conn.execute("SELECT * FROM object_scores").fetchall()) == 4
         # the reads take the new indexes: SQLite uses a partial index only when the query
         # repeats its condition
         children = " ".join(str(r[3]) for r in conn.execute(

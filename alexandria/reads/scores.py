@@ -16,7 +16,7 @@ from alexandria.store.search_index import actor_id
 
 
 def _read_ahead(conn: sqlite3.Connection, aid: int, offset: int, warm: Warm) -> None:
-    """The page's targets' rows and scores sit on pages scattered over the database: read them
+    """The page's targets' scores sit on pages scattered over ``object_scores``: read them
     several at once (``catalogue.Warm``); the votes themselves, with their head ids and
     targets' roots, come from one range of the covering index ``vote_values_page``."""
     rows = conn.execute(
@@ -24,7 +24,7 @@ def _read_ahead(conn: sqlite3.Connection, aid: int, offset: int, warm: Warm) -> 
         " WHERE author_id = ? ORDER BY head_sequence DESC LIMIT ? OFFSET ?",
         (aid, PAGE_SIZE, offset),
     ).fetchall()
-    warm("target_scores", list(dict.fromkeys(r[0] for r in rows)))
+    warm("object_scores", list(dict.fromkeys(r[0] for r in rows)))
 
 
 def scores(
@@ -44,13 +44,12 @@ def scores(
             total = int(row[4])
         if warm is not None and offset < total:
             _read_ahead(conn, aid, offset, warm)
-        # each vote: one range of the covering index, then two integer-key rows (its target's
-        # object row, for its head, and the head's score)
+        # each vote: one range of the covering index, then its target's score by the
+        # target's integer key (one row of object_scores)
         rows = conn.execute(
-            "SELECT v.vote_root, v.target_root, v.value, v.head, c.score"
+            "SELECT v.vote_root, v.target_root, v.value, v.head, s.score"
             " FROM vote_values v INDEXED BY vote_values_page"
-            " JOIN objects o ON o.created_sequence = v.target_seq"
-            " LEFT JOIN catalogue c ON c.seq = o.head_sequence"
+            " LEFT JOIN object_scores s ON s.created_sequence = v.target_seq"
             " WHERE v.author_id = ? ORDER BY v.head_sequence DESC LIMIT ? OFFSET ?",
             (aid, PAGE_SIZE, offset),
         ).fetchall()

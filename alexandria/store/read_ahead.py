@@ -50,8 +50,7 @@ _ROWS_SQL = {
     "objects": "SELECT head_sequence FROM objects WHERE created_sequence = ?",
     "object_records": signed_sql(
         "l.sequence = (SELECT head_sequence FROM objects WHERE created_sequence = ?)"),
-    "target_scores": "SELECT c.score FROM objects o JOIN catalogue c ON c.seq = o.head_sequence"
-                     " WHERE o.created_sequence = ?",
+    "object_scores": "SELECT score FROM object_scores WHERE created_sequence = ?",
 }
 
 #: A row's key: one value, or a tuple of one value per parameter of its SQL

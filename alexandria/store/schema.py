@@ -121,6 +121,20 @@ TREE_HEADS_ROWS = (
 )
 TREE_HEADS_COLUMNS = "target_owner, relation, created_sequence, head_sequence"
 
+# Each voted object's score — the current values of the votes on it, across its revisions,
+# summed (``vote_values`` by ``target_seq``) — by its ``objects`` key: a scores page reads one
+# row of this small table per vote (the target's score), not the target's ``objects`` row and
+# its head's ``catalogue`` row (which keeps the same score for ``sort=top``).
+OBJECT_SCORES = """
+CREATE TABLE IF NOT EXISTS object_scores(
+    created_sequence INTEGER PRIMARY KEY, score INTEGER NOT NULL
+);
+"""
+#: ``object_scores``' rows, from the votes (``search_index.rebuild``, an earlier layout opened)
+OBJECT_SCORES_ROWS = (
+    "SELECT target_seq, sum(value) FROM vote_values GROUP BY target_seq ORDER BY target_seq"
+)
+
 
 def fill_tree_heads(conn: sqlite3.Connection) -> None:
     """``tree_heads``' rows of the links and objects already there (a duplicate link adds
@@ -296,19 +310,29 @@ def _one_transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
-def add_tree_heads(conn: sqlite3.Connection) -> None:
-    """Give a library of an earlier layout (links, but no ``tree_heads``) its ``tree_heads``,
-    filled, in one transaction (a crash leaves no table, and the next opening does it again);
-    ``RETIRE`` then drops ``links_tree``.  One pass over the links, probing each first
-    revision's object in order: 7 s for the 680,000 rows of a library of 1,000,000 entries on
-    this host (its pages in memory)."""
-    tables = {r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('links', 'tree_heads')")}
-    if tables != {"links"}:
-        return
-    with _one_transaction(conn):
-        conn.execute(_TREE_HEADS.format(name="tree_heads"))
-        fill_tree_heads(conn)
+#: Tables added since the first layout whose rows derive from rows already there, each with
+#: the table it derives from: (name, source, CREATE statement, rows).  ``TABLES`` would create
+#: them empty, so ``add_tables`` creates and fills them first.
+ADDED_TABLES = (
+    # retires links_tree (``RETIRE``)
+    ("tree_heads", "links", _TREE_HEADS.format(name="tree_heads"), TREE_HEADS_ROWS),
+    ("object_scores", "vote_values", OBJECT_SCORES, OBJECT_SCORES_ROWS),
+)
+
+
+def add_tables(conn: sqlite3.Connection) -> None:
+    """Give a library of an earlier layout (a source table of ``ADDED_TABLES`` without its
+    derived table) each derived table, filled, in one transaction each (a crash leaves no
+    table, and the next opening does it again).  ``tree_heads``: one pass over the links,
+    probing each first revision's object in order, 7 s for the 680,000 rows of a library of
+    1,000,000 entries on this host (its pages in memory); ``object_scores``: one pass over the
+    votes."""
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    for name, source, create, rows in ADDED_TABLES:
+        if source in have and name not in have:
+            with _one_transaction(conn):
+                conn.execute(create)
+                conn.execute(f"INSERT OR IGNORE INTO {name} {rows}")
 
 
 def add_columns(conn: sqlite3.Connection) -> None:
@@ -535,6 +559,7 @@ CREATE TABLE IF NOT EXISTS vote_values(
 -- (its head, by its integer key) and that head's ``catalogue`` row
 CREATE INDEX IF NOT EXISTS vote_values_page
     ON vote_values(author_id, head_sequence, target_seq, value, head, target_root);
+ """ + OBJECT_SCORES + """
 CREATE TABLE IF NOT EXISTS vote_totals(
     author_id INTEGER PRIMARY KEY,
     score INTEGER NOT NULL DEFAULT 0,

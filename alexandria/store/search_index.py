@@ -38,7 +38,7 @@ from alexandria.core.records import Record
 from alexandria.core.search_text import IndexText, levels, text_of
 from alexandria.rules.view import Verdict
 from alexandria.store.postgresql import is_postgresql, postings
-from alexandria.store.schema import CATALOGUE_LEVELS, object_row
+from alexandria.store.schema import CATALOGUE_LEVELS, OBJECT_SCORES_ROWS, object_row
 
 INDEX_VERSION = f"catalogue/4 unicode/{unicodedata.unidata_version}"
 LISTED_KINDS = (
@@ -48,7 +48,7 @@ LISTED_KINDS = (
 
 _DERIVED = (
     "catalogue_actors", "catalogue", "catalogue_words", "catalogue_counts", "vote_values",
-    "vote_totals",
+    "vote_totals", "object_scores",
 )
 
 
@@ -124,6 +124,7 @@ def rebuild(conn: sqlite3.Connection) -> None:
         " JOIN objects o ON o.created_sequence = f.sequence"
         " GROUP BY o.head_sequence) AS t WHERE catalogue.seq = t.seq"
     )
+    conn.execute(f"INSERT INTO object_scores(created_sequence, score) {OBJECT_SCORES_ROWS}")
 
 
 def on_admitted(
@@ -290,9 +291,14 @@ def _vote(
     )
     old_value = None if old is None else int(old[0])
     delta = value - (old_value or 0)
-    if not replay:
+    if not replay:  # a replay sums them at its end (``rebuild``)
         conn.execute(
             "UPDATE catalogue SET score = score + ? WHERE seq = ?", (delta, head_sequence)
+        )
+        conn.execute(
+            "INSERT INTO object_scores(created_sequence, score) VALUES (?, ?)"
+            " ON CONFLICT(created_sequence) DO UPDATE"
+            " SET score = object_scores.score + excluded.score", (target_seq, delta),
         )
     owner = actor_id(conn, owner_actor, create=True, actors=actors)
     changes = {"score": delta, "up": 0, "down": 0, "neutral": 0}

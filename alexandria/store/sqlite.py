@@ -109,7 +109,7 @@ class SqliteStorage(LedgerStorage):
         schema.drop_object_root_index(conn)
         schema.drop_root_keyed_feed(conn)
         schema.key_links_by_integers(conn)
-        schema.add_tree_heads(conn)
+        schema.add_tables(conn)
         conn.executescript(schema.TABLES)
         conn.executescript(schema.RETIRE)  # an earlier layout's indexes, once replaced
         conn.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from alexandria.errors import ServiceError
-from alexandria.store.schema import TREE_HEADS_COLUMNS, TREE_HEADS_ROWS
+from alexandria.store.schema import OBJECT_SCORES_ROWS, TREE_HEADS_COLUMNS, TREE_HEADS_ROWS
 
 #: ``pg_advisory_xact_lock`` key of schema changes (the text "alexschm" as a 64-bit integer)
 MIGRATION_LOCK = 0x616C65787363686D
@@ -157,6 +157,16 @@ CREATE INDEX IF NOT EXISTS vote_values_page ON vote_values(author_id, head_seque
 ANALYZE vote_values;
 """
 
+#: Version 11 (issue 22, as ``store/schema.py``'s ``object_scores``): each voted object's score
+#: by its ``objects`` key, one row per vote of a scores page; filled from the votes there.
+OBJECT_SCORES = f"""
+CREATE TABLE IF NOT EXISTS object_scores(
+    created_sequence BIGINT PRIMARY KEY, score BIGINT NOT NULL
+);
+INSERT INTO object_scores(created_sequence, score) {OBJECT_SCORES_ROWS} ON CONFLICT DO NOTHING;
+ANALYZE object_scores;
+"""
+
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, "schema.sql"),
@@ -190,6 +200,7 @@ ALTER TABLE log ADD COLUMN IF NOT EXISTS authority_seq BIGINT;
 """),
     (9, TREE_HEADS),
     (10, VOTE_PAGE),
+    (11, OBJECT_SCORES),
 )
 VERSION = MIGRATIONS[-1][0]
 
