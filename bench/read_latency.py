@@ -1,7 +1,7 @@
 """p50/p95 latency per read route against a real server, and the server's memory.
 
     .venv/bin/python -m bench.loader --dir DIR --entries 100000
-    .venv/bin/python -m bench.read_latency --dir DIR [--requests 200] [--cold]
+    .venv/bin/python -m bench.read_latency --dir DIR [--requests 200] [--cold] [--commits]
         [--db postgresql://…]
 
 Starts ``alexandria serve`` (``--workers 1``) on 127.0.0.1 over the library that
@@ -13,7 +13,8 @@ from a worker process it spawns) and, per request, the server's read system
 calls and the bytes its disk supplied (/proc/PID/io).  Targets: catalogue with ``q`` and
 ``sort=relevance`` p95 ≤ 50 ms, every other read p95 ≤ 10 ms, memory < 300 MB.  The figures
 include the client's own time on the same machine; on a shared machine they are noisy.
-Results are also written to DIR/read_latency.json (DIR/read_latency_cold.json with --cold).
+Results are also written to DIR/read_latency.json (read_latency_cold.json with --cold,
+read_latency_cold_commits.json with both).
 
 ``--cold`` (root only) measures a library that no longer fits in memory: before each route's
 timed requests it writes dirty pages back and drops the operating system's page cache
@@ -22,6 +23,12 @@ timed requests it writes dirty pages back and drops the operating system's page 
 than its RAM.  Its targets are the cold ones of issue 22: every non-search route p95 ≤ 20 ms,
 every search p95 ≤ 200 ms and max ≤ 1 s, server memory ≤ 300 MB.  Dropping the cache slows
 everything else on the machine for a while: run it only when measuring.
+
+``--commits`` (SQLite) has another connection commit a change to the library before each timed
+request — a row of ``meta``, ``bench_commit``, removed at the end — as the writer's admissions
+do on a library that is read while it grows.  SQLite resets a connection's page cache when the
+database changed since its last read, so then the server's own caches keep nothing from one
+request to the next, and with ``--cold`` every page a request needs comes from the disk.
 """
 
 from __future__ import annotations
@@ -276,13 +283,34 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+class Committer:
+    """Commits a change to the library, from a connection of its own (``--commits``)."""
+
+    KEY = "bench_commit"
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        self.n = 0
+
+    def commit(self) -> None:
+        self.n += 1
+        self.conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
+                          " DO UPDATE SET value = excluded.value", (self.KEY, str(self.n)))
+
+    def close(self) -> None:
+        self.conn.execute("DELETE FROM meta WHERE key = ?", (self.KEY,))
+        self.conn.close()
+
+
 def run(directory: Path, requests: int, seed: int, cold: bool = False,
-        only: tuple[str, ...] = (), db: str | None = None) -> dict[str, Any]:
+        only: tuple[str, ...] = (), db: str | None = None,
+        commits: bool = False) -> dict[str, Any]:
     rng = random.Random(seed)
     inp = sample_inputs(directory, rng)
     port = free_port()
     server = start_server(directory, port, db)
     results: list[dict[str, Any]] = []
+    committer = Committer(directory / "library.db") if commits else None
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             for name, target, url in routes(inp, rng):
@@ -298,6 +326,8 @@ def run(directory: Path, requests: int, seed: int, cold: bool = False,
                 calls, disk = io_counts(server.pid)
                 for _ in range(requests):
                     u = url()
+                    if committer is not None:
+                        committer.commit()
                     t0 = time.perf_counter()
                     r = client.get(u)
                     times.append((time.perf_counter() - t0) * 1000)
@@ -323,13 +353,16 @@ def run(directory: Path, requests: int, seed: int, cold: bool = False,
     finally:
         server.terminate()
         server.wait(timeout=30)
+        if committer is not None:
+            committer.close()
     print(f"server memory: {rss:.0f} MB resident, {peak:.0f} MB peak"
           f" (target < {MEMORY_TARGET_MB:.0f} MB)")
     summary = {"objects": inp.objects, "log_size": inp.log_size, "requests": requests,
-               "cold": cold, "rss_mb": round(rss, 1), "peak_rss_mb": round(peak, 1),
-               "routes": results,
+               "cold": cold, "commits": commits, "rss_mb": round(rss, 1),
+               "peak_rss_mb": round(peak, 1), "routes": results,
                "load_average": os.getloadavg()}
-    name = "read_latency_cold.json" if cold else "read_latency.json"
+    name = ("read_latency" + ("_cold" if cold else "") + ("_commits" if commits else "")
+            + ".json")
     (directory / name).write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -346,8 +379,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="measure only the routes whose name contains TEXT (repeatable)")
     ap.add_argument("--db", metavar="URL", help="serve this database instead of DIR/library.db:"
                     " its PostgreSQL copy (alexandria migrate --db DIR/library.db --to URL)")
+    ap.add_argument("--commits", action="store_true",
+                    help="another connection commits before each request, as admissions do"
+                    " (SQLite): the server's page caches keep nothing between requests")
     args = ap.parse_args(argv)
-    summary = run(args.dir, args.requests, args.seed, args.cold, tuple(args.only), args.db)
+    if args.commits and args.db:
+        ap.error("--commits commits to DIR/library.db: not with --db")
+    summary = run(args.dir, args.requests, args.seed, args.cold, tuple(args.only), args.db,
+                  args.commits)
     print(f"{summary['log_size']:,} log entries, {summary['objects']:,} catalogue heads;"
           f" load average {summary['load_average'][0]:.1f} (2 cores, shared: figures are noisy)")
     return 0
