@@ -607,6 +607,20 @@ def test_a_node_reads_from_a_streaming_replica(tmp_path: Path, founding: Foundin
                     assert time.time() < deadline, "the standby never replayed the space"
                     time.sleep(0.1)
                 with psycopg.connect(read_url, autocommit=True) as standby_conn:
+                    # the standby itself replayed everything written so far — node b's own
+                    # writes when it opened included — before it pauses: b's 200 above may
+                    # have come from the primary while the standby was behind b's floor, and
+                    # then every read of b would (rightly) go on to the primary (a race seen
+                    # in CI under load)
+                    with psycopg.connect(url, autocommit=True) as primary_conn:
+                        written = primary_conn.execute(
+                            "SELECT pg_current_wal_lsn()::text").fetchone()[0]
+                    deadline = time.time() + 30
+                    while not standby_conn.execute(
+                            "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                            (written,)).fetchone()[0]:
+                        assert time.time() < deadline, "the standby never caught up"
+                        time.sleep(0.05)
                     standby_conn.execute("SELECT pg_wal_replay_pause()")
                     # a pause is only requested: replay stops at its next record
                     deadline = time.time() + 30
