@@ -87,7 +87,10 @@ class Server:
         )
         self.wait_ready()
 
-    def wait_ready(self, timeout: float = 30) -> None:
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Until the server listens; a server that does not within ``timeout`` (a loaded CI
+        host once took more than 30 s) is killed, its standard error in the error raised, so
+        no process outlives the test that started it."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -98,7 +101,13 @@ class Server:
                     return
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError("server did not start")
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+        if self.proc.stderr:
+            self.proc.stderr.close()
+        raise RuntimeError(f"server did not listen on {self.port} within {timeout:.0f} s;"
+                           f" its standard error: {err[-4000:]}")
 
     def kill(self) -> None:
         """SIGKILL the whole process group: no shutdown handlers run."""
