@@ -97,11 +97,13 @@ def test_a_reply_chain_deeper_than_near_costs_the_same_per_reply(
                     size, rows[depth] = _stored(db, chain[-1])
                     grew[depth] = size - before
             assert rows[150] == rows[1_050] == feed.NEAR
-            # pages fill in steps: fifty replies deep in the chain cost what fifty replies
-            # near its top cost, within a few pages (a loaded machine moves where the
+            # pages fill in steps: fifty replies deep in the chain cost no more than fifty
+            # replies near its top, within a few pages (a loaded machine moves where the
             # background merges and checkpoints fall: up to 9 pages apart seen); a closure
-            # written in full would cost a thousand rows more per reply at depth 1,000
-            assert abs(grew[1_050] - grew[150]) <= max(0.15 * grew[150], 12 * 4096), grew
+            # written in full would cost a thousand rows more per reply at depth 1,000.  Less
+            # is no defect: PostgreSQL's young tables take their first extents near the top
+            # (seen in CI: 194 pages for the fifty near the top, 132 deep)
+            assert grew[1_050] - grew[150] <= max(0.15 * grew[150], 12 * 4096), grew
             assert _feed(client, top) == [top, *chain]
             assert _feed(client, chain[4]) == chain[4:]
             d = client.get(f"/api/entries/{chain[9]}/discussion").json()
