@@ -136,11 +136,6 @@ OBJECT_SCORES_ROWS = (
 )
 
 
-def fill_tree_heads(conn: sqlite3.Connection) -> None:
-    """``tree_heads``' rows of the links and objects already there (a duplicate link adds
-    none), into an empty table."""
-    conn.execute(f"INSERT OR IGNORE INTO tree_heads({TREE_HEADS_COLUMNS}) {TREE_HEADS_ROWS}")
-
 
 #: The columns a signed record is assembled from (``LedgerStorage._assemble``): the leaf ``l``
 #: and, beside it, the revision's id, root, record length and authority, which a contribution's
@@ -320,6 +315,14 @@ ADDED_TABLES = (
 )
 
 
+def fill_added_table(conn: sqlite3.Connection, name: str) -> None:
+    """Fill the empty table ``name`` of ``ADDED_TABLES`` from the rows it derives from (a
+    duplicate adds none): when an earlier layout opens, in a copy (``alexandria migrate``,
+    ``backup``), in a rebuild of the catalogue."""
+    rows = next(rows for table, _source, _create, rows in ADDED_TABLES if table == name)
+    conn.execute(f"INSERT OR IGNORE INTO {name} {rows}")
+
+
 def add_tables(conn: sqlite3.Connection) -> None:
     """Give a library of an earlier layout (a source table of ``ADDED_TABLES`` without its
     derived table) each derived table, filled, in one transaction each (a crash leaves no
@@ -328,11 +331,11 @@ def add_tables(conn: sqlite3.Connection) -> None:
     1,000,000 entries on this host (its pages in memory); ``object_scores``: one pass over the
     votes."""
     have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    for name, source, create, rows in ADDED_TABLES:
+    for name, source, create, _rows in ADDED_TABLES:
         if source in have and name not in have:
             with _one_transaction(conn):
                 conn.execute(create)
-                conn.execute(f"INSERT OR IGNORE INTO {name} {rows}")
+                fill_added_table(conn, name)
 
 
 def add_columns(conn: sqlite3.Connection) -> None:
@@ -555,8 +558,8 @@ CREATE TABLE IF NOT EXISTS vote_values(
     target_root TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID;
 -- an actor's votes, newest first, with everything ``/api/scores`` reads of them but the
--- target's score: the page reads one index range, then per vote the target's ``objects`` row
--- (its head, by its integer key) and that head's ``catalogue`` row
+-- target's score: the page reads one index range, then per vote one ``object_scores`` row (by
+-- the target's integer key)
 CREATE INDEX IF NOT EXISTS vote_values_page
     ON vote_values(author_id, head_sequence, target_seq, value, head, target_root);
  """ + OBJECT_SCORES + """

@@ -38,7 +38,7 @@ from alexandria.core.records import Record
 from alexandria.core.search_text import IndexText, levels, text_of
 from alexandria.rules.view import Verdict
 from alexandria.store.postgresql import is_postgresql, postings
-from alexandria.store.schema import CATALOGUE_LEVELS, OBJECT_SCORES_ROWS, object_row
+from alexandria.store.schema import CATALOGUE_LEVELS, fill_added_table, object_row
 
 INDEX_VERSION = f"catalogue/4 unicode/{unicodedata.unidata_version}"
 LISTED_KINDS = (
@@ -124,7 +124,7 @@ def rebuild(conn: sqlite3.Connection) -> None:
         " JOIN objects o ON o.created_sequence = f.sequence"
         " GROUP BY o.head_sequence) AS t WHERE catalogue.seq = t.seq"
     )
-    conn.execute(f"INSERT INTO object_scores(created_sequence, score) {OBJECT_SCORES_ROWS}")
+    fill_added_table(conn, "object_scores")
 
 
 def on_admitted(

@@ -78,7 +78,7 @@ def to_sqlite(url: str, target: Path, name: str) -> None:
             lite.execute("BEGIN")
             for table in COPIED:
                 _copy_table(raw, lite, table)
-            schema.fill_tree_heads(lite)  # migrate.DERIVED
+            schema.fill_added_table(lite, "tree_heads")  # migrate.DERIVED
             search_index.ensure(lite)
             lite.execute("COMMIT")
             copied_size, copied_root = log_root(lite.execute(LEAVES))

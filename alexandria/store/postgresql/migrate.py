@@ -42,7 +42,7 @@ from alexandria.store.schema import (
     LINK_COLUMNS,
     ROOT_KEYED_LINKS,
     check_database,
-    fill_tree_heads,
+    fill_added_table,
 )
 
 #: tables copied as they are, in this order (the catalogue's are rebuilt instead)
@@ -51,7 +51,7 @@ COPIED = (
     "revocations", "feed", "deep", "checkpoints", "checkpoint_cosignatures", "personal_state",
     "personal_requests", "enrolment_requests",
 )
-#: tables derived from the copied ones, filled in the copy from them (``schema.fill_tree_heads``:
+#: tables derived from the copied ones, filled in the copy from them (``schema.fill_added_table``:
 #: a library of an earlier layout has none)
 DERIVED = ("tree_heads",)
 #: tables that a library of an earlier layout keyed by roots (``store/feed.py``): not copied
@@ -181,7 +181,7 @@ def migrate(source: str | Path, url: str,
                         continue  # an earlier layout's: feed.ensure_layout rebuilds them
                     rows += _copy(lite, raw, table, progress)
                 # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
-                fill_tree_heads(cast(sqlite3.Connection, conn))
+                fill_added_table(cast(sqlite3.Connection, conn), "tree_heads")
                 search_index.rebuild(cast(sqlite3.Connection, conn))
                 conn.execute(
                     "INSERT INTO meta(key, value) VALUES ('catalogue_index', ?)"
