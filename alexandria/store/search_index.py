@@ -110,13 +110,14 @@ def rebuild(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
         conn.execute("INSERT INTO catalogue_levels(catalogue_levels) VALUES ('delete-all')")
     rows = conn.execute(
-        f"SELECT r.sequence, r.root, {record_sql('l.leaf', 'r.record_length')} FROM revisions r"
+        f"SELECT r.sequence, r.id, r.root, {record_sql('l.leaf', 'r.record_length')}"
+        " FROM revisions r"
         " JOIN log l ON l.sequence = r.sequence ORDER BY r.sequence"
     )
-    for sequence, root, data in rows:
+    for sequence, rev_id, root, data in rows:
         record = orjson.loads(data)
         target = record["links"][0]["target"] if record["kind"] == "vote" else ""
-        _admit(conn, record, root, record["previous"], target, sequence, replay=True)
+        _admit(conn, record, rev_id, root, record["previous"], target, sequence, replay=True)
     # scores last: during the replay ``objects`` already names each target's final head
     conn.execute(
         "UPDATE catalogue SET score = t.score FROM (SELECT o.head_sequence AS seq,"
@@ -134,8 +135,8 @@ def on_admitted(
     """Called by storage for each admitted contribution, inside the admission transaction.
     ``actors``: the writer's memory of catalogue actor ids (see ``writer_memory``); ``text``:
     the record's ``index_text`` when it was computed beforehand."""
-    _admit(conn, record.raw, v.root, v.previous, v.vote_target, sequence, record.decoded_body,
-           actors=actors, text=text)
+    _admit(conn, record.raw, v.id, v.root, v.previous, v.vote_target, sequence,
+           record.decoded_body, actors=actors, text=text)
 
 
 def actor_id(
@@ -180,15 +181,16 @@ def unpadded(stored: str) -> str:
 
 
 def _admit(
-    conn: sqlite3.Connection, record: Any, root: str, previous: str, vote_target: str,
-    sequence: int, decoded: Any = None, replay: bool = False,
+    conn: sqlite3.Connection, record: Any, rev_id: str, root: str, previous: str,
+    vote_target: str, sequence: int, decoded: Any = None, replay: bool = False,
     actors: dict[str, int] | None = None, text: IndexText | None = None,
 ) -> None:
     kind: str = record["kind"]
     author = actor_id(conn, record["author"], create=True, actors=actors)
     assert author is not None
     if kind == "vote":
-        _vote(conn, author, root, vote_target, int(record["body"]), sequence, replay, actors)
+        _vote(conn, author, root, vote_target, int(record["body"]), sequence, rev_id, replay,
+              actors)
         return
     body: str = record["body"]
     if decoded is None and kind != "reply":
@@ -268,8 +270,10 @@ _TALLY = {1: "up", -1: "down", 0: "neutral"}
 
 def _vote(
     conn: sqlite3.Connection, author: int, vote_root: str, target: str, value: int,
-    sequence: int, replay: bool, actors: dict[str, int] | None = None,
+    sequence: int, head: str, replay: bool, actors: dict[str, int] | None = None,
 ) -> None:
+    """Record the vote ``vote_root``'s value as of its revision ``head`` (admitted at
+    ``sequence``), and the scores it changes."""
     old = conn.execute(
         "SELECT value FROM vote_values WHERE vote_root = ?", (vote_root,)
     ).fetchone()
@@ -279,9 +283,6 @@ def _vote(
         "SELECT created_sequence, root, head_sequence, author FROM objects"
         f" WHERE {object_row('?')}", (target,)
     ).fetchone()
-    # the vote's head id (its revision row, written by this admission), kept beside its value
-    # for the scores page
-    head = conn.execute("SELECT id FROM revisions WHERE sequence = ?", (sequence,)).fetchone()[0]
     conn.execute(
         "INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence, target_seq,"
         " head, target_root) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(vote_root)"
