@@ -40,7 +40,7 @@ import orjson
 
 from alexandria.reads import changes
 from alexandria.service.library import load_genesis
-from alexandria.store import feed
+from alexandria.store import feed, schema
 from alexandria.store.sqlite import SqliteStorage
 from bench.serving import free_port, process_cpu, wait_ready
 
@@ -71,9 +71,10 @@ def _members(conn: sqlite3.Connection, root: str, hi: int) -> tuple[int, int, in
     the root's own revisions (a scan of ``revisions``)."""
     n, lo, top = conn.execute(
         f"SELECT count(*), min(sequence), max(sequence) FROM (SELECT sequence FROM {feed.ROWS}"
-        " WHERE owner = (SELECT sequence FROM revisions WHERE id = ?) AND sequence <= ?"
-        " UNION ALL SELECT sequence FROM revisions WHERE root = ? AND sequence <= ?)",
-        (root, hi, root, hi),
+        f" WHERE owner = (SELECT sequence FROM revisions WHERE {schema.revision_id('?')})"
+        " AND sequence <= ? UNION ALL SELECT sequence FROM revisions WHERE root = ?"
+        " AND sequence <= ?)",
+        (root, root, hi, root, hi),
     ).fetchone()
     return int(n), int(lo or 0), int(top or 0)
 

@@ -71,6 +71,7 @@ from alexandria.files import write_json
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.service.bootstrap import Founding, Participant, found_library
 from alexandria.store.interface import Admitted
+from alexandria.store.schema import revision_id
 from alexandria.store.sqlite import SqliteStorage
 
 CREATED_AT = "2026-01-01T00:00:00.000Z"
@@ -591,7 +592,7 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
             found = await storage.read(lambda conn: conn.execute(
                 "SELECT count(*) FROM revisions").fetchone()[0])
             known = await storage.read(lambda conn: conn.execute(
-                "SELECT 1 FROM revisions WHERE id = ?", (last_id,)).fetchone())
+                f"SELECT 1 FROM revisions WHERE {revision_id('?')}", (last_id, last_id)).fetchone())
             if known is None:
                 raise SystemExit(f"the replayed plan's last entry {last_id} is not in {db}")
             pragma = f"PRAGMA cache_size = -{cache_mib * 1024}"

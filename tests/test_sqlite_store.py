@@ -4,6 +4,7 @@ run on both backends; the migration of an earlier SQLite index layout is about S
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -189,6 +190,16 @@ _ROOT_INDEXED = (
     + schema._OBJECT_INDEXES
 )
 
+# revisions found through an index of whole ids (UNIQUE), before ``revisions_id``
+_ID_INDEXED = (
+    schema._REVISIONS.format(name="revisions_earlier").replace("id TEXT NOT NULL,",
+                                                               "id TEXT NOT NULL UNIQUE,")
+    + "INSERT INTO revisions_earlier SELECT * FROM revisions;\n"
+    + "DROP TABLE revisions;\nALTER TABLE revisions_earlier RENAME TO revisions;\n"
+    + "CREATE INDEX revisions_tree ON revisions(tree, sequence) WHERE tree != 0;\n"
+    + "CREATE INDEX revisions_later ON revisions(root, sequence) WHERE id != root;\n"
+)
+
 
 def _objects(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
     """Every ``objects`` row, its near list as a set (the rebuild of the feed layout may list
@@ -226,11 +237,13 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         before = await reads(api, revisions)
     conn = sqlite3.connect(tmp_path / "lib.db")
     objects = _objects(conn)
-    conn.executescript(_BEFORE_VOTE_PAGE + _ROOT_KEYED + earlier + _ROOT_INDEXED)
+    revision_rows = conn.execute("SELECT * FROM revisions ORDER BY sequence").fetchall()
+    conn.executescript(_BEFORE_VOTE_PAGE + _ROOT_KEYED + earlier + _ROOT_INDEXED + _ID_INDEXED)
     assert earlier == "" or "target_seq" not in {
         r[1] for r in conn.execute("PRAGMA table_info(vote_values)")}
-    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE"
-                        " 'sqlite_autoindex_objects_%'").fetchone()[0] == 1
+    for table in ("objects", "revisions"):
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE"
+                            f" 'sqlite_autoindex_{table}_%'").fetchone()[0] == 1
     conn.close()
 
     async for api in serve_library(tmp_path, founding, clock, documents=[]):
@@ -243,6 +256,11 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         assert {"objects_head_sequence", "objects_contents"} <= indexes
         assert _objects(conn)[:len(objects)] == objects
         assert {"links_to_revision", "vote_values_page"} <= indexes
+        # the revisions, rebuilt without their index of whole ids, found by their prefixes
+        assert not any(name.startswith("sqlite_autoindex_revisions") for name in indexes)
+        assert {"revisions_id", "revisions_tree", "revisions_later"} <= indexes
+        assert conn.execute("SELECT * FROM revisions ORDER BY sequence").fetchall()[
+            :len(revision_rows)] == revision_rows
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         # links keyed by integers, each naming its target's sequence and object
         columns = tuple(r[1] for r in conn.execute("PRAGMA table_info(links)"))
@@ -291,3 +309,63 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
             {"seq": 1}))
         assert "links_to_revision" in exact
         conn.close()
+
+
+async def test_no_statement_scans_the_revisions(
+    tmp_path: Path, founding: Founding, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Revisions are found by id through the index of id prefixes (``schema.revision_id``):
+    every statement the server runs while admitting and reading a library — each read of
+    ``_reads`` and the pages — searches ``revisions`` by an index, never scans it.  (The
+    condition's ``CAST`` matters: without it SQLite rewrites the indexed expression away.)"""
+    statements: set[str] = set()
+    serving: list[bool] = []  # not the opening's one-time passes (a rebuild reads every row)
+    connect = sqlite3.connect
+
+    def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)  # type: ignore[arg-type]
+        conn.set_trace_callback(lambda sql: statements.add(sql) if serving else None)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    async for api in serve_library(tmp_path, founding, clock):
+        serving.append(True)
+        names = await publish_example(api)
+        names["vote"] = (await api.publish("peer", vote(names["claim"], "1")))["id"]
+        await _reads(api, list(names.values()))
+        for path in ("/", *(f"/revisions/{rev}" for rev in names.values())):
+            assert (await api.client.get(path)).status_code == 200
+    monkeypatch.undo()
+    conn = sqlite3.connect(tmp_path / "lib.db")
+    checked = 0
+    for sql in statements:
+        aliases = {"revisions", *(m.group(1) for m in re.finditer(
+            r"\b(?:FROM|JOIN) revisions (?!WHERE|JOIN|ON)(\w+)", sql))}
+        if "revisions" not in sql or not re.match(r"\s*(SELECT|UPDATE|INSERT|WITH)", sql):
+            continue
+        try:
+            plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+        except sqlite3.Error:  # a statement of a temporary table, a savepoint's
+            continue
+        checked += 1
+        scans = [line for line in plan if re.fullmatch(r"SCAN (\w+)", line)
+                 and line.split()[1] in aliases]
+        assert not scans, (sql, plan)
+    assert checked > 20
+
+
+def test_ids_sharing_a_prefix_are_told_apart() -> None:
+    """Two revisions whose ids share the 16 hex digits ``revisions_id`` indexes: each lookup
+    finds its own row, and an id neither has finds none."""
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(schema._REVISIONS.format(name="revisions")
+                       + "CREATE INDEX revisions_id ON revisions(substr(id, 1, 16));")
+    prefix = "ab" * 8
+    ids = [prefix + c * 48 for c in "01"]
+    for seq, rev in enumerate(ids, 1):
+        conn.execute("INSERT INTO revisions VALUES (?, ?, ?, 'claim', 'a', 't', 'x', 1, 1, 0)",
+                     (seq, rev, rev))
+    sql = f"SELECT sequence FROM revisions WHERE {schema.revision_id('?')}"
+    assert [conn.execute(sql, (rev, rev)).fetchall() for rev in ids] == [[(1,)], [(2,)]]
+    assert conn.execute(sql, (prefix + "2" * 48,) * 2).fetchall() == []
+    assert "revisions_id" in conn.execute(f"EXPLAIN QUERY PLAN {sql}", (ids[0],) * 2).fetchone()[3]

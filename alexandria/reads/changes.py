@@ -55,6 +55,7 @@ from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
 from alexandria.reads import members
 from alexandria.store.merkle_nodes import read_together
 from alexandria.store.postgresql import is_postgresql
+from alexandria.store.schema import revision_id
 
 CURSOR_VERSION = 1
 MAX_LIMIT = 50
@@ -313,7 +314,8 @@ _MEMBER_SEQUENCES_PG = (
 def _followable(conn: sqlite3.Connection, root: str) -> int:
     """The ``objects`` key of the object ``root`` (the sequence of its first revision, the one
     revision whose id is its root), or the error naming what ``root`` is instead."""
-    row = conn.execute("SELECT sequence, root FROM revisions WHERE id = ?", (root,)).fetchone()
+    row = conn.execute(f"SELECT sequence, root FROM revisions WHERE {revision_id('?')}",
+                       (root, root)).fetchone()
     if row is None:
         raise NotFound(f"no object with root {root}", "UNKNOWN_ROOT", root=root)
     if row[1] != root:
@@ -383,7 +385,8 @@ def _read_together(conn: sqlite3.Connection, source: SignedSource, sequences: li
 
 _TREE_SEQUENCES = (
     "SELECT r.sequence, o.created_sequence, o.cdepth FROM revisions r"
-    " JOIN revisions f ON f.id = r.root JOIN objects o ON o.created_sequence = f.sequence"
+    f" JOIN revisions f ON {revision_id('r.root', 'f.id')}"
+    " JOIN objects o ON o.created_sequence = f.sequence"
     " WHERE r.tree = :tree AND r.tree != 0 AND r.sequence > :after AND r.sequence <= :hi"
     " ORDER BY r.sequence LIMIT :n"
 )

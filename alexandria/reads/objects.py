@@ -33,7 +33,7 @@ from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store import feed
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.postgresql import is_postgresql
-from alexandria.store.schema import NOT_RELATED
+from alexandria.store.schema import NOT_RELATED, revision_id
 
 PAGE_SIZE = 50
 SECTIONS = ("all", "children", "related", "history", "graph", "discussions", "knowledge")
@@ -134,9 +134,10 @@ def snapshot(
 def subject(conn: sqlite3.Connection, rev: str) -> Subject | None:
     row = conn.execute(
         "SELECT r.sequence, r.root, r.kind, o.head, o.head_sequence, o.revisions,"
-        " o.created_sequence FROM revisions r JOIN revisions f ON f.id = r.root"
-        " JOIN objects o ON o.created_sequence = f.sequence WHERE r.id = ?",
-        (rev,),
+        " o.created_sequence FROM revisions r"
+        f" JOIN revisions f ON {revision_id('r.root', 'f.id')}"
+        f" JOIN objects o ON o.created_sequence = f.sequence WHERE {revision_id('?', 'r.id')}",
+        (rev, rev),
     ).fetchone()
     return None if row is None else Subject(rev, *row)
 

@@ -18,6 +18,7 @@ import orjson
 from alexandria.reads import catalogue, log, objects, scores
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import tree_size
+from alexandria.store.schema import revision_id
 
 #: Sections that list the objects whose one tree relation names the object.
 TREE_SECTIONS = {
@@ -119,7 +120,8 @@ def roots_of(conn: sqlite3.Connection, revs: Sequence[str]) -> dict[str, str]:
     """The root of each known revision id (a thread's links name exact revisions)."""
     out: dict[str, str] = {}
     for rev in dict.fromkeys(revs):
-        row = conn.execute("SELECT root FROM revisions WHERE id = ?", (rev,)).fetchone()
+        row = conn.execute(f"SELECT root FROM revisions WHERE {revision_id('?')}",
+                           (rev, rev)).fetchone()
         if row is not None:
             out[rev] = str(row[0])
     return out

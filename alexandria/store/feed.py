@@ -73,6 +73,7 @@ import orjson
 from alexandria.core.cache import Bounded
 from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store.postgresql import is_postgresql
+from alexandria.store.schema import revision_id
 
 #: Conversation edges through which a revision still writes ``feed`` rows.  Tests lower it to
 #: exercise deep conversations cheaply; the layout recorded in ``meta`` names it, and a library
@@ -178,7 +179,8 @@ class FeedCache:
         """The ``objects`` key of the object ``root`` (the sequence of its first revision)."""
         found = self.seqs.get(root)
         if found is None:
-            row = conn.execute("SELECT sequence FROM revisions WHERE id = ?", (root,)).fetchone()
+            row = conn.execute(f"SELECT sequence FROM revisions WHERE {revision_id('?')}",
+                               (root, root)).fetchone()
             assert row is not None, root
             found = self.seqs[root] = int(row[0])
         return found
@@ -346,7 +348,7 @@ def rebuild(conn: sqlite3.Connection) -> None:
             for relation, target in orjson.loads(links):
                 if relation in FEED_RELATIONS:
                     found = conn.execute(
-                        "SELECT root FROM revisions WHERE id = ?", (target,)
+                        f"SELECT root FROM revisions WHERE {revision_id('?')}", (target, target)
                     ).fetchone()
                     parents.append((relation, str(found[0])))
             placed = place(conn, cache, kind, int(seq), parents)
@@ -362,7 +364,7 @@ def rebuild(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE revisions SET tree = 0 WHERE tree != 0")
     conn.execute(
         "UPDATE revisions SET tree = (SELECT o.tree FROM objects o WHERE o.created_sequence ="
-        " (SELECT f.sequence FROM revisions f WHERE f.id = revisions.root))"
+        f" (SELECT f.sequence FROM revisions f WHERE {revision_id('revisions.root', 'f.id')}))"
         " WHERE kind IN ('discussion', 'reply')"
     )
     last = 0

@@ -73,7 +73,8 @@ class _StateView:
     def admitted(self, rev: str) -> int | None:
         if rev in self.memory.absent:  # known not admitted when this transaction began
             return None
-        row = self.conn.execute("SELECT sequence FROM revisions WHERE id = ?", (rev,)).fetchone()
+        row = self.conn.execute(f"SELECT sequence FROM revisions WHERE {schema.revision_id('?')}",
+                                (rev, rev)).fetchone()
         return None if row is None else int(row[0])
 
     def document_admitted(self, kind: str, key: str, document: bytes) -> int | None:
@@ -97,8 +98,8 @@ class _StateView:
     def _revision(self, rev: str) -> RevisionFacts | None:
         row = self.conn.execute(
             "SELECT sequence, root, kind, author, authored_at, record_length FROM revisions"
-            " WHERE id = ?",
-            (rev,),
+            f" WHERE {schema.revision_id('?')}",
+            (rev, rev),
         ).fetchone()
         if row is None:
             return None
@@ -126,7 +127,7 @@ class _StateView:
         row = self.conn.execute(
             "SELECT root, kind, author, head, depth, feed_links FROM objects"
             f" WHERE {schema.object_row('?')}",
-            (root,),
+            (root, root),
         ).fetchone()
         if row is None:
             return None
@@ -601,7 +602,7 @@ class LedgerStorage(Storage):
             conn.execute(
                 "UPDATE objects SET head = ?, head_sequence = ?, revisions = revisions + 1"
                 f" WHERE {schema.object_row('?')}",
-                (v.id, sequence, v.root),
+                (v.id, sequence, v.root, v.root),
             )
             cached = memory.objects.get(v.root)
             if cached is not None:
@@ -888,7 +889,8 @@ class LedgerStorage(Storage):
     async def entry(self, rev: str) -> bytes | None:
         def fn(conn: sqlite3.Connection) -> bytes | None:
             row = conn.execute(schema.signed_sql(
-                "l.sequence = (SELECT sequence FROM revisions WHERE id = ?)"), (rev,)).fetchone()
+                f"l.sequence = (SELECT sequence FROM revisions WHERE {schema.revision_id('?')})"
+            ), (rev, rev)).fetchone()
             return None if row is None else self._assemble(conn, row)
 
         return await self.read(fn)
@@ -896,8 +898,10 @@ class LedgerStorage(Storage):
     async def head_entry(self, rev: str) -> bytes | None:
         def fn(conn: sqlite3.Connection) -> bytes | None:
             row = conn.execute(
-                "SELECT o.head_sequence FROM revisions r JOIN revisions f ON f.id = r.root"
-                " JOIN objects o ON o.created_sequence = f.sequence WHERE r.id = ?", (rev,),
+                "SELECT o.head_sequence FROM revisions r JOIN revisions f"
+                f" ON {schema.revision_id('r.root', 'f.id')}"
+                " JOIN objects o ON o.created_sequence = f.sequence"
+                f" WHERE {schema.revision_id('?', 'r.id')}", (rev, rev),
             ).fetchone()
             return None if row is None else self._signed_sync(conn, row[0])
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from alexandria.rules.admission import Candidate
 from alexandria.rules.personal import WINDOW_MS, Decision, StoredState, Target, decide
 from alexandria.rules.view import StateView
+from alexandria.store.schema import revision_id
 
 if TYPE_CHECKING:
     from alexandria.store.ledger_storage import LedgerStorage
@@ -30,7 +31,8 @@ class _PersonalView:
         self.conn = conn
 
     def target(self, rev: str) -> Target | None:
-        row = self.conn.execute("SELECT kind, root FROM revisions WHERE id = ?", (rev,)).fetchone()
+        row = self.conn.execute(f"SELECT kind, root FROM revisions WHERE {revision_id('?')}",
+                                (rev, rev)).fetchone()
         return None if row is None else Target(row[0], row[1])
 
     def current(self, author: str) -> StoredState | None:

@@ -38,7 +38,12 @@ from alexandria.core.records import Record
 from alexandria.core.search_text import IndexText, levels, text_of
 from alexandria.rules.view import Verdict
 from alexandria.store.postgresql import is_postgresql, postings
-from alexandria.store.schema import CATALOGUE_LEVELS, fill_added_table, object_row
+from alexandria.store.schema import (
+    CATALOGUE_LEVELS,
+    fill_added_table,
+    object_row,
+    revision_id,
+)
 
 INDEX_VERSION = f"catalogue/4 unicode/{unicodedata.unidata_version}"
 LISTED_KINDS = (
@@ -121,7 +126,8 @@ def rebuild(conn: sqlite3.Connection) -> None:
     # scores last: during the replay ``objects`` already names each target's final head
     conn.execute(
         "UPDATE catalogue SET score = t.score FROM (SELECT o.head_sequence AS seq,"
-        " sum(v.value) AS score FROM vote_values v JOIN revisions f ON f.id = v.target"
+        f" sum(v.value) AS score FROM vote_values v JOIN revisions f"
+        f" ON {revision_id('v.target', 'f.id')}"
         " JOIN objects o ON o.created_sequence = f.sequence"
         " GROUP BY o.head_sequence) AS t WHERE catalogue.seq = t.seq"
     )
@@ -202,8 +208,8 @@ def _admit(
         old = conn.execute(
             "SELECT c.seq, c.score, w.title, w.body FROM revisions r"
             " JOIN catalogue c ON c.seq = r.sequence JOIN catalogue_words w ON w.seq = c.seq"
-            " WHERE r.id = ?",
-            (previous,),
+            f" WHERE {revision_id('?', 'r.id')}",
+            (previous, previous),
         ).fetchone()
         if old is not None:
             old_seq, score, old_title, old_text = old
@@ -281,7 +287,7 @@ def _vote(
     # scores page reaches the row by it), its head's catalogue row takes the score
     target_seq, target_root, head_sequence, owner_actor = conn.execute(
         "SELECT created_sequence, root, head_sequence, author FROM objects"
-        f" WHERE {object_row('?')}", (target,)
+        f" WHERE {object_row('?')}", (target, target)
     ).fetchone()
     conn.execute(
         "INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence, target_seq,"

@@ -110,6 +110,7 @@ class SqliteStorage(LedgerStorage):
         schema.drop_root_keyed_feed(conn)
         schema.key_links_by_integers(conn)
         schema.add_tables(conn)
+        schema.index_revision_prefixes(conn)
         conn.executescript(schema.TABLES)
         conn.executescript(schema.RETIRE)  # an earlier layout's indexes, once replaced
         conn.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting
