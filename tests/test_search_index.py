@@ -73,7 +73,11 @@ async def _publish_mix(api: Api) -> dict[str, str]:
     d2 = await api.publish("owner", document("New words", "gamma", previous=d["id"]))
     v = await api.publish("peer", vote(d["id"], "1"))
     await api.publish("peer", vote(d["id"], "-1", previous=v["id"]))
-    await api.publish("owner", vote(names["evidence"], "1"))
+    e = await api.publish("owner", vote(names["evidence"], "1"))
+    # votes that change no score: the same value again, a neutral vote and its revision
+    await api.publish("owner", vote(names["evidence"], "1", previous=e["id"]))
+    n = await api.publish("peer", vote(names["claim"], "0"))
+    await api.publish("peer", vote(names["claim"], "0", previous=n["id"]))
     await api.publish("owner", content("reply", "Re", "a reply to the branch",
                                        [("replies_to", names["branch"])]))
     names["doc"], names["doc2"] = d["id"], d2["id"]
@@ -102,8 +106,10 @@ async def test_incremental_index_equals_a_rebuild(api: Api) -> None:
         "SELECT s.score, c.score FROM object_scores s JOIN objects o"
         " ON o.created_sequence = s.created_sequence JOIN catalogue c ON c.seq = o.head_sequence"
     ).fetchall())
-    assert len(pairs) == len(live["object_scores"]) == 2  # the revised document, the evidence
-    assert all(mine == theirs for mine, theirs in pairs) and (-1, -1) in pairs
+    # the revised document, the evidence, the claim (voted neutral)
+    assert len(pairs) == len(live["object_scores"]) == 3
+    assert all(mine == theirs for mine, theirs in pairs)
+    assert sorted(pairs) == [(-1, -1), (0, 0), (1, 1)]
 
 
 async def test_a_stale_index_version_is_rebuilt_on_open(api: Api) -> None:
