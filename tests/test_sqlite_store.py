@@ -253,7 +253,7 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         assert not indexes & set(schema.RETIRED_INDEXES)
         # the objects, rebuilt without their index of roots, each row as it was
         assert not any(name.startswith("sqlite_autoindex_objects") for name in indexes)
-        assert {"objects_head_sequence", "objects_contents"} <= indexes
+        assert {"objects_head_sequence", "objects_contents", "objects_spaces"} <= indexes
         assert _objects(conn)[:len(objects)] == objects
         assert {"links_to_revision", "vote_values_page"} <= indexes
         # the revisions, rebuilt without their index of whole ids, found by their prefixes
@@ -337,6 +337,12 @@ async def test_no_statement_scans_the_revisions(
             assert (await api.client.get(path)).status_code == 200
     monkeypatch.undo()
     conn = sqlite3.connect(tmp_path / "lib.db")
+    # an object's ancestor spaces come from the covering index of spaces, not their rows
+    spaces = [sql for sql in statements if "INDEXED BY objects_spaces" in sql]
+    assert spaces
+    for sql in spaces:
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+        assert plan and all("COVERING INDEX objects_spaces" in line for line in plan), plan
     checked = 0
     for sql in statements:
         aliases = {"revisions", *(m.group(1) for m in re.finditer(

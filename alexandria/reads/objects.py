@@ -331,22 +331,27 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
     but for a conversation deeper than ``feed.NEAR``); its spaces are the containment chain,
     plus the space a debate is about or a proposal is for.  A discussion or reply deeper than
     that in its tree also has the spaces marked in ``deep`` for its tree whose hang is its
-    ancestor (``_far_spaces``)."""
+    ancestor (``_far_spaces``).  Only the near ancestors outside the conversation are asked:
+    a reply's conversation ancestors (up to ``feed.NEAR`` of them, each an ``objects`` row on a
+    page of its own, read cold one after another) are discussions and replies, never spaces."""
     row = conn.execute(
         "SELECT ancestors, tree, cdepth FROM objects WHERE created_sequence = ?",
         (subj.created_sequence,)
     ).fetchone()
-    keys = list(feed.Near.decode(row[0]).seqs) if row is not None else []
+    keys = list(feed.Near.decode(row[0]).outside()) if row is not None else []
     if row is not None and row[1] and int(row[2]) > feed.NEAR:  # else every ancestor is near
         keys += _far_spaces(conn, int(row[1]), subj.created_sequence, int(row[2]))
     keys = list(dict.fromkeys(keys))
     # asked in chunks of ANCESTOR_CHUNK parameters (SQLite refuses more than 32,766 in one
     # statement, PostgreSQL 65,535); the spaces found are few (containment stops at 64 levels)
     spaces: list[tuple[int, int, int]] = []
+    # SQLite would rather probe each row by its key (a page of its own, read cold) than the
+    # small covering index of spaces; PostgreSQL has no such index (and no INDEXED BY)
+    spaces_only = "" if is_postgresql(conn) else " INDEXED BY objects_spaces"
     for at in range(0, len(keys), ANCESTOR_CHUNK):
         chunk = keys[at:at + ANCESTOR_CHUNK]
         spaces += conn.execute(
-            "SELECT depth, created_sequence, head_sequence FROM objects"
+            f"SELECT depth, created_sequence, head_sequence FROM objects{spaces_only}"
             f" WHERE created_sequence IN ({', '.join('?' * len(chunk))}) AND kind = 'space'",
             chunk,
         ).fetchall()

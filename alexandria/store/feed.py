@@ -134,6 +134,11 @@ class Near:
         non-conversation ancestors (all of a non-conversation object's ancestors)."""
         return tuple(s for s, d in zip(self.seqs, self.levels, strict=True) if d == 0)
 
+    def outside(self) -> tuple[int, ...]:
+        """The ancestors that are not conversation nodes (spaces, claims): every near ancestor
+        but the conversation ancestors (``seq/d``), which are discussions and replies."""
+        return tuple(s for s, c in zip(self.seqs, self.conversation, strict=True) if not c)
+
 
 EMPTY = Near((), (), ())
 

@@ -102,6 +102,11 @@ _OBJECT_INDEXES = """
 CREATE INDEX IF NOT EXISTS objects_head_sequence ON objects(head_sequence);
 CREATE INDEX IF NOT EXISTS objects_contents ON objects(parent, kind, created_sequence)
     WHERE parent != '';
+-- the spaces, covering what an object's view asks of its ancestors (``reads/objects``: the
+-- containment chain's depths and heads); ~90 pages at 1,000,000 entries, which stay cached,
+-- where each space's ``objects`` row is on a page of its own
+CREATE INDEX IF NOT EXISTS objects_spaces
+    ON objects(created_sequence, depth, head_sequence, kind) WHERE kind = 'space';
 """
 
 # A link names its target revision by id (``target``, as the record does) and, for the
