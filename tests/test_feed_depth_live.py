@@ -102,8 +102,12 @@ def test_a_reply_chain_deeper_than_near_costs_the_same_per_reply(
             # background merges and checkpoints fall: up to 9 pages apart seen); a closure
             # written in full would cost a thousand rows more per reply at depth 1,000.  Less
             # is no defect: PostgreSQL's young tables take their first extents near the top
-            # (seen in CI: 194 pages for the fifty near the top, 132 deep)
-            assert grew[1_050] - grew[150] <= max(0.15 * grew[150], 12 * 4096), grew
+            # (seen in CI: 194 pages for the fifty near the top, 132 deep).  PostgreSQL's
+            # files also grow in steps that follow the machine's load (seen under the full
+            # suite on two cores: 27 pages of 8 KiB more for the deep fifty), so its slack is
+            # 32 of its pages: still far below what a full closure would add (~50,000 rows)
+            slack = 32 * 8192 if is_database_url(db) else 12 * 4096
+            assert grew[1_050] - grew[150] <= max(0.15 * grew[150], slack), grew
             assert _feed(client, top) == [top, *chain]
             assert _feed(client, chain[4]) == chain[4:]
             d = client.get(f"/api/entries/{chain[9]}/discussion").json()
