@@ -126,7 +126,7 @@ def rebuild(conn: sqlite3.Connection) -> None:
     # scores last: during the replay ``objects`` already names each target's final head
     conn.execute(
         "UPDATE catalogue SET score = t.score FROM (SELECT o.head_sequence AS seq,"
-        f" sum(v.value) AS score FROM vote_values v JOIN revisions f"
+        " sum(v.value) AS score FROM vote_values v JOIN revisions f"
         f" ON {revision_id('v.target', 'f.id')}"
         " JOIN objects o ON o.created_sequence = f.sequence"
         " GROUP BY o.head_sequence) AS t WHERE catalogue.seq = t.seq"
