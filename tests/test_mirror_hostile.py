@@ -241,7 +241,7 @@ def test_sigterm_stops_a_mirror_waiting_on_a_slow_origin(
         finally:
             seconds, status, _peak, err = stop(replica)
         honest = leaf_hashes(db)
-    assert seconds < 5, f"the mirror took {seconds:.1f} s to stop: {err}"
+    assert seconds < 8, f"the mirror took {seconds:.1f} s to stop: {err}"
     assert status == 0, (status, err)
     assert f"{first} entries verified and stored are kept" in err, err
     assert leaf_hashes(mirror_db) == honest[:first]
@@ -276,7 +276,7 @@ def test_sigterm_stops_a_catch_up_waiting_on_a_slow_source(
         assert proc.stdout is not None
         proc.stdout.close()
         honest = leaf_hashes(db)
-    assert seconds < 5, f"the catch-up took {seconds:.1f} s to stop: {err}"
+    assert seconds < 8, f"the catch-up took {seconds:.1f} s to stop: {err}"
     assert status == 130, (status, err)  # interrupted (docs/cli.md)
     assert f"the {middle - before} entries verified and stored" in err, err
     assert leaf_hashes(copy) == honest[:middle]
