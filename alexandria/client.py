@@ -182,6 +182,10 @@ class Client:
     def close(self) -> None:
         self._conn.close()
 
+    def abort(self) -> None:
+        """End the request in progress (called from another thread): it fails at once."""
+        self._conn.abort()
+
     def __enter__(self) -> Client:
         return self
 
@@ -189,7 +193,8 @@ class Client:
         self.close()
 
     def _exchange(self, method: str, target: str, content: bytes | None,
-                  headers: dict[str, str]) -> tuple[int, str, bytes]:
+                  headers: dict[str, str], max_bytes: int | None = None,
+                  ) -> tuple[int, str, bytes]:
         """One request and its whole answer.  A kept-alive connection the server has closed
         meanwhile fails before any answer: that attempt is made again, once, on a new one
         (resending is safe: the library answers an exact resend of an envelope with 200)."""
@@ -197,7 +202,7 @@ class Client:
         for attempt in (1, 2):
             reused = self._conn.connected and self._conn.answers > 0
             try:
-                response = self._conn.request(method, target, headers, content)
+                response = self._conn.request(method, target, headers, content, max_bytes)
                 return response.status, response.reason, response.body
             except ValueError as exc:
                 raise BadRequest(f"{where[:200]}: {exc}", "BAD_REQUEST_TARGET") from exc
@@ -223,16 +228,18 @@ class Client:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def request(self, method: str, path: str, params: Mapping[str, str | int] | None = None,
-                content: bytes | None = None,
-                headers: Mapping[str, str] | None = None) -> Answer:
-        """The answer of a 2xx; typed errors otherwise (see the module docstring)."""
+                content: bytes | None = None, headers: Mapping[str, str] | None = None,
+                max_bytes: int | None = None) -> Answer:
+        """The answer of a 2xx; typed errors otherwise (see the module docstring).
+        ``max_bytes``: the largest answer read (``MAX_ANSWER_BYTES`` otherwise); a larger one
+        is ``Unreachable`` with code ``ANSWER_TOO_LARGE``, its reading stopped at the cap."""
         headers = {**_HEADERS, **(headers or {})}
         if content is not None:
             headers["content-type"] = "application/json"
         query = f"?{urlencode(params)}" if params else ""
         started = time.perf_counter()
         status, reason, body = self._exchange(method, self._prefix + path + query, content,
-                                              headers)
+                                              headers, max_bytes)
         if TRACE is not None:
             TRACE(f"{method} {self.base_url}{path}{query} -> {status}, {len(body)} bytes in"
                   f" {(time.perf_counter() - started) * 1000:.1f} ms")

@@ -12,7 +12,9 @@ library's ``socket`` alone (``ssl`` only for ``https://``):
   connection; ``1xx`` interim answers skipped; ``HEAD``, ``204`` and ``304`` carry no body;
 - bounded: one deadline for the whole exchange (a server that trickles bytes cannot hold the
   client longer than ``timeout``), at most ``MAX_HEAD_BYTES`` of status line and headers, at
-  most ``max_body`` bytes of body (``AnswerTooLarge`` beyond);
+  most ``max_body`` bytes of body (the connection's, or the request's own), checked as the
+  bytes arrive: reading stops at the first byte beyond it (``AnswerTooLarge``);
+- ``abort()`` from another thread ends an exchange in progress at once;
 - failures as the standard library's exceptions (``TimeoutError``, ``ConnectionError`` and its
   subclasses, ``socket.gaierror``) plus ``ProtocolError``; ``ClosedBeforeAnswer`` says the
   connection ended before the first byte of an answer (a kept-alive connection the server
@@ -22,6 +24,7 @@ library's ``socket`` alone (``ssl`` only for ``https://``):
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from dataclasses import dataclass
@@ -90,6 +93,8 @@ class Connection:
         self._sock: socket.socket | None = None
         self._buffer = bytearray()
         self._deadline = 0.0
+        self._limit = max_body
+        self._aborted = False
         #: answers read on the current connection: 0 on a fresh one
         self.answers = 0
         #: connections opened so far (a test's view of keep-alive)
@@ -149,10 +154,27 @@ class Connection:
 
     # --- one exchange --------------------------------------------------------------------------
 
+    def abort(self) -> None:
+        """End the exchange in progress from another thread, and every later one: the socket
+        is shut down (not closed: its number stays the reading thread's until it closes it),
+        so a ``recv`` blocked on a slow answer returns at once and the request fails."""
+        self._aborted = True
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _check_aborted(self) -> None:
+        if self._aborted:
+            self.close()
+            raise ConnectionAbortedError("the request was aborted")
+
     def request(self, method: str, target: str, headers: dict[str, str] | None = None,
-                body: bytes | None = None) -> Response:
-        """Send one request and read its whole answer, within ``timeout`` seconds in all."""
+                body: bytes | None = None, max_body: int | None = None) -> Response:
+        """Send one request and read its whole answer, within ``timeout`` seconds in all;
+        ``max_body``: the largest body read for this answer (``self.max_body`` otherwise)."""
         self._deadline = time.monotonic() + self.timeout
+        self._limit = self.max_body if max_body is None else max_body
         head = [f"{_clean(method, 'the method')} {_clean(target, 'the target')} HTTP/1.1"]
         default_port = 443 if self.tls else 80
         host = self.host if ":" not in self.host or self.host.startswith("[") \
@@ -163,8 +185,10 @@ class Connection:
         if body is not None or method in ("POST", "PUT", "PATCH"):
             head.append(f"content-length: {len(body or b'')}")
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b"")
+        self._check_aborted()
         if self._sock is None:
             self._sock = self._connect()
+            self._check_aborted()  # an abort() that came while connecting
         sock = self._sock
         try:
             sock.settimeout(self._remaining())
@@ -200,9 +224,9 @@ class Connection:
             length = headers["content-length"]
             if not length.isdigit() or len(length) > 19:  # also refuses "1, 2": a smuggling sign
                 raise ProtocolError(f"bad content-length {length[:40]!r}")
-            if int(length) > self.max_body:
+            if int(length) > self._limit:
                 raise AnswerTooLarge(f"an answer of {int(length):,} bytes is larger than the"
-                                     f" client reads ({self.max_body:,})")
+                                     f" client reads ({self._limit:,})")
             body = self._read_exact(int(length))
         else:  # the body runs to the end of the connection
             body = self._read_to_end()
@@ -285,9 +309,9 @@ class Connection:
             size = int(size_text, 16)
             if size == 0:
                 break
-            if len(body) + size > self.max_body:
+            if len(body) + size > self._limit:
                 raise AnswerTooLarge(f"the answer is larger than the client reads"
-                                     f" ({self.max_body:,} bytes)")
+                                     f" ({self._limit:,} bytes)")
             body += self._read_exact(size)
             if self._read_line(0) != b"":
                 raise ProtocolError("a chunk does not end with CRLF")
@@ -300,9 +324,9 @@ class Connection:
 
     def _read_to_end(self) -> bytes:
         while True:
-            if len(self._buffer) > self.max_body:
+            if len(self._buffer) > self._limit:
                 raise AnswerTooLarge(f"the answer is larger than the client reads"
-                                     f" ({self.max_body:,} bytes)")
+                                     f" ({self._limit:,} bytes)")
             if not self._fill():
                 break
         data = bytes(self._buffer)

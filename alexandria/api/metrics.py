@@ -156,8 +156,11 @@ async def library_values(library: Library) -> dict[str, tuple[str, float]]:
         out["alexandria_origin_log_size"] = ("the origin's log size, as last seen by this"
                                              " mirror", status.origin_size)
         out["alexandria_mirror_lag_entries"] = (
-            "entries the origin holds that this mirror has not verified and stored yet",
-            max(0, status.origin_size - status.log_size))
+            "entries the origin holds (as last seen) that this mirror has not verified and"
+            " stored yet", status.lag or 0)
+    if status.origin_silent_s is not None:
+        out["alexandria_origin_silent_seconds"] = (
+            "seconds since the origin last answered this mirror", status.origin_silent_s)
     return out
 
 
@@ -193,6 +196,8 @@ async def get_healthz(request: Request) -> Response:
     if status.origin is not None:
         body["origin"] = status.origin
         body["origin_size"] = status.origin_size
+        body["lag"] = status.lag
+        body["origin_silent_s"] = round(status.origin_silent_s or 0.0, 1)
     return json_response(body, 200 if status.ready else 503,
                          headers={"Cache-Control": "no-cache"})
 

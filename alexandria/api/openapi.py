@@ -119,7 +119,12 @@ SCHEMAS: dict[str, Any] = {
             "reasons": {"type": "array", "items": {"type": "string"}},
             "log_size": {"type": "integer"}, "checkpoint_size": {"type": "integer"},
             "origin": {"type": "string", "description": "a mirror's origin"},
-            "origin_size": {"type": "integer"},
+            "origin_size": {"type": "integer", "description": "on a mirror: the largest"
+                            " size its origin signed, as last seen"},
+            "lag": {"type": "integer", "description": "on a mirror: origin_size minus"
+                    " log_size (0 when it holds them all)"},
+            "origin_silent_s": {"type": "number", "description": "on a mirror: seconds since"
+                                " its origin last answered"},
         },
     },
     "EnrolmentRequest": {
@@ -531,8 +536,9 @@ PATHS: dict[str, Any] = {
     "/healthz": {
         "get": {
             "summary": "Liveness and readiness: 200 when ready, 503 with the reasons when not"
-                       " (the writer is gone, a restore is catching up, a mirror stopped or is"
-                       " still catching up with its origin)",
+                       " (the writer is gone, a restore is catching up, a mirror stopped, is"
+                       " still catching up with its origin, or its origin has not answered"
+                       " for --stale-after seconds)",
             "parameters": [],
             "responses": {
                 "200": _json({"$ref": "#/components/schemas/Health"}, "ready"),
@@ -553,7 +559,8 @@ PATHS: dict[str, Any] = {
     },
     "/api/log/checkpoints": _get(
         "Every signed checkpoint after a tree size, oldest first, each note with its"
-        " witnesses' cosignature lines",
+        " witnesses' cosignature lines: at most 1,000 or 393,216 bytes of them, at least one;"
+        " next is the size of the last one when more follow",
         [_q("after", OFFSET, "only checkpoints of larger trees")],
         _json({"type": "object", "required": ["checkpoints", "next"], "properties": {
             "checkpoints": {"type": "array", "items": {

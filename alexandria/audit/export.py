@@ -16,12 +16,14 @@ page at a time, and the same log gives the same bytes either way.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from alexandria.audit.answer_caps import answer_cap
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.errors import ServiceError
@@ -123,17 +125,41 @@ def _server_checkpoints(fetch: Fetch, upto: int) -> Iterator[tuple[int, str]]:
             if c["size"] > upto:
                 return
             yield c["size"], c["note"]
-        after = page["next"]
+        following = page["next"]
+        if following is not None and (type(following) is not int or following <= after):
+            raise ServiceError(f"the server's page of checkpoints after {after} names next"
+                               f" {str(following)[:40]}: it does not advance", "BAD_PAGE",
+                               after=after)
+        after = following
+
+
+class HttpSource:
+    """A ``Fetch`` over HTTP for the library at ``url`` (the CLI's typed ``client.Client``):
+    each answer capped at what the protocol allows for its route (``answer_caps.py``), its
+    reading stopped at the cap (``ANSWER_TOO_LARGE``).  ``abort()``, from another thread, ends
+    the request in progress at once; ``answered`` is the ``time.monotonic()`` of the last
+    answer read whole (0 before the first)."""
+
+    def __init__(self, url: str) -> None:
+        from alexandria.client import Client
+
+        self.client = Client(url)
+        self.answered = 0.0
+
+    def __call__(self, path: str) -> bytes:
+        content = self.client.request("GET", path, max_bytes=answer_cap(path)).content
+        self.answered = time.monotonic()
+        return content
+
+    def abort(self) -> None:
+        self.client.abort()
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def http_fetcher(url: str) -> tuple[Fetch, Callable[[], None]]:
-    """A ``fetch`` over HTTP for the library at ``url`` (the CLI's typed ``client.Client``)
-    and a function that closes its connection."""
-    from alexandria.client import Client
-
-    client = Client(url)
-
-    def fetch(path: str) -> bytes:
-        return client.request("GET", path).content
-
-    return fetch, client.close
+    """A ``fetch`` over HTTP for the library at ``url`` (an ``HttpSource``) and a function
+    that closes its connection."""
+    source = HttpSource(url)
+    return source, source.close

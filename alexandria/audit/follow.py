@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from alexandria.audit.export import Fetch, http_fetcher
+from alexandria.audit.export import Fetch, HttpSource, http_fetcher
 from alexandria.audit.verify import (
     CheckpointFailed,
     EntryOutOfOrder,
@@ -54,6 +55,7 @@ from alexandria.store.interface import Replayed
 from alexandria.store.ledger_storage import LedgerStorage
 
 BATCH = 1024  # entries verified and stored per call of ``Follower.entries``
+BATCH_BYTES = 8 * 1024 * 1024  # or fewer, when they hold this many bytes
 CHUNK = 128  # entries per write transaction, checked while the previous chunk is stored
 
 Progress = Callable[["Follower"], None]
@@ -254,41 +256,116 @@ def _latest(conn: sqlite3.Connection) -> tuple[int, bytes] | None:
 # --- a running server as the source --------------------------------------------------------
 
 
+class BadPage(VerificationFailed):
+    """The source answered a page that breaks PROTOCOL §7's paging: not the page's JSON, no
+    item, more items than a page holds, items outside the range asked for, or a ``next`` that
+    does not advance (a source that would keep a follower asking forever)."""
+
+    default_code = "BAD_PAGE"
+
+
 async def _get(fetch: Fetch, path: str) -> bytes:
-    return await asyncio.to_thread(fetch, path)
+    """One answer, fetched on a thread; cancelled, an HTTP source's request is aborted, so the
+    thread returns at once however slowly the source answers."""
+    try:
+        return await asyncio.to_thread(fetch, path)
+    except asyncio.CancelledError:
+        if isinstance(fetch, HttpSource):
+            fetch.abort()
+        raise
 
 
-async def _entry_lines_of(fetch: Fetch, upto: int, size: int) -> list[tuple[int, bytes]]:
-    out: list[tuple[int, bytes]] = []
-    start = 0
-    while start < min(upto, size):
-        page = orjson.loads(await _get(fetch, f"/api/log/entries?start={start}&end={size}"))
-        entries = page["entries"]
-        if not entries:
+async def _page(fetch: Fetch, path: str, items: str, at: int) -> tuple[list[Any], Any]:
+    """``(page[items], page["next"])`` of the JSON page at ``path``; ``at``: the sequence a
+    failure is reported at."""
+    raw = await _get(fetch, path)
+    try:
+        page = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        page = None
+    if not isinstance(page, dict) or not isinstance(page.get(items), list) or "next" not in page:
+        raise BadPage(at, "2a", f"{path}: the source's answer is not a page of {items}",
+                      path=path)
+    return page[items], page["next"]
+
+
+async def _entries_page(fetch: Fetch, start: int, end: int) -> list[dict[str, Any]]:
+    """The entries ``start+1 ..`` of ``GET /api/log/entries?start=&end=``: at least one, at
+    most a page, none beyond ``end``, and a ``next`` that says where the rest starts."""
+    path = f"/api/log/entries?start={start}&end={end}"
+    entries, following = await _page(fetch, path, "entries", start + 1)
+    n = len(entries)
+    expected = None if start + n >= end else start + n
+    if not 0 < n <= min(log.PAGE_ENTRIES, end - start) or following != expected \
+            or not all(isinstance(e, dict) for e in entries):
+        raise BadPage(start + 1, "2a", f"the source's page of entries {start}..{end} holds"
+                      f" {n} entries and names next {str(following)[:40]} (a page holds 1 to"
+                      f" {log.PAGE_ENTRIES} of the range asked for, and next is where the rest"
+                      " starts)", path=path, entries=n)
+    return entries
+
+
+async def _checkpoints_page(fetch: Fetch, after: int, at: int,
+                            ) -> tuple[list[tuple[int, str]], int | None]:
+    """``([(size, note)...], next)`` of ``GET /api/log/checkpoints?after=``: sizes larger than
+    ``after`` and increasing, at most a page of them, and a ``next`` (the last size) only
+    when the page holds one."""
+    path = f"/api/log/checkpoints?after={after}"
+    items, following = await _page(fetch, path, "checkpoints", at)
+    out: list[tuple[int, str]] = []
+    last = after
+    for c in items if len(items) <= log.PAGE_CHECKPOINTS else ():
+        size = c.get("size") if isinstance(c, dict) else None
+        note = c.get("note") if isinstance(c, dict) else None
+        if type(size) is not int or size <= last or not isinstance(note, str):
             break
-        for e in entries:
-            out.append((int(e["sequence"]), canonical(e)))
+        out.append((size, note))
+        last = size
+    if len(out) != len(items) or not (following is None or (out and following == last)):
+        raise BadPage(at, "3a", f"the source's page of checkpoints after {after} is not"
+                      " increasing sizes above it, or names a next"
+                      f" ({str(following)[:40]}) that does not advance", path=path, after=after)
+    return out, following
+
+
+async def _first_difference(follower: Follower, fetch: Fetch, size: int) -> int | None:
+    """The first stored leaf the source's differs from, its pages compared one at a time."""
+    start, end = 0, min(follower.size, size)
+    while start < end:
+        entries = await _entries_page(fetch, start, end)
+        lines = [(start + i + 1, canonical(e)) for i, e in enumerate(entries)]
+        differs = await follower.first_difference(lines)
+        if differs is not None:
+            return differs
         start += len(entries)
-    return out
+    return None
 
 
 async def sync_from_server(follower: Follower, fetch: Fetch) -> int:
     """One round: verify and store the source's log up to the checkpoint it serves now, and
     every persisted checkpoint of the source on the way.  Returns the source's size."""
-    note = (await _get(fetch, "/api/log/checkpoint")).decode("utf-8")
+    raw = await _get(fetch, "/api/log/checkpoint")
+    try:
+        note = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CheckpointFailed(follower.size, "3a", "the checkpoint is not UTF-8",
+                               "CHECKPOINT_INVALID") from exc
     size, root = follower.parse(note, follower.size)
     follower.source_size = max(follower.source_size, size)
     prev = follower.checkpoint
     proof = None
     if prev.size and size > prev.size:
-        answer = orjson.loads(await _get(
-            fetch, f"/api/log/proof/consistency?old={prev.size}&new={size}"))
-        proof = [bytes.fromhex(h) for h in answer["proof"]]
+        path = f"/api/log/proof/consistency?old={prev.size}&new={size}"
+        try:
+            hashes = orjson.loads(await _get(fetch, path))["proof"]
+            proof = [bytes.fromhex(h) for h in hashes]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise BadPage(prev.size, "3d", f"{path}: the source's answer is not a consistency"
+                          " proof", path=path) from exc
     try:
         await follower.check_consistent(size, root, proof)
     except Forked as exc:
-        first = await follower.first_difference(
-            await _entry_lines_of(fetch, follower.size, size))
+        first = await _first_difference(follower, fetch, size)
         if first is not None:
             raise Forked(first, "3d", f"the source's leaf differs from the one verified and"
                          f" stored here: a fork ({exc.reason})", "LOG_FORKED",
@@ -298,14 +375,12 @@ async def sync_from_server(follower: Follower, fetch: Fetch) -> int:
     # of them at a time, each reached by copying the entries up to it
     after: int | None = prev.size
     while after is not None:
-        page = orjson.loads(await _get(fetch, f"/api/log/checkpoints?after={after}"))
-        after = page["next"]
-        for c in page["checkpoints"]:
-            target = int(c["size"])
+        found, after = await _checkpoints_page(fetch, after, follower.size)
+        for target, cp_note in found:
             if target >= size:
                 after = None
                 break
-            await _reach(follower, fetch, target, str(c["note"]))
+            await _reach(follower, fetch, target, cp_note)
     await _reach(follower, fetch, size, note)
     return size
 
@@ -320,28 +395,28 @@ async def _reach(follower: Follower, fetch: Fetch, target: int, note: str) -> No
 
 async def _copy_range(follower: Follower, fetch: Fetch, target: int) -> None:
     """Entries ``follower.size + 1 .. target``: the next page is fetched while the current
-    ones are verified and stored, and up to ``BATCH`` entries are stored per transaction."""
+    ones are verified and stored, and up to ``BATCH`` entries (or ``BATCH_BYTES``) are
+    verified and stored per call of ``Follower.entries``."""
 
     async def page(start: int) -> list[bytes]:
-        body = orjson.loads(await _get(fetch, f"/api/log/entries?start={start}&end={target}"))
-        return [canonical(e) for e in body["entries"]]
+        return [canonical(e) for e in await _entries_page(fetch, start, target)]
 
     fetched = follower.size
     pending: asyncio.Task[list[bytes]] | None = asyncio.ensure_future(page(fetched))
     buffer: list[bytes] = []
+    held = 0
     try:
         while pending is not None:
             lines = await pending
             pending = None
-            if not lines:
-                raise Forked(fetched + 1, "2a", "the source returned no entries", "BAD_PAGE")
             fetched += len(lines)
             if fetched < target:
                 pending = asyncio.ensure_future(page(fetched))
             buffer.extend(lines)
-            if len(buffer) >= BATCH or pending is None:
+            held += sum(map(len, lines))
+            if len(buffer) >= BATCH or held >= BATCH_BYTES or pending is None:
                 await follower.entries(buffer)
-                buffer = []
+                buffer, held = [], 0
     finally:
         if pending is not None:
             pending.cancel()

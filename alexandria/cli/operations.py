@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 
+from alexandria.cli import EXIT_INTERRUPTED
 from alexandria.cli.participant import command
 from alexandria.cli.terminal import emit_json, note, say
 from alexandria.errors import BadRequest
@@ -61,8 +63,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 "Follow the library at URL: verify every entry and checkpoint against the"
                 " pinned genesis (as `alexandria verify` does), store them in FILE, and serve"
                 " the same read API and the origin's signed checkpoints. Resumes from FILE"
-                " after a restart; stops (exit 1) at an entry that does not verify or a"
-                " checkpoint inconsistent with one it verified, keeping what it verified.")
+                " after a restart; stops (exit 6) at an entry that does not verify, a"
+                " checkpoint inconsistent with one it verified or a page that breaks the"
+                " protocol, keeping what it verified. SIGTERM or SIGINT stops it within"
+                " seconds (exit 0), keeping what it verified.")
     p.add_argument("--from", dest="origin", required=True, metavar="URL",
                    help="the origin library")
     p.add_argument("--db", required=True, metavar="FILE|URL",
@@ -72,6 +76,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pin.add_argument("--genesis", metavar="FILE", help="the origin's genesis document")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--stale-after", type=float, default=30.0, metavar="SECONDS",
+                   help="not ready (/healthz 503, with the reason) once the origin has not"
+                   " answered for this long (default 30)")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -117,8 +124,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
     elif not has_library(args.db):
         raise BadRequest(f"{display(args.db)}: no such library database", "NO_DATABASE")
     if args.catch_up is not None:
-        before, after = asyncio.run(_catch_up(args.db, args.catch_up))
+        before, after, stopped_by = asyncio.run(_catch_up(args.db, args.catch_up))
         result["caught_up"] = after - before
+        if stopped_by is not None:
+            result["interrupted"] = stopped_by
+            note(f"catch-up stopped by {stopped_by}: the {after - before} entries verified"
+                 f" and stored from {args.catch_up} are kept ({after} in the log); the same"
+                 " command continues from there")
+            if args.json:
+                emit_json(result)
+            return EXIT_INTERRUPTED
         note(f"caught up from {args.catch_up}: {after - before} entries verified and stored"
              f" ({after} in the log)")
     size = describe(args.db).size
@@ -133,7 +148,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _catch_up(db: str, source: str) -> tuple[int, int]:
+async def _catch_up(db: str, source: str) -> tuple[int, int, str | None]:
+    """``(size before, size after, the signal that stopped it or None)``: SIGTERM or SIGINT
+    cancels the catch-up (a request to a slow source is aborted); what was verified and
+    stored before stays."""
     from alexandria.audit.follow import Follower, catch_up
     from alexandria.core.trust import Genesis
     from alexandria.store.backends import storage_for
@@ -150,8 +168,28 @@ async def _catch_up(db: str, source: str) -> tuple[int, int]:
                 last[0] = f.size
                 note(f"catch-up: {f.size} of {f.source_size} entries")
 
-        follower = await catch_up(storage, source, progress)
-        return before, follower.size
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        stopped_by: list[str] = []
+
+        def stop(sig: signal.Signals) -> None:
+            stopped_by.append(sig.name)
+            task.cancel()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop, sig)
+        try:
+            follower = await catch_up(storage, source, progress)
+        except asyncio.CancelledError:
+            if not stopped_by:
+                raise
+            task.uncancel()
+            return before, await storage.log_size(), stopped_by[0]
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        return before, follower.size, None
     finally:
         await storage.close()
 
@@ -208,12 +246,16 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     if args.pin and genesis.pin != args.pin:
         raise BadRequest(f"{display(args.db)} mirrors the library {genesis.pin}, not {args.pin}",
                          "GENESIS_MISMATCH")
-    state = MirrorState(origin)
+    if not 0 < args.stale_after <= 86_400:
+        raise BadRequest("--stale-after is 0..86400 seconds", "USAGE")
+    state = MirrorState(origin, stale_after=args.stale_after)
     library = Library(genesis, storage_for(args.db, genesis), mirror=state)
     print(f"genesis pin {genesis.pin}")
     print(f"mirroring {genesis.library} from {origin} on http://{args.host}:{args.port}",
           flush=True)
-    run_mirror(library, args.host, args.port)
+    stopped_by = run_mirror(library, args.host, args.port)
     if state.failure is not None:
         raise state.failure
+    if stopped_by is not None:
+        note(f"mirror: stopped by {stopped_by}")
     return 0

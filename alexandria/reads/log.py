@@ -167,13 +167,19 @@ def served_checkpoint(
 
 
 def checkpoints_page(conn: sqlite3.Connection, after: int) -> bytes:
-    """``{"checkpoints": [{"note", "size"}...], "next": SIZE | null}``, canonical JSON."""
+    """``{"checkpoints": [{"note", "size"}...], "next": SIZE | null}``, canonical JSON: at most
+    ``PAGE_CHECKPOINTS`` checkpoints or ``PAGE_BYTES`` bytes of them, at least one (so that a
+    follower's cap on the answer, ``audit/answer_caps.py``, holds whatever the notes carry);
+    ``next`` is the size of the last one served when more follow."""
     found = checkpoints_after(conn, after, limit=PAGE_CHECKPOINTS + 1, cosigned=True)
-    more = len(found) > PAGE_CHECKPOINTS
-    found = found[:PAGE_CHECKPOINTS]
-    return canonical({
-        "checkpoints": [{"note": c.note, "size": c.size} for c in found],
-        "next": found[-1].size if more else None,
-    })
-
-
+    items: list[bytes] = []
+    used = 0
+    for c in found[:PAGE_CHECKPOINTS]:
+        item = canonical({"note": c.note, "size": c.size})
+        if items and used + len(item) > PAGE_BYTES:
+            break
+        items.append(item)
+        used += len(item)
+    more = len(found) > len(items)
+    nxt = str(found[len(items) - 1].size).encode() if more else b"null"
+    return b'{"checkpoints":[' + b",".join(items) + b'],"next":' + nxt + b"}"

@@ -4,6 +4,7 @@ operator commands share this object; nothing else holds global state."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,17 +42,45 @@ class ReadOnlyMirror(Forbidden):
     default_code = "READ_ONLY_MIRROR"
 
 
+#: a mirror whose origin has not answered for this many seconds is not ready (``--stale-after``)
+ORIGIN_STALE_AFTER_S = 30.0
+
+
 @dataclass
 class MirrorState:
     """What a mirror's follower last saw (``api/mirror.py`` keeps it up to date)."""
 
     origin: str
-    origin_size: int = 0
+    origin_size: int = 0  # the largest size the origin signed, as last seen
     synced: bool = False  # caught up with the origin's checkpoint at least once
     error: str | None = None  # why the follower stopped
     failure: Exception | None = None  # the typed error it stopped with
+    #: not ready once the origin has not answered for this many seconds
+    stale_after: float = ORIGIN_STALE_AFTER_S
+    #: ``time.monotonic()`` of the origin's last answer read whole (of the start, before one)
+    answered: float = field(default_factory=time.monotonic)
+    #: why the follower could not follow the origin the last time it tried (None: it could)
+    trouble: str | None = None
     #: stops the server once the follower has stopped (set by whoever runs it)
     stop: Callable[[], None] | None = field(default=None, repr=False)
+
+    def silent_for(self) -> float:
+        """Seconds since the origin last answered."""
+        return max(0.0, time.monotonic() - self.answered)
+
+    def reasons(self, size: int) -> list[str]:
+        """Why this mirror is not ready, given the size of its own log."""
+        if self.error is not None:
+            return [f"the mirror stopped following {self.origin}: {self.error}"]
+        out = []
+        silent = self.silent_for()
+        if silent > self.stale_after:
+            why = f": {self.trouble}" if self.trouble else ""
+            out.append(f"{self.origin} has not answered for {silent:.0f} s{why}; this mirror"
+                       f" holds {size} of the {self.origin_size} leaves it last saw there")
+        if not self.synced:
+            out.append(f"catching up with {self.origin}: {size} of {self.origin_size} leaves")
+        return out
 
 
 @dataclass(frozen=True)
@@ -65,6 +94,13 @@ class Status:
     checkpoint_age_s: float
     origin: str | None = None
     origin_size: int | None = None
+    #: a mirror's: seconds since its origin last answered
+    origin_silent_s: float | None = None
+
+    @property
+    def lag(self) -> int | None:
+        """A mirror's: the origin's leaves (as last seen) it does not hold."""
+        return None if self.origin_size is None else max(0, self.origin_size - self.log_size)
 
 
 @dataclass
@@ -166,13 +202,10 @@ class Library:
                            " leaves this library published")
         mirror = self.mirror
         if mirror is not None:
-            if mirror.error is not None:
-                reasons.append(f"the mirror stopped following {mirror.origin}: {mirror.error}")
-            elif not mirror.synced:
-                reasons.append(f"catching up with {mirror.origin}: {size} of"
-                               f" {mirror.origin_size} leaves")
+            reasons.extend(mirror.reasons(size))
         return Status(not reasons, tuple(reasons), size, cp_size, age,
-                      mirror.origin if mirror else None, mirror.origin_size if mirror else None)
+                      mirror.origin if mirror else None, mirror.origin_size if mirror else None,
+                      mirror.silent_for() if mirror else None)
 
     async def close(self) -> None:
         if self.writer is not None:
