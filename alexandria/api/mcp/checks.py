@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,10 @@ from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.errors import AlexandriaError
 from alexandria.rules.signed import check_signed_record
 
+CHECKPOINT_REUSE_S = 5.0
+"""How long a verified checkpoint is used without asking for a newer one, while it covers the
+records being checked: inclusion under it is as good a proof as under the newest, and the
+remembered inclusions stay valid while a busy library signs a checkpoint a second."""
 CACHED_RECORDS = 4_096
 """Signature-chain verdicts and inclusion proofs remembered (``core.cache.Bounded``): a
 revision never changes, so neither does what checking it found."""
@@ -90,6 +95,12 @@ class Checked:
                 "witness_quorum": None if policy is None else policy.quorum}
 
 
+def _sequence(signed: Any) -> int:
+    admission = signed.get("admission") if isinstance(signed, dict) else None
+    value = admission.get("sequence") if isinstance(admission, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def digest(signed: Any) -> bytes:
     """The identity of a record exactly as the library served it: every byte of it counts, so
     a remembered verdict is never applied to an answer that differs in any field."""
@@ -111,22 +122,28 @@ class Verifier:
         self.genesis = genesis
         self.witnesses = witnesses
         self._checkpoint: VerifiedCheckpoint | None = None
+        self._checkpoint_at = 0.0
         self._lock = threading.Lock()
         self._chains: Bounded[bytes, dict[str, Any] | None] = Bounded(cached)
         self._entries: Bounded[tuple[bytes, str], EntryVerified] = Bounded(cached)
         self._counted = counted
 
-    def _current_checkpoint(self) -> VerifiedCheckpoint:
-        note = self.source.fetch("/api/log/checkpoint").decode("utf-8")
+    def _current_checkpoint(self, records: list[Any]) -> VerifiedCheckpoint:
+        """The checkpoint verified within ``CHECKPOINT_REUSE_S`` when it covers every record
+        (by the sequence each claims), else the library's current one."""
+        newest = max((_sequence(r) for r in records), default=0)
         with self._lock:
-            cached = self._checkpoint
-        if cached is not None and cached.note == note:
+            cached, at = self._checkpoint, self._checkpoint_at
+        now = time.monotonic()
+        if cached is not None and now - at < CHECKPOINT_REUSE_S and newest <= cached.size:
             return cached
-        checkpoint = verify_checkpoint_note(self.source.fetch, self.genesis.pin, note,
+        note = self.source.fetch("/api/log/checkpoint").decode("utf-8")
+        if cached is None or cached.note != note:
+            cached = verify_checkpoint_note(self.source.fetch, self.genesis.pin, note,
                                             self.witnesses)
         with self._lock:
-            self._checkpoint = checkpoint
-        return checkpoint
+            self._checkpoint, self._checkpoint_at = cached, now
+        return cached
 
     def _chain(self, key: bytes, signed: Any) -> dict[str, Any] | None:
         """``None`` when the signature chain held, else its failure."""
@@ -162,7 +179,7 @@ class Verifier:
         cp_failure: dict[str, Any] | None = None
         if with_proof and records:
             try:
-                checkpoint = self._current_checkpoint()
+                checkpoint = self._current_checkpoint(records)
             except (AlexandriaError, KeyError, TypeError, ValueError, IndexError) as exc:
                 cp_failure = failure(exc)
         verdicts = []
