@@ -93,7 +93,7 @@ class CallLimits:
                 retry_after=RETRY_AFTER_S)
         start = time.monotonic()
         budget = self._refill(start)
-        if budget <= 0:
+        if budget < 0:
             wait = max(RETRY_AFTER_S, math.ceil(-budget / self.share))
             raise ServerBusy(
                 f"MCP tool calls have taken their share of the server's time"

@@ -90,7 +90,7 @@ def build_server(name: str, tools: list[Tool], resources: list[ResourceSpec]) ->
                                    "ANSWER_OVER_BUDGET", max_bytes=limit)
         except AlexandriaError as exc:
             return error_result(exc)
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             log.warning("%s: malformed answer from the library: %r", params.name, exc)
             return error_result(AlexandriaError(
                 f"{params.name}: the library's answer is malformed ({type(exc).__name__})",
