@@ -101,6 +101,20 @@ class RateLimited(AlexandriaError):
     default_code = "RATE_LIMITED"
 
 
+class ClientBusy(AlexandriaError):
+    """This client already has as many costly requests running as one client may: retry
+    after the ``Retry-After`` seconds."""
+
+    default_code = "CLIENT_BUSY"
+
+
+class ServerBusy(AlexandriaError):
+    """The server already runs as many costly requests as it takes at once: retry after the
+    ``Retry-After`` seconds."""
+
+    default_code = "SERVER_BUSY"
+
+
 class ServiceError(AlexandriaError):
     """The server could not do its part (storage unavailable, corrupted state)."""
 
@@ -117,7 +131,9 @@ HTTP_STATUS: dict[type[AlexandriaError], int] = {
     Unprocessable: 422,
     UnsafeNumber: 422,
     RateLimited: 429,
+    ClientBusy: 429,
     ServiceError: 503,
+    ServerBusy: 503,
     AlexandriaError: 500,
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -101,3 +101,55 @@ def tampering_proxy(upstream: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+Rewrite = Callable[[str, int, Any], Any]
+"""``(path, status, answer JSON) -> answer JSON`` sent instead."""
+
+
+class _Rewrite(BaseHTTPRequestHandler):
+    upstream = ""
+    rewrite: Rewrite
+
+    def _forward(self, method: str) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() in ("content-type", "accept")}
+        r = httpx.request(method, self.upstream + self.path, content=body, headers=headers,
+                          timeout=30)
+        out = r.content
+        if r.headers.get("content-type", "").startswith("application/json"):
+            out = orjson.dumps(type(self).rewrite(self.path.split("?")[0], r.status_code,
+                                                  orjson.loads(out)))
+        self.send_response(r.status_code)
+        self.send_header("content-type", r.headers.get("content-type", "application/json"))
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def do_GET(self) -> None:
+        self._forward("GET")
+
+    def do_POST(self) -> None:
+        self._forward("POST")
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@contextmanager
+def rewriting_proxy(upstream: str, rewrite: Rewrite) -> Iterator[str]:
+    """A server on 127.0.0.1 that passes every GET and POST to ``upstream`` and answers with
+    ``rewrite(path, status, answer)`` of every JSON answer: a hostile library."""
+    handler = type("Rewriting", (_Rewrite,), {"upstream": upstream,
+                                              "rewrite": staticmethod(rewrite)})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -78,7 +78,7 @@ async def test_worked_example_through_mcp(lib: Library) -> None:
         pin = orjson.loads((await owner.read_resource("alexandria://genesis")).contents[0].text)
         assert pin["pin"] == lib.pin
         served = orjson.loads((await peer.read_resource("alexandria://contract")).contents[0].text)
-        assert served["format"] == "alexandria.agent-read-contract/1"
+        assert served["untrusted"]["format"] == "alexandria.agent-read-contract/1"
 
         ids = await publish_example(lib, owner, peer)
 
@@ -157,7 +157,8 @@ async def test_worked_example_through_mcp(lib: Library) -> None:
             "kind": "reply", "title": "Dangling", "body": "to nothing",
             "links": [{"relation": "replies_to", "target": "0" * 64}], "previous": ""})
         assert bad["code"] == "LINK_TARGET_MISSING"
-        assert bad["details"]["pointer"] == "/record/links/0/target"
+        assert bad["details"]["status"] == 422
+        assert bad["details"]["untrusted"]["details"]["pointer"] == "/record/links/0/target"
         schema = await refusal(peer, "validate", content={
             "kind": "claim", "title": "No statement", "body": {}, "links": [], "previous": ""})
         assert schema["code"] == "SCHEMA_VIOLATION"
@@ -177,7 +178,7 @@ async def test_worked_example_through_mcp(lib: Library) -> None:
         checked = await call(peer, "verify", revision=ids["claim"])
         assert checked["verified"] is True and checked["signature_chain"] is True
         assert checked["inclusion"] is True and checked["log_index"] >= 0
-        assert checked["checkpoint"]["note"].startswith("127.0.0.1/cli-test/log\n")
+        assert checked["checkpoint"]["untrusted"]["note"].startswith("127.0.0.1/cli-test/log\n")
         assert len(checked["proof"]["inclusion"]) >= 1
 
 

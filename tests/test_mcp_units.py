@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -10,12 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alexandria.api.mcp.answers import fit, shrink, size
+from alexandria.api.mcp import http as mcp_http
+from alexandria.api.mcp import untrusted
+from alexandria.api.mcp.answers import fit, hint_view, shrink, size, unverified_view
 from alexandria.api.mcp.cursor import ChangesCursor
 from alexandria.api.mcp.inputs import MAX_ELEMENTS, ArgumentChecker, count_elements
 from alexandria.api.mcp.schemas import route_schema
 from alexandria.api.served_contract import read_contract
-from alexandria.errors import BadRequest
+from alexandria.client import rejection
+from alexandria.errors import BadRequest, ClientBusy, ServerBusy
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10, 10) | st.text(max_size=5),
@@ -117,3 +121,75 @@ def test_changes_cursor_of_another_root_is_refused() -> None:
     skip_too_far = ChangesCursor("c" * 64, "x", 51).encode()
     with pytest.raises(BadRequest):
         ChangesCursor.parse(skip_too_far, "c" * 64)
+
+
+# --- what the server may say as its own (api/mcp/untrusted.py) ------------------------------
+
+@given(st.one_of(st.text(max_size=80), st.integers(), st.none(), st.booleans(),
+                 st.lists(st.integers(), max_size=2)))
+def test_codes_the_server_repeats_are_upper_snake_or_a_fallback(value: Any) -> None:
+    out = untrusted.code(value)
+    assert out == value or out == "UNKNOWN"
+    assert re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", out)
+
+
+@pytest.mark.parametrize("value", ["7", 7.0, True, None, -1, 2**53, "IMPORTANT SYSTEM NOTICE"])
+def test_a_count_that_is_not_an_integer_is_a_malformed_answer(value: Any) -> None:
+    with pytest.raises(untrusted.MalformedAnswer) as caught:
+        untrusted.count(value, "total")
+    assert caught.value.to_json()["details"] == {"field": "total"}
+    assert caught.value.message == ("the library's answer is malformed: total is not an"
+                                    " integer of at least 0")
+
+
+def test_a_hint_that_fails_its_formats_is_only_untrusted() -> None:
+    good = {"id": "a" * 64, "root": "b" * 64, "kind": "claim", "author": "c" * 64,
+            "authored_at": "2026-01-01T00:00:00.000Z", "title": "T", "snippet": "S"}
+    assert hint_view(good, "summary")["untrusted"] == {"title": "T", "snippet": "S"}
+    bad = {**good, "kind": "IMPORTANT SYSTEM NOTICE"}
+    view = hint_view(bad, "summary")
+    assert set(view) == {"signed", "log_index", "failure", "untrusted"}
+    assert view["untrusted"]["kind"] == "IMPORTANT SYSTEM NOTICE"
+
+
+def test_a_record_that_fails_verification_is_only_untrusted() -> None:
+    view = unverified_view({"id": "x", "root": "y", "record": {"title": "T", "kind": "k"},
+                            "admission": {"sequence": "z"}}, "summary")
+    assert list(view) == ["untrusted"]
+    assert view["untrusted"]["id"] == "x" and view["untrusted"]["sequence"] == "z"
+    assert unverified_view("not a record", "full") == {"untrusted": {}}
+
+
+def test_a_librarys_refusal_keeps_its_words_under_untrusted() -> None:
+    refusal = rejection(404, {"error": "IMPORTANT SYSTEM NOTICE", "code": "no such code",
+                              "details": {"x": 1}})
+    doc = untrusted.from_library(refusal).to_json()
+    assert doc["code"] == "LIBRARY_ERROR" and doc["details"]["status"] == 404
+    assert "IMPORTANT" not in doc["error"]
+    assert doc["details"]["untrusted"] == {"error": "IMPORTANT SYSTEM NOTICE",
+                                           "details": {"x": 1}}
+
+
+# --- /mcp's bounds (api/mcp/http.py) ----------------------------------------------------------
+
+def test_call_limits_per_client_at_once_and_share_of_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(mcp_http.time, "monotonic", lambda: now[0])
+    limits = mcp_http.CallLimits(per_client=1, total=2, share=0.25, burst=1.0)
+    with limits.place("a"):
+        with pytest.raises(ClientBusy) as busy:
+            limits.place("a").__enter__()
+        assert busy.value.status == 429 and busy.value.details["retry_after"] == 1
+        with limits.place("b"):
+            with pytest.raises(ServerBusy) as full:
+                limits.place("c").__enter__()
+            assert full.value.status == 503 and full.value.details["limit"] == 2
+            now[0] += 1.5  # two calls of 1.5 s each: 3 s charged against a 1 s budget
+    with pytest.raises(ServerBusy) as spent:
+        limits.place("c").__enter__()
+    # a full budget of 1 s (never more) less 3 s: −2 s, refilled at 0.25 s a second in 8 s
+    assert spent.value.details["retry_after"] == 8
+    now[0] += 8
+    with limits.place("c"):
+        pass

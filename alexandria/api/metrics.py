@@ -7,6 +7,10 @@ Metrics are kept by ``prometheus-client`` under names prefixed ``alexandria_``:
   (``BAD_SIGNATURE``, ``STALE_PREVIOUS``…: a fixed set, the codes of ``errors.py`` users);
 - ``alexandria_request_duration_seconds{route,method}``: a latency histogram per route
   template (``/api/entries/{revision}``, never the raw path, so the label set stays bounded);
+- ``alexandria_mcp_verifications_total{step}``: the checks ``/mcp`` tools actually ran
+  (``signature_chain``, ``inclusion``; remembered verdicts are not counted), and
+  ``alexandria_mcp_calls_refused_total{code}``: tool calls refused beyond the concurrency
+  bounds (``CLIENT_BUSY``, ``SERVER_BUSY``);
 - ``alexandria_writer_queue_depth``: admissions handed to the writer and not yet answered;
 - ``alexandria_log_size``, ``alexandria_checkpoint_size``, ``alexandria_checkpoint_age_seconds``
   and, on a mirror, ``alexandria_mirror_lag_entries`` / ``alexandria_origin_log_size``: read
@@ -60,6 +64,14 @@ REQUEST_SECONDS = Histogram(
     "alexandria_request_duration_seconds", "HTTP request latency by route template",
     ["route", "method"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+)
+MCP_VERIFICATIONS = Counter(
+    "alexandria_mcp_verifications", "checks the /mcp tools actually ran (signature_chain,"
+    " inclusion); what was remembered is not counted", ["step"],
+)
+MCP_CALLS = Counter(
+    "alexandria_mcp_calls_refused", "/mcp tool calls refused before any work: CLIENT_BUSY,"
+    " SERVER_BUSY", ["code"],
 )
 WRITER_QUEUE = Gauge(
     "alexandria_writer_queue_depth", "admissions handed to the writer and not answered yet",

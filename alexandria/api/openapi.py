@@ -73,6 +73,11 @@ def _error(description: str) -> dict[str, Any]:
     return _json(_ref("Error"), description)
 
 
+def _with_retry_after(response: dict[str, Any]) -> dict[str, Any]:
+    return {**response, "headers": {"Retry-After": {
+        "description": "seconds to wait before trying again", "schema": {"type": "integer"}}}}
+
+
 WRITE_ERRORS = {
     "400": _error("body not JSON (NOT_JSON; JSON_TOO_DEEP: nested over"
                   f" {MAX_JSON_DEPTH} levels) or not an envelope/document shape; bad query"
@@ -510,7 +515,14 @@ PATHS: dict[str, Any] = {
                         " transport (its content type, its session or its shape)"},
                 "406": {"description": "the Accept header names neither application/json nor"
                         " text/event-stream"},
-                "413": {"description": "request body over 65,536 bytes"},
+                "408": _error("the body did not arrive in time (BODY_TIMEOUT)"),
+                "413": _error("request body over 65,536 bytes (BODY_TOO_LARGE)"),
+                "429": _with_retry_after(_error(
+                    "this client address already has as many tools/call requests running as"
+                    " one client may (CLIENT_BUSY; details.limit, details.retry_after)")),
+                "503": _with_retry_after(_error(
+                    "the server already runs as many tools/call requests as it takes at once"
+                    " (SERVER_BUSY; details.limit, details.retry_after)")),
             },
         }
     },

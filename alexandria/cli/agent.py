@@ -27,18 +27,18 @@ import anyio.to_thread
 import orjson
 from mcp.server.stdio import stdio_server
 
+from alexandria.api.mcp import untrusted as checked
 from alexandria.api.mcp.answers import (
     TEXT_RESERVE,
     UNTRUSTED_NOTE,
     Budget,
     fit,
-    record_view,
     size,
 )
 from alexandria.api.mcp.schemas import BUDGET_PROPERTIES, Answer, Tool
 from alexandria.api.mcp.server import build_server
 from alexandria.api.mcp.source import ClientSource
-from alexandria.api.mcp.tools import Reader, library_resources, read_tools
+from alexandria.api.mcp.tools import Reader, checked_view, library_resources, read_tools
 from alexandria.api.openapi import HEX64, OFFSET
 from alexandria.cli.pending import Outbox, Pending
 from alexandria.cli.personal import _lists_of, _personal_read, apply_action
@@ -60,12 +60,22 @@ async def serve_stdio(session: Session, witnesses: WitnessPolicy | None = None) 
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def _kept(pending: Pending, error: AlexandriaError) -> Unreachable:
-    """No definitive answer: the envelope stays pending, and the agent is told how to resend."""
-    return Unreachable(
-        f"{error.message} — the signed envelope is kept as pending {pending.id}; call publish"
-        " with retry to resend exactly these bytes (never re-signed)",
-        error.code, **{**error.details, "pending": pending.id, "retry": {"retry": pending.id}})
+class KeptPending(AlexandriaError):
+    """``publish`` had no definitive answer: the signed envelope stays pending."""
+
+    default_code = "UNREACHABLE"
+
+
+def _kept(pending: Pending, error: AlexandriaError) -> KeptPending:
+    """No definitive answer: the envelope stays pending, and the agent is told how to resend.
+    The sentence is this server's; what the library or the network said is under
+    ``details.untrusted``."""
+    code, status, said = checked.library_parts(error)
+    return KeptPending(
+        f"no definitive answer from the library ({code}); the signed envelope is kept as"
+        f" pending {pending.id}; call publish with retry to resend exactly these bytes (never"
+        " re-signed)", code, status=status, pending=pending.id, retry={"retry": pending.id},
+        untrusted=said)
 
 
 def content_property() -> dict[str, Any]:
@@ -74,6 +84,16 @@ def content_property() -> dict[str, Any]:
     schema["description"] = ("the contract's {kind, title, body, links, previous}; object"
                              " bodies as JSON objects (they are encoded when signed)")
     return schema
+
+
+def _state_id(state: dict[str, Any] | None) -> str | None:
+    return None if state is None else checked.hex64(state.get("id"), "state.id")
+
+
+def _checked_lists(state: dict[str, Any] | None) -> dict[str, list[str]]:
+    """The lists of the personal state the library holds, every root checked as an id."""
+    return {name: [checked.hex64(root, f"{name}[]") for root in roots]
+            for name, roots in _lists_of(state).items()}
 
 
 class Agent:
@@ -95,9 +115,12 @@ class Agent:
             return self.session.client.dry_run(signed.envelope)
 
         result = await self._sync(run)
-        answer = {"valid": True, **result}
+        answer = {"valid": True, "dry_run": True, "id": checked.hex64(result.get("id"), "id"),
+                  "root": checked.hex64(result.get("root"), "root"),
+                  "already_admitted": checked.flag(result.get("already_admitted"),
+                                                   "already_admitted")}
         text = ("validate: the library would admit this contribution (nothing was stored;"
-                " publish signs it anew)." if not result.get("already_admitted") else
+                " publish signs it anew)." if not answer["already_admitted"] else
                 "validate: the library already holds this exact contribution.")
         return answer, text
 
@@ -130,20 +153,24 @@ class Agent:
             assert outcome.error is not None
             raise outcome.error  # the library's typed error, verbatim; never resent
         signed = orjson.loads(outcome.signed)
-        checked = await self.reader.verifier.check([signed], with_proof=False)
-        answer = {"id": signed["id"], "root": signed["root"],
-                  "log_index": signed["admission"]["sequence"] - 1,
-                  "created": outcome.created, **checked.verdicts[0].to_json()}
+        result = await self.reader.verifier.check([signed], with_proof=False)
+        view = checked_view(signed, "ids", result.verdicts[0])
+        answer = {**view, "id": pending.id, "created": outcome.created}
         verb = "admitted" if outcome.created else "already admitted (an exact retry)"
-        return answer, f"publish: {verb} as revision {signed['id']} at log index" \
-                       f" {answer['log_index']}."
+        if not view["signature_chain"]:
+            code = checked.code(view["failure"]["code"])
+            return answer, (f"publish: {verb} as revision {pending.id}, but the record the"
+                            f" library answered does not verify ({code}); see 'failure'.")
+        return answer, (f"publish: {verb} as revision {pending.id} at log index"
+                        f" {int(view['log_index'])}.")
 
     # --- personal lists ---------------------------------------------------------------------
 
     def _personal(self, action: str, revisions: list[str]) -> dict[str, Any]:
         _target, roots, state, changed = apply_action(self.session, action, revisions)
-        return {"changed": changed, "roots": roots,
-                "state_id": state["id"] if state else None, **_lists_of(state)}
+        return {"changed": checked.flag(changed, "changed"),
+                "roots": [checked.hex64(r, "roots[]") for r in roots],
+                "state_id": _state_id(state), **_checked_lists(state)}
 
     def personal_tool(self, action: str) -> Callable[[dict[str, Any]], Any]:
         async def run(args: dict[str, Any]) -> Answer:
@@ -157,17 +184,17 @@ class Agent:
         budget = Budget.of(args)
         offset = int(args.get("offset", 0))
         state = await self._sync(_personal_read, self.session)
-        lists = _lists_of(state)
+        lists = _checked_lists(state)
         everything: list[dict[str, Any]] = [
             {"list": name, "root": root} for name in ("following", "saved") for root in lists[name]]
         page = everything[offset:offset + LISTS_PAGE]
         if budget.detail != "ids":  # each root's current head, checked like any read
             heads = [orjson.loads(await self.reader.source.get(f"/api/entries/{i['root']}/head"))
                      for i in page]
-            checked = await self.reader.verifier.check(heads, with_proof=False)
-            page = [{**item, "head": {**record_view(head, budget.detail), **verdict.to_json()}}
-                    for item, head, verdict in zip(page, heads, checked.verdicts, strict=True)]
-        answer: dict[str, Any] = {"state_id": state["id"] if state else None,
+            result = await self.reader.verifier.check(heads, with_proof=False)
+            page = [{**item, "head": checked_view(head, budget.detail, verdict)}
+                    for item, head, verdict in zip(page, heads, result.verdicts, strict=True)]
+        answer: dict[str, Any] = {"state_id": _state_id(state),
                                   "following_total": len(lists["following"]),
                                   "saved_total": len(lists["saved"]), "offset": offset}
         answer["items"] = fit(page, budget.max_bytes - size(answer) - TEXT_RESERVE,

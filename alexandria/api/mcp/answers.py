@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from alexandria.api.mcp.untrusted import count, hex64, is_hex64, is_kind, is_link, is_timestamp
 from alexandria.core.records import decode_body
 from alexandria.core.search_text import snippet
 from alexandria.errors import AlexandriaError
@@ -63,34 +64,96 @@ class Budget:
 
 
 def record_view(signed: Mapping[str, Any], detail: str) -> dict[str, Any]:
-    """A signed record at ``detail``: always its revision id, root, log index and kind."""
+    """A signed record whose signature chain held, at ``detail``: always its revision id, root,
+    log index and kind.  ``check_signed_record`` checked the record's shape (kind, author,
+    timestamps, links) and the admission's sequence and time; the root it does not cover is
+    checked here.  Anything that does not pass goes under ``untrusted`` with the author's
+    content."""
     record = signed["record"]
-    view: dict[str, Any] = {"id": signed["id"], "root": signed["root"],
-                            "log_index": int(signed["admission"]["sequence"]) - 1,
+    untrusted: dict[str, Any] = {}
+    view: dict[str, Any] = {"id": hex64(signed["id"], "id"), "root": signed["root"],
+                            "log_index": count(signed["admission"]["sequence"],
+                                               "admission.sequence", 1) - 1,
                             "kind": record["kind"]}
-    if detail == "ids":
-        return view
-    view.update(author=record["author"], authored_at=record["authored_at"],
-                previous=record["previous"], links=record["links"],
-                admitted_at=signed["admission"]["admitted_at"])
-    if detail == "summary":
-        view["untrusted"] = {"title": record["title"], "snippet": snippet(record["body"])}
-    else:
-        try:
-            body = decode_body(record["kind"], record["body"])
-        except AlexandriaError:
-            body = record["body"]
-        view["untrusted"] = {"title": record["title"], "body": body}
+    if not is_hex64(view["root"]):
+        untrusted["root"] = view.pop("root")
+    if not is_kind(view["kind"]):
+        untrusted["kind"] = view.pop("kind")
+    if detail != "ids":
+        _checked(view, untrusted, {
+            "author": (record["author"], is_hex64),
+            "authored_at": (record["authored_at"], is_timestamp),
+            "previous": (record["previous"], lambda v: v == "" or is_hex64(v)),
+            "links": (record["links"],
+                      lambda v: isinstance(v, list) and all(is_link(lk) for lk in v)),
+            "admitted_at": (signed["admission"]["admitted_at"], is_timestamp)})
+        untrusted["title"] = record["title"]
+        if detail == "summary":
+            untrusted["snippet"] = snippet(record["body"])
+        else:
+            try:
+                untrusted["body"] = decode_body(record["kind"], record["body"])
+            except AlexandriaError:
+                untrusted["body"] = record["body"]
+    if untrusted:
+        view["untrusted"] = untrusted
     return view
 
 
-def hint_view(item: Mapping[str, Any], detail: str) -> dict[str, Any]:
-    """A catalogue summary (``projection=summary``): an unsigned hint, never verified."""
-    view: dict[str, Any] = {"id": item["id"], "root": item["root"], "log_index": None,
-                            "kind": item["kind"], "signed": False}
+def _checked(view: dict[str, Any], untrusted: dict[str, Any],
+             fields: Mapping[str, tuple[Any, Callable[[Any], bool]]]) -> None:
+    for name, (value, valid) in fields.items():
+        (view if valid(value) else untrusted)[name] = value
+
+
+def unverified_view(signed: Any, detail: str) -> dict[str, Any]:
+    """A record whose signature chain did not hold: nothing of it is the server's to say, so
+    all of it — at ``detail``, as far as its shape allows — is under ``untrusted``."""
+    fields: dict[str, Any] = {}
+    if isinstance(signed, Mapping):
+        record = signed.get("record")
+        admission = signed.get("admission")
+        record = record if isinstance(record, Mapping) else {}
+        admission = admission if isinstance(admission, Mapping) else {}
+        fields = {"id": signed.get("id"), "root": signed.get("root"),
+                  "sequence": admission.get("sequence"), "kind": record.get("kind")}
+        if detail != "ids":
+            fields.update({k: record.get(k) for k in ("author", "authored_at", "previous",
+                                                      "links", "title")},
+                          admitted_at=admission.get("admitted_at"))
+            body = record.get("body")
+            if detail == "summary":
+                fields["snippet"] = snippet(body) if isinstance(body, str) else None
+            else:
+                fields["body"] = body
+    return {"untrusted": fields}
+
+
+def sizing_view(signed: Any, detail: str) -> dict[str, Any]:
+    """What ``signed`` will take in an answer, before it is checked: its view as a record
+    that verifies, or as one that does not when its shape does not even allow that."""
+    try:
+        return record_view(signed, detail)
+    except (AlexandriaError, KeyError, TypeError, ValueError, IndexError):
+        return unverified_view(signed, detail)
+
+
+def hint_view(item: Any, detail: str) -> dict[str, Any]:
+    """A catalogue summary (``projection=summary``): an unsigned hint, never verified.  Its
+    id, root, kind, author and time are checked for their format; a hint that fails any is
+    returned as ``untrusted`` data only."""
+    fields = {k: item.get(k) for k in ("id", "root", "kind", "author", "authored_at",
+                                       "title", "snippet")} if isinstance(item, Mapping) else {}
+    if not (is_hex64(fields.get("id")) and is_hex64(fields.get("root"))
+            and is_kind(fields.get("kind")) and is_hex64(fields.get("author"))
+            and is_timestamp(fields.get("authored_at"))):
+        return {"signed": False, "log_index": None,
+                "failure": {"code": "MALFORMED_ANSWER"}, "untrusted": fields}
+    view: dict[str, Any] = {"id": fields["id"], "root": fields["root"], "log_index": None,
+                            "kind": fields["kind"], "signed": False}
     if detail != "ids":
-        view.update(author=item["author"], authored_at=item["authored_at"],
-                    untrusted={"title": item["title"], "snippet": item["snippet"]})
+        view.update(author=fields["author"], authored_at=fields["authored_at"],
+                    untrusted={"title": fields["title"], "snippet": fields["snippet"]})
     return view
 
 

@@ -15,7 +15,10 @@ CPU (Ed25519) and synchronous fetches.
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,32 +26,26 @@ import anyio.to_thread
 import orjson
 
 from alexandria.api.mcp.source import Source
+from alexandria.api.mcp.untrusted import failure
 from alexandria.audit.verify import (
     EntryVerified,
     VerifiedCheckpoint,
     verify_checkpoint_note,
     verify_signed_entry,
 )
+from alexandria.core.cache import Bounded
 from alexandria.core.trust import Genesis
 from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.errors import AlexandriaError
 from alexandria.rules.signed import check_signed_record
 
-MAX_FAILURE_BYTES = 1_000
-"""A failure's typed error may quote the library's own error document: bounded, so that a
-hostile library cannot blow an answer's budget through it."""
-
-
-def failure(exc: BaseException) -> dict[str, Any]:
-    if isinstance(exc, AlexandriaError):
-        doc = exc.to_json()
-    else:
-        doc = {"error": f"the library's answer is malformed: {type(exc).__name__}: {exc}",
-               "code": "MALFORMED_ANSWER", "details": {}}
-    if len(orjson.dumps(doc)) > MAX_FAILURE_BYTES:
-        doc = {"error": str(doc.get("error"))[:300], "code": str(doc.get("code"))[:64],
-               "details": {"truncated": True}}
-    return doc
+CHECKPOINT_REUSE_S = 5.0
+"""How long a verified checkpoint is used without asking for a newer one, while it covers the
+records being checked: inclusion under it is as good a proof as under the newest, and the
+remembered inclusions stay valid while a busy library signs a checkpoint a second."""
+CACHED_RECORDS = 4_096
+"""Signature-chain verdicts and inclusion proofs remembered (``core.cache.Bounded``): a
+revision never changes, so neither does what checking it found."""
 
 
 @dataclass(frozen=True)
@@ -88,66 +85,121 @@ class Checked:
         if cp is None:
             return None
         policy = self.witnesses
-        return {"verified": True, "note": cp.note, "size": cp.size, "root": cp.root.hex(),
+        return {"verified": True, "size": cp.size, "root": cp.root.hex(),
                 "log_key": cp.log_key,
+                # the note is the library's text (its origin line, its signature lines)
+                "untrusted": {"note": cp.note},
                 # witnesses the agent's policy trusts whose cosignatures verified (issue 20);
                 # without a policy none is checked and the list stays empty
                 "cosigned_by": list(cp.cosigners),
                 "witness_quorum": None if policy is None else policy.quorum}
 
 
+def _sequence(signed: Any) -> int:
+    admission = signed.get("admission") if isinstance(signed, dict) else None
+    value = admission.get("sequence") if isinstance(admission, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def digest(signed: Any) -> bytes:
+    """The identity of a record exactly as the library served it: every byte of it counts, so
+    a remembered verdict is never applied to an answer that differs in any field."""
+    return hashlib.sha256(orjson.dumps(signed, option=orjson.OPT_SORT_KEYS)).digest()
+
+
 class Verifier:
     """Checks against the pinned ``genesis``; remembers the last checkpoint it verified and
-    reuses it while the library serves the very same note (one note, one verification)."""
+    reuses it while the library serves the very same note (one note, one verification), and
+    remembers per record served (``digest``) its signature-chain verdict and, per checkpoint,
+    its verified inclusion: the same revision under the same checkpoint is checked once.
+    ``counted(step)`` hears of every check actually run (``signature_chain``, ``inclusion``):
+    ``/mcp`` counts them in ``/metrics``."""
 
     def __init__(self, source: Source, genesis: Genesis,
-                 witnesses: WitnessPolicy | None = None) -> None:
+                 witnesses: WitnessPolicy | None = None, cached: int = CACHED_RECORDS,
+                 counted: Callable[[str], None] | None = None) -> None:
         self.source = source
         self.genesis = genesis
         self.witnesses = witnesses
         self._checkpoint: VerifiedCheckpoint | None = None
+        self._checkpoint_at = 0.0
         self._lock = threading.Lock()
+        self._chains: Bounded[bytes, dict[str, Any] | None] = Bounded(cached)
+        self._entries: Bounded[tuple[bytes, str], EntryVerified] = Bounded(cached)
+        self._counted = counted
 
-    def _current_checkpoint(self) -> VerifiedCheckpoint:
-        note = self.source.fetch("/api/log/checkpoint").decode("utf-8")
+    def _current_checkpoint(self, records: list[Any]) -> VerifiedCheckpoint:
+        """The checkpoint verified within ``CHECKPOINT_REUSE_S`` when it covers every record
+        (by the sequence each claims), else the library's current one."""
+        newest = max((_sequence(r) for r in records), default=0)
         with self._lock:
-            cached = self._checkpoint
-        if cached is not None and cached.note == note:
+            cached, at = self._checkpoint, self._checkpoint_at
+        now = time.monotonic()
+        if cached is not None and now - at < CHECKPOINT_REUSE_S and newest <= cached.size:
             return cached
-        checkpoint = verify_checkpoint_note(self.source.fetch, self.genesis.pin, note,
+        note = self.source.fetch("/api/log/checkpoint").decode("utf-8")
+        if cached is None or cached.note != note:
+            cached = verify_checkpoint_note(self.source.fetch, self.genesis.pin, note,
                                             self.witnesses)
         with self._lock:
-            self._checkpoint = checkpoint
-        return checkpoint
+            self._checkpoint, self._checkpoint_at = cached, now
+        return cached
 
-    def _check(self, records: list[dict[str, Any]], with_proof: bool) -> Checked:
+    def _chain(self, key: bytes, signed: Any) -> dict[str, Any] | None:
+        """``None`` when the signature chain held, else its failure."""
+        with self._lock:
+            if key in self._chains:
+                return self._chains[key]
+        try:
+            check_signed_record(signed, self.genesis)
+            result = None
+        except (AlexandriaError, KeyError, TypeError, ValueError) as exc:
+            result = failure(exc)
+        with self._lock:
+            self._chains[key] = result
+        if self._counted is not None:
+            self._counted("signature_chain")
+        return result
+
+    def _entry(self, key: bytes, checkpoint: VerifiedCheckpoint, signed: Any) -> EntryVerified:
+        at = (key, checkpoint.note)
+        with self._lock:
+            known = self._entries.get(at)
+        if known is not None:
+            return known
+        if self._counted is not None:
+            self._counted("inclusion")
+        entry = verify_signed_entry(self.source.fetch, checkpoint, str(signed["id"]), signed)
+        with self._lock:
+            self._entries[at] = entry  # only what held: a failed fetch may succeed later
+        return entry
+
+    def _check(self, records: list[Any], with_proof: bool) -> Checked:
         checkpoint: VerifiedCheckpoint | None = None
         cp_failure: dict[str, Any] | None = None
         if with_proof and records:
             try:
-                checkpoint = self._current_checkpoint()
+                checkpoint = self._current_checkpoint(records)
             except (AlexandriaError, KeyError, TypeError, ValueError, IndexError) as exc:
                 cp_failure = failure(exc)
         verdicts = []
         for signed in records:
-            try:
-                check_signed_record(signed, self.genesis)
-            except (AlexandriaError, KeyError, TypeError, ValueError) as exc:
-                verdicts.append(Verdict(False, False if with_proof else None, failure(exc)))
-                continue
-            if not with_proof:
+            key = digest(signed)
+            broken = self._chain(key, signed)
+            if broken is not None:
+                verdicts.append(Verdict(False, False if with_proof else None, broken))
+            elif not with_proof:
                 verdicts.append(Verdict(True, None))
             elif checkpoint is None:
                 verdicts.append(Verdict(True, False, cp_failure))
             else:
                 try:
-                    entry = verify_signed_entry(self.source.fetch, checkpoint, str(signed["id"]),
-                                                signed)
+                    entry = self._entry(key, checkpoint, signed)
                 except (AlexandriaError, KeyError, TypeError, ValueError) as exc:
                     verdicts.append(Verdict(True, False, failure(exc)))
                 else:
                     verdicts.append(Verdict(True, True, entry=entry))
         return Checked(verdicts, checkpoint, cp_failure, self.witnesses)
 
-    async def check(self, records: list[dict[str, Any]], with_proof: bool) -> Checked:
+    async def check(self, records: list[Any], with_proof: bool) -> Checked:
         return await anyio.to_thread.run_sync(self._check, records, with_proof)

@@ -20,6 +20,7 @@ from alexandria import __version__
 from alexandria.api.mcp.answers import DEFAULT_MAX_BYTES, total_bytes
 from alexandria.api.mcp.inputs import ArgumentChecker
 from alexandria.api.mcp.schemas import Tool
+from alexandria.api.mcp.untrusted import from_library, is_from_library
 from alexandria.errors import AlexandriaError, ServiceError
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,11 @@ INSTRUCTIONS = (
 
 
 def error_result(exc: AlexandriaError) -> types.CallToolResult:
+    """A tool error: the typed error document as structured content and, serialised, as the
+    text block.  A refusal that came from the library is passed on with its code checked and
+    its own words under ``details.untrusted`` (``untrusted.from_library``)."""
+    if is_from_library(exc):
+        exc = from_library(exc)
     document = exc.to_json()
     return types.CallToolResult(
         content=[types.TextContent(text=orjson.dumps(document).decode())],
@@ -84,7 +90,7 @@ def build_server(name: str, tools: list[Tool], resources: list[ResourceSpec]) ->
                                    "ANSWER_OVER_BUDGET", max_bytes=limit)
         except AlexandriaError as exc:
             return error_result(exc)
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             log.warning("%s: malformed answer from the library: %r", params.name, exc)
             return error_result(AlexandriaError(
                 f"{params.name}: the library's answer is malformed ({type(exc).__name__})",
@@ -102,8 +108,12 @@ def build_server(name: str, tools: list[Tool], resources: list[ResourceSpec]) ->
         read = by_uri.get(str(params.uri))
         if read is None:
             raise AlexandriaError(f"no resource {params.uri}", "UNKNOWN_RESOURCE")
+        try:
+            text = await read()
+        except AlexandriaError as exc:  # the library's words never become the server's
+            raise (from_library(exc) if is_from_library(exc) else exc) from None
         return types.ReadResourceResult(contents=[types.TextResourceContents(
-            uri=str(params.uri), mime_type="application/json", text=await read())])
+            uri=str(params.uri), mime_type="application/json", text=text)])
 
     return Server(
         name, version=__version__, instructions=INSTRUCTIONS,
