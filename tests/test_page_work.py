@@ -6,11 +6,12 @@ library goes on answering."""
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,12 @@ from alexandria.api.web.diffs import (
     line_diff,
     opcodes,
 )
+from alexandria.api.web.gate import RETRY_AFTER_S, PageGate
 from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.errors import ServiceError
 from alexandria.reads.pages import HISTORY_PAGE_SIZE
 from alexandria.service.bootstrap import Founding
+from tests.conftest import Api
 from tests.liveserver import Server, serving, write_library_files
 
 # --- the bounded diff against difflib -----------------------------------------------------------
@@ -166,7 +170,7 @@ def test_the_cache_keeps_the_most_recent_within_its_entries_and_weight() -> None
     for i in range(4):
         heavy.put((f"{i}", "x"), big)
     assert len(heavy) == 2 and heavy.weight <= heavy.max_weight
-    heavy.put(("huge", "x"), Diff(tuple(big.lines) * 3, False, 1, 1, False))  # never kept
+    heavy.put(("huge", "x"), Diff(big.runs * 3, False, 1, 1, False))  # never kept
     assert heavy.get(("huge", "x")) is None and len(heavy) == 2
 
 
@@ -290,3 +294,74 @@ def test_the_worst_object_page_answers_and_the_library_keeps_answering(
     last = pages[paths[-1]][1].text
     assert f"Revision {REVISIONS}:" in last and "Later revisions" not in last
     assert diffs.MAX_SHOWN_LINES < 2 * MAX_DIFF_LINES  # what made these too different
+
+
+# --- pages take turns -----------------------------------------------------------------------
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("never happened")
+
+
+async def test_pages_take_turns_within_their_share_and_wait_a_bounded_while() -> None:
+    gate = PageGate(share=0.5, max_waiting=1, max_wait_s=30)
+    release = asyncio.Event()
+    times: dict[str, float] = {}
+
+    async def slow() -> str:
+        times["slow"] = time.monotonic()
+        await asyncio.sleep(0.1)
+        await release.wait()
+        times["slow done"] = time.monotonic()
+        return "slow"
+
+    async def quick() -> str:
+        times["quick"] = time.monotonic()
+        return "quick"
+
+    first = asyncio.create_task(gate.run(slow))
+    await _until(lambda: "slow" in times)
+    second = asyncio.create_task(gate.run(quick))
+    await _until(lambda: gate.waiting == 1)
+    assert gate.waiting == 1 and "quick" not in times  # the turn is taken: it waits
+    with pytest.raises(ServiceError) as busy:  # and no more than one may wait
+        await gate.run(quick)
+    assert busy.value.code == "PAGES_BUSY" and busy.value.status == 503
+    assert busy.value.details == {"retry_after": RETRY_AFTER_S}
+    release.set()
+    assert await first == "slow" and await second == "quick"
+    # the slow page took at least 0.1 s: with a share of one half, the next waited as long
+    took = times["slow done"] - times["slow"]
+    assert took >= 0.1 and times["quick"] - times["slow done"] >= took * 0.99
+
+    impatient = PageGate(max_wait_s=0.05)
+    held = asyncio.Event()
+    holder = asyncio.create_task(impatient.run(held.wait))
+    await _until(lambda: impatient._turn.locked())
+    t0 = time.monotonic()
+    with pytest.raises(ServiceError) as late:
+        await impatient.run(quick)
+    assert late.value.code == "PAGES_BUSY" and time.monotonic() - t0 >= 0.05
+    held.set()
+    await holder
+
+
+async def test_a_busy_page_is_a_typed_503_with_retry_after(api: Api) -> None:
+    app: Any = api.client._transport.app  # type: ignore[attr-defined]
+    app.state.page_gate = gate = PageGate(max_waiting=0)
+    held = asyncio.Event()
+    holder = asyncio.create_task(gate.run(held.wait))  # the turn is taken; none may wait
+    await _until(gate._turn.locked)
+    for path in ("/", "/log", f"/objects/{'0' * 64}"):
+        r = await api.client.get(path)
+        assert r.status_code == 503 and r.headers["retry-after"] == str(RETRY_AFTER_S)
+        assert "PAGES_BUSY" in r.text and r.headers["content-type"].startswith("text/html")
+    assert (await api.client.get("/api/genesis")).status_code == 200  # the API is not gated
+    held.set()
+    await holder
+    app.state.page_gate = PageGate()
+    assert (await api.client.get("/log")).status_code == 200

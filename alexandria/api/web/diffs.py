@@ -54,13 +54,31 @@ class DiffLine:
     text: str
 
 
+#: What each line of a run is shown after, as ``diff -u`` shows it.
+MARKS = {"same": "  ", "added": "+ ", "removed": "- ", "gap": ""}
+
+
+@dataclass(frozen=True)
+class DiffRun:
+    """Consecutive lines of one kind, and the text that shows them: each line after its mark,
+    one line each (``pre.diff span`` is a block)."""
+
+    op: str
+    lines: tuple[str, ...]
+    text: str
+
+
 @dataclass(frozen=True)
 class Diff:
-    lines: tuple[DiffLine, ...]  # empty when the sides are equal, or too different to show
+    runs: tuple[DiffRun, ...]  # empty when the sides are equal, or too different to show
     truncated: bool  # a side was cut to MAX_DIFF_LINES lines or a line to its characters
     removed: int  # lines of the old side not in the new (among those compared)
     added: int  # lines of the new side not in the old
     too_different: bool  # changes too long to show: the page links to both sides instead
+
+    @property
+    def lines(self) -> tuple[DiffLine, ...]:
+        return tuple(DiffLine(run.op, line) for run in self.runs for line in run.lines)
 
     @property
     def changed(self) -> bool:
@@ -69,7 +87,7 @@ class Diff:
     @property
     def weight(self) -> int:
         """Roughly what keeping it costs, in characters (``DiffCache``'s measure)."""
-        return 64 + sum(len(line.text) + 64 for line in self.lines)
+        return 64 + sum(2 * len(run.text) + 64 * (len(run.lines) + 1) for run in self.runs)
 
 
 def clip(lines: Sequence[str]) -> tuple[list[str], bool]:
@@ -145,10 +163,11 @@ def line_diff(old: Sequence[str], new: Sequence[str], context: int = DIFF_CONTEX
     shown = sum(len(lines) for _, lines in spans)
     size = sum(len(line) for _, lines in spans for line in lines)
     too_different = shown > MAX_SHOWN_LINES or size > MAX_SHOWN_CHARACTERS
-    lines = () if too_different else tuple(
-        DiffLine(op, line) for op, lines in spans for line in lines
+    runs = () if too_different else tuple(
+        DiffRun(op, tuple(lines), "\n".join(MARKS[op] + line for line in lines))
+        for op, lines in spans if lines
     )
-    return Diff(lines, cut_a or cut_b, removed, added, too_different)
+    return Diff(runs, cut_a or cut_b, removed, added, too_different)
 
 
 class DiffCache:

@@ -63,15 +63,13 @@ _env.globals["diff_limits"] = {
 }
 
 #: Threads that build pages (parsing records, diffs, templates) off the event loop, so that
-#: the server goes on answering while a page renders.  Two: a page holds the interpreter lock
-#: while it renders, and the event loop must keep its turn beside them however many pages are
-#: asked for at once (the others wait their turn for a thread).
-RENDER_THREADS = 2
+#: the server goes on answering while a page renders.  One: pages take turns (``gate.py``).
+RENDER_THREADS = 1
 _renderer = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="page")
 
 
 async def rendered(build: Callable[[], HTMLResponse]) -> HTMLResponse:
-    """``build()`` run on a page thread."""
+    """``build()`` run on the page thread."""
     return await asyncio.get_running_loop().run_in_executor(_renderer, build)
 
 

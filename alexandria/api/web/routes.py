@@ -1,6 +1,7 @@
 """The HTML pages: thin handlers that parse strict parameters, run one read of
-``reads/pages.py`` on the reader connection and render a template on a page thread
-(``render.rendered``), never on the event loop.
+``reads/pages.py`` on the reader connection and render a template on the page thread
+(``render.rendered``), never on the event loop; one page at a time per process, pages taking at
+most a bounded share of its time (``gate.py``).
 
 Routes never shadow the JSON API (``/api/...``): ``/`` (catalogue), ``/objects/{root}``,
 ``/revisions/{revision}``, ``/authors/{actor}``, ``/log`` and ``/static/...``.  A bad parameter
@@ -24,6 +25,7 @@ from starlette.staticfiles import StaticFiles
 from alexandria.api.catalogue import CATALOGUE_PARAMETERS, MAX_OFFSET, parse_catalogue_query
 from alexandria.api.http import int_param, not_found, query_params, revision_param
 from alexandria.api.web import present
+from alexandria.api.web.gate import PageGate
 from alexandria.api.web.render import STATIC, error_page, page, rendered
 from alexandria.core.keys import HEX64
 from alexandria.errors import AlexandriaError, BadRequest
@@ -49,21 +51,33 @@ def _library(request: Request) -> Library:
 
 
 def html_errors(handler: Handler) -> Handler:
-    """Typed errors of a page handler become an error page with the same status and body.
-    Every page says how long the server spent on it (``Server-Timing: app;dur=MS``, shown by
-    browsers' developer tools and read by ``bench/pages.py``)."""
+    """Typed errors of a page handler become an error page with the same status and body
+    (and ``Retry-After`` when the error says when).  The handler runs in its turn
+    (``gate.PageGate``).  Every page says how long the server spent on it
+    (``Server-Timing: app;dur=MS``, shown by browsers' developer tools and read by
+    ``bench/pages.py``)."""
 
     @functools.wraps(handler)
     async def run(request: Request) -> Response:
         start = time.perf_counter()
         try:
-            response = await handler(request)
+            response = await _gate(request).run(lambda: handler(request))
         except AlexandriaError as exc:
             response = error_page(exc, _library(request).genesis.library)
+            if "retry_after" in exc.details:
+                response.headers["Retry-After"] = str(exc.details["retry_after"])
         response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
         return response
 
     return run
+
+
+def _gate(request: Request) -> PageGate:
+    """The app's page gate (one per app, hence per process and event loop)."""
+    gate: PageGate | None = getattr(request.app.state, "page_gate", None)
+    if gate is None:
+        gate = request.app.state.page_gate = PageGate()
+    return gate
 
 
 def form_params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
