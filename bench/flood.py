@@ -53,6 +53,9 @@ NESTED = b'{"record":' + b"[" * 20_000 + b"]" * 20_000 + b',"signature":{}}'
 SLOW = ("trickle-head", "half-body", "silent")
 KINDS = ("nested", "oversized-body", "oversized-head", "many-signatures", "distinct-signatures",
          "trickle-head", "half-body", "silent", "object-page")
+#: What a run floods with unless told: the kinds of one connection each; the scenarios that
+#: flood one route with work (``object-page``) run on their own.
+DEFAULT_KINDS = KINDS[:8]
 #: The p95 ratio each kind must keep (flooded over idle); the strictest of the kinds run counts.
 TARGETS = {"object-page": 3.0}
 DEFAULT_TARGET = 5.0
@@ -139,6 +142,8 @@ async def _pages(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pat
         await asyncio.wait_for(reader.readexactly(length), 60)
         if head.startswith(b"HTTP/1.1 200 "):
             counts["object-page"] = counts.get("object-page", 0) + 1
+        elif head.startswith(b"HTTP/1.1 503 "):  # PAGES_BUSY: the page waited its longest
+            counts["object-page busy"] = counts.get("object-page busy", 0) + 1
 
 
 def hostile_process(port: int, connections: int, kinds: tuple[str, ...], stop: Any,
@@ -237,11 +242,11 @@ def worst_objects(client: httpx.Client, seed: bytes) -> dict[str, list[str]]:
 
 
 def page_cpu(client: httpx.Client, pid: int, paths: dict[str, list[str]], warm: str,
-             repeats: int = 5) -> dict[str, tuple[float, float, float]]:
-    """Server CPU milliseconds per view of each case's pages: the mean of the first views (no
-    diff cached), of later views, and the most any one view took (from the process's CPU
-    counters, so whatever the server did meanwhile counts too: an upper bound).  ``warm`` is
-    asked first: the server's first object page compiles its templates."""
+             repeats: int = 5) -> dict[str, tuple[float, float, float, float]]:
+    """Server CPU milliseconds per view of each case's pages: the mean and the most of the first
+    views (no diff cached), the median and the most of later views (from the process's CPU
+    counters, so whatever else the server did meanwhile counts too: an upper bound).  ``warm``
+    is asked first: the server's first object page compiles its templates."""
     client.get(warm).raise_for_status()
     out = {}
     for case, case_paths in paths.items():
@@ -254,7 +259,8 @@ def page_cpu(client: httpx.Client, pid: int, paths: dict[str, list[str]], warm: 
                 times.append((process_cpu_precise(pid) - before) * 1000)
                 if r.status_code != 200:
                     raise RuntimeError(f"{path}: {r.status_code}")
-        out[case] = (statistics.mean(firsts), statistics.mean(agains), max(firsts + agains))
+        out[case] = (statistics.mean(firsts), max(firsts), statistics.median(agains),
+                     max(agains))
     return out
 
 
@@ -325,13 +331,16 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...]) -> 
               " flood ended")
     else:
         print(f"hostile requests answered during the {flood_seconds:.0f} s flood: "
-              + ", ".join(f"{k} {answered.get(k, 0)}" for k in kinds))
+              + ", ".join(f"{k} {answered.get(k, 0)}" for k in kinds)
+              + (f" (and {answered['object-page busy']} 503 PAGES_BUSY)"
+                 if "object-page busy" in answered else ""))
     if cpu is not None:
         print(f"server CPU per object page view ({WORST_OBJECTS} objects x {WORST_REVISIONS}"
               f" revisions per case; target at most {PAGE_CPU_TARGET_MS:.0f} ms):")
-        print(f"{'case':<14} {'first view':>11} {'again':>9} {'max':>9}")
-        for case, (first, again, most) in cpu.items():
-            print(f"{case:<14} {first:9.1f}ms {again:7.1f}ms {most:7.1f}ms")
+        print(f"{'case':<14} {'first: mean':>12} {'max':>8} {'again: p50':>11} {'max':>8}")
+        for case, (first, first_max, again, again_max) in cpu.items():
+            print(f"{case:<14} {first:10.1f}ms {first_max:6.1f}ms {again:9.1f}ms"
+                  f" {again_max:6.1f}ms")
     target = min(TARGETS.get(k, DEFAULT_TARGET) for k in kinds)
     print(f"{'request':<12} {'idle p50':>9} {'idle p95':>9} {'flood p50':>10} {'flood p95':>10}"
           f" {'flood max':>10} {'p95 ratio':>10}")
@@ -348,7 +357,8 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...]) -> 
                 for kind, answers in failed.items() if answers}
     for what, answers in failures.items():
         print(f"FAILED {what}: {len(answers)} ({', '.join(sorted(set(answers)))})")
-    cpu_ok = cpu is None or max(first for first, _, _ in cpu.values()) <= PAGE_CPU_TARGET_MS
+    cpu_ok = cpu is None or all(first_max <= PAGE_CPU_TARGET_MS and again <= PAGE_CPU_TARGET_MS
+                                for _, first_max, again, _ in cpu.values())
     return 0 if worst <= target and not failures and cpu_ok else 1
 
 
@@ -357,9 +367,9 @@ def main() -> int:
     ap.add_argument("--hostile", type=int, default=300, help="hostile connections")
     ap.add_argument("--requests", type=int, default=300, help="ordinary requests of each kind")
     ap.add_argument("--front-end", choices=("granian", "uvicorn"), default="granian")
-    ap.add_argument("--kinds", default=",".join(KINDS),
+    ap.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
                     help=f"hostile kinds, comma-separated, given to connections in turn"
-                         f" (default: all of {','.join(KINDS)})")
+                         f" (default: {','.join(DEFAULT_KINDS)}; also: object-page)")
     args = ap.parse_args()
     kinds = tuple(args.kinds.split(","))
     if unknown := set(kinds) - set(KINDS):
