@@ -39,7 +39,7 @@ from alexandria.errors import ServiceError
 from alexandria.reads.pages import HISTORY_PAGE_SIZE
 from alexandria.service.bootstrap import Founding
 from tests.conftest import Api
-from tests.liveserver import Server, serving, write_library_files
+from tests.liveserver import NewDb, Server, serving, write_library_files
 
 # --- the bounded diff against difflib -----------------------------------------------------------
 
@@ -212,11 +212,12 @@ PAGE_WAIT_S = 10.0
 
 
 @pytest.fixture
-def worst_object(tmp_path: Path, founding: Founding) -> Iterator[tuple[Server, str, list[str]]]:
-    """A live server holding a discussion of ``REVISIONS`` revisions, each 400 lines of two
-    alternating short lines, every other line changed from the revision before."""
+def worst_object(tmp_path: Path, founding: Founding, new_db: NewDb
+                 ) -> Iterator[tuple[Server, str, list[str]]]:
+    """A live server (of each backend) holding a discussion of ``REVISIONS`` revisions, each
+    400 lines of two alternating short lines, every other line changed from the one before."""
     genesis, log_key = write_library_files(founding, tmp_path)
-    with serving(genesis, tmp_path / "lib.db", log_key) as server, \
+    with serving(genesis, new_db(tmp_path / "lib.db"), log_key) as server, \
             httpx.Client(base_url=server.url, timeout=60) as client:
         for doc in founding.authority_documents():
             assert client.post("/api/authority", json=doc).status_code == 201
