@@ -3,11 +3,12 @@
 A page costs far more than a JSON read (it reads several sections and renders a template), and a
 stranger can ask for pages as fast as the connections allow.  So each server process builds one
 page at a time (its reads and its rendering), and after a page that took ``t`` seconds the next
-waits ``t * (1 / PAGE_SHARE - 1)``: pages take at most ``PAGE_SHARE`` of the process's time,
-whatever is asked, and the rest stays for the JSON API and admissions.  A page that finds the
-turn taken waits for it, without any cost, up to ``MAX_PAGE_WAIT_S``; with more than
-``MAX_WAITING_PAGES`` already waiting, or after that wait, it is ``503 PAGES_BUSY`` with
-``Retry-After``.  An idle server answers a page at once: only the next page waits.
+waits ``t * (1 / PAGE_SHARE - 1)`` (at most ``MAX_REST_S``): pages take at most ``PAGE_SHARE``
+of the process's time, whatever is asked, and the rest stays for the JSON API and admissions.
+A page that finds the turn taken waits for it, without any cost, up to ``MAX_PAGE_WAIT_S``;
+with more than ``MAX_WAITING_PAGES`` already waiting, or after that wait, it is
+``503 PAGES_BUSY`` with ``Retry-After``.  An idle server answers a page at once: only the next
+page waits.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ PAGE_SHARE = 0.25
 MAX_WAITING_PAGES = 1024
 #: How long a page waits for its turn before it is 503.
 MAX_PAGE_WAIT_S = 10.0
+#: The longest the next page waits after one (a page slowed by a busy database would otherwise
+#: close the turn for three times as long).
+MAX_REST_S = 2.0
 #: What ``Retry-After`` says, in seconds.
 RETRY_AFTER_S = 2
 
@@ -64,5 +68,5 @@ class PageGate:
         try:
             return await build()
         finally:
-            rest = (time.monotonic() - start) * (1 / self.share - 1)
+            rest = min((time.monotonic() - start) * (1 / self.share - 1), MAX_REST_S)
             asyncio.get_running_loop().call_later(rest, self._turn.release)

@@ -155,7 +155,7 @@ async def object_page(request: Request) -> Response:
         query = f"?{request.url.query}" if request.url.query else ""
         return RedirectResponse(f"/objects/{found.subject.root}{query}", status_code=302)
 
-    def build() -> HTMLResponse:  # parsing, diffs and the template: on a page thread
+    def build() -> HTMLResponse:  # parsing, diffs and the template: on the page thread
         item = present.revision(found.item)
         history = present.history(
             present.revisions(found.history.items),
