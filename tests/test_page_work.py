@@ -364,5 +364,17 @@ async def test_a_busy_page_is_a_typed_503_with_retry_after(api: Api) -> None:
     assert (await api.client.get("/api/genesis")).status_code == 200  # the API is not gated
     held.set()
     await holder
-    app.state.page_gate = PageGate()
-    assert (await api.client.get("/log")).status_code == 200
+    # a page that waited for its turn says how long, apart from its own time
+    app.state.page_gate = gate = PageGate()
+    held.clear()
+    holder = asyncio.create_task(gate.run(held.wait))
+    await _until(gate._turn.locked)
+    waiting = asyncio.create_task(api.client.get("/log"))
+    await _until(lambda: gate.waiting == 1)
+    await asyncio.sleep(0.05)
+    held.set()
+    await holder
+    r = await waiting
+    assert r.status_code == 200
+    timing = dict(re.findall(r"(\w+);dur=([0-9.]+)", r.headers["server-timing"]))
+    assert float(timing["wait"]) >= 50 and "app" in timing
