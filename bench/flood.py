@@ -1,8 +1,9 @@
 """Ordinary latency under a flood of hostile requests (within ``--target`` times an idle
-server's p95: 5 by default, 3 for the anonymous ``/mcp`` flood).
+server's p95: 5 by default, 3 for the anonymous ``/mcp`` flood and the object pages).
 
     .venv/bin/python -m bench.flood [--hostile 300] [--requests 300] [--front-end granian]
                                     [--kinds many-signatures,distinct-signatures] [--target 5]
+                                    [--kinds object-page] [--kinds mcp-proof-search]
 
 A real ``alexandria serve`` on 127.0.0.1 over a fresh library.  This process measures, one
 request at a time over one keep-alive connection, ordinary admissions (pre-signed claims,
@@ -20,6 +21,11 @@ server otherwise idle, then while a second process keeps ``--hostile`` connectio
   ``with_proof``, ``detail=full``, the largest budget), each connection from one of 50 loopback
   addresses (127.0.0.2–51) so that both the per-client and the global bound of ``/mcp`` are
   reached; counted as answered when the answer is a 200, 429 or 503.
+- the object pages that cost the most to render (``object-page``): each connection asks, over
+  and over on one keep-alive connection, for a page of the history of objects whose revisions
+  are the worst cases of a line diff (``worst_objects``).  With this kind the bench first
+  measures, on the otherwise idle server, the server CPU each of those pages costs: the first
+  view of each (nothing cached) and views again.
 
 Prints p50/p95/max of each ordinary kind in both phases, the p95 ratio against the 5x target,
 and how many hostile requests of each kind were answered.
@@ -45,14 +51,22 @@ from typing import Any
 import httpx
 
 from bench.admission import build
-from bench.serving import free_port, wait_ready
+from bench.serving import free_port, process_cpu_precise, wait_ready
 
 NESTED = b'{"record":' + b"[" * 20_000 + b"]" * 20_000 + b',"signature":{}}'
 SLOW = ("trickle-head", "half-body", "silent")
 KINDS = ("nested", "oversized-body", "oversized-head", "many-signatures", "distinct-signatures",
-         "trickle-head", "half-body", "silent", "mcp-proof-search")
+         "trickle-head", "half-body", "silent", "object-page", "mcp-proof-search")
 MCP_SOURCES = 50  # loopback addresses the /mcp flood comes from
 MCP_QUERIES = ("arithmetic", "domain", "synthesis", "definitions", "statement")
+#: What a run floods with unless told: the kinds of one connection each; the scenarios that
+#: flood one route with work (``object-page``, ``mcp-proof-search``) run on their own.
+DEFAULT_KINDS = KINDS[:8]
+#: The p95 ratio each kind must keep (flooded over idle); the strictest of the kinds run counts.
+TARGETS = {"object-page": 3.0, "mcp-proof-search": 3.0}
+DEFAULT_TARGET = 5.0
+#: What one view of the worst object page may cost the server, in CPU milliseconds.
+PAGE_CPU_TARGET_MS = 50.0
 
 
 def _request(path: str, body: bytes, extra: str = "") -> bytes:
@@ -97,6 +111,9 @@ async def _hostile_connection(port: int, kind: str, payloads: dict[str, bytes],
             await asyncio.sleep(0.1)
             continue
         try:
+            if kind == "object-page":
+                await _pages(reader, writer, payloads[kind], counts, stop)
+                continue
             if kind == "trickle-head":
                 for byte in b"GET /api/genesis HTTP/1.1\r\nHost: bench\r\nX-Slow: " + b"a" * 100:
                     writer.write(bytes([byte]))
@@ -127,6 +144,27 @@ async def _hostile_connection(port: int, kind: str, payloads: dict[str, bytes],
             pass
         finally:
             writer.close()
+
+
+async def _pages(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, paths: bytes,
+                 counts: dict[str, int], stop: Any) -> None:
+    """GET each of ``paths`` (newline-separated) in turn over one keep-alive connection, reading
+    each answer whole, until ``stop``."""
+    requests = [f"GET {p} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
+                for p in paths.decode().split()]
+    i = 0
+    while not stop.is_set():
+        writer.write(requests[i % len(requests)])
+        i += 1
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        await asyncio.wait_for(reader.readexactly(length), 60)
+        if head.startswith(b"HTTP/1.1 200 "):
+            counts["object-page"] = counts.get("object-page", 0) + 1
+        elif head.startswith(b"HTTP/1.1 503 "):  # PAGES_BUSY: the page waited its longest
+            counts["object-page busy"] = counts.get("object-page busy", 0) + 1
 
 
 def hostile_process(port: int, connections: int, kinds: tuple[str, ...], stop: Any,
@@ -167,8 +205,88 @@ def _p(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] * 1000 if len(values) > 1 else 0.0
 
 
+# --- the object pages that cost the most -------------------------------------------------------
+
+#: Revisions of each worst object: two history pages of ten.
+WORST_REVISIONS = 20
+#: Objects of each worst case (so that first views, before any diff is cached, can be counted).
+WORST_OBJECTS = 4
+
+
+def _worst_texts(case: str, revision: int) -> str:
+    """The text of ``revision`` of a worst object, within a discussion body's 40,000 characters:
+
+    - ``alternating``: 400 lines of two alternating one-letter lines, every other one changed
+      from the revision before (``difflib``'s worst case: about a second a diff);
+    - ``all-new``: 400 lines, none in common with the revision before;
+    - ``widest-shown``: 400 lines of 90 characters, 22 of them changed, far apart: the longest
+      diff still shown (198 lines with their context)."""
+    if case == "alternating":
+        return "\n".join("ac"[revision % 2] if i % 2 == 0 else "b" for i in range(400))
+    if case == "all-new":
+        return "\n".join(f"{revision:03d}-{i:03d}" for i in range(400))
+    changed = {10 + 18 * k for k in range(22)}
+    return "\n".join(
+        (f"{revision:04d} " if i in changed else "") + f"{i:04d}" * 22 for i in range(400)
+    )
+
+
+WORST_CASES = ("alternating", "all-new", "widest-shown")
+
+
+def worst_objects(client: httpx.Client, seed: bytes) -> dict[str, list[str]]:
+    """Publish ``WORST_OBJECTS`` discussions of each case of ``_worst_texts``: the paths of the
+    history pages of each case."""
+    from alexandria.core.timestamps import format_ms, now_ms
+    from alexandria.service.bootstrap import found_library
+
+    f = found_library(seed=seed, created_at="2026-01-01T00:00:00.000Z")
+    author = f.enroll("p0")
+    paths: dict[str, list[str]] = {case: [] for case in WORST_CASES}
+    at = now_ms() - 60_000
+    for case in WORST_CASES:
+        for n in range(WORST_OBJECTS):
+            previous = root = ""
+            for r in range(WORST_REVISIONS):
+                at += 1
+                env = author.envelope(f.genesis, {
+                    "kind": "discussion", "title": f"Worst case {case} {n}",
+                    "body": {"text": _worst_texts(case, r)}, "links": [], "previous": previous,
+                }, format_ms(at))
+                answer = client.post("/api/entries", content=json.dumps(env).encode())
+                answer.raise_for_status()
+                previous = answer.json()["id"]
+                root = root or previous
+            paths[case] += [f"/objects/{root}",
+                            f"/objects/{root}?section=history&offset=10"]
+    return paths
+
+
+def page_cpu(client: httpx.Client, pid: int, paths: dict[str, list[str]], warm: str,
+             repeats: int = 5) -> dict[str, tuple[float, float, float, float]]:
+    """Server CPU milliseconds per view of each case's pages: the mean and the most of the first
+    views (no diff cached), the median and the most of later views (from the process's CPU
+    counters, so whatever else the server did meanwhile counts too: an upper bound).  ``warm``
+    is asked first: the server's first object page compiles its templates."""
+    client.get(warm).raise_for_status()
+    out = {}
+    for case, case_paths in paths.items():
+        firsts: list[float] = []
+        agains: list[float] = []
+        for phase, times in (("first", firsts), ("again", agains)):
+            for path in case_paths * (1 if phase == "first" else repeats):
+                before = process_cpu_precise(pid)
+                r = client.get(path)
+                times.append((process_cpu_precise(pid) - before) * 1000)
+                if r.status_code != 200:
+                    raise RuntimeError(f"{path}: {r.status_code}")
+        out[case] = (statistics.mean(firsts), max(firsts), statistics.median(agains),
+                     max(agains))
+    return out
+
+
 def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...],
-        target: float = 5.0) -> int:
+        target: float | None = None) -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         genesis, log_key, bodies = build(4 + 200 + 2 * requests, tmp)
@@ -188,6 +306,10 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...],
                 for doc in docs:
                     client.post("/api/authority", json=doc).raise_for_status()
                 ids = [client.post("/api/entries", content=b).json()["id"] for b in bodies[:204]]
+                cpu = None
+                if "object-page" in kinds:
+                    pages = worst_objects(client, b"bench-admission")
+                    cpu = page_cpu(client, server.pid, pages, f"/objects/{ids[0]}")
                 idle, idle_failed = _measure(client, bodies[204:204 + requests], ids)
                 payloads = {
                     "nested": _request("/api/entries", NESTED),
@@ -197,6 +319,9 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...],
                     "distinct-signatures": _request(
                         "/api/authority", _distinct_signatures(docs[0], f.genesis.root_keys)),
                 }
+                if "object-page" in kinds:  # every connection cycles through every worst page
+                    payloads["object-page"] = "\n".join(
+                        p for case in WORST_CASES for p in pages[case]).encode()
                 stop = multiprocessing.Event()
                 out: Any = multiprocessing.Queue()
                 flood = multiprocessing.Process(
@@ -228,10 +353,22 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...],
               " flood ended")
     else:
         print(f"hostile requests answered during the {flood_seconds:.0f} s flood: "
-              + ", ".join(f"{k} {answered.get(k, 0)}" for k in kinds))
-        statuses = {k: v for k, v in answered.items() if k not in kinds}
+              + ", ".join(f"{k} {answered.get(k, 0)}" for k in kinds)
+              + (f" (and {answered['object-page busy']} 503 PAGES_BUSY)"
+                 if "object-page busy" in answered else ""))
+        statuses = {k: v for k, v in answered.items()
+                    if k not in kinds and k != "object-page busy"}
         if statuses:
             print("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+    if cpu is not None:
+        print(f"server CPU per object page view ({WORST_OBJECTS} objects x {WORST_REVISIONS}"
+              f" revisions per case; target at most {PAGE_CPU_TARGET_MS:.0f} ms):")
+        print(f"{'case':<14} {'first: mean':>12} {'max':>8} {'again: p50':>11} {'max':>8}")
+        for case, (first, first_max, again, again_max) in cpu.items():
+            print(f"{case:<14} {first:10.1f}ms {first_max:6.1f}ms {again:9.1f}ms"
+                  f" {again_max:6.1f}ms")
+    if target is None:
+        target = min(TARGETS.get(k, DEFAULT_TARGET) for k in kinds)
     print(f"{'request':<12} {'idle p50':>9} {'idle p95':>9} {'flood p50':>10} {'flood p95':>10}"
           f" {'flood max':>10} {'p95 ratio':>10}")
     worst = 0.0
@@ -247,7 +384,9 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...],
                 for kind, answers in failed.items() if answers}
     for what, answers in failures.items():
         print(f"FAILED {what}: {len(answers)} ({', '.join(sorted(set(answers)))})")
-    return 0 if worst <= target and not failures else 1
+    cpu_ok = cpu is None or all(first_max <= PAGE_CPU_TARGET_MS and again <= PAGE_CPU_TARGET_MS
+                                for _, first_max, again, _ in cpu.values())
+    return 0 if worst <= target and not failures and cpu_ok else 1
 
 
 def main() -> int:
@@ -255,11 +394,13 @@ def main() -> int:
     ap.add_argument("--hostile", type=int, default=300, help="hostile connections")
     ap.add_argument("--requests", type=int, default=300, help="ordinary requests of each kind")
     ap.add_argument("--front-end", choices=("granian", "uvicorn"), default="granian")
-    ap.add_argument("--kinds", default=",".join(KINDS),
+    ap.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
                     help=f"hostile kinds, comma-separated, given to connections in turn"
-                         f" (default: all of {','.join(KINDS)})")
-    ap.add_argument("--target", type=float, default=5.0,
-                    help="the largest p95 ratio flood/idle that passes (default 5)")
+                         f" (default: {','.join(DEFAULT_KINDS)}; also: object-page,"
+                         f" mcp-proof-search)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="the largest p95 ratio flood/idle that passes (default: 5, or 3 for"
+                         " object-page and mcp-proof-search)")
     args = ap.parse_args()
     kinds = tuple(args.kinds.split(","))
     if unknown := set(kinds) - set(KINDS):

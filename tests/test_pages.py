@@ -12,7 +12,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from alexandria.api.web.diffs import MAX_DIFF_LINES
 from alexandria.api.web.render import CSP
+from alexandria.reads.pages import HISTORY_PAGE_SIZE
 from tests.conftest import Api
 from tests.objects_support import publish_example
 
@@ -332,15 +334,24 @@ async def test_history_pages_keep_the_diff_across_the_page_boundary(api: Api) ->
     for i in range(1, 52):
         head = (await api.publish("owner", {**content, "body": {"text": f"version {i}"},
                                             "previous": head}))["id"]
-    page = await get_page(api, f"/objects/{first['id']}")
-    later = f"/objects/{first['id']}?section=history&offset=50"
-    assert later in page.hrefs() and "Revision 50:" in page.plain
-    assert "Revision 51:" not in page.plain
+    root = first["id"]
+    page = await get_page(api, f"/objects/{root}")
+    size = HISTORY_PAGE_SIZE
+    later = f"/objects/{root}?section=history&offset={size}"
+    assert later in page.hrefs() and f"Revision {size}:" in page.plain
+    assert f"Revision {size + 1}:" not in page.plain and "Earlier revisions" not in page.plain
     r = await api.client.get(later)
+    assert f"Revision {size + 1}:" in r.text and f"Revision {size}:" not in r.text
+    assert f'<span class="d-removed">- text: version {size - 1}</span>' in r.text
+    assert f'href="/objects/{root}?section=history"' in r.text  # back to the first page
+    # a page that starts past the JSON API's page of 50 still diffs against the one before
+    r = await api.client.get(f"/objects/{root}?section=history&offset=50")
     assert "Revision 51:" in r.text and "Revision 52:" in r.text
     assert '<span class="d-removed">- text: version 49</span>' in r.text  # 51 against 50
     assert '<span class="d-added">+ text: version 50</span>' in r.text
     assert '<span class="d-added">+ text: version 51</span>' in r.text
+    assert "Later revisions" not in r.text
+    assert f'href="/objects/{root}?section=history&amp;offset={50 - size}"' in r.text
 
 
 def test_threads_place_replies_under_their_parents() -> None:
@@ -364,18 +375,18 @@ def test_threads_place_replies_under_their_parents() -> None:
 
 
 def test_diffs_are_bounded() -> None:
-    from alexandria.api.web.present import MAX_DIFF_LINES, Revision, diff
+    from alexandria.api.web.present import Revision, diff
 
-    def doc(text: str) -> Revision:
-        return Revision("i", "r", "document", "T", "a" * 64, "t", {"text": text}, (), "", 1,
+    def doc(rid: str, text: str) -> Revision:
+        return Revision(rid, rid, "document", "T", "a" * 64, "t", {"text": text}, (), "", 1,
                         "t", {})
 
     long_a = "\n".join(f"line {i}" for i in range(5000))
     long_b = "\n".join(f"line {i}!" for i in range(5000))
-    d = diff(doc(long_a), doc(long_b))
-    assert d.truncated
-    assert sum(1 for line in d.lines if line.op == "added") <= MAX_DIFF_LINES
-    wide = diff(doc("a" * 40_000), doc("b" * 40_000))
+    d = diff(doc("a", long_a), doc("b", long_b))
+    assert d.truncated and d.too_different and d.lines == ()
+    assert d.removed == d.added == MAX_DIFF_LINES - 1  # the title is the same
+    wide = diff(doc("c", "a" * 40_000), doc("d", "b" * 40_000))
     assert wide.truncated and max(len(line.text) for line in wide.lines) < 2100
-    same = diff(doc("x"), doc("x"))
-    assert same.lines == [] and not same.truncated
+    same = diff(doc("e", "x"), doc("f", "x"))
+    assert same.lines == () and not same.truncated and not same.changed

@@ -40,6 +40,10 @@ KIND_SECTIONS: dict[str, tuple[str, ...]] = {
 PAGED_SECTIONS = ("history", "thread", *objects.SECTIONS, *TREE_SECTIONS)
 #: The links that place a reply or a branch in a thread.
 THREAD_RELATIONS = ("replies_to", "answers", "branches_from")
+#: Revisions a page of an object's history shows, each with its diff from the one before: a
+#: page of diffs is bounded by this times the bound of one (``api/web/diffs.py``).
+HISTORY_PAGE_SIZE = 10
+assert HISTORY_PAGE_SIZE < objects.PAGE_SIZE  # one read holds a page and the revision before
 #: Log leaves the log page lists, newest first.
 LOG_PAGE_ENTRIES = 20
 
@@ -80,14 +84,17 @@ def object_page(
         return offset if name == section else 0
 
     sections: dict[str, Section] = {}
-    head = objects.object_view(conn, store, subj.root, "history", at("history"), False)
+    # the history page and, after the first, the revision before it (for the first one's diff)
+    start = at("history")
+    head = objects.object_view(conn, store, subj.root, "history", max(0, start - 1), False)
     assert head is not None
-    history = Section("history", head.items, at("history"), head.next_offset)
+    items = head.items
     before = None
-    if history.offset > 0:
-        prior = objects.object_view(conn, store, subj.root, "history", history.offset - 1, False)
-        assert prior is not None
-        before = prior.items[0] if prior.items else None
+    if start > 0 and items:
+        before, items = items[0], items[1:]
+    later = len(items) > HISTORY_PAGE_SIZE or head.next_offset is not None
+    history = Section("history", items[:HISTORY_PAGE_SIZE], start,
+                      start + HISTORY_PAGE_SIZE if later else None)
     for name in KIND_SECTIONS.get(subj.kind, ()):
         if name in TREE_SECTIONS:
             seqs, more = objects.tree_children(conn, subj, TREE_SECTIONS[name], at(name))

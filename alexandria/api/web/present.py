@@ -1,14 +1,14 @@
 """Signed records as a reader sees them: parsed values, readable text, diffs and safe links.
 
-Pure functions, no IO.  Everything here is *untrusted* contributor text; it is returned as plain
-strings and escaped by the templates (Jinja2 autoescape), never marked safe.  The only values
-that become ``href`` attributes are our own paths built from 64-hex ids, and contributor URLs
-that pass :func:`safe_url` (``https`` or ``http`` with a host, nothing else).
+Functions without IO (and one bounded cache of diffs, which never change).  Everything here is
+*untrusted* contributor text; it is returned as plain strings and escaped by the templates
+(Jinja2 autoescape), never marked safe.  The only values that become ``href`` attributes are
+our own paths built from 64-hex ids, and contributor URLs that pass :func:`safe_url` (``https``
+or ``http`` with a host, nothing else).
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from alexandria.api.web.diffs import Diff, DiffCache, line_diff
 from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.core.keys import HEX64
 from alexandria.core.search_text import SNIPPET_CHARACTERS, human_text
@@ -25,12 +26,6 @@ OBJECT_BODY_KINDS = frozenset((
     "space", "discussion", "claim", "document", "evidence", "assessment", "relationship",
     "proposal",
 ))
-#: A diff compares at most this many lines of each side; longer texts are cut (and say so), so
-#: that a page of diffs costs a bounded time whatever the authors wrote.
-MAX_DIFF_LINES = 400
-#: A diff line shows at most this many characters (a one-line text can be 40,000 long).
-MAX_DIFF_LINE_CHARACTERS = 2000
-DIFF_CONTEXT = 3
 
 
 @dataclass(frozen=True)
@@ -159,53 +154,28 @@ def text_lines(rev: Revision) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class DiffLine:
-    op: str  # "same", "added", "removed" or "gap" (unchanged lines left out)
-    text: str
-
-
-@dataclass(frozen=True)
-class Diff:
-    lines: list[DiffLine]
-    truncated: bool
+#: Diffs already computed, by (old revision id, new revision id): revisions never change.
+DIFFS = DiffCache()
 
 
 def diff(old: Revision, new: Revision) -> Diff:
-    """The line diff from ``old`` to ``new`` (the standard library's ``difflib``), with
-    ``DIFF_CONTEXT`` unchanged lines around each change."""
-    a, b = text_lines(old), text_lines(new)
-    truncated = len(a) > MAX_DIFF_LINES or len(b) > MAX_DIFF_LINES
-    a, b = _clip(a[:MAX_DIFF_LINES]), _clip(b[:MAX_DIFF_LINES])
-    truncated = truncated or any(line.endswith(CLIPPED) for line in (*a, *b))
-    out: list[DiffLine] = []
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for group in matcher.get_grouped_opcodes(DIFF_CONTEXT):
-        if out or group[0][1] > 0:
-            out.append(DiffLine("gap", "…"))
-        for tag, i1, i2, j1, j2 in group:
-            if tag == "equal":
-                out.extend(DiffLine("same", line) for line in a[i1:i2])
-                continue
-            out.extend(DiffLine("removed", line) for line in a[i1:i2])
-            out.extend(DiffLine("added", line) for line in b[j1:j2])
-    return Diff(out, truncated)
-
-
-CLIPPED = " [… cut]"
-
-
-def _clip(lines: list[str]) -> list[str]:
-    """Long lines cut to ``MAX_DIFF_LINE_CHARACTERS``, marked (the revision page shows them
-    whole); two lines that differ only after the cut compare equal."""
-    n = MAX_DIFF_LINE_CHARACTERS
-    return [line if len(line) <= n else line[:n] + CLIPPED for line in lines]
+    """The line diff from ``old`` to ``new`` over their ``text_lines`` (``diffs.line_diff``:
+    bounded in time and size), computed once per pair of revisions."""
+    key = (old.id, new.id)
+    cacheable = is_revision_id(old.id) and is_revision_id(new.id)
+    found = DIFFS.get(key) if cacheable else None
+    if found is None:
+        found = line_diff(text_lines(old), text_lines(new))
+        if cacheable:
+            DIFFS.put(key, found)
+    return found
 
 
 @dataclass(frozen=True)
 class HistoryEntry:
     revision: Revision
-    diff: Diff | None  # from the revision before it (None for the first)
+    previous: Revision | None  # the revision before it (None for the first)
+    diff: Diff | None  # from ``previous``
 
 
 def history(items: Sequence[Revision], before: Revision | None) -> list[HistoryEntry]:
@@ -213,7 +183,7 @@ def history(items: Sequence[Revision], before: Revision | None) -> list[HistoryE
     out = []
     prev = before
     for rev in items:
-        out.append(HistoryEntry(rev, diff(prev, rev) if prev is not None else None))
+        out.append(HistoryEntry(rev, prev, diff(prev, rev) if prev is not None else None))
         prev = rev
     return out
 

@@ -8,12 +8,16 @@ data to scripts in escaped ``data-`` attributes only.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.responses import HTMLResponse
 
+from alexandria.api.web.diffs import MAX_DIFF_LINE_CHARACTERS, MAX_DIFF_LINES
 from alexandria.errors import AlexandriaError
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +58,19 @@ def short(value: str, n: int = 12) -> str:
 
 
 _env.filters["short"] = short
+_env.globals["diff_limits"] = {
+    "lines": f"{MAX_DIFF_LINES:,}", "characters": f"{MAX_DIFF_LINE_CHARACTERS:,}",
+}
+
+#: Threads that build pages (parsing records, diffs, templates) off the event loop, so that
+#: the server goes on answering while a page renders.  One: pages take turns (``gate.py``).
+RENDER_THREADS = 1
+_renderer = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="page")
+
+
+async def rendered(build: Callable[[], HTMLResponse]) -> HTMLResponse:
+    """``build()`` run on the page thread."""
+    return await asyncio.get_running_loop().run_in_executor(_renderer, build)
 
 
 def page(template: str, status: int = 200, **context: Any) -> HTMLResponse:

@@ -1,5 +1,7 @@
 """The HTML pages: thin handlers that parse strict parameters, run one read of
-``reads/pages.py`` on the reader connection and render a template.
+``reads/pages.py`` on the reader connection and render a template on the page thread
+(``render.rendered``), never on the event loop; one page at a time per process, pages taking at
+most a bounded share of its time (``gate.py``).
 
 Routes never shadow the JSON API (``/api/...``): ``/`` (catalogue), ``/objects/{root}``,
 ``/revisions/{revision}``, ``/authors/{actor}``, ``/log`` and ``/static/...``.  A bad parameter
@@ -16,14 +18,15 @@ from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from alexandria.api.catalogue import CATALOGUE_PARAMETERS, MAX_OFFSET, parse_catalogue_query
 from alexandria.api.http import int_param, not_found, query_params, revision_param
 from alexandria.api.web import present
-from alexandria.api.web.render import STATIC, error_page, page
+from alexandria.api.web.gate import PageGate
+from alexandria.api.web.render import STATIC, error_page, page, rendered
 from alexandria.core.keys import HEX64
 from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.reads import pages
@@ -48,21 +51,42 @@ def _library(request: Request) -> Library:
 
 
 def html_errors(handler: Handler) -> Handler:
-    """Typed errors of a page handler become an error page with the same status and body.
-    Every page says how long the server spent on it (``Server-Timing: app;dur=MS``, shown by
-    browsers' developer tools and read by ``bench/pages.py``)."""
+    """Typed errors of a page handler become an error page with the same status and body
+    (and ``Retry-After`` when the error says when).  The handler runs in its turn
+    (``gate.PageGate``).  Every page says how long the server spent on it in its turn
+    (``Server-Timing: app;dur=MS``, shown by browsers' developer tools and read by
+    ``bench/pages.py``) and how long it waited for its turn (``wait;dur=MS``)."""
 
     @functools.wraps(handler)
     async def run(request: Request) -> Response:
-        start = time.perf_counter()
+        arrived = start = time.perf_counter()
+
+        async def in_turn() -> Response:
+            nonlocal start
+            start = time.perf_counter()
+            return await handler(request)
+
         try:
-            response = await handler(request)
+            response = await _gate(request).run(in_turn)
         except AlexandriaError as exc:
             response = error_page(exc, _library(request).genesis.library)
-        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
+            if "retry_after" in exc.details:
+                response.headers["Retry-After"] = str(exc.details["retry_after"])
+        timing = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
+        if start > arrived:
+            timing += f", wait;dur={(start - arrived) * 1000:.2f}"
+        response.headers["Server-Timing"] = timing
         return response
 
     return run
+
+
+def _gate(request: Request) -> PageGate:
+    """The app's page gate (one per app, hence per process and event loop)."""
+    gate: PageGate | None = getattr(request.app.state, "page_gate", None)
+    if gate is None:
+        gate = request.app.state.page_gate = PageGate()
+    return gate
 
 
 def form_params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
@@ -98,18 +122,22 @@ async def home(request: Request) -> Response:
     found = await storage.read(
         lambda conn: pages.catalogue_page(conn, storage, query)
     )
-    items = present.revisions(found.items)
-    end = query.offset + len(items)
-    nav = {k: v for k, v in params.items() if k != "offset"}
-    return page(
-        "catalogue.html", **_common(request, "Catalogue"),
-        items=items, total=found.total, query=query, params=params,
-        kinds=LISTED_KINDS, views=tuple(VIEWS), sorts=SORTS,
-        first=query.offset + 1, last=end,
-        next_url=_url("/", {**nav, "offset": end}) if end < found.total else None,
-        prev_url=(_url("/", {**nav, "offset": max(0, query.offset - PAGE_SIZE)})
-                  if query.offset > 0 else None),
-    )
+
+    def build() -> HTMLResponse:
+        items = present.revisions(found.items)
+        end = query.offset + len(items)
+        nav = {k: v for k, v in params.items() if k != "offset"}
+        return page(
+            "catalogue.html", **_common(request, "Catalogue"),
+            items=items, total=found.total, query=query, params=params,
+            kinds=LISTED_KINDS, views=tuple(VIEWS), sorts=SORTS,
+            first=query.offset + 1, last=end,
+            next_url=_url("/", {**nav, "offset": end}) if end < found.total else None,
+            prev_url=(_url("/", {**nav, "offset": max(0, query.offset - PAGE_SIZE)})
+                      if query.offset > 0 else None),
+        )
+
+    return await rendered(build)
 
 
 # --- /objects/{revision} ---------------------------------------------------------------------
@@ -135,43 +163,51 @@ async def object_page(request: Request) -> Response:
     if rev != found.subject.root:  # one address per object: its root
         query = f"?{request.url.query}" if request.url.query else ""
         return RedirectResponse(f"/objects/{found.subject.root}{query}", status_code=302)
-    item = present.revision(found.item)
-    history = present.history(
-        present.revisions(found.history.items),
-        present.revision(found.before_history) if found.before_history else None,
-    )
-    sections = {
-        name: {
-            "title": SECTION_TITLES[name],
-            "items": present.revisions(s.items),
-            "more": (_url(f"/objects/{rev}", {"section": name, "offset": s.next_offset})
-                     if s.next_offset is not None else None),
-            "offset": s.offset,
-        }
-        for name, s in found.sections.items()
-    }
-    thread = None
-    thread_more = None
-    if found.thread is not None:
-        thread = present.thread(
-            found.subject.root, present.revisions(found.thread.items), found.roots,
-            pages.THREAD_RELATIONS,
+
+    def build() -> HTMLResponse:  # parsing, diffs and the template: on the page thread
+        item = present.revision(found.item)
+        history = present.history(
+            present.revisions(found.history.items),
+            present.revision(found.before_history) if found.before_history else None,
         )
-        if found.thread.next_offset is not None:
-            thread_more = _url(
-                f"/objects/{rev}", {"section": "thread", "offset": found.thread.next_offset}
+        sections = {
+            name: {
+                "title": SECTION_TITLES[name],
+                "items": present.revisions(s.items),
+                "more": (_url(f"/objects/{rev}", {"section": name, "offset": s.next_offset})
+                         if s.next_offset is not None else None),
+                "offset": s.offset,
+            }
+            for name, s in found.sections.items()
+        }
+        thread = None
+        thread_more = None
+        if found.thread is not None:
+            thread = present.thread(
+                found.subject.root, present.revisions(found.thread.items), found.roots,
+                pages.THREAD_RELATIONS,
             )
-    return page(
-        "object.html", **_common(request, item.title),
-        item=item, subject=found.subject, ancestors=present.revisions(found.ancestors),
-        sections=sections, history=history, history_offset=found.history.offset,
-        history_more=(_url(f"/objects/{rev}", {"section": "history",
-                                               "offset": found.history.next_offset})
-                      if found.history.next_offset is not None else None),
-        thread=thread, thread_total=found.thread.total if found.thread else 0,
-        thread_more=thread_more, safe_url=present.safe_url,
-        is_revision_id=present.is_revision_id,
-    )
+            if found.thread.next_offset is not None:
+                thread_more = _url(
+                    f"/objects/{rev}", {"section": "thread", "offset": found.thread.next_offset}
+                )
+        start = found.history.offset
+        return page(
+            "object.html", **_common(request, item.title),
+            item=item, subject=found.subject, ancestors=present.revisions(found.ancestors),
+            sections=sections, history=history, history_offset=start,
+            history_more=(_url(f"/objects/{rev}", {"section": "history",
+                                                   "offset": found.history.next_offset})
+                          if found.history.next_offset is not None else None),
+            history_earlier=(_url(f"/objects/{rev}", {
+                "section": "history", "offset": max(0, start - pages.HISTORY_PAGE_SIZE)})
+                if start > 0 else None),
+            thread=thread, thread_total=found.thread.total if found.thread else 0,
+            thread_more=thread_more, safe_url=present.safe_url,
+            is_revision_id=present.is_revision_id,
+        )
+
+    return await rendered(build)
 
 
 # --- /revisions/{revision} -------------------------------------------------------------------
@@ -186,17 +222,21 @@ async def revision_page(request: Request) -> Response:
     found = await storage.read(lambda conn: pages.revision_page(conn, storage, rev))
     if found is None:
         raise not_found(rev)
-    item = present.revision(found.signed)
-    worker = item.signed["signature"]["certificate"]
-    authority = item.signed["admission"]["authority"]
-    return page(
-        "revision.html", **_common(request, f"Revision of {item.title}"),
-        item=item, head=present.revision(found.head), subject=found.subject,
-        worker=worker, authority=authority, genesis=lib.genesis,
-        witnesses=lib.cosigning.vkeys, witness_quorum=lib.cosigning.quorum,
-        signed_json=present.pretty_json(found.signed),
-        safe_url=present.safe_url, is_revision_id=present.is_revision_id,
-    )
+
+    def build() -> HTMLResponse:
+        item = present.revision(found.signed)
+        worker = item.signed["signature"]["certificate"]
+        authority = item.signed["admission"]["authority"]
+        return page(
+            "revision.html", **_common(request, f"Revision of {item.title}"),
+            item=item, head=present.revision(found.head), subject=found.subject,
+            worker=worker, authority=authority, genesis=lib.genesis,
+            witnesses=lib.cosigning.vkeys, witness_quorum=lib.cosigning.quorum,
+            signed_json=present.pretty_json(found.signed),
+            safe_url=present.safe_url, is_revision_id=present.is_revision_id,
+        )
+
+    return await rendered(build)
 
 
 # --- /authors/{actor} ------------------------------------------------------------------------
@@ -208,13 +248,17 @@ async def author_page(request: Request) -> Response:
     offset = int_param(form_params(request, ("offset",)), "offset", 0, 0, MAX_OFFSET)
     storage = _library(request).storage
     found = await storage.read(lambda conn: pages.author_page(conn, storage, actor, offset))
-    items = present.revisions(found.contributions)
-    end = offset + len(items)
-    return page(
-        "author.html", **_common(request, f"Author {actor[:12]}"),
-        actor=actor, items=items, total=found.total, offset=offset, scores=found.scores,
-        next_url=_url(f"/authors/{actor}", {"offset": end}) if end < found.total else None,
-    )
+
+    def build() -> HTMLResponse:
+        items = present.revisions(found.contributions)
+        end = offset + len(items)
+        return page(
+            "author.html", **_common(request, f"Author {actor[:12]}"),
+            actor=actor, items=items, total=found.total, offset=offset, scores=found.scores,
+            next_url=_url(f"/authors/{actor}", {"offset": end}) if end < found.total else None,
+        )
+
+    return await rendered(build)
 
 
 # --- /log ------------------------------------------------------------------------------------
@@ -224,10 +268,10 @@ async def author_page(request: Request) -> Response:
 async def log_page(request: Request) -> Response:
     query_params(request, ())
     found = await _library(request).storage.read(pages.log_page)
-    return page(
+    return await rendered(lambda: page(
         "log.html", **_common(request, "Log"), size=found.size, checkpoint=found.checkpoint,
         entries=present.log_entries(found.entries),
-    )
+    ))
 
 
 routes = [
