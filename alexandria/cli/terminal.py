@@ -52,13 +52,6 @@ _VERBOSE = False
 _STARTED = time.perf_counter()
 
 
-def restart_clock() -> None:
-    """The command starts now (a fork of the warm process, ``cli/warm.py``): ``-v`` times are
-    counted from here."""
-    global _STARTED
-    _STARTED = time.perf_counter()
-
-
 def set_verbose(on: bool) -> None:
     """``-v``: debug lines on stderr (requests and their timings, tracebacks of errors)."""
     global _VERBOSE
