@@ -134,11 +134,13 @@ def run_mirror(library: Library, host: str, port: int) -> None:
     import uvicorn
 
     from alexandria.api.app import create_app
+    from alexandria.api.origin import Origin, listen_url
 
     state = library.mirror
     assert state is not None
     server = uvicorn.Server(uvicorn.Config(
-        create_app(library), host=host, port=port, log_level="warning", server_header=False,
+        create_app(library, origin=Origin(listen=listen_url(host, port))), host=host, port=port,
+        log_level="warning", server_header=False,
         access_log=False, proxy_headers=False,
     ))
 

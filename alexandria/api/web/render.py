@@ -14,6 +14,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.responses import HTMLResponse
 
+from alexandria.api.http import error_headers
 from alexandria.errors import AlexandriaError
 
 HERE = Path(__file__).resolve().parent
@@ -56,14 +57,15 @@ def short(value: str, n: int = 12) -> str:
 _env.filters["short"] = short
 
 
-def page(template: str, status: int = 200, **context: Any) -> HTMLResponse:
+def page(template: str, status: int = 200, headers: dict[str, str] | None = None,
+         **context: Any) -> HTMLResponse:
     html = _env.get_template(template).render(**context)
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    return HTMLResponse(html, status_code=status, headers={**SECURITY_HEADERS, **(headers or {})})
 
 
 def error_page(exc: AlexandriaError, library: str) -> HTMLResponse:
     """The typed error (PROTOCOL §6: error, code, details) as a page, with its status."""
     return page(
-        "error.html", status=exc.status, library=library, title=f"Error {exc.status}",
-        error=exc.to_json(),
+        "error.html", status=exc.status, headers=error_headers(exc), library=library,
+        title=f"Error {exc.status}", error=exc.to_json(),
     )

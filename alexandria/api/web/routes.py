@@ -49,8 +49,9 @@ def _library(request: Request) -> Library:
 
 def html_errors(handler: Handler) -> Handler:
     """Typed errors of a page handler become an error page with the same status and body.
-    Every page says how long the server spent on it (``Server-Timing: app;dur=MS``, shown by
-    browsers' developer tools and read by ``bench/pages.py``)."""
+    With ``serve --server-timing`` every page says how long the server spent on it
+    (``Server-Timing: app;dur=MS``, shown by browsers' developer tools and read by
+    ``bench/pages.py``); not by default, since it tells anyone what a request cost."""
 
     @functools.wraps(handler)
     async def run(request: Request) -> Response:
@@ -59,7 +60,9 @@ def html_errors(handler: Handler) -> Handler:
             response = await handler(request)
         except AlexandriaError as exc:
             response = error_page(exc, _library(request).genesis.library)
-        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
+        if request.app.state.server_timing:
+            ms = (time.perf_counter() - start) * 1000
+            response.headers["Server-Timing"] = f"app;dur={ms:.2f}"
         return response
 
     return run
