@@ -210,9 +210,8 @@ def cmd_mirror(args: argparse.Namespace) -> int:
                          "GENESIS_MISMATCH")
     state = MirrorState(origin)
     library = Library(genesis, storage_for(args.db, genesis), mirror=state)
-    print(f"genesis pin {genesis.pin}")
-    print(f"mirroring {genesis.library} from {origin} on http://{args.host}:{args.port}",
-          flush=True)
+    say(f"genesis pin {genesis.pin}")
+    say(f"mirroring {genesis.library} from {origin} on http://{args.host}:{args.port}")
     run_mirror(library, args.host, args.port)
     if state.failure is not None:
         raise state.failure

@@ -136,9 +136,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}"
     pin_file = Path(args.genesis).with_suffix(".pin") if args.genesis else data.pin_path
     _write_pin(pin_file, library.genesis.pin)
-    print(f"genesis pin {library.genesis.pin}   (in {pin_file})")
-    print(f"serving {library.genesis.library} on {url}"
-          + (f", advertised as {origin.public}" if origin.public else ""), flush=True)
+    say(f"genesis pin {library.genesis.pin}   (in {pin_file})")
+    say(f"serving {library.genesis.library} on {url}"
+        + (f", advertised as {origin.public}" if origin.public else ""))
     layout = (f"{workers} HTTP worker processes and one admission writer process"
               if workers > 1 or args.writer_process else "one process")
     why = "" if args.workers is not None else f" ({usable_cores()} usable cores; --workers N)"
