@@ -14,7 +14,7 @@ class ThreadConnections:
     progress handler, called every ``progress_steps`` instructions (``store/query_budget.py``)."""
 
     def __init__(self, path: str, cache_kib: int, progress: Callable[[], int] | None = None,
-                 progress_steps: int = 1000) -> None:
+                 progress_steps: int = 100_000) -> None:
         self.path = path
         self.cache_kib = cache_kib
         self._progress = progress
