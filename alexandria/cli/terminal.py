@@ -1,9 +1,9 @@
 """What the CLI prints, and where.
 
 stdout carries the result: with ``--json`` one JSON document (stored signed bytes are printed as
-the library sent them), otherwise readable lines whose first word is the thing a script wants
-(an id, a key), so ``ID=$(alexandria publish claim.json)`` works without ``--json``.  stderr
-carries everything else: notes, warnings and progress.
+the library sent them, but for the escapes below), otherwise readable lines whose first word is
+the thing a script wants (an id, a key), so ``ID=$(alexandria publish claim.json)`` works
+without ``--json``.  stderr carries everything else: notes, warnings and progress.
 
 Text from a library (titles, bodies, names, counts, error messages) is anybody's, signed or
 not: everything the CLI prints goes through this module, which makes control characters
