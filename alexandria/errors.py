@@ -121,6 +121,13 @@ class ServiceError(AlexandriaError):
     default_code = "SERVICE_ERROR"
 
 
+class QueryTimeout(ServiceError):
+    """A read ran past the server's per-query time budget and was stopped: the reader it held
+    is free again; ``details.retry_after`` says when to try again (seconds)."""
+
+    default_code = "QUERY_TIMEOUT"
+
+
 HTTP_STATUS: dict[type[AlexandriaError], int] = {
     BadRequest: 400,
     Forbidden: 403,
@@ -132,10 +139,19 @@ HTTP_STATUS: dict[type[AlexandriaError], int] = {
     UnsafeNumber: 422,
     RateLimited: 429,
     ClientBusy: 429,
+    QueryTimeout: 503,
     ServiceError: 503,
     ServerBusy: 503,
     AlexandriaError: 500,
 }
+
+
+def retry_after(exc: AlexandriaError) -> int | None:
+    """The seconds a client should wait before trying again (a ``Retry-After`` header), when
+    the error says (``details.retry_after``, a positive integer)."""
+    value = exc.details.get("retry_after")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
 
 
 def status_of(exc: AlexandriaError) -> int:

@@ -2,7 +2,6 @@
 batch ``publish --jsonl``, against a real library on 127.0.0.1.
 
     .venv/bin/python -m bench.cli [--runs 20] [--batch 10000] [--dir DIR] [--alexandria PATH]
-                                  [--cold]
 
 ``--alexandria`` is the ``alexandria`` command of the install to measure (default: the one
 beside this Python, i.e. this checkout's editable install); to measure what users get::
@@ -21,10 +20,6 @@ time), with the install measured (editable or not) and the load average; then
 second.  Afterwards every envelope must have its signed record in ``published/`` and none may
 be left in ``pending/``.
 
-By default ``publish`` runs as users get it: the set-up's first publish starts a warm process
-(``cli/warm.py``, in a runtime directory of the bench's own, stopped at the end) and the
-measured ones are run by it; ``--cold`` sets ``ALEXANDRIA_WARM=0`` (a fresh Python each time).
-
 Targets (issue 18): one publish <= 80 ms, batch >= 300/s.  The machine is shared: figures are
 noisy; the median of many runs is the figure to read.
 """
@@ -35,7 +30,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -44,8 +38,6 @@ import time
 from pathlib import Path
 
 import httpx
-
-from alexandria.cli import warm
 
 ALEXANDRIA = str(Path(sys.executable).parent / "alexandria")
 
@@ -96,13 +88,12 @@ def interpreter_of(script: str) -> str:
 def describe_install(python: str) -> str:
     """Where ``alexandria`` is imported from in ``python``, and whether it is editable (``-I``:
     not from the current directory)."""
-    probe = ("import alexandria, json, importlib.metadata as m, importlib.util\n"
+    probe = ("import alexandria, json, importlib.metadata as m\n"
              "d = m.distribution('alexandria-ledger')\n"
              "u = json.loads(d.read_text('direct_url.json') or '{}')\n"
              "e = u.get('dir_info', {}).get('editable', False)\n"
-             "w = importlib.util.find_spec('alexandria.cli.warm') is not None\n"
              "print(('editable install' if e else 'installed wheel') + ' of ' + d.version"
-             " + ', ' + alexandria.__file__.rsplit('/', 2)[0] + ('' if w else ', no warm start'))")
+             " + ', ' + alexandria.__file__.rsplit('/', 2)[0])")
     r = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=False)
     return r.stdout.strip() or f"unknown install ({r.stderr.strip()[-200:]})"
 
@@ -120,8 +111,6 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--dir", help="work directory (default: a temporary one)")
-    ap.add_argument("--cold", action="store_true",
-                    help="ALEXANDRIA_WARM=0: every command starts a fresh Python (no warm process)")
     ap.add_argument("--alexandria", default=ALEXANDRIA,
                     help="the alexandria command of the install to measure (default: %(default)s)")
     args = ap.parse_args()
@@ -131,11 +120,6 @@ def main() -> None:
     # as a user runs it: bytecode cached (a session may have turned that off)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("ALEXANDRIA_") and k != "PYTHONDONTWRITEBYTECODE"}
-    # the bench's own warm process (cli/warm.py), stopped at the end; or none at all
-    runtime = Path(tempfile.mkdtemp(prefix="abw-", dir="/tmp"))
-    env["XDG_RUNTIME_DIR"] = str(runtime)
-    if args.cold:
-        env["ALEXANDRIA_WARM"] = "0"
     op = base / "operator"
     pin = run([alexandria, "genesis", "init", "--dir", str(op), "--library", "bench",
                "--origin", "127.0.0.1/bench/log"], env).strip()
@@ -186,9 +170,6 @@ def main() -> None:
         install = describe_install(python)
         print(f"measured: {alexandria} ({install}); {args.runs} runs;"
               f" load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
-        print("publish: " + ("cold: a fresh Python each time" if args.cold or "no warm" in install
-                             else "warm: run by the warm process the set-up's first publish"
-                             " started (its forks' CPU is not counted below)"))
         print(summary("python -c pass", floor))
         print(summary("alexandria --version", version))
         print(summary("alexandria publish FILE", one) + "   (target <= 80 ms wall)")
@@ -217,8 +198,6 @@ def main() -> None:
         assert published == args.batch + args.runs + 2, published
         assert not list((home / "pending").glob("*.json")), "envelopes left pending"
     finally:
-        warm.stop_all(str(runtime))
-        shutil.rmtree(runtime, ignore_errors=True)
         server.terminate()
         server.wait(10)
 

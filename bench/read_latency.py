@@ -118,11 +118,12 @@ def sample_inputs(directory: Path, rng: random.Random, n: int = 400) -> Inputs:
 
 
 
-def start_server(directory: Path, port: int, db: str | None = None) -> subprocess.Popen[bytes]:
+def start_server(directory: Path, port: int, db: str | None = None,
+                 extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "alexandria.cli", "serve", "--genesis",
            str(directory / "genesis.json"), "--db", db or str(directory / "library.db"),
            "--log-key", str(directory / "log.key"), "--host", "127.0.0.1", "--port", str(port),
-           "--workers", "1"]
+           "--workers", "1", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 600  # a first open may rebuild derived indexes
     while time.monotonic() < deadline:

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,6 @@ import httpx
 import pytest
 
 from alexandria.api.app import create_app
-from alexandria.cli import warm
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.service.library import Library
@@ -21,26 +19,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = json.loads((ROOT / "contracts" / "alexandria-contract.json").read_text())
 SEED = b"alexandria-test-seed"
 T0 = "2026-01-01T00:00:00.000Z"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def warm_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The CLI's warm processes (``cli/warm.py``) that this session's commands start listen in
-    a runtime directory of the session's own, and are stopped when it ends: the suite leaves
-    no process behind it (CI, a developer's later runs) and never uses a warm process another
-    run started."""
-    runtime = tmp_path_factory.mktemp("runtime")
-    runtime.chmod(0o700)
-    saved = os.environ.get("XDG_RUNTIME_DIR")
-    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
-    try:
-        yield runtime
-    finally:
-        if saved is None:
-            os.environ.pop("XDG_RUNTIME_DIR", None)
-        else:
-            os.environ["XDG_RUNTIME_DIR"] = saved
-        warm.stop_all(str(runtime))
 
 
 class Clock:

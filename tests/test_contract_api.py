@@ -34,9 +34,9 @@ async def test_served_contract_is_the_given_one_with_this_origin_and_limits(api:
     assert served["limits"]["body_characters"] == 48_000
 
 
-async def test_origin_follows_the_request(api: Api) -> None:
-    served = await get_contract(api, "https://library.example:8443")
-    assert served["origin"] == "https://library.example:8443"
+async def test_origin_is_not_the_host_header(api: Api) -> None:
+    r = await api.client.get("http://testserver/api/contract", headers={"host": "evil.example"})
+    assert r.json()["origin"] == "http://testserver"
 
 
 async def test_limits_are_read_from_what_is_enforced(api: Api) -> None:

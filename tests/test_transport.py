@@ -1,7 +1,8 @@
 """Where the library says it lives (issue 21): ``--public-url`` and opt-in proxy headers decide
-the origin that ``/api/contract`` and ``/api/openapi.json`` advertise, a request's ``Host``
-header only when well formed, and no redirect is built from it.  The CLI warns on plain
-``http://`` for anything but this machine.  The live servers run on each backend (``new_db``)."""
+the origin that ``/api/contract`` and ``/api/openapi.json`` advertise, else the address the
+server listens on: never the request's ``Host`` header, and no redirect is built from it.  The
+CLI warns on plain ``http://`` for anything but this machine.  The live servers run on each
+backend (``new_db``)."""
 
 from __future__ import annotations
 
@@ -52,14 +53,18 @@ def test_the_public_url_is_advertised_whatever_the_request_says(
 def test_proxy_headers_count_only_when_trusted(files: Files) -> None:
     with serving(*files, extra=("--trust-proxy-headers",)) as s:
         assert _origins(s, FORGED) == ("https://evil.example",) * 2
-        # malformed: the scheme falls back to the connection's, the host to Host
+        # malformed: the address the server listens on, never the Host header
         bad = {"x-forwarded-proto": "gopher", "x-forwarded-host": "a/b@c", "host": "lib.test"}
-        assert _origins(s, bad) == ("http://lib.test",) * 2
+        assert _origins(s, bad) == (s.url,) * 2
 
 
-def test_without_either_only_a_well_formed_host_is_used(plain: Server) -> None:
-    assert _origins(plain, FORGED) == ("http://evil.example",) * 2  # proxy headers ignored
-    for host in ("evil.example/path", "a@b", "x y", "evil.example:99999999"):
+def test_without_either_the_listening_address_is_advertised(plain: Server) -> None:
+    """A well-formed ``Host`` of the client's choosing is not where the library lives: a
+    shared cache in front would hand the forged origin to every later reader."""
+    assert _origins(plain, {}) == (plain.url,) * 2
+    assert _origins(plain, FORGED) == (plain.url,) * 2
+    for host in ("evil.example", "evil.example:8443", "[::1]:1", "evil.example/path", "a@b",
+                 "x y", "evil.example:99999999"):
         assert _origins(plain, {"host": host}) == (plain.url,) * 2, host
 
 

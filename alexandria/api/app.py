@@ -28,6 +28,7 @@ from alexandria.api.origin import Origin
 from alexandria.api.web import routes as web_routes
 from alexandria.service.checkpoint_signer import background_signer
 from alexandria.service.library import Library
+from alexandria.store import query_budget
 
 
 async def authority(request: Request) -> Response:
@@ -42,10 +43,15 @@ AUTHORITY = Route("/api/authority", authority, methods=["GET", "POST"])
 
 
 def create_app(
-    library: Library, manage_lifecycle: bool = True, origin: Origin | None = None
+    library: Library, manage_lifecycle: bool = True, origin: Origin | None = None,
+    server_timing: bool = False, query_timeout_s: float | None = query_budget.DEFAULT_S,
 ) -> Starlette:
     """``manage_lifecycle``: open the storage on startup and close it on shutdown.  ``origin``:
-    what the contract and the OpenAPI document advertise (``api/origin.py``)."""
+    what the contract and the OpenAPI document advertise (``api/origin.py``).
+    ``server_timing``: pages carry ``Server-Timing`` (the operator's choice: it tells anyone
+    how long the server worked on a request).  ``query_timeout_s``: each read's time budget
+    (``store/query_budget.py``), None for none."""
+    library.storage.query_timeout_s = query_timeout_s
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -81,4 +87,5 @@ def create_app(
     app.router.redirect_slashes = False
     app.state.library = library
     app.state.origin = origin or Origin()
+    app.state.server_timing = server_timing
     return app

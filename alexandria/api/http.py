@@ -22,6 +22,7 @@ from alexandria.errors import (
     NotFound,
     PayloadTooLarge,
     RequestTimeout,
+    retry_after,
 )
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,15 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
 
 
 def error_response(exc: AlexandriaError, headers: dict[str, str] | None = None) -> Response:
-    return json_response(exc.to_json(), exc.status, headers)
+    """The typed error document with its status; ``Retry-After`` when the error says when to
+    try again."""
+    return json_response(exc.to_json(), exc.status, {**error_headers(exc), **(headers or {})})
+
+
+def error_headers(exc: AlexandriaError) -> dict[str, str]:
+    """The headers every answer of ``exc`` carries (a JSON document or an HTML page)."""
+    wait = retry_after(exc)
+    return {} if wait is None else {"Retry-After": str(wait)}
 
 
 async def on_alexandria_error(_request: Request, exc: Exception) -> Response:

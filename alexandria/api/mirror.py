@@ -160,6 +160,7 @@ def run_mirror(library: Library, host: str, port: int) -> str | None:
     import uvicorn
 
     from alexandria.api.app import create_app
+    from alexandria.api.origin import Origin, listen_url
 
     class Server(uvicorn.Server):
         """uvicorn's server, stopped by SIGTERM or SIGINT without raising the signal again
@@ -188,7 +189,8 @@ def run_mirror(library: Library, host: str, port: int) -> str | None:
     state = library.mirror
     assert state is not None
     server = Server(uvicorn.Config(
-        create_app(library), host=host, port=port, log_level="warning", server_header=False,
+        create_app(library, origin=Origin(listen=listen_url(host, port))), host=host, port=port,
+        log_level="warning", server_header=False,
         access_log=False, proxy_headers=False, timeout_graceful_shutdown=STOP_GRACE_S,
     ))
 

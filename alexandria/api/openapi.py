@@ -55,6 +55,7 @@ REVISION = {
 }
 ERROR_RESPONSES = {
     "400": {"$ref": "#/components/responses/BadRequest"},
+    "503": {"$ref": "#/components/responses/Unavailable"},
 }
 NOT_FOUND = {"404": {"$ref": "#/components/responses/NotFound"}}
 CODE = {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{4}$"}
@@ -629,6 +630,15 @@ def document(server_url: str | None = None) -> dict[str, Any]:
             "responses": {
                 "BadRequest": _error("malformed parameter or path revision (typed error)"),
                 "NotFound": _error("unknown revision"),
+                "Unavailable": {
+                    **_error("QUERY_TIMEOUT: the read ran past this server's time budget per"
+                             " query (`serve --query-timeout`, 2 s by default; details.budget_ms)"
+                             " and was stopped; STORAGE_UNAVAILABLE: the database cannot be"
+                             " reached. Retrying after Retry-After is safe"),
+                    "headers": {"Retry-After": {
+                        "description": "seconds to wait before trying again",
+                        "schema": {"type": "integer", "minimum": 1}}},
+                },
             },
         },
     }

@@ -8,8 +8,10 @@ from a request header unchecked.  In order:
 2. With ``--trust-proxy-headers`` only (the proxy in front overwrites them, so a client cannot
    forge them): ``X-Forwarded-Proto`` (``http``/``https``) and ``X-Forwarded-Host``, each used
    only when well formed.
-3. The scheme the server was reached by and the ``Host`` header when it is a well-formed
-   ``host[:port]``; otherwise the address the connection arrived at.
+3. The address the server listens on (``Origin.listen``: ``serve --host/--port``), else, when it
+   listens on every address, the local address the connection arrived at.  Never the request's
+   ``Host`` header: any client can send any well-formed name there, and a cache or a proxy in
+   front would hand the forged origin to every later reader.
 """
 
 from __future__ import annotations
@@ -29,12 +31,17 @@ _HOST = re.compile(
 )
 ENV_PUBLIC_URL = "ALEXANDRIA_PUBLIC_URL"
 ENV_TRUST_PROXY = "ALEXANDRIA_TRUST_PROXY_HEADERS"
+ENV_LISTEN = "ALEXANDRIA_LISTEN_URL"
+#: hosts that mean "every address": the connection's own local address names the server
+_WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 
 
 @dataclass(frozen=True)
 class Origin:
     public: str | None = None
     trust_proxy_headers: bool = False
+    #: ``http://host:port`` the server listens on (``listen_url``), None when unknown
+    listen: str | None = None
 
     def of(self, request: Request) -> str:
         if self.public is not None:
@@ -47,14 +54,22 @@ class Origin:
             forwarded = headers.get("x-forwarded-host", "").strip()
             if _HOST.match(forwarded):
                 return f"{scheme}://{forwarded.lower()}"
-        host = headers.get("host", "")
-        if _HOST.match(host):
-            return f"{scheme}://{host.lower()}"
+        if self.listen is not None:
+            return self.listen
         server = request.scope.get("server")
         if server and server[0]:
             address = f"[{server[0]}]" if ":" in server[0] else server[0]
-            return f"{scheme}://{address}:{server[1]}"
+            return f"{scheme}://{address}" + ("" if server[1] is None else f":{server[1]}")
         return f"{scheme}://localhost"
+
+
+def listen_url(host: str, port: int) -> str | None:
+    """The origin of a server listening on ``host``:``port``; None for a wildcard address (the
+    connection's local address is used then)."""
+    if host in _WILDCARDS:
+        return None
+    address = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{address.lower()}:{port}"
 
 
 def public_url(value: str) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alexandria.api.origin import ENV_PUBLIC_URL, ENV_TRUST_PROXY, Origin
+from alexandria.api.origin import ENV_LISTEN, ENV_PUBLIC_URL, ENV_TRUST_PROXY, Origin
 from alexandria.core.timestamps import now
 from alexandria.errors import BadRequest
 from alexandria.files import private_dir, write_json
@@ -33,6 +33,7 @@ from alexandria.service.cosigning import Cosigning, WitnessEndpoint
 from alexandria.service.library import Library, load_genesis
 from alexandria.service.operator_dir import OperatorDir
 from alexandria.service.writer_service import WriterClient, WriterServer
+from alexandria.store import query_budget
 from alexandria.store.sqlite import SqliteStorage
 
 DEFAULT_DIR = Path("alexandria-data")
@@ -120,6 +121,8 @@ _WITNESS_ENV = "ALEXANDRIA_WITNESSES"
 _QUORUM_ENV = "ALEXANDRIA_WITNESS_QUORUM"
 _ENV = ("ALEXANDRIA_GENESIS", "ALEXANDRIA_DB", "ALEXANDRIA_LOG_KEY")
 _WRITER_ENV = "ALEXANDRIA_WRITER"
+_SERVER_TIMING_ENV = "ALEXANDRIA_SERVER_TIMING"
+_QUERY_TIMEOUT_ENV = "ALEXANDRIA_QUERY_TIMEOUT"
 READ_DB_ENV = "ALEXANDRIA_READ_DB"
 # prometheus-client's multiprocess directory (api/metrics.MULTIPROC_ENV), named here without
 # importing api/metrics: prometheus-client picks its value store when first imported, and
@@ -183,17 +186,25 @@ def metrics_directory() -> Iterator[str]:
 def run(library: Library, host: str, port: int, workers: int = 1,
         files: tuple[str, str, str | None] | None = None, dedicated_writer: bool = False,
         front_end: str = "granian", origin: Origin | None = None,
-        access_log: bool = False) -> None:
+        access_log: bool = False, server_timing: bool = False,
+        query_timeout_s: float | None = query_budget.DEFAULT_S) -> None:
     """Serve ``library``.  With several workers or ``dedicated_writer`` (``files`` names the
     genesis, database and log key), N HTTP processes share one admission writer process
     (``writer_service``), on either backend.  Granian
     builds each worker's app from ``files`` (``app_from_env``), so ``library`` itself serves
-    only under uvicorn with one process.  ``access_log``: one line per request, on stdout."""
+    only under uvicorn with one process.  ``access_log``: one line per request, on stdout.
+    ``server_timing``: pages say how long the server spent on them; ``query_timeout_s``: each
+    read's time budget (``store/query_budget.py``; None: no budget)."""
     origin = origin or Origin()
     if origin.public:
         os.environ[ENV_PUBLIC_URL] = origin.public
     if origin.trust_proxy_headers:
         os.environ[ENV_TRUST_PROXY] = "1"
+    if origin.listen:
+        os.environ[ENV_LISTEN] = origin.listen
+    if server_timing:
+        os.environ[_SERVER_TIMING_ENV] = "1"
+    os.environ[_QUERY_TIMEOUT_ENV] = "" if query_timeout_s is None else repr(query_timeout_s)
     if files is not None:
         for name, value in zip(_ENV, files, strict=True):
             if value:
@@ -221,7 +232,9 @@ def run(library: Library, host: str, port: int, workers: int = 1,
         else:
             from alexandria.api.app import create_app
 
-            uvicorn.run(create_app(library, origin=origin), host=host, port=port, **options)
+            uvicorn.run(create_app(library, origin=origin, server_timing=server_timing,
+                                   query_timeout_s=query_timeout_s),
+                        host=host, port=port, **options)
 
 
 def _run_granian(host: str, port: int, workers: int, access_log: bool = False) -> None:
@@ -257,8 +270,12 @@ def app_from_env() -> object:
     writer = os.environ.get(_WRITER_ENV)
     if writer:
         library.writer = WriterClient(writer)
-    origin = Origin(os.environ.get(ENV_PUBLIC_URL) or None, bool(os.environ.get(ENV_TRUST_PROXY)))
-    return create_app(library, origin=origin)
+    origin = Origin(os.environ.get(ENV_PUBLIC_URL) or None, bool(os.environ.get(ENV_TRUST_PROXY)),
+                    os.environ.get(ENV_LISTEN) or None)
+    timeout = os.environ.get(_QUERY_TIMEOUT_ENV, repr(query_budget.DEFAULT_S))
+    return create_app(library, origin=origin,
+                      server_timing=bool(os.environ.get(_SERVER_TIMING_ENV)),
+                      query_timeout_s=float(timeout) if timeout else None)
 
 
 @contextlib.contextmanager

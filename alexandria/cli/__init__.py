@@ -71,9 +71,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "completion": ("alexandria.cli.completion", "more", "print a shell completion script"),
 }
 
-#: commands a warm process may run (``cli/warm.py``): kept here so that the others never import it
-WARM_COMMANDS = frozenset({"publish"})
-
 GROUPS = {
     "start": "Get started",
     "publish": "Publish",
@@ -168,12 +165,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     word = command_word(args_list)
     if word is not None and word not in COMMANDS:
         return _unknown_command(word)
-    if argv is None and word in WARM_COMMANDS:  # a program, not a call from Python
-        from alexandria.cli import warm
-
-        status = warm.run(args_list)
-        if status is not None:
-            return status
     parser = build_parser(word or "")
     args = parser.parse_args(args_list)
     if not getattr(args, "func", None):
@@ -187,9 +178,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from alexandria.cli import terminal
 
         terminal.set_verbose(True)
-        if getattr(sys.modules.get("alexandria.cli.warm"), "SERVING", False):
-            terminal.debug(f"run by the warm process (pid {os.getpid()}; ALEXANDRIA_WARM=0"
-                           " starts cold)")
     try:
         return _run(args)
     except BrokenPipeError:

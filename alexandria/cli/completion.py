@@ -14,7 +14,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from alexandria.cli.participant import command
-from alexandria.cli.terminal import say
+from alexandria.cli.terminal import say_lines
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -109,5 +109,5 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
     paths = tree(build_parser())
     script = {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}[args.shell](paths)
-    say(script.rstrip("\n"))
+    say_lines(script.rstrip("\n"))
     return 0

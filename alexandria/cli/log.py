@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 import orjson
 
-from alexandria.cli.terminal import warn_plain_http
+from alexandria.cli.terminal import json_line, warn_plain_http
 from alexandria.core.keys import HEX64
 from alexandria.core.witness_policy import WitnessPolicy, policy_of
 from alexandria.errors import BadRequest
@@ -152,10 +152,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _write(lines: Iterator[bytes], out: IO[bytes], bar: Bar | None = None) -> int:
-    """Every line to ``out``; the bar counts leaves against the header's ``size``."""
+    """Every line to ``out`` (to a terminal, with control characters escaped: ``json_line``);
+    the bar counts leaves against the header's ``size``."""
     count = leaves = total = 0
+    tty = out.isatty()
     for line in lines:
-        out.write(line)
+        out.write(json_line(line) if tty else line)
         count += 1
         if bar is None or not bar.enabled:
             continue

@@ -250,9 +250,8 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         raise BadRequest("--stale-after is 0..86400 seconds", "USAGE")
     state = MirrorState(origin, stale_after=args.stale_after)
     library = Library(genesis, storage_for(args.db, genesis), mirror=state)
-    print(f"genesis pin {genesis.pin}")
-    print(f"mirroring {genesis.library} from {origin} on http://{args.host}:{args.port}",
-          flush=True)
+    say(f"genesis pin {genesis.pin}")
+    say(f"mirroring {genesis.library} from {origin} on http://{args.host}:{args.port}")
     stopped_by = run_mirror(library, args.host, args.port)
     if state.failure is not None:
         raise state.failure

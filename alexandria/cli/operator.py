@@ -61,10 +61,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--public-url", metavar="URL",
                    help="the origin clients reach this library at, e.g. https://library.example"
                    " behind a TLS reverse proxy: what /api/contract and /api/openapi.json"
-                   " advertise (default: the request's scheme and well-formed Host header)")
+                   " advertise (default: http://HOST:PORT this server listens on; never the"
+                   " request's Host header)")
     p.add_argument("--trust-proxy-headers", action="store_true",
                    help="take the advertised origin from X-Forwarded-Proto and X-Forwarded-Host"
                    " (only behind a proxy that sets both: a client could forge them otherwise)")
+    p.add_argument("--query-timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop a read that takes longer and answer it 503 QUERY_TIMEOUT with"
+                   " Retry-After, so one slow query cannot hold a reader (default: 2; 0: no"
+                   " limit)")
+    p.add_argument("--server-timing", action="store_true",
+                   help="send Server-Timing (the server's time per page) with every page;"
+                   " off by default, as it tells anyone what each request cost")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
     # uvicorn only for bench/'s comparisons: it bounds neither head size nor head time
     p.add_argument("--front-end", choices=("granian", "uvicorn"), default="granian",
@@ -74,7 +82,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from alexandria.api.origin import Origin, public_url
+    from alexandria.api.origin import Origin, listen_url, public_url
     from alexandria.api.serve import (
         READ_DB_ENV,
         DataDir,
@@ -85,11 +93,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from alexandria.cli.demo import check_port_free
     from alexandria.service.library import Library
 
+    query_timeout = _query_timeout(args.query_timeout)
     if bool(args.genesis) != bool(args.db):
         raise BadRequest("--genesis and --db go together", "USAGE")
     check_port_free(args.host, args.port)  # before anything is created or announced
     origin = Origin(public_url(args.public_url) if args.public_url else None,
-                    args.trust_proxy_headers)
+                    args.trust_proxy_headers, listen_url(args.host, args.port))
     from alexandria.store.schema import check_database
 
     check_database(args.db or DataDir(Path(args.data_dir)).db)  # an old leaf format: refused
@@ -127,9 +136,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}"
     pin_file = Path(args.genesis).with_suffix(".pin") if args.genesis else data.pin_path
     _write_pin(pin_file, library.genesis.pin)
-    print(f"genesis pin {library.genesis.pin}   (in {pin_file})")
-    print(f"serving {library.genesis.library} on {url}"
-          + (f", advertised as {origin.public}" if origin.public else ""), flush=True)
+    say(f"genesis pin {library.genesis.pin}   (in {pin_file})")
+    say(f"serving {library.genesis.library} on {url}"
+        + (f", advertised as {origin.public}" if origin.public else ""))
     layout = (f"{workers} HTTP worker processes and one admission writer process"
               if workers > 1 or args.writer_process else "one process")
     why = "" if args.workers is not None else f" ({usable_cores()} usable cores; --workers N)"
@@ -145,8 +154,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.read_db:
         os.environ[READ_DB_ENV] = args.read_db  # the worker processes' libraries read there too
     run(library, args.host, args.port, workers, files, args.writer_process, args.front_end,
-        origin, access_log=access_log)
+        origin, access_log=access_log, server_timing=args.server_timing,
+        query_timeout_s=query_timeout)
     return 0
+
+
+def _query_timeout(value: float | None) -> float | None:
+    """``--query-timeout``: seconds (default ``query_budget.DEFAULT_S``), 0 for no limit."""
+    from alexandria.store.query_budget import DEFAULT_S
+
+    if value is None:
+        return DEFAULT_S
+    if not value >= 0 or value == float("inf"):  # NaN too
+        raise BadRequest("--query-timeout is a number of seconds, 0 for no limit", "USAGE")
+    return value or None
 
 
 def _write_pin(path: Path, pin: str) -> None:

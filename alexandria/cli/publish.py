@@ -40,7 +40,17 @@ from alexandria.cli.session import (
     parse_refs,
     read_input,
 )
-from alexandria.cli.terminal import debug, emit_json, emit_raw, note, one_line, say, short
+from alexandria.cli.terminal import (
+    debug,
+    emit_json,
+    emit_raw,
+    note,
+    one_line,
+    safe_json,
+    say,
+    say_lines,
+    short,
+)
 from alexandria.client import Client
 from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.files import check_name
@@ -409,7 +419,7 @@ def cmd_revise(args: argparse.Namespace) -> int:
         content = editable_content(signed["record"], signed["id"])
         text = orjson.dumps(content, option=orjson.OPT_INDENT_2).decode() + "\n"
         if args.print_only:
-            say(text.rstrip("\n"))
+            say_lines(safe_json(text.rstrip("\n")))
             return 0
         edited = _edit(text, signed["id"])
         if edited is None:

@@ -16,7 +16,16 @@ import orjson
 
 from alexandria.cli.participant import command, names_file_option, session_of
 from alexandria.cli.session import Session, body_of, check_signed_record
-from alexandria.cli.terminal import emit_json, emit_raw, inline, note, one_line, say, short
+from alexandria.cli.terminal import (
+    emit_json,
+    emit_raw,
+    note,
+    one_line,
+    safe_json,
+    say,
+    say_lines,
+    short,
+)
 from alexandria.errors import BadRequest, ResyncRequired
 
 if TYPE_CHECKING:
@@ -88,7 +97,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         emit_raw(answer.content)
         return 0
     record, admission = signed["record"], signed["admission"]
-    say(f"{signed['id']}  {record['kind']} “{inline(record['title'])}”")
+    say(f"{signed['id']}  {record['kind']} “{record['title']}”")
     rows = [("root", signed["root"]), ("author", record["author"]),
             ("authored", record["authored_at"]),
             ("admitted", f"#{admission['sequence']} at {admission['admitted_at']}"),
@@ -102,8 +111,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         say(f"  {label:<9} {value}")
     body = body_of(record)
     say("")
-    say(body if isinstance(body, str)
-        else orjson.dumps(body, option=orjson.OPT_INDENT_2).decode("utf-8"))
+    say_lines(body if isinstance(body, str)
+              else safe_json(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode("utf-8")))
     return 0
 
 
@@ -145,8 +154,7 @@ def cmd_object(args: argparse.Namespace) -> int:
         return 0
     item = result.get("item") or {}
     record = item.get("record", {})
-    title = inline(str(record.get("title", "")))
-    say(f"{item.get('id', rev)}  {record.get('kind', '?')} “{title}”")
+    say(f"{item.get('id', rev)}  {record.get('kind', '?')} “{record.get('title', '')}”")
     count = result.get("revisions")
     say(f"  head      {result.get('head')}  ({count} revision{'' if count == 1 else 's'})")
     path = [a.get("record", {}).get("title", "?") for a in result.get("ancestors") or []]

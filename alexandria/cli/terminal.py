@@ -1,14 +1,21 @@
 """What the CLI prints, and where.
 
 stdout carries the result: with ``--json`` one JSON document (stored signed bytes are printed as
-the library sent them), otherwise readable lines whose first word is the thing a script wants
-(an id, a key), so ``ID=$(alexandria publish claim.json)`` works without ``--json``.  stderr
-carries everything else: notes, warnings and progress.
+the library sent them, but for the escapes below), otherwise readable lines whose first word is
+the thing a script wants (an id, a key), so ``ID=$(alexandria publish claim.json)`` works
+without ``--json``.  stderr carries everything else: notes, warnings and progress.
 
-Text from a library (titles, bodies, names, error messages) is anybody's: ``say`` and ``note``
-print control characters (and the bidirectional overrides) as visible escapes, so a published
-title cannot clear the screen, move the cursor or overwrite a line with a fake verdict;
-``inline`` also escapes line breaks, for a value printed inside a line.
+Text from a library (titles, bodies, names, counts, error messages) is anybody's, signed or
+not: everything the CLI prints goes through this module, which makes control characters
+visible, so a library or an author cannot clear the screen, move the cursor or forge a line of
+output (a fake verdict, a fake next step):
+
+- ``say`` and ``note`` print one line: every control character (C0, C1, DEL), line break and
+  bidirectional override in it is printed as a visible escape (``\\x0a``, ``\\x9b``…);
+- ``say_lines`` prints multi-line text (a body): line breaks and tabs kept, every other
+  control made visible;
+- ``emit_json`` and ``emit_raw`` print JSON whose strings carry every such character as a
+  ``\\uXXXX`` escape, never raw (the same JSON value; JSON itself escapes only C0).
 """
 
 from __future__ import annotations
@@ -31,6 +38,11 @@ if TYPE_CHECKING:
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _INLINE_CONTROLS = re.compile(
     "[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# in JSON text: what JSON leaves raw (DEL, C1, the separators and bidirectional controls; and
+# C0 but the whitespace between tokens, which valid JSON never holds raw inside a string)
+_JSON_CONTROLS = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e"
+    "\u2066-\u2069]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -48,15 +60,18 @@ def inline(text: str) -> str:
     return _INLINE_CONTROLS.sub(_escape, text)
 
 
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def safe_json(text: str) -> str:
+    """JSON ``text`` with no control character raw: each is a ``\\uXXXX`` escape (outside a
+    string valid JSON has none of them, so the value is unchanged)."""
+    return _JSON_CONTROLS.sub(_json_escape, text)
+
+
 _VERBOSE = False
 _STARTED = time.perf_counter()
-
-
-def restart_clock() -> None:
-    """The command starts now (a fork of the warm process, ``cli/warm.py``): ``-v`` times are
-    counted from here."""
-    global _STARTED
-    _STARTED = time.perf_counter()
 
 
 def set_verbose(on: bool) -> None:
@@ -80,20 +95,32 @@ def debug(text: str) -> None:
 
 
 def emit_json(value: Any) -> None:
-    print(orjson.dumps(value).decode("utf-8"), flush=True)
+    print(safe_json(orjson.dumps(value).decode("utf-8")), flush=True)
 
 
 def emit_raw(content: bytes) -> None:
-    """A JSON document exactly as the library sent it."""
-    print(content.decode("utf-8"), flush=True)
+    """A JSON document as the library sent it, control characters escaped (``safe_json``)."""
+    print(safe_json(content.decode("utf-8", "replace")), flush=True)
+
+
+def json_line(content: bytes) -> bytes:
+    """One line of JSON for a terminal (``safe_json``): ``export`` to a terminal."""
+    return safe_json(content.decode("utf-8", "replace")).encode("utf-8")
 
 
 def say(text: str = "") -> None:
+    """One line on stdout: line breaks and every other control character made visible."""
+    print(inline(text), flush=True)
+
+
+def say_lines(text: str) -> None:
+    """Multi-line text on stdout (a body, a script): line breaks and tabs kept."""
     print(printable(text), flush=True)
 
 
 def note(text: str) -> None:
-    print(printable(text), file=sys.stderr, flush=True)
+    """One line on stderr, as ``say``."""
+    print(inline(text), file=sys.stderr, flush=True)
 
 
 def short(rev: str) -> str:
@@ -128,8 +155,7 @@ def report_error(exc: AlexandriaError, json_output: bool, verbose: bool = False)
     from alexandria.client import redact_url
 
     if json_output:
-        sys.stdout.buffer.write(orjson.dumps(exc.to_json()) + b"\n")
-        sys.stdout.flush()
+        emit_json(exc.to_json())
     # a library's error text can quote contributors' input: control characters made visible
     message = inline(redact_url(exc.message))
     tag = f"[{inline(exc.code)}]"
@@ -167,7 +193,7 @@ class Progress:
         line = f"{self.what} [{bar}] {self.done}/{self.total} {label}"
         if self.tty:
             end = "\n" if self.done >= self.total else ""
-            sys.stderr.write("\r\x1b[2K" + printable(line) + end)
+            sys.stderr.write("\r\x1b[2K" + inline(line) + end)
             sys.stderr.flush()
 
 

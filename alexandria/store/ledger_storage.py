@@ -206,7 +206,8 @@ class LedgerStorage(Storage):
 
     - ``_connect_writer`` (the write connection, its schema brought up to date) and
       ``_begin`` (a write transaction that no other writer, in any process, runs beside);
-    - ``_open_readers``, ``read`` and ``_close_readers`` (the read connections);
+    - ``_open_readers``, ``read`` and ``_close_readers`` (the read connections, each read
+      stopped past ``query_timeout_s``);
     - optionally ``_before_commit`` (the transaction's last writes, e.g. SQLite's move of recent
       feed rows), ``_committed`` and ``_between_batches`` (work after a commit, e.g. SQLite's
       WAL checkpoints), ``_try_batch`` (how a batch's first attempt is sent) and ``read_ahead``;
@@ -224,6 +225,8 @@ class LedgerStorage(Storage):
         self._authority_bytes: dict[int, bytes] = {}
         self._memory = memory if memory is not None else WriterMemory()
         self.clock: Callable[[], int] = now_ms
+        #: each read's time budget in seconds, None for none (``store/query_budget.py``)
+        self.query_timeout_s: float | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Callable
 
 
 class ThreadConnections:
     """Each thread's own read-only connection to ``path`` (opened on first use, with
-    ``cache_kib`` of page cache), all closed together."""
+    ``cache_kib`` of page cache), all closed together.  ``progress``: each connection's
+    progress handler, called every ``progress_steps`` instructions (``store/query_budget.py``)."""
 
-    def __init__(self, path: str, cache_kib: int) -> None:
+    def __init__(self, path: str, cache_kib: int, progress: Callable[[], int] | None = None,
+                 progress_steps: int = 100_000) -> None:
         self.path = path
         self.cache_kib = cache_kib
+        self._progress = progress
+        self._progress_steps = progress_steps
         self._local = threading.local()
         self._opened: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -25,6 +30,8 @@ class ThreadConnections:
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA query_only = 1")
             conn.execute(f"PRAGMA cache_size = -{self.cache_kib}")
+            if self._progress is not None:
+                conn.set_progress_handler(self._progress, self._progress_steps)
             self._local.conn = conn
             with self._lock:
                 self._opened.append(conn)

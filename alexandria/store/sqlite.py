@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from alexandria.core.trust import Genesis
 from alexandria.files import create_private
-from alexandria.store import feed, schema
+from alexandria.store import feed, query_budget, schema
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage
 from alexandria.store.read_ahead import Key, ReadAhead
 from alexandria.store.read_connections import ThreadConnections
@@ -50,20 +50,26 @@ class _Readers:
 
     def __init__(self, path: str, size: int, cache_kib: int = READ_CACHE_KIB) -> None:
         self.path = path
+        self._deadlines = query_budget.Deadlines()
         # each connection's share of the cache
-        self._connections = ThreadConnections(path, max(2_000, cache_kib // size))
+        self._connections = ThreadConnections(path, max(2_000, cache_kib // size),
+                                              self._deadlines.handler,
+                                              query_budget.PROGRESS_STEPS)
         self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="alexandria-read")
 
-    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _run(self, fn: Callable[[sqlite3.Connection], T], budget_s: float | None) -> T:
         conn = self._connections.connection()
         try:
-            return fn(conn)
+            with self._deadlines.running(budget_s):
+                return fn(conn)
         finally:
             if conn.in_transaction:  # a read that began a snapshot and failed keeps none open
                 conn.execute("ROLLBACK")
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._run, fn)
+    async def read(self, fn: Callable[[sqlite3.Connection], T],
+                   budget_s: float | None = None) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._run, fn,
+                                                                budget_s)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -166,7 +172,7 @@ class SqliteStorage(LedgerStorage):
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         readers = self._readers
         assert readers is not None, "storage is not open"
-        return await readers.read(fn)
+        return await readers.read(fn, self.query_timeout_s)
 
     def read_ahead(self, what: str, sequences: Sequence[Key]) -> None:
         """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves, by

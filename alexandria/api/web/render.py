@@ -17,6 +17,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.responses import HTMLResponse
 
+from alexandria.api.http import error_headers
 from alexandria.api.web.diffs import MAX_DIFF_LINE_CHARACTERS, MAX_DIFF_LINES
 from alexandria.errors import AlexandriaError
 
@@ -73,14 +74,15 @@ async def rendered(build: Callable[[], HTMLResponse]) -> HTMLResponse:
     return await asyncio.get_running_loop().run_in_executor(_renderer, build)
 
 
-def page(template: str, status: int = 200, **context: Any) -> HTMLResponse:
+def page(template: str, status: int = 200, headers: dict[str, str] | None = None,
+         **context: Any) -> HTMLResponse:
     html = _env.get_template(template).render(**context)
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    return HTMLResponse(html, status_code=status, headers={**SECURITY_HEADERS, **(headers or {})})
 
 
 def error_page(exc: AlexandriaError, library: str) -> HTMLResponse:
     """The typed error (PROTOCOL §6: error, code, details) as a page, with its status."""
     return page(
-        "error.html", status=exc.status, library=library, title=f"Error {exc.status}",
-        error=exc.to_json(),
+        "error.html", status=exc.status, headers=error_headers(exc), library=library,
+        title=f"Error {exc.status}", error=exc.to_json(),
     )

@@ -53,9 +53,10 @@ def _library(request: Request) -> Library:
 def html_errors(handler: Handler) -> Handler:
     """Typed errors of a page handler become an error page with the same status and body
     (and ``Retry-After`` when the error says when).  The handler runs in its turn
-    (``gate.PageGate``).  Every page says how long the server spent on it in its turn
-    (``Server-Timing: app;dur=MS``, shown by browsers' developer tools and read by
-    ``bench/pages.py``) and how long it waited for its turn (``wait;dur=MS``)."""
+    (``gate.PageGate``).  With ``serve --server-timing`` every page says how long the server
+    spent on it in its turn (``Server-Timing: app;dur=MS``, shown by browsers' developer tools
+    and read by ``bench/pages.py``) and how long it waited for its turn (``wait;dur=MS``); not
+    by default, since it tells anyone what a request cost."""
 
     @functools.wraps(handler)
     async def run(request: Request) -> Response:
@@ -70,12 +71,11 @@ def html_errors(handler: Handler) -> Handler:
             response = await _gate(request).run(in_turn)
         except AlexandriaError as exc:
             response = error_page(exc, _library(request).genesis.library)
-            if "retry_after" in exc.details:
-                response.headers["Retry-After"] = str(exc.details["retry_after"])
-        timing = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
-        if start > arrived:
-            timing += f", wait;dur={(start - arrived) * 1000:.2f}"
-        response.headers["Server-Timing"] = timing
+        if request.app.state.server_timing:
+            timing = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
+            if start > arrived:
+                timing += f", wait;dur={(start - arrived) * 1000:.2f}"
+            response.headers["Server-Timing"] = timing
         return response
 
     return run

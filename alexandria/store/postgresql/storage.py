@@ -34,6 +34,7 @@ import logging
 import re
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -43,6 +44,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from alexandria.core.trust import Genesis
 from alexandria.errors import ResyncRequired, ServiceError
+from alexandria.store import query_budget
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage, _BatchAborted
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
@@ -101,15 +103,22 @@ class _PgReaders:
             check=ConnectionPool.check_connection, name="alexandria-read",
         )
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="alexandria-read")
+        #: each session's ``statement_timeout`` (ms), set when a read first needs another one
+        self._timeouts: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = \
+            weakref.WeakKeyDictionary()
 
     @staticmethod
     def _configure(raw: psycopg.Connection[Any]) -> None:
         connection.configure(raw)
         raw.execute("SET default_transaction_read_only = on")
 
-    def _run(self, fn: Callable[[Any], T]) -> T:
+    def _run(self, fn: Callable[[Any], T], budget_s: float | None) -> T:
         try:
             with self._pool.connection(timeout=READ_WAIT_S) as raw:
+                timeout = query_budget.statement_timeout_ms(budget_s)
+                if self._timeouts.get(raw, 0) != timeout:
+                    raw.execute(f"SET statement_timeout = {int(timeout)}")
+                    self._timeouts[raw] = timeout
                 conn = PgConnection(raw, self._dialect)
                 try:
                     return fn(conn)
@@ -119,12 +128,15 @@ class _PgReaders:
         except PoolTimeout as exc:
             raise _unavailable(exc) from exc
         except sqlite3.OperationalError as exc:
+            if isinstance(exc.__cause__, psycopg.errors.QueryCanceled) and budget_s is not None:
+                raise query_budget.timed_out(budget_s) from exc
             if isinstance(exc.__cause__, psycopg.OperationalError):  # the server went away
                 raise _unavailable(exc.__cause__) from exc
             raise
 
-    async def read(self, fn: Callable[[Any], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._threads, self._run, fn)
+    async def read(self, fn: Callable[[Any], T], budget_s: float | None = None) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, self._run, fn,
+                                                                budget_s)
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)
@@ -168,7 +180,7 @@ class _ReplicaReads:
         self.floor = 0
         self.seen = 0
 
-    async def read(self, fn: Callable[[Any], T]) -> T:
+    async def read(self, fn: Callable[[Any], T], budget_s: float | None = None) -> T:
         floor = self.floor
 
         def on_replica(conn: Any) -> T:
@@ -180,7 +192,7 @@ class _ReplicaReads:
             return fn(conn)
 
         try:
-            return await self.replica.read(on_replica)
+            return await self.replica.read(on_replica, budget_s)
         except _Behind:
             pass
         except ResyncRequired as exc:
@@ -189,7 +201,7 @@ class _ReplicaReads:
         except ServiceError as exc:
             if exc.code != "STORAGE_UNAVAILABLE":
                 raise
-        return await self.primary.read(fn)
+        return await self.primary.read(fn, budget_s)
 
     def close(self) -> None:
         self.replica.close()
@@ -226,7 +238,7 @@ class PostgresStorage(LedgerStorage):
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         readers = self._readers
         assert readers is not None, "storage is not open"
-        return await readers.read(fn)
+        return await readers.read(fn, self.query_timeout_s)
 
     async def _close_readers(self) -> None:
         if self._readers is not None:
