@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from alexandria.core import merkle
 from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
 from alexandria.errors import ServiceError
-from alexandria.store.merkle_nodes import node_reader, tree_size
+from alexandria.store.merkle_nodes import read_together, tree_size
 
 META_KEY = "published_checkpoint"
 
@@ -125,6 +125,12 @@ def forked_message(published: Published) -> str:
     )
 
 
+def _root_at(conn: sqlite3.Connection, size: int) -> bytes:
+    """The root of the first ``size`` leaves, its nodes read by one statement (a round trip
+    on PostgreSQL)."""
+    return read_together(conn, lambda get: merkle.root_hash(size, get))
+
+
 def log_problem(conn: sqlite3.Connection, floors: Iterable[Published],
                 size: int | None = None) -> ServiceError | None:
     """Why a node must not extend the log in ``conn`` (of ``size`` leaves, read if not
@@ -132,13 +138,12 @@ def log_problem(conn: sqlite3.Connection, floors: Iterable[Published],
     if size is None:
         size = tree_size(conn)
     behind: Published | None = None
-    get = node_reader(conn)
     for published in floors:
         if size < published.size:
             if behind is None or published.size > behind.size:
                 behind = published
             continue
-        root = merkle.root_hash(published.size, get)
+        root = _root_at(conn, published.size)
         if root != published.root:
             return LogForked(forked_message(published), published_size=published.size,
                              published_root=published.root.hex(), root=root.hex(),
