@@ -89,7 +89,10 @@ WRITE_ERRORS = {
                   " gone (WRITER_UNAVAILABLE): nothing was acknowledged; retrying is safe;"
                   " CATCH_UP_REQUIRED: the database was restored behind the checkpoint this"
                   " library published and takes writes once `alexandria restore --catch-up`"
-                  " replayed the missing tail"),
+                  " replayed the missing tail; LOG_FORKED: the database is not the history"
+                  " of that checkpoint (restore a backup of it, docs/operations.md);"
+                  " DATABASE_REPLACED: the database file was replaced under the server"
+                  " (restart it); nothing was acknowledged"),
 }
 
 
@@ -531,8 +534,8 @@ PATHS: dict[str, Any] = {
     "/healthz": {
         "get": {
             "summary": "Liveness and readiness: 200 when ready, 503 with the reasons when not"
-                       " (the writer is gone, a restore is catching up, a mirror stopped or is"
-                       " still catching up with its origin)",
+                       " (the writer is gone, a restore is catching up, the log is forked, a"
+                       " mirror stopped or is still catching up with its origin)",
             "parameters": [],
             "responses": {
                 "200": _json({"$ref": "#/components/schemas/Health"}, "ready"),
