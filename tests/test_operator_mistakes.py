@@ -8,17 +8,22 @@ recovered every acknowledged contribution is served, the sequences are gapless a
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
 
+from alexandria.core import note
+from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.service.bootstrap import Founding
+from alexandria.service.witness import init_witness_dir
 from alexandria.store.backends import open_readonly
 from alexandria.store.postgresql import is_database_url
 from tests.liveserver import NewDb, serving, write_library_files
 from tests.ops_support import Writer, cli
+from tests.witness_support import WitnessProcess
 
 pytestmark = pytest.mark.slow
 
@@ -240,3 +245,56 @@ def test_restore_and_migrate_refuse_while_a_server_uses_the_database(
     # once stopped, the restore goes ahead (and knows what was published)
     out = cli("restore", str(backup), "--db", str(db), "--replace", check=False)
     assert out.returncode == 1 and "CATCH_UP_REQUIRED" in out.stderr, out.stderr
+
+
+@pytest.mark.sqlite_only
+def test_a_witness_tells_a_node_restored_behind_what_it_cosigned(
+    tmp_path: Path, founding: Founding, new_db: NewDb
+) -> None:
+    """The database and LOG_KEY.published both lost: the old backup restored into a new file,
+    served with a copy of the log key.  The witness, asked at start, holds a larger checkpoint:
+    the node admits nothing."""
+    origin = founding.genesis.origin
+    log_vkey = note.Verifier(origin, note.ED25519, founding.log_key.public_bytes).vkey
+    identity = init_witness_dir(tmp_path / "w1", "witness.example/w1")
+    witness = WitnessProcess(tmp_path / "w1", [f"{origin}={log_vkey}"])
+    options = ("--witness", f"witness.example/w1={witness.url}+{identity.verifier.vkey}",
+               "--witness-quorum", "1")
+    try:
+        genesis, log_key = write_library_files(founding, tmp_path / "origin")
+        db = new_db(tmp_path / "origin" / "lib.db")
+        backup = tmp_path / "old.db"
+        with serving(genesis, db, log_key, extra=options) as node:
+            writer = Writer(founding, node.url)
+            writer.admit_authorities()
+            writer.publish(12)
+            cli("backup", "--db", str(db), str(backup))
+            writer.publish(10)
+            _wait_cosigned(node.url, 24)
+            writer.close()
+        genesis2, log_key2 = write_library_files(founding, tmp_path / "elsewhere")
+        lost = new_db(tmp_path / "elsewhere" / "lib.db")
+        cli("restore", str(backup), "--db", str(lost))
+        with serving(genesis2, lost, log_key2, extra=options) as node:
+            deadline = time.monotonic() + 30
+            while httpx.get(f"{node.url}/healthz").status_code == 200:
+                assert time.monotonic() < deadline, "the witness was never asked"
+                time.sleep(0.1)
+            writer.client = httpx.Client(base_url=node.url, timeout=30)
+            refused(node.url, writer, "CATCH_UP_REQUIRED")
+            writer.close()
+            reasons = httpx.get(f"{node.url}/healthz").json()["reasons"]
+            assert "24" in reasons[0], reasons
+    finally:
+        witness.stop()
+
+
+def _wait_cosigned(url: str, size: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = httpx.get(f"{url}/api/log/checkpoint", timeout=30)
+        cp, sigs = parse_checkpoint(r.text)
+        if cp.size >= size and len(sigs) >= 2:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no cosigned checkpoint of size {size}")

@@ -137,11 +137,32 @@ class Library:
                 floors = log_floor.read_floor(conn)
                 if kept is not None:
                     floors.append(kept)
-                return log_floor.log_problem(conn, floors)
+                size = tree_size(conn)
+                return log_floor.log_problem(conn, floors, size) or self._witnessed(size)
 
             problem = await self.storage.read(check)
         self._problem, self._checked_at = problem, now
         return problem
+
+    def _witnessed(self, size: int) -> ServiceError | None:
+        """What the witnesses said of this log (``Cosigning.seen``): one cosigned a checkpoint
+        this tree lacks leaves of, or holds another root at a size it holds."""
+        for name, saw in sorted(self.cosigning.seen.items()):
+            if saw.forked:
+                return log_floor.LogForked(
+                    f"the witness {name} cosigned another checkpoint of size {saw.size} of this"
+                    " log: the database is not the history it witnessed. "
+                    + log_floor.FORKED_ADVICE, witness=name, published_size=saw.size,
+                    tree_size=size)
+            if size < saw.size:
+                return log_floor.CatchUpRequired(
+                    f"the witness {name} cosigned a checkpoint of size {saw.size} of this log"
+                    f" but the database holds {size} leaves (restored from an older backup?):"
+                    " it serves reads but takes no writes until the missing entries are"
+                    " replayed: run `alexandria restore --db DB --catch-up URL` with the URL of"
+                    " a mirror (or of an export file: --catch-up FILE)", witness=name,
+                    published_size=saw.size, tree_size=size)
+        return None
 
     def _refused(self, exc: ServiceError) -> None:
         """The writer refused an admission for the log's state: remember it at once."""

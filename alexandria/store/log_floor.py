@@ -113,15 +113,20 @@ def behind_message(published: Published, size: int) -> str:
     )
 
 
+FORKED_ADVICE = (
+    "It serves reads but takes no writes and signs nothing. Stop the server and restore a"
+    " backup at least as new as that checkpoint (`alexandria restore BACKUP --db DB"
+    " --replace`), or an older backup of this history followed by `alexandria restore --db DB"
+    " --catch-up URL` from a mirror or an export"
+)
+
+
 def forked_message(published: Published) -> str:
     return (
         f"the first {published.size} leaves of the database do not have the root of the"
         f" checkpoint of size {published.size} this library published: the database is not"
         " this library's history (a backup of another history, or entries admitted on a"
-        " restored database that was behind); it serves reads but takes no writes and signs"
-        " nothing. Stop the server and restore a backup at least as new as that checkpoint"
-        " (`alexandria restore BACKUP --db DB --replace`), or an older backup of this history"
-        " followed by `alexandria restore --db DB --catch-up URL` from a mirror or an export"
+        " restored database that was behind). " + FORKED_ADVICE
     )
 
 
