@@ -120,14 +120,15 @@ class Library:
         """Why this node may not extend its log (``store/log_floor.py``): the database is
         behind the largest checkpoint published (``CATCH_UP_REQUIRED``), or another history
         (``LOG_FORKED``), or not the file it opened.  Looked up again at most every
-        ``LOG_RECHECK_S`` while all is well, at every call while not (a catch-up or a restore
-        from another process ends it); the writer checks it again inside each write
+        ``LOG_RECHECK_S`` while all is well, every ``LOG_TROUBLE_RECHECK_S`` while not (a
+        catch-up from another process ends it); the writer checks it again inside each write
         transaction, so this is the answer for readiness and the early refusal."""
         if self.mirror is not None:
             return None
         now = time.monotonic()
-        if not fresh and self._problem is None and now - self._checked_at < LOG_RECHECK_S:
-            return None
+        if not fresh and now - self._checked_at < (
+                LOG_RECHECK_S if self._problem is None else LOG_TROUBLE_RECHECK_S):
+            return self._problem
         problem = self.storage.replaced()
         if problem is None:
             keeper = self.published
@@ -241,6 +242,8 @@ class Library:
 #: seconds a node trusts its last look at the log's state while all was well (the writer
 #: checks inside every write transaction regardless)
 LOG_RECHECK_S = 1.0
+#: and while it may not extend the log (each refused request would look otherwise)
+LOG_TROUBLE_RECHECK_S = 0.2
 LOG_PROBLEMS = frozenset({"CATCH_UP_REQUIRED", "LOG_FORKED", "DATABASE_REPLACED"})
 
 

@@ -469,9 +469,11 @@ class LedgerStorage(Storage):
         """Why no admission may be appended to the log in ``conn`` now: it is behind or a fork
         of the largest checkpoint published (``store/log_floor.py``).  Looked up again whenever
         the writer's memory was forgotten — another connection committed (``data_version``;
-        on PostgreSQL, another node wrote), a reconnect, a rollback — else remembered."""
+        on PostgreSQL, another node wrote), a reconnect, a rollback — else remembered while
+        all is well."""
         generation = self._memory.generation
-        if self._floor_checked != generation:
+        # while refused, every batch looks again: a replay in this process may have caught up
+        if self._floor_checked != generation or self._floor_problem is not None:
             size = self._memory.tail(conn)[0]
             self._floor_problem = log_floor.log_problem(conn, log_floor.read_floor(conn), size)
             self._floor_checked = generation
