@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from alexandria.core.canonical import parse_json
+from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import Genesis
@@ -113,6 +114,13 @@ class Library:
             published = await asyncio.to_thread(self.published.load)
             if published is not None:
                 note = published.note
+                origin = parse_checkpoint(note)[0].origin
+                if origin != self.genesis.origin:
+                    raise ServiceError(
+                        f"{self.published.path} holds a checkpoint of the log {origin!r}, not"
+                        f" of this library's {self.genesis.origin!r}: --log-key names another"
+                        " library's key", "PUBLISHED_CHECKPOINT_MISMATCH",
+                        path=str(self.published.path))
                 await self.storage.write(lambda conn: log_floor.raise_floor(conn, note))
         await self.log_problem(fresh=True)
 
