@@ -95,7 +95,10 @@ WRITE_ERRORS = {
                   " gone (WRITER_UNAVAILABLE): nothing was acknowledged; retrying is safe;"
                   " CATCH_UP_REQUIRED: the database was restored behind the checkpoint this"
                   " library published and takes writes once `alexandria restore --catch-up`"
-                  " replayed the missing tail"),
+                  " replayed the missing tail; LOG_FORKED: the database is not the history"
+                  " of that checkpoint (restore a backup of it, docs/operations.md);"
+                  " DATABASE_REPLACED: the database file was replaced under the server"
+                  " (restart it); nothing was acknowledged"),
 }
 
 
@@ -549,9 +552,9 @@ PATHS: dict[str, Any] = {
     "/healthz": {
         "get": {
             "summary": "Liveness and readiness: 200 when ready, 503 with the reasons when not"
-                       " (the writer is gone, a restore is catching up, a mirror stopped, is"
-                       " still catching up with its origin, or its origin has not answered"
-                       " for --stale-after seconds)",
+                       " (the writer is gone, a restore is catching up, the log is forked, a"
+                       " mirror stopped, is still catching up with its origin, or its origin"
+                       " has not answered for --stale-after seconds)",
             "parameters": [],
             "responses": {
                 "200": _json({"$ref": "#/components/schemas/Health"}, "ready"),

@@ -12,11 +12,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+from typing import TYPE_CHECKING
 
 from alexandria.cli import EXIT_INTERRUPTED
 from alexandria.cli.participant import command
 from alexandria.cli.terminal import emit_json, note, say
 from alexandria.errors import BadRequest
+
+if TYPE_CHECKING:
+    from alexandria.store.log_floor import Published
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,13 +35,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = command(sub, "restore", "restore a backup, and catch up with a mirror or an export",
                 cmd_restore,
                 "Copy BACKUP to the database FILE or postgresql:// URL (stop the server, or"
-                " every node, first), then with"
+                " every node, first: the restore refuses while one uses the database), then"
+                " with"
                 " --catch-up replay, verified, everything admitted after the backup from a"
                 " mirror's (or the origin's) URL or an export file. Without BACKUP,"
                 " --catch-up catches up FILE in place, also while the server runs. Until the"
                 " database holds every leaf of the largest checkpoint the library published"
-                " (LOG_KEY.published), the server refuses writes and checkpoints (503"
-                " CATCH_UP_REQUIRED).")
+                " (recorded in the database, carried over by the restore, and in"
+                " LOG_KEY.published), the server refuses writes and checkpoints (503"
+                " CATCH_UP_REQUIRED); a backup of another history is refused (LOG_FORKED).")
     p.add_argument("backup", nargs="?", metavar="BACKUP", help="a file made by `alexandria"
                    " backup`")
     p.add_argument("--db", required=True, metavar="FILE|URL",
@@ -51,7 +57,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    " checkpoint it published (LOG_KEY.published)")
 
     p = command(sub, "migrate", "copy a SQLite library into PostgreSQL", cmd_migrate,
-                "Copy the SQLite library FILE (stop its server first) into the empty PostgreSQL"
+                "Copy the SQLite library FILE (stop its server first: migrate refuses while one"
+                " uses it), from one snapshot, into the empty PostgreSQL"
                 " database URL (any libpq URL, e.g. postgresql:///NAME with PGHOST), then check"
                 " that the Merkle root of the copied leaves is the SQLite log's and the latest"
                 " checkpoint the same. Then serve it with `alexandria serve --db URL`.")
@@ -117,8 +124,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if args.backup is None and args.catch_up is None:
         raise BadRequest("give a BACKUP to restore, --catch-up URL|EXPORT, or both", "USAGE")
     result: dict[str, object] = {"db": display(args.db)}
+    kept = _key_published(args.log_key)
     if args.backup is not None:
-        snap = restore(args.backup, args.db, args.replace)
+        snap = restore(args.backup, args.db, args.replace, floors=kept)
         result["restored"] = snap.size
         note(f"restored {args.backup} to {display(args.db)}: {snap.size} log entries")
     elif not has_library(args.db):
@@ -138,7 +146,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
              f" ({after} in the log)")
     size = describe(args.db).size
     result["size"] = size
-    published = _published_state(args.log_key, size)
+    published = _published_state(args.db, kept)
     if published is not None:
         result["published"] = published
     if args.json:
@@ -146,6 +154,20 @@ def cmd_restore(args: argparse.Namespace) -> int:
     else:
         say(str(size))
     return 0
+
+
+def _key_published(log_key: str | None) -> list[Published]:
+    """The largest checkpoint the library's log key published (``LOG_KEY.published``)."""
+    from alexandria.service.published import PublishedCheckpoint, path_for
+
+    if log_key is None:
+        note("no --log-key: compared with the largest checkpoint the database records only")
+        return []
+    published = PublishedCheckpoint(path_for(log_key)).load()
+    if published is None:
+        note(f"{path_for(log_key)} does not exist: this key never published a checkpoint")
+        return []
+    return [published]
 
 
 async def _catch_up(db: str, source: str) -> tuple[int, int, str | None]:
@@ -194,28 +216,32 @@ async def _catch_up(db: str, source: str) -> tuple[int, int, str | None]:
         await storage.close()
 
 
-def _published_state(log_key: str | None, size: int) -> int | None:
-    """Compare with the largest checkpoint the library published: refuse to call a restore
-    complete that still misses part of it."""
-    from alexandria.service.published import CatchUpRequired, PublishedCheckpoint, path_for
+def _published_state(db: str, kept: list[Published]) -> int | None:
+    """Compare the database with the largest checkpoint the library published (its own record
+    and ``LOG_KEY.published``): refuse to call a restore complete that still misses part of it
+    (``CATCH_UP_REQUIRED``) or is another history (``LOG_FORKED``)."""
+    from alexandria.store import log_floor
+    from alexandria.store.backends import open_readonly
 
-    if log_key is None:
-        note("no --log-key: not compared with the largest checkpoint the library published")
-        return None
-    published = PublishedCheckpoint(path_for(log_key)).load()
-    if published is None:
-        note(f"{path_for(log_key)} does not exist: this library never published a checkpoint")
-        return None
-    if size < published.size:
-        raise CatchUpRequired(
+    with open_readonly(db) as conn:
+        floors = [*log_floor.read_floor(conn), *kept]
+        problem = log_floor.log_problem(conn, floors)
+    if isinstance(problem, log_floor.CatchUpRequired):
+        size, published = problem.details["tree_size"], problem.details["published_size"]
+        raise log_floor.CatchUpRequired(
             f"the database holds {size} leaves but the library published a checkpoint of size"
-            f" {published.size}: until a mirror or an export supplies the missing entries"
+            f" {published}: until a mirror or an export supplies the missing entries"
             " (`alexandria restore --db FILE --catch-up URL|EXPORT`), the server serves reads"
-            " and refuses writes", published_size=published.size, tree_size=size,
+            " and refuses writes", **problem.details,
         )
-    note(f"the database extends the largest checkpoint published ({published.size}):"
+    if problem is not None:
+        raise problem
+    top = log_floor.largest(floors)
+    if top is None:
+        return None
+    note(f"the database extends the largest checkpoint published ({top.size}):"
          " writes and checkpoints resume")
-    return published.size
+    return top.size
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:

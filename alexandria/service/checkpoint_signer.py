@@ -4,7 +4,9 @@ Checkpoint policy.  A checkpoint is signed inside one write transaction, so it i
 serialised with admissions, also across several server processes on one database:
 
 1. read the latest persisted checkpoint and the tree size; a tree smaller than the latest
-   checkpoint is corruption (``LOG_TRUNCATED``): sizes only grow, also across restarts;
+   checkpoint is corruption (``LOG_TRUNCATED``): sizes only grow, also across restarts; the
+   tree must extend the largest checkpoint ever published (``store/log_floor.py``: the
+   database's record, and ``LOG_KEY.published``), else ``CATCH_UP_REQUIRED`` or ``LOG_FORKED``;
 2. nothing to do when the tree has not grown (or, for the background signer, when the latest
    checkpoint is less than a second old);
 3. the log key must hold an admitted authority certificate with role ``log``, valid when the
@@ -12,7 +14,7 @@ serialised with admissions, also across several server processes on one database
    (:func:`check_log_key`, shared with the offline verifier);
 4. compute the new root and a consistency proof from the latest checkpoint, and verify that
    proof against the *persisted* old root: the log never signs two inconsistent checkpoints;
-5. sign the C2SP note and insert it.
+5. sign the C2SP note, insert it and record it as the largest published (``log_floor``).
 
 GET ``/api/log/checkpoint`` signs on demand when the tree is larger than the latest checkpoint;
 a background task (:func:`background_signer`) signs at most once a second while the log grows.
@@ -34,12 +36,8 @@ from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.errors import ServiceError
 from alexandria.reads.log import StoredCheckpoint, latest_checkpoint
 from alexandria.rules.authority import LOG_ROLE, LogUnavailable, check_log_key
-from alexandria.service.published import (
-    CatchUpRequired,
-    Published,
-    PublishedCheckpoint,
-    behind_message,
-)
+from alexandria.service.published import Published, PublishedCheckpoint
+from alexandria.store import log_floor
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import LogCorrupt, node_reader, tree_size
 
@@ -79,8 +77,12 @@ def sign_checkpoint_now(
             f"the log holds {size} leaves but checkpoint {latest.size} was signed",
             "LOG_TRUNCATED", tree_size=size, checkpoint_size=latest.size,
         )
+    floors = log_floor.read_floor(conn)
     if published is not None:
-        _check_published(conn, published, size)
+        floors.append(published)
+    problem = log_floor.log_problem(conn, floors, size)
+    if problem is not None:  # 1b. never fork the log, nor sign under what was published
+        raise problem
     # 2.
     if latest is not None:
         signed_ms = parse_ms(latest.signed_at) or 0
@@ -129,23 +131,9 @@ def sign_checkpoint_now(
         "INSERT INTO checkpoints(size, root, note, key, signed_at) VALUES (?, ?, ?, ?, ?)",
         (signed.size, signed.root, signed.note, signed.key, signed.signed_at),
     )
+    # every node and every later restore of this database knows it was published
+    log_floor.raise_floor(conn, note)
     return signed
-
-
-def _check_published(conn: sqlite3.Connection, published: Published, size: int) -> None:
-    """1b. the tree extends the largest checkpoint ever served: never fork the log."""
-    if size < published.size:
-        raise CatchUpRequired(behind_message(published, size), published_size=published.size,
-                              tree_size=size)
-    root = merkle.root_hash(published.size, node_reader(conn))
-    if root != published.root:
-        raise LogCorrupt(
-            f"the first {published.size} leaves of the database do not have the root of the"
-            f" checkpoint of size {published.size} this library published: the database is"
-            " not this library's history (a backup of another library, or a doctored one);"
-            " signing would fork the log", "LOG_FORKED", published_size=published.size,
-            published_root=published.root.hex(), root=root.hex(),
-        )
 
 
 class CheckpointSigner:

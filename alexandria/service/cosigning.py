@@ -3,7 +3,9 @@
 One task per configured witness, for as long as the server runs:
 
 1. wait until a checkpoint newer than the last one this witness cosigned exists (the signer
-   wakes the tasks when it signs one; they also look every ``POLL_SECONDS``);
+   wakes the tasks when it signs one; they also look every ``POLL_SECONDS``); once at start
+   the latest checkpoint is sent even when it was cosigned, to learn the size the witness
+   holds;
 2. send ``add-checkpoint`` with the old size this witness last cosigned (from the database: its
    newest stored cosignature; 0 when it never cosigned) and the consistency proof from that
    size, computed from the stored tree;
@@ -12,6 +14,9 @@ One task per configured witness, for as long as the server runs:
    checkpoint (``checkpoint_cosignatures``);
    ``409``: the witness knows another size: remember it and retry at once (the proof changes);
    the same size twice means it holds a different tree of that size (a fork), so back off;
+   either a fork or a size above this log's newest checkpoint is remembered (``Cosigning.seen``)
+   and the library admits nothing on this log meanwhile (``Library.log_problem``: it was
+   restored behind what the witness cosigned, or is another history);
    anything else (``422``, ``403``, ``404``, a timeout, a refused connection): back off
    exponentially from ``RETRY_MIN`` to ``RETRY_MAX`` seconds and retry.
 
@@ -59,6 +64,16 @@ class WitnessEndpoint:
         return self.verifier.name
 
 
+@dataclass(frozen=True)
+class WitnessSaw:
+    """A witness holds a checkpoint of this log of ``size`` that the log does not extend:
+    either larger than any checkpoint the database holds (it was restored behind what was
+    published), or of a size it already holds another root for (``forked``)."""
+
+    size: int
+    forked: bool
+
+
 class CosigningLibrary(Protocol):
     storage: LedgerStorage
 
@@ -73,13 +88,17 @@ class WitnessTask:
     """The loop of one witness (steps 1-3 of the module docstring)."""
 
     def __init__(self, storage: LedgerStorage, witness: WitnessEndpoint,
-                 client: httpx.AsyncClient, wake: asyncio.Event) -> None:
+                 client: httpx.AsyncClient, wake: asyncio.Event,
+                 seen: dict[str, WitnessSaw] | None = None) -> None:
         self.storage = storage
         self.witness = witness
         self.client = client
         self.wake = wake
+        #: what each witness said of this log that it must not extend (``Cosigning.seen``)
+        self.seen: dict[str, WitnessSaw] = seen if seen is not None else {}
         self.known: int | None = None  # the size the witness said it holds (from a 409)
         self.delay = 0.0
+        self.probed = False  # the latest checkpoint was sent once since the server started
 
     async def run(self) -> None:
         reported = ""
@@ -106,10 +125,19 @@ class WitnessTask:
         name = self.witness.verifier.vkey
         latest, cosigned = await self.storage.read(
             lambda conn: (latest_checkpoint(conn), cosignatures.last_cosigned(conn, name)))
-        if latest is None or cosigned >= latest.size:
+        if latest is None:
             return None
+        if cosigned >= latest.size:
+            if self.probed:
+                return None
+            # once at start, even when cosigned: the witness answers with the size it holds,
+            # which tells a database restored behind what it cosigned (a 409 above it)
+            self.probed = True
+            return await self.send(latest, latest.size)
+        self.probed = True
         old = cosigned if self.known is None else self.known
         if old > latest.size:
+            self.seen[self.witness.name] = WitnessSaw(old, forked=False)
             raise WitnessRefused(f"it holds size {old}, above this log's newest checkpoint"
                                  f" {latest.size}")
         return await self.send(latest, old)
@@ -127,9 +155,12 @@ class WitnessTask:
                 raise WitnessRefused("409 without a size")
             if size == old:
                 self.known = None
+                self.seen[self.witness.name] = WitnessSaw(size, forked=True)
                 raise WitnessRefused(f"it cosigned a different checkpoint of size {size}: the"
                                      " log has forked or its database was replaced")
             self.known = size
+            if size > cp.size:
+                self.seen[self.witness.name] = WitnessSaw(size, forked=False)
             return True
         if status != 200:
             raise WitnessRefused(f"{status} {content[:200].decode('utf-8', 'replace')}")
@@ -137,6 +168,7 @@ class WitnessTask:
         await self.storage.write(
             lambda conn: cosignatures.store(conn, cp.size, self.witness.verifier.vkey, line))
         self.known = cp.size
+        self.seen.pop(self.witness.name, None)
         return False
 
     async def post(self, body: bytes) -> tuple[int, bytes]:
@@ -175,6 +207,9 @@ class Cosigning:
         self.witnesses = tuple(witnesses)
         self.quorum = quorum
         self._wakes: list[asyncio.Event] = []
+        #: witness name → what it holds that this log does not extend (cleared when it
+        #: cosigns again); the library admits nothing meanwhile (``Library.log_problem``)
+        self.seen: dict[str, WitnessSaw] = {}
 
     @property
     def vkeys(self) -> list[str]:
@@ -203,7 +238,7 @@ class Cosigning:
                 wake = asyncio.Event()
                 wake.set()
                 self._wakes.append(wake)
-                task = WitnessTask(storage, w, client, wake)
+                task = WitnessTask(storage, w, client, wake, self.seen)
                 tasks.append(asyncio.get_running_loop().create_task(task.run()))
             try:
                 yield

@@ -13,23 +13,19 @@ from typing import Any
 import orjson
 
 from alexandria.core.canonical import parse_json
+from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import Genesis
-from alexandria.errors import Forbidden
+from alexandria.errors import Forbidden, ServiceError
 from alexandria.reads.changes import DEFAULT_LIMITS, Limits
 from alexandria.reads.log import latest_checkpoint
 from alexandria.rules.admission import Candidate
 from alexandria.service.checkpoint_signer import CheckpointSigner
 from alexandria.service.cosigning import Cosigning
-from alexandria.service.published import (
-    CatchUpRequired,
-    Published,
-    PublishedCheckpoint,
-    behind_message,
-    path_for,
-)
+from alexandria.service.published import PublishedCheckpoint, path_for
 from alexandria.service.writer_service import WriterClient
+from alexandria.store import log_floor
 from alexandria.store.backends import storage_for
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun
 from alexandria.store.ledger_storage import LedgerStorage
@@ -120,7 +116,8 @@ class Library:
     mirror: MirrorState | None = None
     #: signs this library's checkpoints; concurrent requests share one signing
     checkpoints: CheckpointSigner = field(init=False, repr=False)
-    _behind: Published | None = field(default=None, init=False, repr=False)
+    _problem: ServiceError | None = field(default=None, init=False, repr=False)
+    _checked_at: float = field(default=float("-inf"), init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.checkpoints = CheckpointSigner(self)
@@ -146,33 +143,88 @@ class Library:
         await self.storage.open()
         if self.writer is not None:
             await self.writer.connect()
-        if self.published is not None:
-            published = self.published.load()
-            if published is not None and await self.storage.log_size() < published.size:
-                self._behind = published
+        if self.published is not None and self.mirror is None:
+            # the database learns what this node's log key published: every process of the
+            # server, and on PostgreSQL every node, then refuses to extend another history
+            published = await asyncio.to_thread(self.published.load)
+            if published is not None:
+                note = published.note
+                origin = parse_checkpoint(note)[0].origin
+                if origin != self.genesis.origin:
+                    raise ServiceError(
+                        f"{self.published.path} holds a checkpoint of the log {origin!r}, not"
+                        f" of this library's {self.genesis.origin!r}: --log-key names another"
+                        " library's key", "PUBLISHED_CHECKPOINT_MISMATCH",
+                        path=str(self.published.path))
+                await self.storage.write(lambda conn: log_floor.raise_floor(conn, note))
+        await self.log_problem(fresh=True)
 
-    async def behind(self) -> Published | None:
-        """The published checkpoint the database has not caught up with yet, if any.  Once
-        behind, every call looks again: ``alexandria restore --catch-up`` fills the database
-        from another process while this one serves reads."""
-        published = self._behind
-        if published is not None and await self.storage.log_size() >= published.size:
-            self._behind = published = None
-        return published
+    async def log_problem(self, fresh: bool = False) -> ServiceError | None:
+        """Why this node may not extend its log (``store/log_floor.py``): the database is
+        behind the largest checkpoint published (``CATCH_UP_REQUIRED``), or another history
+        (``LOG_FORKED``), or not the file it opened.  Looked up again at most every
+        ``LOG_RECHECK_S`` while all is well, every ``LOG_TROUBLE_RECHECK_S`` while not (a
+        catch-up from another process ends it); the writer checks it again inside each write
+        transaction, so this is the answer for readiness and the early refusal."""
+        if self.mirror is not None:
+            return None
+        now = time.monotonic()
+        if not fresh and now - self._checked_at < (
+                LOG_RECHECK_S if self._problem is None else LOG_TROUBLE_RECHECK_S):
+            return self._problem
+        problem = self.storage.replaced()
+        if problem is None:
+            keeper = self.published
+            kept = await asyncio.to_thread(keeper.load) if keeper is not None else None
+
+            def check(conn: Any) -> ServiceError | None:
+                floors = log_floor.read_floor(conn)
+                if kept is not None:
+                    floors.append(kept)
+                size = tree_size(conn)
+                return log_floor.log_problem(conn, floors, size) or self._witnessed(size)
+
+            problem = await self.storage.read(check)
+        self._problem, self._checked_at = problem, now
+        return problem
+
+    def _witnessed(self, size: int) -> ServiceError | None:
+        """What the witnesses said of this log (``Cosigning.seen``): one cosigned a checkpoint
+        this tree lacks leaves of, or holds another root at a size it holds."""
+        for name, saw in sorted(self.cosigning.seen.items()):
+            if saw.forked:
+                return log_floor.LogForked(
+                    f"the witness {name} cosigned another checkpoint of size {saw.size} of this"
+                    " log: the database is not the history it witnessed. "
+                    + log_floor.FORKED_ADVICE, witness=name, published_size=saw.size,
+                    tree_size=size)
+            if size < saw.size:
+                return log_floor.CatchUpRequired(
+                    f"the witness {name} cosigned a checkpoint of size {saw.size} of this log"
+                    f" but the database holds {size} leaves (restored from an older backup?):"
+                    " it serves reads but takes no writes until the missing entries are"
+                    " replayed: run `alexandria restore --db DB --catch-up URL` with the URL of"
+                    " a mirror (or of an export file: --catch-up FILE)", witness=name,
+                    published_size=saw.size, tree_size=size)
+        return None
+
+    def _refused(self, exc: ServiceError) -> None:
+        """The writer refused an admission for the log's state: remember it at once."""
+        if exc.code in LOG_PROBLEMS:
+            self._problem, self._checked_at = exc, time.monotonic()
 
     async def check_writable(self) -> None:
-        """Refuse a write on a mirror (403, naming the origin) or while the database is behind
-        the checkpoint this library published (503, saying how to catch up)."""
+        """Refuse a write on a mirror (403, naming the origin), or while the database is
+        behind or a fork of the checkpoint this library published (503, saying how to
+        recover)."""
         if self.mirror is not None:
             raise ReadOnlyMirror(
                 f"this is a read-only mirror of {self.mirror.origin}: send writes there",
                 origin=self.mirror.origin,
             )
-        published = await self.behind()
-        if published is not None:
-            size = await self.storage.log_size()
-            raise CatchUpRequired(behind_message(published, size),
-                                  published_size=published.size, tree_size=size)
+        problem = await self.log_problem()
+        if problem is not None:
+            raise problem
 
     async def admit_authority(self, body: bytes) -> AuthorityAdmitted:
         """Admit the authority document ``body`` (at most 64 KiB, ``api.http.read_body``):
@@ -180,7 +232,11 @@ class Library:
         signatures verified before the writer (``LedgerStorage.admit_authority``)."""
         await self.check_writable()
         document = await asyncio.to_thread(parse_json, body)
-        return await self.storage.admit_authority(document)
+        try:
+            return await self.storage.admit_authority(document)
+        except ServiceError as exc:
+            self._refused(exc)
+            raise
 
     async def status(self) -> Status:
         def read(conn: Any) -> tuple[int, int, str]:
@@ -196,10 +252,9 @@ class Library:
             reasons.append("the storage's writer thread has stopped")
         if self.writer is not None and self.writer.lost is not None:
             reasons.append(f"the admission writer process is gone ({self.writer.lost})")
-        published = await self.behind()
-        if published is not None:
-            reasons.append(f"catching up: the database holds {size} of the {published.size}"
-                           " leaves this library published")
+        problem = await self.log_problem()
+        if problem is not None:
+            reasons.append(log_reason(problem))
         mirror = self.mirror
         if mirror is not None:
             reasons.extend(mirror.reasons(size))
@@ -215,9 +270,35 @@ class Library:
     async def admit(self, cand: Candidate, dry_run: bool = False) -> Admitted | DryRun:
         """Admit (or dry-run) a prepared envelope: here, or in the writer process."""
         await self.check_writable()
-        if self.writer is not None:
-            return await self.writer.admit(cand, dry_run)
-        return await self.storage.admit(cand, dry_run)
+        try:
+            if self.writer is not None:
+                return await self.writer.admit(cand, dry_run)
+            return await self.storage.admit(cand, dry_run)
+        except ServiceError as exc:
+            self._refused(exc)
+            raise
+
+
+#: seconds a node trusts its last look at the log's state while all was well (the writer
+#: checks inside every write transaction regardless)
+LOG_RECHECK_S = 1.0
+#: and while it may not extend the log (each refused request would look otherwise)
+LOG_TROUBLE_RECHECK_S = 0.2
+LOG_PROBLEMS = frozenset({"CATCH_UP_REQUIRED", "LOG_FORKED", "DATABASE_REPLACED"})
+
+
+def log_reason(problem: ServiceError) -> str:
+    """``/healthz``'s reason for a log this node may not extend."""
+    d = problem.details
+    if problem.code == "CATCH_UP_REQUIRED":
+        return (f"catching up: the database holds {d.get('tree_size')} of the"
+                f" {d.get('published_size')} leaves this library published"
+                " (CATCH_UP_REQUIRED: `alexandria restore --db DB --catch-up URL|EXPORT`)")
+    if problem.code == "LOG_FORKED":
+        return (f"the log is forked: its first {d.get('published_size')} leaves are not those"
+                " of the checkpoint this library published (LOG_FORKED: restore a backup at"
+                " least as new as that checkpoint; docs/operations.md)")
+    return f"{problem.message} ({problem.code})"
 
 
 def load_genesis(path: str | Path) -> Genesis:

@@ -7,11 +7,13 @@ the library keeps the largest checkpoint it has served in a small file beside it
 (``LOG_KEY.published``; a restore copies the database, not this file), written atomically before
 the checkpoint is served, and:
 
-- signs nothing that is not consistent with it (``sign_checkpoint_now``): the tree must hold
-  at least its leaves, and its first ``size`` leaves must have its root;
-- takes no writes while the database holds fewer leaves than it (503 ``CATCH_UP_REQUIRED``,
-  saying how: ``alexandria restore --db FILE --catch-up URL|EXPORT`` replays the missing tail,
-  verified, from a mirror or an export).
+- raises the database's own record of it (``store/log_floor.py``) to it when it opens, so
+  that every process of the server, and on PostgreSQL every node, knows it;
+- signs nothing and admits nothing on a log that is not consistent with it: the tree must
+  hold at least its leaves (else 503 ``CATCH_UP_REQUIRED``, saying how:
+  ``alexandria restore --db FILE --catch-up URL|EXPORT`` replays the missing tail, verified,
+  from a mirror or an export), and its first ``size`` leaves must have its root (else 503
+  ``LOG_FORKED``).
 
 Several server processes may sign; a lock file serialises the read-compare-replace, so the file
 only ever grows.
@@ -23,28 +25,17 @@ import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
 from alexandria.errors import ServiceError
 from alexandria.files import atomic_write
+from alexandria.store.log_floor import CatchUpRequired, LogForked, Published, behind_message
+
+__all__ = ["CatchUpRequired", "LogForked", "Published", "PublishedCheckpoint", "behind_message",
+           "path_for"]
 
 SUFFIX = ".published"
-
-
-class CatchUpRequired(ServiceError):
-    """The database is behind the checkpoint this library published (a restore from an older
-    backup): reads are served, writes and checkpoints wait for the missing tail."""
-
-    default_code = "CATCH_UP_REQUIRED"
-
-
-@dataclass(frozen=True)
-class Published:
-    size: int
-    root: bytes
-    note: str
 
 
 def path_for(log_key: str | Path) -> Path:
@@ -91,12 +82,3 @@ class PublishedCheckpoint:
             if current is None or size > current.size:
                 atomic_write(self.path, note.encode("utf-8"), 0o600)
 
-
-def behind_message(published: Published, tree_size: int) -> str:
-    return (
-        f"this library published a checkpoint of size {published.size} but its database"
-        f" holds {tree_size} leaves (restored from an older backup?): it serves reads but takes"
-        " no writes and signs no checkpoint until the missing entries are replayed. Stop"
-        " nothing; run `alexandria restore --db DB --catch-up URL` with the URL of a mirror"
-        " (or of an export file: --catch-up FILE)"
-    )

@@ -12,17 +12,20 @@ library keeps admitting (in WAL mode a reader never blocks the writer).  It is w
 its destination, checked (``PRAGMA quick_check``) and renamed into place, so a crash leaves no
 half backup.
 
-A restore copies a backup over the database the same way.  The server must be stopped: the
-database's old write-ahead log is removed first (SQLite would otherwise replay its frames into
-the restored file).  What the backup lacks — everything admitted after it — is then replayed by
-``--catch-up`` (``audit/follow.py``); until then the library refuses writes and checkpoints
-(``service/published.py``).
+A restore copies a backup over the database the same way.  The server must be stopped, and
+the restore refuses while it is not (``store/db_lock.py``): the database's old write-ahead log
+is removed first (SQLite would otherwise replay its frames into the restored file).  The
+largest checkpoint the replaced database had published is carried into the restored one
+(``store/log_floor.py``): what the backup lacks — everything admitted after it — is then
+replayed by ``--catch-up`` (``audit/follow.py``), and until then the library refuses writes and
+checkpoints; a backup that forks that checkpoint is refused.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,9 @@ from typing import Any
 import orjson
 
 from alexandria.errors import BadRequest, ServiceError
+from alexandria.store import db_lock, log_floor
 from alexandria.store.backends import display, has_library, open_readonly
+from alexandria.store.log_floor import Published
 from alexandria.store.merkle_nodes import tree_size
 from alexandria.store.postgresql import is_database_url
 
@@ -161,45 +166,79 @@ def describe(path: str | Path) -> Snapshot:
     return Snapshot(str(path), pin, size, path.stat().st_size)
 
 
-def restore(backup_path: str | Path, db: str | Path, replace: bool = False) -> Snapshot:
+def restore(backup_path: str | Path, db: str | Path, replace: bool = False,
+            floors: Sequence[Published] = ()) -> Snapshot:
     """Copy the backup at ``backup_path`` to ``db``.  An existing ``db`` is replaced only with
-    ``replace`` and only by a backup of the same library; the server must be stopped."""
+    ``replace``, only by a backup of the same library, and never while a server uses it
+    (``store/db_lock.py``).  The largest checkpoint the replaced database had published (and
+    ``floors``: ``LOG_KEY.published``) is carried over into the restored one, so that it takes
+    no writes until caught up with it (``store/log_floor.py``); a backup that forks it is
+    refused and nothing is changed."""
     backup_path = Path(backup_path)
     snapshot = describe(backup_path)
     if is_database_url(db):
-        return _restore_postgresql(backup_path, snapshot, str(db), replace)
+        return _restore_postgresql(backup_path, snapshot, str(db), replace, floors)
     db = Path(db)
-    if db.exists():
-        if not replace:
-            raise BadRequest(
-                f"{db} exists: stop the server and pass --replace to restore over it",
-                "DATABASE_EXISTS", path=str(db),
-            )
-        current = describe(db)
-        if current.genesis_pin != snapshot.genesis_pin:
-            raise BadRequest(
-                f"{backup_path} is a backup of the library {snapshot.genesis_pin}, {db} belongs"
-                f" to {current.genesis_pin}", "GENESIS_MISMATCH",
-            )
-    source = _open_ro(backup_path)
-    tmp = db.with_name(f".{db.name}.restoring")
-    try:
-        _copy(source, tmp)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        source.close()
-    for suffix in ("-wal", "-shm"):  # the old database's log must not be replayed into this one
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
-    os.replace(tmp, db)
+    if db.exists() and not replace:
+        raise BadRequest(
+            f"{db} exists: stop the server and pass --replace to restore over it",
+            "DATABASE_EXISTS", path=str(db),
+        )
+    with db_lock.exclusive(db, "restoring over it"):
+        carried = list(floors)
+        if db.exists():
+            current = describe(db)
+            if current.genesis_pin != snapshot.genesis_pin:
+                raise BadRequest(
+                    f"{backup_path} is a backup of the library {snapshot.genesis_pin}, {db}"
+                    f" belongs to {current.genesis_pin}", "GENESIS_MISMATCH",
+                )
+            with open_readonly(db) as conn:
+                carried += log_floor.read_floor(conn)
+        source = _open_ro(backup_path)
+        tmp = db.with_name(f".{db.name}.restoring")
+        try:
+            _copy(source, tmp)
+            if carried:
+                _carry_floor(tmp, carried, backup_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            source.close()
+        for suffix in ("-wal", "-shm"):  # the old database's log must not be replayed into it
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        os.replace(tmp, db)
     return describe(db)
 
 
+def _carry_floor(target: Path, carried: list[Published], backup_path: Path) -> None:
+    """Record the largest of ``carried`` in the copy ``target``, refusing a copy that forks
+    any of them (``LOG_FORKED``)."""
+    conn = sqlite3.connect(target, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        problem = log_floor.log_problem(conn, carried)
+        if isinstance(problem, log_floor.LogForked):
+            raise log_floor.LogForked(
+                f"{backup_path} is not this library's history: its first"
+                f" {problem.details['published_size']} leaves do not have the root of the"
+                " checkpoint the library published; nothing was changed. Restore a backup"
+                " of this history", **problem.details)
+        top = log_floor.largest(carried)
+        if top is not None:
+            log_floor.raise_floor(conn, top.note)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    _check_and_sync(target)
+
+
 def _restore_postgresql(backup_path: Path, snapshot: Snapshot, url: str,
-                        replace: bool) -> Snapshot:
+                        replace: bool, floors: Sequence[Published]) -> Snapshot:
     """The backup copied into the PostgreSQL database ``url`` (``migrate`` with ``replace``:
-    one transaction under the write lock, the copied log's root checked)."""
+    one transaction under the write lock, the copied log's root checked, refused while a node
+    serves the database)."""
     from alexandria.store.postgresql.migrate import migrate
 
     if has_library(url):
@@ -214,5 +253,5 @@ def _restore_postgresql(backup_path: Path, snapshot: Snapshot, url: str,
                 f"{backup_path} is a backup of the library {snapshot.genesis_pin},"
                 f" {display(url)} belongs to {current.genesis_pin}", "GENESIS_MISMATCH",
             )
-    migrate(backup_path, url, replace=True)
+    migrate(backup_path, url, replace=True, floors=floors, server_file=False)
     return describe(url)

@@ -51,7 +51,7 @@ from alexandria.rules.authority import (
 )
 from alexandria.rules.state import FEED_RELATIONS
 from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, object_after
-from alexandria.store import feed, schema, search_index
+from alexandria.store import feed, log_floor, schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
 from alexandria.store.merkle_nodes import node_reader, read_together, tree_size
 from alexandria.store.read_ahead import Key
@@ -182,6 +182,8 @@ class _Job:
     checks_first: bool = False
     #: the revision ids ``fn`` will ask ``StateView.admitted`` about (``_absent``)
     revisions: tuple[str, ...] = ()
+    #: ``fn`` appends admissions to the log: refused on a log that is behind or forked
+    appends: bool = False
 
 
 class _BatchAborted(Exception):
@@ -227,6 +229,8 @@ class LedgerStorage(Storage):
         self.clock: Callable[[], int] = now_ms
         #: each read's time budget in seconds, None for none (``store/query_budget.py``)
         self.query_timeout_s: float | None = None
+        self._floor_checked = -1  # the memory generation ``_floor_problem`` was learnt in
+        self._floor_problem: ServiceError | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -305,7 +309,7 @@ class LedgerStorage(Storage):
 
     def _enqueue(
         self, fn: Callable[[sqlite3.Connection], T], checks_first: bool,
-        revisions: tuple[str, ...] = (),
+        revisions: tuple[str, ...] = (), appends: bool = False,
     ) -> asyncio.Future[T]:
         loop = asyncio.get_running_loop()
         if self._writing is None:
@@ -318,7 +322,7 @@ class LedgerStorage(Storage):
                 name="alexandria-writer", daemon=True,
             ).start()
         fut: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(fn, fut, checks_first, revisions))
+        self._jobs.put(_Job(fn, fut, checks_first, revisions, appends))
         return fut
 
     def _write_forever(
@@ -411,15 +415,24 @@ class LedgerStorage(Storage):
 
     def _try_batch(self, conn: sqlite3.Connection, batch: list[_Job], isolate: bool) -> list[Any]:
         results: list[Any] = []
+        replaced = self.replaced()
+        if replaced is not None:
+            return [replaced] * len(batch)
         try:
             self._begin(conn)
+        except ServiceError as exc:  # e.g. a reconnect that may not take its lock
+            return [exc] * len(batch)
         except sqlite3.Error as exc:
             log.warning("database is busy: %s", exc)
             return [ServiceError("database is busy", "STORAGE_BUSY")] * len(batch)
         try:
             self._memory.begin(conn)
+            refusal = self._log_refusal(conn) if any(j.appends for j in batch) else None
             self._memory.absent = self._absent(conn, batch)
             for job in batch:
+                if refusal is not None and job.appends:
+                    results.append(refusal)
+                    continue
                 if job.checks_first and not isolate:
                     try:
                         results.append(job.fn(conn))
@@ -455,6 +468,25 @@ class LedgerStorage(Storage):
         self._committed(conn)
         return results
 
+    def _log_refusal(self, conn: sqlite3.Connection) -> ServiceError | None:
+        """Why no admission may be appended to the log in ``conn`` now: it is behind or a fork
+        of the largest checkpoint published (``store/log_floor.py``).  Looked up again whenever
+        the writer's memory was forgotten — another connection committed (``data_version``;
+        on PostgreSQL, another node wrote), a reconnect, a rollback — else remembered while
+        all is well."""
+        generation = self._memory.generation
+        # while refused, every batch looks again: a replay in this process may have caught up
+        if self._floor_checked != generation or self._floor_problem is not None:
+            size = self._memory.tail(conn)[0]
+            self._floor_problem = log_floor.log_problem(conn, log_floor.read_floor(conn), size)
+            self._floor_checked = generation
+        return self._floor_problem
+
+    def replaced(self) -> ServiceError | None:
+        """Why this node's database is no longer the one it opened (a SQLite file replaced
+        behind its back), or None."""
+        return None
+
     def _rollback(self, conn: sqlite3.Connection) -> None:
         self._memory.forget()
         with contextlib.suppress(sqlite3.Error):
@@ -469,7 +501,7 @@ class LedgerStorage(Storage):
         """``admit`` without a coroutine: the future resolves once the admission is durable
         (used by ``writer_service``, which answers many requests per connection)."""
         return self._enqueue(lambda conn: self._admit(conn, cand, dry_run), checks_first=True,
-                             revisions=(cand.record.id,))
+                             revisions=(cand.record.id,), appends=True)
 
     async def admit_many(self, cands: Sequence[Candidate]) -> list[Admitted | DryRun | Exception]:
         """The bulk path (loaders): each candidate exactly as ``admit`` would, in order, all in
@@ -512,7 +544,7 @@ class LedgerStorage(Storage):
             return out
 
         return await self._enqueue(run, checks_first=True,
-                                   revisions=tuple(c.record.id for c in cands))
+                                   revisions=tuple(c.record.id for c in cands), appends=True)
 
     def state_view(self, conn: sqlite3.Connection) -> _StateView:
         """The rules' ``StateView`` over ``conn``, inside a write transaction of this storage."""
@@ -663,7 +695,8 @@ class LedgerStorage(Storage):
         event loop and before the writer (``authority.prepare_authority_document``); the
         writer only asks the ledger (``_admit_authority``)."""
         prepared = await asyncio.to_thread(prepare_authority_document, document, self.genesis)
-        return await self.write(lambda conn: self._admit_authority(conn, prepared))
+        return await self._enqueue(lambda conn: self._admit_authority(conn, prepared),
+                                   checks_first=False, appends=True)
 
     def _admit_authority(
         self, conn: sqlite3.Connection, prepared: AuthorityDocument, now: int | None = None

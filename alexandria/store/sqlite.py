@@ -16,6 +16,7 @@ of them, never an unrelated read nor the writer.  Reads see committed state only
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -24,8 +25,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from alexandria.core.trust import Genesis
+from alexandria.errors import ServiceError
 from alexandria.files import create_private
 from alexandria.store import feed, query_budget, schema
+from alexandria.store.db_lock import SharedLock
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage
 from alexandria.store.read_ahead import Key, ReadAhead
 from alexandria.store.read_connections import ThreadConnections
@@ -76,6 +79,14 @@ class _Readers:
         self._connections.close()
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class SqliteStorage(LedgerStorage):
     """The ``LedgerStorage`` of a library in one SQLite file: what SQLite changes is how the
     writer connects and waits for another process's write, the WAL's checkpoints after
@@ -87,6 +98,8 @@ class SqliteStorage(LedgerStorage):
         self._ahead: ReadAhead | None = None
         self._checkpointer: WalCheckpointer | None = None
         self._feed_start = 0  # the first owner of the next range of recent feed rows to move
+        self._lock = SharedLock(self.path)
+        self._identity: tuple[int, int] | None = None  # the opened file's (device, inode)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -95,6 +108,8 @@ class SqliteStorage(LedgerStorage):
         self._ahead = ReadAhead(self.path)
 
     def _connect_writer(self) -> sqlite3.Connection:
+        # held until close: ``restore --replace`` and ``migrate`` refuse meanwhile (db_lock)
+        self._lock.acquire()
         fresh = not Path(self.path).exists()
         schema.check_database(self.path)  # before anything below writes to an old library
         if fresh:
@@ -125,7 +140,24 @@ class SqliteStorage(LedgerStorage):
         conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
         # this connection's commits are checkpointed by a thread of its own (wal_checkpointer)
         self._checkpointer = WalCheckpointer(self.path)
+        self._identity = _identity(self.path)
         return conn
+
+    def replaced(self) -> ServiceError | None:
+        """The database file is no longer the one this storage opened (moved, deleted or
+        copied over behind its back): whatever it wrote now would be lost."""
+        if self._identity is None or _identity(self.path) == self._identity:
+            return None
+        return ServiceError(
+            f"{self.path} was replaced or removed while this server had it open (a restore or"
+            " a copy behind its back): it takes no writes; restart it to serve the file now"
+            " at that path (docs/operations.md)", "DATABASE_REPLACED", path=self.path)
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            self._lock.release()
 
     async def _close_readers(self) -> None:
         if self._checkpointer is not None:

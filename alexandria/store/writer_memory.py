@@ -42,9 +42,12 @@ LIMIT = 20_000  # entries of each cache of an unbounded key set
 class WriterMemory:
     def __init__(self) -> None:
         self._version: int | None = None
+        #: counts the ``forget`` calls: what was learnt in one generation holds until the next
+        self.generation = 0
         self.forget()
 
     def forget(self) -> None:
+        self.generation += 1
         self._tail: tuple[int, int] | None = None  # (log size, last admitted_at in ms)
         self._newest: dict[int, tuple[int, bytes]] = {}  # level -> (index, hash)
         self.authorities: Bounded[str, list[tuple[int, AuthorityCertificate]]] = Bounded(LIMIT)

@@ -19,13 +19,17 @@
    commit, ``VACUUM (ANALYZE)`` gives the planner the new tables' statistics and marks their
    pages all-visible (index-only scans read no table page).
 
-Stop the SQLite server first: what it admits after step 3 began is not copied.
+The SQLite file is read in one snapshot (one read transaction, as ``backup`` does), and
+``migrate`` refuses while a server uses either database (``store/db_lock.py``): what a SQLite
+server admitted after the snapshot would not be copied, and a PostgreSQL node would write
+beside the copy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -34,10 +38,12 @@ import psycopg
 
 from alexandria.core import merkle
 from alexandria.errors import BadRequest, ServiceError
-from alexandria.store import search_index
+from alexandria.store import db_lock, log_floor, search_index
+from alexandria.store.log_floor import Published
 from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader, tree_size
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
+from alexandria.store.postgresql.storage import redacted
 from alexandria.store.schema import (
     LINK_COLUMNS,
     ROOT_KEYED_LINKS,
@@ -138,61 +144,98 @@ def _target_pin(conn: PgConnection) -> str | None:
 
 def migrate(source: str | Path, url: str,
             progress: Callable[[str, int], None] = lambda table, rows: None,
-            replace: bool = False) -> Migrated:
+            replace: bool = False, floors: Sequence[Published] = (),
+            server_file: bool = True) -> Migrated:
     """Steps 1–4 of the module docstring.  ``replace``: the target may hold a log of the same
     library, which the copy replaces (``alexandria restore --replace`` of a backup, which is a
-    SQLite library file: ``store/postgresql/backup.py``)."""
+    SQLite library file: ``store/postgresql/backup.py``); the largest checkpoint the replaced
+    database had published (and ``floors``: ``LOG_KEY.published``) is carried over, and a copy
+    that forks it is refused.  ``server_file``: ``source`` is a database a server may be using
+    (``migrate``), not a backup (``restore``): it is locked against one."""
     path = Path(source)
     if not path.exists():
         raise BadRequest(f"{source}: no such database", "NO_DATABASE")
     check_database(path)  # 1.
-    lite = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+    with contextlib.ExitStack() as stack:
+        if server_file:
+            stack.enter_context(db_lock.exclusive(path, "migrating it"))
+        lite = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True,
+                               isolation_level=None)
+        stack.callback(lite.close)
+        lite.execute("BEGIN")  # one snapshot for every table, as a backup is
+        return _migrate(lite, source, url, progress, replace, floors)
+    raise AssertionError("unreachable")
+
+
+def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
+             progress: Callable[[str, int], None], replace: bool,
+             floors: Sequence[Published]) -> Migrated:
+    size = tree_size(lite)
+    pin = lite.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
+    if pin is None:
+        raise BadRequest(f"{source} is not an Alexandria database", "NOT_A_LIBRARY")
+    root = merkle.root_hash(size, node_reader(lite))
+    latest = lite.execute("SELECT max(size) FROM checkpoints").fetchone()[0] or 0
     try:
-        size = tree_size(lite)
-        pin = lite.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
-        if pin is None:
-            raise BadRequest(f"{source} is not an Alexandria database", "NOT_A_LIBRARY")
-        root = merkle.root_hash(size, node_reader(lite))
-        latest = lite.execute("SELECT max(size) FROM checkpoints").fetchone()[0] or 0
-        try:
-            raw = connection.connect(url)
-        except psycopg.Error as exc:
-            raise ServiceError(f"cannot connect to the PostgreSQL database: {exc}".strip(),
-                               "STORAGE_UNAVAILABLE") from exc
-        with raw:
-            schema.apply(raw)  # 2.
-            conn = PgConnection(raw, Dialect())
-            rows = 0
-            with raw.transaction():  # 3.
-                conn.execute(
-                    "UPDATE ledger_writes SET version = version + 1 WHERE id = 1")
-                if (not replace
-                        and conn.execute("SELECT 1 FROM log LIMIT 1").fetchone() is not None):
-                    raise BadRequest("the PostgreSQL database already holds a log: migrate"
-                                     " into an empty database", "TARGET_NOT_EMPTY")
-                found_pin = _target_pin(conn)
-                if found_pin is not None and found_pin != pin[0]:
-                    raise BadRequest(
-                        f"the PostgreSQL database belongs to the library {found_pin}, {source}"
-                        f" to {pin[0]}", "GENESIS_MISMATCH")
-                raw.execute(f"TRUNCATE {', '.join((*COPIED, *DERIVED))}")
-                for table in COPIED:
-                    if table in ROOT_KEYED and "root" in _columns(lite, table):
-                        continue  # an earlier layout's: feed.ensure_layout rebuilds them
-                    rows += _copy(lite, raw, table, progress)
-                # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
-                fill_added_table(cast(sqlite3.Connection, conn), "tree_heads")
-                search_index.rebuild(cast(sqlite3.Connection, conn))
-                conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('catalogue_index', ?)"
-                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    (search_index.INDEX_VERSION,),
-                )
-                _check_copy(raw, conn, size, root, latest)  # 4.
-            # the planner's statistics of the tables just filled, and their visibility map:
-            # without it every index-only read (the search postings, the covering indexes)
-            # visits the table too until autovacuum comes by
-            raw.execute("VACUUM (ANALYZE)")
-    finally:
-        lite.close()
+        raw = connection.connect(url)
+    except psycopg.Error as exc:
+        raise ServiceError(f"cannot connect to the PostgreSQL database: {exc}".strip(),
+                           "STORAGE_UNAVAILABLE") from exc
+    with raw:
+        # no node may serve the database meanwhile: it holds the lock's shared side
+        db_lock.pg_exclusive(raw, redacted(url),
+                             "restoring over it" if replace else "migrating into it")
+        schema.apply(raw)  # 2.
+        conn = PgConnection(raw, Dialect())
+        rows = 0
+        with raw.transaction():  # 3.
+            conn.execute(
+                "UPDATE ledger_writes SET version = version + 1 WHERE id = 1")
+            if (not replace
+                    and conn.execute("SELECT 1 FROM log LIMIT 1").fetchone() is not None):
+                raise BadRequest("the PostgreSQL database already holds a log: migrate"
+                                 " into an empty database", "TARGET_NOT_EMPTY")
+            found_pin = _target_pin(conn)
+            if found_pin is not None and found_pin != pin[0]:
+                raise BadRequest(
+                    f"the PostgreSQL database belongs to the library {found_pin}, {source}"
+                    f" to {pin[0]}", "GENESIS_MISMATCH")
+            pg = cast(sqlite3.Connection, conn)
+            carried = [*log_floor.read_floor(pg), *floors] if replace else []
+            raw.execute(f"TRUNCATE {', '.join((*COPIED, *DERIVED))}")
+            for table in COPIED:
+                if table in ROOT_KEYED and "root" in _columns(lite, table):
+                    continue  # an earlier layout's: feed.ensure_layout rebuilds them
+                rows += _copy(lite, raw, table, progress)
+            # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
+            fill_added_table(pg, "tree_heads")
+            search_index.rebuild(pg)
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('catalogue_index', ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (search_index.INDEX_VERSION,),
+            )
+            _check_copy(raw, conn, size, root, latest)  # 4.
+            if carried:
+                _carry_floor(pg, carried, size)
+        # the planner's statistics of the tables just filled, and their visibility map:
+        # without it every index-only read (the search postings, the covering indexes)
+        # visits the table too until autovacuum comes by
+        raw.execute("VACUUM (ANALYZE)")
     return Migrated(size, root.hex(), rows, int(latest))
+
+
+def _carry_floor(conn: sqlite3.Connection, carried: list[Published], size: int) -> None:
+    """The largest checkpoint the replaced database had published stays known (a restored
+    log that lacks part of it takes no writes until caught up); a copy that forks it is
+    refused, rolling the restore back."""
+    problem = log_floor.log_problem(conn, carried, size)
+    if isinstance(problem, log_floor.LogForked):
+        raise log_floor.LogForked(
+            "the backup is not this library's history: its first"
+            f" {problem.details['published_size']} leaves do not have the root of the"
+            " checkpoint the database it would replace had published; nothing was changed."
+            " Restore a backup of this history", **problem.details)
+    top = log_floor.largest(carried)
+    if top is not None:
+        log_floor.raise_floor(conn, top.note)

@@ -44,7 +44,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from alexandria.core.trust import Genesis
 from alexandria.errors import ResyncRequired, ServiceError
-from alexandria.store import query_budget
+from alexandria.store import db_lock, query_budget
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage, _BatchAborted
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
@@ -264,6 +264,8 @@ class PostgresStorage(LedgerStorage):
             applied = schema.apply(raw)
             if applied:
                 log.info("%s: schema migrated to version %s", self.path, applied[-1])
+            # held while connected: ``restore --replace`` and ``migrate`` refuse meanwhile
+            db_lock.pg_shared(raw, self.path)
             raw.execute(f"SET lock_timeout = '{int(BUSY_TIMEOUT_S * 1000)}ms'")
         except BaseException:
             raw.close()
@@ -276,8 +278,15 @@ class PostgresStorage(LedgerStorage):
         dropped is replaced first, so a database restart costs the batch in flight only."""
         if conn.broken:
             with self._reconnect_lock:
-                conn.raw = connection.connect(self.url)
+                raw = connection.connect(self.url)
+                try:
+                    db_lock.pg_shared(raw, self.path)  # a restore may be under way
+                except BaseException:
+                    raw.close()
+                    raise
+                conn.raw = raw
                 conn.raw.execute(f"SET lock_timeout = '{int(BUSY_TIMEOUT_S * 1000)}ms'")
+            # the database may have been restored meanwhile: the log is checked again
             self._memory.forget()
         conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
 
