@@ -364,7 +364,9 @@ async def test_a_busy_page_is_a_typed_503_with_retry_after(api: Api) -> None:
     assert (await api.client.get("/api/genesis")).status_code == 200  # the API is not gated
     held.set()
     await holder
-    # a page that waited for its turn says how long, apart from its own time
+    # with serve --server-timing, a page that waited for its turn says how long, apart from
+    # its own time
+    app.state.server_timing = True
     app.state.page_gate = gate = PageGate()
     held.clear()
     holder = asyncio.create_task(gate.run(held.wait))
