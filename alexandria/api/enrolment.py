@@ -2,12 +2,17 @@
 (``service/enrolment.py`` says why and what is bounded).
 
 - ``POST /api/enrolments``: a request → 201 ``{code, expires_at}``;
-- ``GET /api/enrolments``: the open requests, for the operator (signed by an authority key);
+- ``GET /api/enrolments``: the oldest open requests and how many are open, for the operator
+  (signed by an authority key);
 - ``GET /api/enrolments/{code}?worker=KEY``: the requester polls: ``pending`` or ``approved``
   with the certificate (404 for another key: a code alone shows nothing);
+- ``GET /api/enrolments/{code}`` signed by an authority key: that one request, for
+  ``alexandria authority approve CODE``, however many others wait;
 - ``POST /api/enrolments/{code}/certificate``: the operator's signed worker certificate.
 
-Times are the storage's clock (the server's, controllable in tests), as for admissions.
+Times are the storage's clock (the server's, controllable in tests), as for admissions.  The
+limits per client address and per key are kept by each server process (``serve --workers N``
+allows N times the rate; the cap on open requests is the table's, shared).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from alexandria.api.client_address import client_address
 from alexandria.api.http import json_response, query_params, read_body
+from alexandria.api.origin import Origin
 from alexandria.core.canonical import parse_json
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms
@@ -30,23 +37,31 @@ PRIVATE = {"Cache-Control": "no-store"}
 LIST_LIMIT = 100
 
 
-def _limiter(request: Request) -> enrolment.AddressLimiter:
-    """One per app (per server process: N workers allow N times the rate; the table's cap on
-    open requests is shared)."""
+def _limiters(request: Request) -> tuple[enrolment.AddressLimiter, enrolment.KeyLimiter]:
+    """One pair per app (per server process)."""
     state = request.app.state
-    if not hasattr(state, "enrolment_limiter"):
-        state.enrolment_limiter = enrolment.AddressLimiter()
-    limiter: enrolment.AddressLimiter = state.enrolment_limiter
-    return limiter
+    if not hasattr(state, "enrolment_limiters"):
+        state.enrolment_limiters = (enrolment.AddressLimiter(), enrolment.KeyLimiter())
+    limiters: tuple[enrolment.AddressLimiter, enrolment.KeyLimiter] = \
+        state.enrolment_limiters
+    return limiters
 
 
 async def post_enrolment(request: Request) -> Response:
+    """Every refusal before the writer: the address's limit first (it bounds the signature
+    checks a client can ask for), then the request and its signature, the key's limit and,
+    on a read connection, the cap on open requests."""
     lib: Library = request.app.state.library
     query_params(request, ())
+    by_address, by_key = _limiters(request)
+    origin: Origin = request.app.state.origin
+    limit_key, shown = client_address(request, origin.trust_proxy_headers)
+    now = lib.storage.clock()
+    by_address.check(limit_key, now, shown)
     body = await read_body(request, enrolment.MAX_REQUEST_BYTES)
     req = enrolment.parse_request(body, lib.genesis.pin)
-    now = lib.storage.clock()
-    _limiter(request).check(request.client.host if request.client else "unknown", now)
+    by_key.check(req.worker, now, req.worker[:16] + "…")
+    await store.precheck_create(lib.storage, req.worker, now, enrolment.MAX_OPEN)
     code = enrolment.new_code()
     expires = await store.create(lib.storage, code, req.worker, req.name, req.scopes, now,
                                  enrolment.TTL_MS, enrolment.MAX_OPEN)
@@ -54,21 +69,31 @@ async def post_enrolment(request: Request) -> Response:
                          headers=PRIVATE)
 
 
+def _authority(request: Request, lib: Library, now: int) -> str:
+    return enrolment.parse_list_header(request.headers.get(enrolment.LIST_HEADER),
+                                       lib.genesis.pin, now)
+
+
 async def list_enrolments(request: Request) -> Response:
     lib: Library = request.app.state.library
     query_params(request, ())
     now = lib.storage.clock()
-    key = enrolment.parse_list_header(request.headers.get(enrolment.LIST_HEADER),
-                                      lib.genesis.pin, now)
-    rows = await store.open_requests(lib.storage, now, LIST_LIMIT, key)
-    return json_response({"requests": [enrolment.public_view(r) for r in rows]},
-                         headers=PRIVATE)
+    key = _authority(request, lib, now)
+    rows, total = await store.open_requests(lib.storage, now, LIST_LIMIT, key)
+    return json_response({"requests": [enrolment.public_view(r) for r in rows],
+                          "total": total}, headers=PRIVATE)
 
 
 async def get_enrolment(request: Request) -> Response:
     lib: Library = request.app.state.library
     params = query_params(request, ("worker",))
     code = enrolment.normalize_code(str(request.path_params["code"]))
+    if "worker" not in params and enrolment.LIST_HEADER in request.headers:
+        now = lib.storage.clock()
+        found = await store.request(lib.storage, code, now, _authority(request, lib, now))
+        view = {**enrolment.public_view(found),
+                "status": "approved" if found["certificate"] else "pending"}
+        return json_response(view, headers=PRIVATE)
     worker = params.get("worker", "")
     if not HEX64.match(worker):
         raise BadRequest("worker is the requesting 64-hex public key", "BAD_KEY",

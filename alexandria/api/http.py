@@ -39,7 +39,7 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
 
 
 def error_response(exc: AlexandriaError, headers: dict[str, str] | None = None) -> Response:
-    return json_response(exc.to_json(), exc.status, headers)
+    return json_response(exc.to_json(), exc.status, {**exc.http_headers(), **(headers or {})})
 
 
 async def on_alexandria_error(_request: Request, exc: Exception) -> Response:

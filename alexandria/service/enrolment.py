@@ -10,10 +10,19 @@ it (it chains to the genesis, its authority is certified and unrevoked, it is fo
 key) before giving it to ``login``.
 
 Nothing here reaches the log: requests live in their own table (``store/enrolments.py``) and
-are forgotten when they expire.  Every resource a stranger can use is bounded: a request is at
-most ``MAX_REQUEST_BYTES``, lives ``TTL_MS``, each client address may make
-``PER_ADDRESS`` requests per ``WINDOW_MS``, and at most ``MAX_OPEN`` are open at once.  A code
-approves once.
+are deleted once expired.  Every resource a stranger can use is bounded: a request is at most
+``MAX_REQUEST_BYTES`` and lives ``TTL_MS`` (15 minutes: ``expires_at`` in the answer); each
+client address may make ``PER_ADDRESS`` requests and each worker key ``PER_KEY`` per
+``WINDOW_MS`` (the address is the peer's, or with ``serve --trust-proxy-headers`` the one the
+reverse proxy forwarded: ``api/client_address.py``); at most ``MAX_OPEN`` are open at once.  A
+code approves once, and the operator finds a request by its code (an indexed lookup), however
+many others wait.
+
+Every refusal (a malformed or unsigned request, a limit, a key that is not an authority, an
+unknown or used code) is decided before the single writer is involved: signatures and limits in
+memory, the ledger's authorities and the open requests through a read connection.  Only a
+request that will be kept, and an approval that will be recorded, takes a write transaction
+(which checks again: two racing requests may both pass the read).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from typing import Any
 
 from alexandria.core.canonical import canonical, parse_json
 from alexandria.core.keys import HEX64, verify
-from alexandria.core.timestamps import parse_ms
+from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.core.trust import SCOPES
 from alexandria.errors import BadRequest, Forbidden, RateLimited
 from alexandria.files import NAME
@@ -36,8 +45,9 @@ PURPOSE = "alexandria.enrolment/1"
 MAX_REQUEST_BYTES = 2048
 TTL_MS = 15 * 60 * 1000
 PER_ADDRESS = 10
+PER_KEY = 5
 WINDOW_MS = 10 * 60 * 1000
-MAX_OPEN = 1000
+MAX_OPEN = 10_000
 #: the operator's listing is signed by an authority key: ``KEY AT SIGNATURE`` in this header
 LIST_HEADER = "x-alexandria-authority"
 LIST_PURPOSE = "alexandria.enrolment-list/1"
@@ -135,40 +145,58 @@ def parse_list_header(value: str | None, genesis_pin: str, now_ms: int) -> str:
     return key
 
 
-class AddressLimiter:
-    """``PER_ADDRESS`` requests per ``WINDOW_MS`` for each client address (a sliding window;
-    at most ``MAX_ADDRESSES`` addresses remembered, the oldest forgotten first)."""
+class WindowLimiter:
+    """``per`` events per ``window_ms`` for each key (a sliding window; at most ``MAX_KEYS``
+    keys remembered, the least recently used forgotten first).  ``what`` names the key in the
+    refusal (``address``, ``key``)."""
 
-    MAX_ADDRESSES = 10_000
+    MAX_KEYS = 10_000
 
-    def __init__(self, per_address: int = PER_ADDRESS, window_ms: int = WINDOW_MS) -> None:
-        self.per_address = per_address
+    def __init__(self, per: int, window_ms: int = WINDOW_MS, what: str = "address") -> None:
+        self.per = per
         self.window_ms = window_ms
+        self.what = what
         self._seen: dict[str, deque[int]] = {}
         self._lock = threading.Lock()
 
-    def check(self, address: str, now_ms: int | None = None) -> None:
+    def check(self, key: str, now_ms: int | None = None, shown: str | None = None) -> None:
+        """Count one event of ``key``, or raise ``RateLimited`` (429 with ``Retry-After``)
+        without counting it.  ``shown``: how the refusal names the key (default ``key``)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
-            times = self._seen.pop(address, deque())
+            times = self._seen.pop(key, deque())
             while times and times[0] <= now - self.window_ms:
                 times.popleft()
-            if len(times) >= self.per_address:
-                self._seen[address] = times
+            if len(times) >= self.per:
+                self._seen[key] = times
                 retry = (times[0] + self.window_ms - now) // 1000 + 1
                 raise RateLimited(
-                    f"too many enrolment requests from {address}: try again in {retry} s",
-                    retry_after=retry, limit=self.per_address)
+                    f"too many enrolment requests from this {self.what} ({shown or key}):"
+                    f" try again in {retry} s", retry_after=retry, limit=self.per,
+                    window_seconds=self.window_ms // 1000, per=self.what)
             times.append(now)
-            self._seen[address] = times  # re-inserted: the dict's order is by last use
-            while len(self._seen) > self.MAX_ADDRESSES:
+            self._seen[key] = times  # re-inserted: the dict's order is by last use
+            while len(self._seen) > self.MAX_KEYS:
                 del self._seen[next(iter(self._seen))]
 
 
-def public_view(row: dict[str, Any]) -> dict[str, Any]:
-    """A request as the operator sees it (``GET /api/enrolments``)."""
-    from alexandria.core.timestamps import format_ms
+class AddressLimiter(WindowLimiter):
+    """``PER_ADDRESS`` requests per ``WINDOW_MS`` for each client address."""
 
+    def __init__(self, per_address: int = PER_ADDRESS, window_ms: int = WINDOW_MS) -> None:
+        super().__init__(per_address, window_ms, "address")
+
+
+class KeyLimiter(WindowLimiter):
+    """``PER_KEY`` requests per ``WINDOW_MS`` for each requesting worker key (asking again
+    replaces the key's open request: this bounds how often)."""
+
+    def __init__(self, per_key: int = PER_KEY, window_ms: int = WINDOW_MS) -> None:
+        super().__init__(per_key, window_ms, "key")
+
+
+def public_view(row: dict[str, Any]) -> dict[str, Any]:
+    """A request as the operator sees it (``GET /api/enrolments``, and one by its code)."""
     return {"code": row["code"], "name": row["name"], "worker": row["worker"],
             "scopes": list(row["scopes"]), "requested_at": format_ms(row["requested_ms"]),
             "expires_at": format_ms(row["expires_ms"])}
