@@ -80,7 +80,7 @@ def test_login_then_approve_by_code(lib: Library, tmp_path: Path) -> None:
 
     # a code approves once; a poll with another key sees nothing
     r = cli("authority", "approve", code, "--dir", op, "--library", lib.url, expect=1)
-    assert "UNKNOWN_CODE" in r.stderr
+    assert "CODE_USED" in r.stderr  # found by its code, already approved
     cert = (home / "certificate.json").read_bytes()
     again = httpx.post(f"{lib.url}/api/enrolments/{code}/certificate", content=cert)
     assert again.status_code == 409 and again.json()["code"] == "CODE_USED"
