@@ -63,8 +63,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    " behind a TLS reverse proxy: what /api/contract and /api/openapi.json"
                    " advertise (default: the request's scheme and well-formed Host header)")
     p.add_argument("--trust-proxy-headers", action="store_true",
-                   help="take the advertised origin from X-Forwarded-Proto and X-Forwarded-Host"
-                   " (only behind a proxy that sets both: a client could forge them otherwise)")
+                   help="behind a reverse proxy: take the advertised origin from"
+                   " X-Forwarded-Proto and X-Forwarded-Host, and the client's address (for"
+                   " limits per client) from the right-most X-Forwarded-For (or Forwarded) hop"
+                   " (only behind a proxy that sets them: a client could forge them otherwise;"
+                   " docs/deployment.md)")
     p.add_argument("--data-dir", default=str(DEFAULT_DIR), help=argparse.SUPPRESS)
     # uvicorn only for bench/'s comparisons: it bounds neither head size nor head time
     p.add_argument("--front-end", choices=("granian", "uvicorn"), default="granian",
