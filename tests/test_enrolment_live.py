@@ -178,6 +178,9 @@ def test_every_refusal_is_answered_without_the_writer(lib: Library) -> None:
     not_before, not_after = window(1)
     forged = make_worker_certificate(op.genesis(), "cd" * 32, key.public_hex,
                                      ["library.comment"], stranger, not_before, not_after)
+    real = make_worker_certificate(op.genesis(), "cd" * 32, key.public_hex, ["library.comment"],
+                                   SigningKey.load(op.root / "authority.key"), not_before,
+                                   not_after)
     signed = {LIST_HEADER: list_header(lib.pin, stranger, now())}
     # the server waits up to 30 s for the write lock, then answers 503: a refusal that needed
     # the writer would time out here
@@ -189,7 +192,9 @@ def test_every_refusal_is_answered_without_the_writer(lib: Library) -> None:
         _refused(client.post(f"/api/enrolments/{code}/certificate",
                              content=orjson.dumps(forged)), 403, "AUTHORITY_UNKNOWN")
         _refused(client.post("/api/enrolments/ZZZZ-ZZZZ/certificate",
-                             content=orjson.dumps(forged)), 404, "UNKNOWN_CODE")
+                             content=orjson.dumps(forged)), 403, "AUTHORITY_UNKNOWN")
+        _refused(client.post("/api/enrolments/ZZZZ-ZZZZ/certificate",
+                             content=orjson.dumps(real)), 404, "UNKNOWN_CODE")
         wrong = json.loads(_body(lib, key))
         wrong["proof"] = stranger.sign(b"something else")
         with _client(lib, "127.0.0.52", timeout=10) as other:
@@ -197,3 +202,23 @@ def test_every_refusal_is_answered_without_the_writer(lib: Library) -> None:
                      "PROOF_INVALID")
         poll = client.get(f"/api/enrolments/{code}", params={"worker": key.public_hex})
         assert poll.json()["status"] == "pending"
+
+
+def test_an_address_refused_too_often_is_refused_at_once(lib: Library) -> None:
+    """A stranger's questions only an authority may ask: 20 refusals, then 429 before any
+    signature is checked, for that address alone."""
+    authority = SigningKey.load(lib.operator / "authority.key")
+    with _client(lib, "127.0.0.60") as client:
+        for _ in range(20):
+            stranger = {LIST_HEADER: list_header(lib.pin, SigningKey.generate(), now())}
+            _refused(client.get("/api/enrolments", headers=stranger), 403, "AUTHORITY_UNKNOWN")
+        mine = {LIST_HEADER: list_header(lib.pin, authority, now())}
+        body = _refused(client.get("/api/enrolments", headers=mine), 429, "RATE_LIMITED")
+        assert body["details"]["per"] == "address"
+        _refused(client.get("/api/enrolments/ZZZZ-ZZZZ", headers=mine), 429, "RATE_LIMITED")
+        _refused(client.post("/api/enrolments/ZZZZ-ZZZZ/certificate", content=b"{}"), 429,
+                 "RATE_LIMITED")
+    with _client(lib, "127.0.0.61") as client:
+        for _ in range(25):  # an operator's own questions never count
+            mine = {LIST_HEADER: list_header(lib.pin, authority, now())}
+            assert client.get("/api/enrolments", headers=mine).status_code == 200

@@ -17,6 +17,9 @@ allows N times the rate; the cap on open requests is the table's, shared).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -28,7 +31,7 @@ from alexandria.core.canonical import parse_json
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms
 from alexandria.core.trust import parse_worker_certificate
-from alexandria.errors import BadRequest, NotFound
+from alexandria.errors import BadRequest, Forbidden, NotFound
 from alexandria.service import enrolment
 from alexandria.service.library import Library
 from alexandria.store import enrolments as store
@@ -37,14 +40,44 @@ PRIVATE = {"Cache-Control": "no-store"}
 LIST_LIMIT = 100
 
 
-def _limiters(request: Request) -> tuple[enrolment.AddressLimiter, enrolment.KeyLimiter]:
-    """One pair per app (per server process)."""
+class Limiters:
+    """The limits of one app (one server process)."""
+
+    def __init__(self) -> None:
+        self.by_address = enrolment.AddressLimiter()
+        self.by_key = enrolment.KeyLimiter()
+        self.refusals = enrolment.RefusalLimiter()
+
+
+def _limiters(request: Request) -> Limiters:
     state = request.app.state
     if not hasattr(state, "enrolment_limiters"):
-        state.enrolment_limiters = (enrolment.AddressLimiter(), enrolment.KeyLimiter())
-    limiters: tuple[enrolment.AddressLimiter, enrolment.KeyLimiter] = \
-        state.enrolment_limiters
+        state.enrolment_limiters = Limiters()
+    limiters: Limiters = state.enrolment_limiters
     return limiters
+
+
+def _client(request: Request) -> tuple[str, str]:
+    origin: Origin = request.app.state.origin
+    return client_address(request, origin.trust_proxy_headers)
+
+
+@contextlib.asynccontextmanager
+async def _authority_only(request: Request, now: int, signed: bool = True
+                          ) -> AsyncIterator[None]:
+    """What only an authority may ask: refused at once to an address refused too often, and
+    each refusal (not an authority, a forged or stale signature, a bad certificate) counted.
+    ``signed``: a question signed in the header, whose absence is told first (costs nothing)."""
+    if signed and not request.headers.get(enrolment.LIST_HEADER):
+        enrolment.parse_list_header(None, "", now)  # AUTHORITY_REQUIRED
+    limiters = _limiters(request)
+    key, shown = _client(request)
+    limiters.refusals.check(key, now, shown, count=False)
+    try:
+        yield
+    except (Forbidden, BadRequest):
+        limiters.refusals.check(key, now, shown)
+        raise
 
 
 async def post_enrolment(request: Request) -> Response:
@@ -53,14 +86,13 @@ async def post_enrolment(request: Request) -> Response:
     on a read connection, the cap on open requests."""
     lib: Library = request.app.state.library
     query_params(request, ())
-    by_address, by_key = _limiters(request)
-    origin: Origin = request.app.state.origin
-    limit_key, shown = client_address(request, origin.trust_proxy_headers)
+    limiters = _limiters(request)
+    limit_key, shown = _client(request)
     now = lib.storage.clock()
-    by_address.check(limit_key, now, shown)
+    limiters.by_address.check(limit_key, now, shown)
     body = await read_body(request, enrolment.MAX_REQUEST_BYTES)
     req = enrolment.parse_request(body, lib.genesis.pin)
-    by_key.check(req.worker, now, req.worker[:16] + "…")
+    limiters.by_key.check(req.worker, now, req.worker[:16] + "…")
     await store.precheck_create(lib.storage, req.worker, now, enrolment.MAX_OPEN)
     code = enrolment.new_code()
     expires = await store.create(lib.storage, code, req.worker, req.name, req.scopes, now,
@@ -78,8 +110,9 @@ async def list_enrolments(request: Request) -> Response:
     lib: Library = request.app.state.library
     query_params(request, ())
     now = lib.storage.clock()
-    key = _authority(request, lib, now)
-    rows, total = await store.open_requests(lib.storage, now, LIST_LIMIT, key)
+    async with _authority_only(request, now):
+        key = _authority(request, lib, now)
+        rows, total = await store.open_requests(lib.storage, now, LIST_LIMIT, key)
     return json_response({"requests": [enrolment.public_view(r) for r in rows],
                           "total": total}, headers=PRIVATE)
 
@@ -90,7 +123,8 @@ async def get_enrolment(request: Request) -> Response:
     code = enrolment.normalize_code(str(request.path_params["code"]))
     if "worker" not in params:  # the operator's question: signed by an authority key
         now = lib.storage.clock()
-        found = await store.request(lib.storage, code, now, _authority(request, lib, now))
+        async with _authority_only(request, now):
+            found = await store.request(lib.storage, code, now, _authority(request, lib, now))
         view = {**enrolment.public_view(found),
                 "status": "approved" if found["certificate"] else "pending"}
         return json_response(view, headers=PRIVATE)
@@ -113,9 +147,11 @@ async def post_certificate(request: Request) -> Response:
     lib: Library = request.app.state.library
     query_params(request, ())
     code = enrolment.normalize_code(str(request.path_params["code"]))
-    body = await read_body(request, enrolment.MAX_REQUEST_BYTES * 4)
-    cert = parse_worker_certificate(parse_json(body), lib.genesis)
-    await store.approve(lib.storage, code, cert, lib.storage.clock())
+    now = lib.storage.clock()
+    async with _authority_only(request, now, signed=False):
+        body = await read_body(request, enrolment.MAX_REQUEST_BYTES * 4)
+        cert = parse_worker_certificate(parse_json(body), lib.genesis)
+        await store.approve(lib.storage, code, cert, now)
     return json_response({"code": code, "status": "approved"}, headers=PRIVATE)
 
 

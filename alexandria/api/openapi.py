@@ -96,6 +96,12 @@ RATE_LIMITED_ENROLMENT = {
              " writer is involved"),
     "headers": RETRY_AFTER,
 }
+AUTHORITY_LIMITED = {
+    **_error("RATE_LIMITED: this client address was refused 20 times in 10 minutes what only"
+             " an authority may ask (details.per: address); answered before any signature is"
+             " checked"),
+    "headers": RETRY_AFTER,
+}
 
 
 WRITE_ERRORS = {
@@ -448,7 +454,7 @@ PATHS: dict[str, Any] = {
                    "total": {"type": "integer", "minimum": 0,
                              "description": "open requests, listed or not"}}},
                      "open requests"),
-               {"403": AUTHORITY_REFUSED}),
+               {"403": AUTHORITY_REFUSED, "429": AUTHORITY_LIMITED}),
         "post": {
             "summary": "Ask for a worker certificate (`alexandria login`): kept aside, never in"
                        " the log, for 15 minutes; answers a one-time code",
@@ -494,7 +500,8 @@ PATHS: dict[str, Any] = {
                 "status": {"enum": ["pending", "approved"]}}}]}]},
               "the request's state (the requester), or the request itself (an authority)"),
         {"403": AUTHORITY_REFUSED,
-         "404": _error("no open request with this code (for this key) (UNKNOWN_CODE)")}),
+         "404": _error("no open request with this code (for this key) (UNKNOWN_CODE)"),
+         "429": AUTHORITY_LIMITED}),
     "/api/enrolments/{code}/certificate": {
         "post": {
             "summary": "Approve a request (`alexandria authority approve CODE`): the worker"
@@ -510,6 +517,7 @@ PATHS: dict[str, Any] = {
                 "404": _error("no open request with this code (UNKNOWN_CODE)"),
                 "409": _error("the code was already approved (CODE_USED)"),
                 "413": _error("request body over 8,192 bytes"),
+                "429": AUTHORITY_LIMITED,
             },
         },
     },

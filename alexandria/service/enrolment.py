@@ -14,7 +14,10 @@ are deleted once expired.  Every resource a stranger can use is bounded: a reque
 ``MAX_REQUEST_BYTES`` and lives ``TTL_MS`` (15 minutes: ``expires_at`` in the answer); each
 client address may make ``PER_ADDRESS`` requests and each worker key ``PER_KEY`` per
 ``WINDOW_MS`` (the address is the peer's, or with ``serve --trust-proxy-headers`` the one the
-reverse proxy forwarded: ``api/client_address.py``); at most ``MAX_OPEN`` are open at once.  A
+reverse proxy forwarded: ``api/client_address.py``); at most ``MAX_OPEN`` are open at once.
+What only an authority may do (list, look up, approve) is refused to an address that was
+refused ``AUTHORITY_REFUSALS`` times in ``WINDOW_MS``, before any signature is checked: an
+operator's own questions never count against it.  A
 code approves once, and the operator finds a request by its code (an indexed lookup), however
 many others wait.
 
@@ -46,6 +49,8 @@ MAX_REQUEST_BYTES = 2048
 TTL_MS = 15 * 60 * 1000
 PER_ADDRESS = 10
 PER_KEY = 5
+#: refused authority questions (a listing, a lookup, a certificate) per client address
+AUTHORITY_REFUSALS = 20
 WINDOW_MS = 10 * 60 * 1000
 MAX_OPEN = 10_000
 #: the operator's listing is signed by an authority key: ``KEY AT SIGNATURE`` in this header
@@ -159,9 +164,11 @@ class WindowLimiter:
         self._seen: dict[str, deque[int]] = {}
         self._lock = threading.Lock()
 
-    def check(self, key: str, now_ms: int | None = None, shown: str | None = None) -> None:
-        """Count one event of ``key``, or raise ``RateLimited`` (429 with ``Retry-After``)
-        without counting it.  ``shown``: how the refusal names the key (default ``key``)."""
+    def check(self, key: str, now_ms: int | None = None, shown: str | None = None,
+              count: bool = True) -> None:
+        """Count one event of ``key`` (unless ``count`` is false: only ask), or raise
+        ``RateLimited`` (429 with ``Retry-After``) without counting it.  ``shown``: how the
+        refusal names the key (default ``key``)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
             times = self._seen.pop(key, deque())
@@ -174,7 +181,8 @@ class WindowLimiter:
                     f"too many enrolment requests from this {self.what} ({shown or key}):"
                     f" try again in {retry} s", retry_after=retry, limit=self.per,
                     window_seconds=self.window_ms // 1000, per=self.what)
-            times.append(now)
+            if count:
+                times.append(now)
             self._seen[key] = times  # re-inserted: the dict's order is by last use
             while len(self._seen) > self.MAX_KEYS:
                 del self._seen[next(iter(self._seen))]
@@ -184,6 +192,15 @@ class AddressLimiter(WindowLimiter):
     """``PER_ADDRESS`` requests per ``WINDOW_MS`` for each client address."""
 
     def __init__(self, per_address: int = PER_ADDRESS, window_ms: int = WINDOW_MS) -> None:
+        super().__init__(per_address, window_ms, "address")
+
+
+class RefusalLimiter(WindowLimiter):
+    """``AUTHORITY_REFUSALS`` refused authority questions per ``WINDOW_MS`` for each client
+    address: ``check(..., count=False)`` before the question, ``check`` once it was refused."""
+
+    def __init__(self, per_address: int = AUTHORITY_REFUSALS, window_ms: int = WINDOW_MS
+                 ) -> None:
         super().__init__(per_address, window_ms, "address")
 
 

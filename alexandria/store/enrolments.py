@@ -140,6 +140,8 @@ async def request(storage: LedgerStorage, code: str, now_ms: int, authority: str
 
 def _check_approval(conn: sqlite3.Connection, genesis: Genesis, code: str,
                     cert: WorkerCertificate, now_ms: int) -> None:
+    """The issuer first: a self-made authority learns nothing of which codes exist."""
+    _check_authority(conn, genesis, cert.authority, now_ms)
     row = _get(conn, code, now_ms)
     if row is None:
         raise NotFound(f"no open enrolment request {code} (expired, or never made)",
@@ -153,7 +155,6 @@ def _check_approval(conn: sqlite3.Connection, genesis: Genesis, code: str,
                         certificate_worker=cert.worker)
     if not cert.valid_at(now_ms):
         raise Forbidden("the certificate is not valid now", "CERTIFICATE_NOT_VALID")
-    _check_authority(conn, genesis, cert.authority, now_ms)
 
 
 async def approve(storage: LedgerStorage, code: str, cert: WorkerCertificate, now_ms: int
