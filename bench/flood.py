@@ -1,7 +1,8 @@
-"""Ordinary latency under a flood of hostile requests (issue 21: within 5x an idle server's p95).
+"""Ordinary latency under a flood of hostile requests (within 5x an idle server's p95; 3x for
+the enrolment floods: ``--target 3``).
 
     .venv/bin/python -m bench.flood [--hostile 300] [--requests 300] [--front-end granian]
-                                    [--kinds many-signatures,distinct-signatures]
+                                    [--kinds many-signatures,distinct-signatures] [--target 5]
 
 A real ``alexandria serve`` on 127.0.0.1 over a fresh library.  This process measures, one
 request at a time over one keep-alive connection, ordinary admissions (pre-signed claims,
@@ -14,7 +15,11 @@ server otherwise idle, then while a second process keeps ``--hostile`` connectio
   over a changed payload (``many-signatures``, 61 KB), or a forged signature by every root key
   beside 400 distinct other keys (``distinct-signatures``),
 - slow connections: a head trickled a byte a second, a body that never finishes, a silent
-  connection — each held until the server drops it.
+  connection — each held until the server drops it,
+- enrolment floods (``alexandria login``), each connection from its own loopback address
+  (127.0.0.2 to 127.0.0.251, as many clients): correctly signed requests, each by a new key
+  (``enrol-requests``: kept until the address's limit, then 429), listings signed by self-made
+  keys (``enrol-listing``: 403) and requests whose proof is another key's (``enrol-forged``).
 
 Prints p50/p95/max of each ordinary kind in both phases, the p95 ratio against the 5x target,
 and how many hostile requests of each kind were answered.
@@ -45,7 +50,10 @@ from bench.serving import free_port, wait_ready
 NESTED = b'{"record":' + b"[" * 20_000 + b"]" * 20_000 + b',"signature":{}}'
 SLOW = ("trickle-head", "half-body", "silent")
 KINDS = ("nested", "oversized-body", "oversized-head", "many-signatures", "distinct-signatures",
-         "trickle-head", "half-body", "silent")
+         "trickle-head", "half-body", "silent", "enrol-requests", "enrol-listing", "enrol-forged")
+#: the enrolment floods: each hostile connection binds to its own loopback address
+ENROL = ("enrol-requests", "enrol-listing", "enrol-forged")
+ENROL_BODIES = 4000  # pre-signed requests, each by its own key (more than the limits keep)
 
 
 def _request(path: str, body: bytes, extra: str = "") -> bytes:
@@ -70,11 +78,38 @@ def _distinct_signatures(doc: dict[str, Any], root_keys: tuple[str, ...]) -> byt
     return json.dumps({**doc, "signatures": forged}).encode()
 
 
-async def _hostile_connection(port: int, kind: str, payloads: dict[str, bytes],
-                              counts: dict[str, int], stop: Any) -> None:
+def _enrolment_payloads(pin: str) -> dict[str, list[bytes]]:
+    """Raw ``alexandria login`` requests: signed by a fresh key each, listings signed by
+    self-made keys (a fresh ``at`` is not needed within the 5 minutes a run lasts), and asks
+    whose proof another key made."""
+    from alexandria.core.keys import SigningKey
+    from alexandria.core.timestamps import now
+    from alexandria.service.enrolment import LIST_HEADER, list_header, signed_bytes
+
+    requests, forged, listings = [], [], []
+    scopes = ["library.comment"]
+    for i in range(ENROL_BODIES):
+        key = SigningKey.generate()
+        proof = key.sign(signed_bytes(pin, key.public_hex, f"flood{i}", scopes))
+        body = {"worker": key.public_hex, "name": f"flood{i}", "scopes": scopes,
+                "proof": proof}
+        requests.append(_request("/api/enrolments", json.dumps(body).encode()))
+        if i < 500:
+            wrong = {**body, "name": f"other{i}"}
+            forged.append(_request("/api/enrolments", json.dumps(wrong).encode()))
+            listings.append(f"GET /api/enrolments HTTP/1.1\r\nHost: bench\r\n{LIST_HEADER}:"
+                            f" {list_header(pin, key, now())}\r\n\r\n".encode())
+    return {"enrol-requests": requests, "enrol-listing": listings, "enrol-forged": forged}
+
+
+async def _hostile_connection(port: int, kind: str, payloads: dict[str, Any],
+                              counts: dict[str, int], stop: Any, index: int = 0) -> None:
+    # an enrolment flood comes from many clients: one loopback address per connection
+    local = (f"127.0.0.{2 + index % 250}", 0) if kind in ENROL else None
+    sent = index * 16  # connections start apart in the pool of bodies
     while not stop.is_set():
         try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=local)
         except OSError:
             await asyncio.sleep(0.1)
             continue
@@ -92,12 +127,19 @@ async def _hostile_connection(port: int, kind: str, payloads: dict[str, bytes],
                 writer.write(b"POST /api/entries HTTP/1.1\r\nHost: b\r\nContent-Length: 1000000"
                              b"\r\n\r\n" + b" " * 65536)
                 await writer.drain()
+            elif kind in ENROL:
+                writer.write(payloads[kind][sent % len(payloads[kind])])
+                sent += 1
+                await writer.drain()
             elif kind != "silent":
                 writer.write(payloads[kind])
                 await writer.drain()
             answer = await asyncio.wait_for(reader.read(256), 60)
             if answer.startswith(b"HTTP/1.1 "):
                 counts[kind] = counts.get(kind, 0) + 1
+                if kind in ENROL:  # by status: how much of the flood was kept
+                    status = f"{kind} {answer[9:12].decode()}"
+                    counts[status] = counts.get(status, 0) + 1
             if kind in SLOW:  # held until the server lets go; the others go again at once
                 while await asyncio.wait_for(reader.read(65536), 60):
                     pass
@@ -108,11 +150,11 @@ async def _hostile_connection(port: int, kind: str, payloads: dict[str, bytes],
 
 
 def hostile_process(port: int, connections: int, kinds: tuple[str, ...], stop: Any,
-                    payloads: dict[str, bytes], out: Any) -> None:
+                    payloads: dict[str, Any], out: Any) -> None:
     async def main() -> dict[str, int]:
         counts: dict[str, int] = {}
         await asyncio.gather(*(
-            _hostile_connection(port, kinds[i % len(kinds)], payloads, counts, stop)
+            _hostile_connection(port, kinds[i % len(kinds)], payloads, counts, stop, i)
             for i in range(connections)))
         return counts
 
@@ -145,7 +187,8 @@ def _p(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] * 1000 if len(values) > 1 else 0.0
 
 
-def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...]) -> int:
+def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...],
+        target: float = 5.0) -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         genesis, log_key, bodies = build(4 + 200 + 2 * requests, tmp)
@@ -166,7 +209,8 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...]) -> 
                     client.post("/api/authority", json=doc).raise_for_status()
                 ids = [client.post("/api/entries", content=b).json()["id"] for b in bodies[:204]]
                 idle, idle_failed = _measure(client, bodies[204:204 + requests], ids)
-                payloads = {
+                payloads: dict[str, Any] = {
+                    **(_enrolment_payloads(f.genesis.pin) if set(kinds) & set(ENROL) else {}),
                     "nested": _request("/api/entries", NESTED),
                     "oversized-head": b"GET /api/genesis HTTP/1.1\r\nHost: b\r\nX-Big: "
                                       + b"a" * 100_000 + b"\r\n\r\n",
@@ -206,6 +250,10 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...]) -> 
     else:
         print(f"hostile requests answered during the {flood_seconds:.0f} s flood: "
               + ", ".join(f"{k} {answered.get(k, 0)}" for k in kinds))
+        statuses = sorted(k for k in answered if k.split(" ")[0] in ENROL and " " in k)
+        if statuses:
+            print("enrolment answers by status: "
+                  + ", ".join(f"{k} {answered[k]}" for k in statuses))
     print(f"{'request':<12} {'idle p50':>9} {'idle p95':>9} {'flood p50':>10} {'flood p95':>10}"
           f" {'flood max':>10} {'p95 ratio':>10}")
     worst = 0.0
@@ -215,13 +263,13 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...]) -> 
         print(f"{kind:<12} {_p(idle[kind], 50):8.1f}ms {_p(idle[kind], 95):8.1f}ms"
               f" {_p(flooded[kind], 50):9.1f}ms {_p(flooded[kind], 95):9.1f}ms"
               f" {max(flooded[kind]) * 1000:9.1f}ms {ratio:9.2f}x")
-    print(f"worst p95 ratio {worst:.2f}x (target: at most 5x)")
+    print(f"worst p95 ratio {worst:.2f}x (target: at most {target:g}x)")
     failures = {f"{phase} {kind}": answers for phase, failed in (("idle", idle_failed),
                                                                  ("flood", flood_failed))
                 for kind, answers in failed.items() if answers}
     for what, answers in failures.items():
         print(f"FAILED {what}: {len(answers)} ({', '.join(sorted(set(answers)))})")
-    return 0 if worst <= 5 and not failures else 1
+    return 0 if worst <= target and not failures else 1
 
 
 def main() -> int:
@@ -232,11 +280,14 @@ def main() -> int:
     ap.add_argument("--kinds", default=",".join(KINDS),
                     help=f"hostile kinds, comma-separated, given to connections in turn"
                          f" (default: all of {','.join(KINDS)})")
+    ap.add_argument("--target", type=float, default=5.0,
+                    help="the largest flood/idle p95 ratio that passes (default 5; the"
+                         " enrolment floods are held to 3)")
     args = ap.parse_args()
     kinds = tuple(args.kinds.split(","))
     if unknown := set(kinds) - set(KINDS):
         ap.error(f"unknown kinds {sorted(unknown)}")
-    return run(args.hostile, args.requests, args.front_end, kinds)
+    return run(args.hostile, args.requests, args.front_end, kinds, args.target)
 
 
 if __name__ == "__main__":
