@@ -19,6 +19,7 @@ from alexandria.service.enrolment import (
     LIST_HEADER,
     TTL_MS,
     AddressLimiter,
+    KeptRate,
     list_header,
     normalize_code,
     signed_bytes,
@@ -201,3 +202,19 @@ async def test_a_stranger_and_a_limit_never_reach_the_writer(
     found = (await api.client.get(f"/api/enrolments/{newest.lower()}", headers=header)).json()
     assert found["code"] == newest and found["status"] == "pending"
     assert found["worker"] == key.public_hex and found["scopes"] == ["library.comment"]
+
+
+def test_a_process_keeps_requests_at_a_bounded_rate() -> None:
+    rate = KeptRate(per_second=2, burst=3)
+    for _ in range(3):
+        rate.take(0)
+    with pytest.raises(RateLimited) as caught:
+        rate.take(100)
+    assert caught.value.code == "ENROLMENTS_BUSY" and caught.value.details["retry_after"] == 1
+    rate.take(500)  # half a second: one more
+    with pytest.raises(RateLimited):
+        rate.take(500)
+    for _ in range(3):  # a long pause refills the burst, no more
+        rate.take(60_000)
+    with pytest.raises(RateLimited):
+        rate.take(60_000)

@@ -47,6 +47,7 @@ class Limiters:
         self.by_address = enrolment.AddressLimiter()
         self.by_key = enrolment.KeyLimiter()
         self.refusals = enrolment.RefusalLimiter()
+        self.kept = enrolment.KeptRate()
 
 
 def _limiters(request: Request) -> Limiters:
@@ -82,8 +83,8 @@ async def _authority_only(request: Request, now: int, signed: bool = True
 
 async def post_enrolment(request: Request) -> Response:
     """Every refusal before the writer: the address's limit first (it bounds the signature
-    checks a client can ask for), then the request and its signature, the key's limit and,
-    on a read connection, the cap on open requests."""
+    checks a client can ask for), then the request and its signature, the key's limit, the
+    process's rate and, on a read connection, the cap on open requests."""
     lib: Library = request.app.state.library
     query_params(request, ())
     limiters = _limiters(request)
@@ -93,6 +94,7 @@ async def post_enrolment(request: Request) -> Response:
     body = await read_body(request, enrolment.MAX_REQUEST_BYTES)
     req = enrolment.parse_request(body, lib.genesis.pin)
     limiters.by_key.check(req.worker, now, req.worker[:16] + "…")
+    limiters.kept.take(now)
     await store.precheck_create(lib.storage, req.worker, now, enrolment.MAX_OPEN)
     code = enrolment.new_code()
     expires = await store.create(lib.storage, code, req.worker, req.name, req.scopes, now,

@@ -92,8 +92,9 @@ RATE_LIMITED_ENROLMENT = {
     **_error("RATE_LIMITED: 10 requests per client address (the one the reverse proxy"
              " forwarded with `serve --trust-proxy-headers`; an IPv6 client by its /64) or 5"
              " per worker key in 10 minutes (details.per: address or key); ENROLMENTS_FULL:"
-             " 10,000 requests are open (retry once the oldest expires).  Decided before the"
-             " writer is involved"),
+             " 10,000 requests are open (retry once the oldest expires); ENROLMENTS_BUSY: the"
+             " server keeps at most 10 requests a second (bursts of 100) per process, retry"
+             " in a second.  Decided before the writer is involved"),
     "headers": RETRY_AFTER,
 }
 AUTHORITY_LIMITED = {

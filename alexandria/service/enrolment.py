@@ -14,7 +14,9 @@ are deleted once expired.  Every resource a stranger can use is bounded: a reque
 ``MAX_REQUEST_BYTES`` and lives ``TTL_MS`` (15 minutes: ``expires_at`` in the answer); each
 client address may make ``PER_ADDRESS`` requests and each worker key ``PER_KEY`` per
 ``WINDOW_MS`` (the address is the peer's, or with ``serve --trust-proxy-headers`` the one the
-reverse proxy forwarded: ``api/client_address.py``); at most ``MAX_OPEN`` are open at once.
+reverse proxy forwarded: ``api/client_address.py``); at most ``MAX_OPEN`` are open at once, and
+a server process keeps at most ``KEPT_PER_SECOND`` a second (bursts of ``KEPT_BURST``), so a
+flood from many addresses costs the writer a bounded share (a refusal says to retry in 1 s).
 What only an authority may do (list, look up, approve) is refused to an address that was
 refused ``AUTHORITY_REFUSALS`` times in ``WINDOW_MS``, before any signature is checked: an
 operator's own questions never count against it.  A
@@ -51,6 +53,10 @@ PER_ADDRESS = 10
 PER_KEY = 5
 #: refused authority questions (a listing, a lookup, a certificate) per client address
 AUTHORITY_REFUSALS = 20
+#: requests kept per second by one server process, in bursts of at most KEPT_BURST: the
+#: writer's work for logins, whatever number of addresses asks
+KEPT_PER_SECOND = 10
+KEPT_BURST = 100
 WINDOW_MS = 10 * 60 * 1000
 MAX_OPEN = 10_000
 #: the operator's listing is signed by an authority key: ``KEY AT SIGNATURE`` in this header
@@ -202,6 +208,30 @@ class RefusalLimiter(WindowLimiter):
     def __init__(self, per_address: int = AUTHORITY_REFUSALS, window_ms: int = WINDOW_MS
                  ) -> None:
         super().__init__(per_address, window_ms, "address")
+
+
+class KeptRate:
+    """A token bucket: ``per_second`` requests kept a second, ``burst`` at once."""
+
+    def __init__(self, per_second: float = KEPT_PER_SECOND, burst: int = KEPT_BURST) -> None:
+        self.per_second = per_second
+        self.burst = burst
+        self._tokens = float(burst)
+        self._at: int | None = None
+        self._lock = threading.Lock()
+
+    def take(self, now_ms: int) -> None:
+        with self._lock:
+            if self._at is not None and now_ms > self._at:
+                self._tokens = min(self.burst, self._tokens
+                                   + (now_ms - self._at) * self.per_second / 1000)
+            self._at = now_ms if self._at is None else max(self._at, now_ms)
+            if self._tokens < 1:
+                retry = int((1 - self._tokens) / self.per_second) + 1
+                raise RateLimited(f"the library is taking many enrolment requests: try again"
+                                  f" in {retry} s", "ENROLMENTS_BUSY", retry_after=retry,
+                                  limit=self.per_second, per="library")
+            self._tokens -= 1
 
 
 class KeyLimiter(WindowLimiter):
