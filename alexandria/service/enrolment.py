@@ -163,10 +163,12 @@ class WindowLimiter:
 
     MAX_KEYS = 10_000
 
-    def __init__(self, per: int, window_ms: int = WINDOW_MS, what: str = "address") -> None:
+    def __init__(self, per: int, window_ms: int = WINDOW_MS, what: str = "address",
+                 events: str = "enrolment requests") -> None:
         self.per = per
         self.window_ms = window_ms
         self.what = what
+        self.events = events
         self._seen: dict[str, deque[int]] = {}
         self._lock = threading.Lock()
 
@@ -184,7 +186,7 @@ class WindowLimiter:
                 self._seen[key] = times
                 retry = (times[0] + self.window_ms - now) // 1000 + 1
                 raise RateLimited(
-                    f"too many enrolment requests from this {self.what} ({shown or key}):"
+                    f"too many {self.events} from this {self.what} ({shown or key}):"
                     f" try again in {retry} s", retry_after=retry, limit=self.per,
                     window_seconds=self.window_ms // 1000, per=self.what)
             if count:
@@ -207,7 +209,8 @@ class RefusalLimiter(WindowLimiter):
 
     def __init__(self, per_address: int = AUTHORITY_REFUSALS, window_ms: int = WINDOW_MS
                  ) -> None:
-        super().__init__(per_address, window_ms, "address")
+        super().__init__(per_address, window_ms, "address",
+                         "refused questions only an authority may ask")
 
 
 class KeptRate:
