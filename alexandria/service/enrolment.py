@@ -19,9 +19,8 @@ a server process keeps at most ``KEPT_PER_SECOND`` a second (bursts of ``KEPT_BU
 flood from many addresses costs the writer a bounded share (a refusal says to retry in 1 s).
 What only an authority may do (list, look up, approve) is refused to an address that was
 refused ``AUTHORITY_REFUSALS`` times in ``WINDOW_MS``, before any signature is checked: an
-operator's own questions never count against it.  A
-code approves once, and the operator finds a request by its code (an indexed lookup), however
-many others wait.
+operator's own questions never count against it.  A code approves once, and the operator
+finds a request by its code (an indexed lookup), however many others wait.
 
 Every refusal (a malformed or unsigned request, a limit, a key that is not an authority, an
 unknown or used code) is decided before the single writer is involved: signatures and limits in
@@ -191,7 +190,8 @@ class WindowLimiter:
                     window_seconds=self.window_ms // 1000, per=self.what)
             if count:
                 times.append(now)
-            self._seen[key] = times  # re-inserted: the dict's order is by last use
+            if times:  # re-inserted: the dict's order is by last use; nothing kept for none
+                self._seen[key] = times
             while len(self._seen) > self.MAX_KEYS:
                 del self._seen[next(iter(self._seen))]
 
