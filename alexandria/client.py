@@ -112,7 +112,11 @@ def answer_of(status: int, reason: str, body: bytes, where: str) -> Answer:
     library_error = isinstance(document, dict) and isinstance(document.get("code"), str)
     if status >= 500 or status in RETRYABLE_4XX or not library_error:
         detail = document.get("error") if library_error else reason
-        raise Unreachable(f"{where}: HTTP {status} {detail}", "SERVER_ERROR", status=status)
+        retry = document.get("details", {}).get("retry_after") if library_error \
+            and isinstance(document.get("details"), dict) else None
+        hint = {"retry_after": retry} if isinstance(retry, int) and retry >= 0 else {}
+        raise Unreachable(f"{where}: HTTP {status} {detail}", "SERVER_ERROR", status=status,
+                          **hint)
     raise rejection(status, document)
 
 

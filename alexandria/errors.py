@@ -23,6 +23,14 @@ class AlexandriaError(Exception):
     def to_json(self) -> dict[str, Any]:
         return {"error": self.message, "code": self.code, "details": self.details}
 
+    def http_headers(self) -> dict[str, str]:
+        """Headers the HTTP answer carries beside the body: ``Retry-After`` (seconds) when the
+        error says when to try again (``details.retry_after``, a 429 or a 503)."""
+        retry = self.details.get("retry_after")
+        if isinstance(retry, int) and not isinstance(retry, bool) and retry >= 0:
+            return {"Retry-After": str(retry)}
+        return {}
+
     @property
     def status(self) -> int:
         return status_of(self)
@@ -96,7 +104,8 @@ class Unprocessable(AlexandriaError):
 
 
 class RateLimited(AlexandriaError):
-    """Too many requests of one kind (enrolment requests): try again later."""
+    """Too many requests of one kind (enrolment requests): try again later; ``details``
+    carries ``retry_after`` (seconds), also sent as the ``Retry-After`` header."""
 
     default_code = "RATE_LIMITED"
 
@@ -144,14 +153,6 @@ HTTP_STATUS: dict[type[AlexandriaError], int] = {
     ServerBusy: 503,
     AlexandriaError: 500,
 }
-
-
-def retry_after(exc: AlexandriaError) -> int | None:
-    """The seconds a client should wait before trying again (a ``Retry-After`` header), when
-    the error says (``details.retry_after``, a positive integer)."""
-    value = exc.details.get("retry_after")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
-        else None
 
 
 def status_of(exc: AlexandriaError) -> int:

@@ -1,9 +1,11 @@
 """Ordinary latency under a flood of hostile requests (within ``--target`` times an idle
-server's p95: 5 by default, 3 for the anonymous ``/mcp`` flood and the object pages).
+server's p95: 5 by default, 3 for the anonymous ``/mcp`` flood, the object pages and the
+enrolment floods).
 
     .venv/bin/python -m bench.flood [--hostile 300] [--requests 300] [--front-end granian]
                                     [--kinds many-signatures,distinct-signatures] [--target 5]
                                     [--kinds object-page] [--kinds mcp-proof-search]
+                                    [--kinds enrol-requests,enrol-listing,enrol-forged]
 
 A real ``alexandria serve`` on 127.0.0.1 over a fresh library.  This process measures, one
 request at a time over one keep-alive connection, ordinary admissions (pre-signed claims,
@@ -26,6 +28,10 @@ server otherwise idle, then while a second process keeps ``--hostile`` connectio
   are the worst cases of a line diff (``worst_objects``).  With this kind the bench first
   measures, on the otherwise idle server, the server CPU each of those pages costs: the first
   view of each (nothing cached) and views again.
+- enrolment floods (``alexandria login``), each connection from its own loopback address
+  (127.0.0.2 to 127.0.0.251, as many clients): correctly signed requests, each by a new key
+  (``enrol-requests``: kept until the address's limit, then 429), listings signed by self-made
+  keys (``enrol-listing``: 403) and requests whose proof is another key's (``enrol-forged``).
 
 Prints p50/p95/max of each ordinary kind in both phases, the p95 ratio against the 5x target,
 and how many hostile requests of each kind were answered.
@@ -56,14 +62,19 @@ from bench.serving import free_port, process_cpu_precise, wait_ready
 NESTED = b'{"record":' + b"[" * 20_000 + b"]" * 20_000 + b',"signature":{}}'
 SLOW = ("trickle-head", "half-body", "silent")
 KINDS = ("nested", "oversized-body", "oversized-head", "many-signatures", "distinct-signatures",
-         "trickle-head", "half-body", "silent", "object-page", "mcp-proof-search")
+         "trickle-head", "half-body", "silent", "object-page", "mcp-proof-search",
+         "enrol-requests", "enrol-listing", "enrol-forged")
 MCP_SOURCES = 50  # loopback addresses the /mcp flood comes from
 MCP_QUERIES = ("arithmetic", "domain", "synthesis", "definitions", "statement")
+#: the enrolment floods: each hostile connection binds to its own loopback address
+ENROL = ("enrol-requests", "enrol-listing", "enrol-forged")
+ENROL_BODIES = 4000  # pre-signed requests, each by its own key (more than the limits keep)
 #: What a run floods with unless told: the kinds of one connection each; the scenarios that
-#: flood one route with work (``object-page``, ``mcp-proof-search``) run on their own.
+#: flood one route with work (``object-page``, ``mcp-proof-search``, the enrolment floods) run
+#: on their own.
 DEFAULT_KINDS = KINDS[:8]
 #: The p95 ratio each kind must keep (flooded over idle); the strictest of the kinds run counts.
-TARGETS = {"object-page": 3.0, "mcp-proof-search": 3.0}
+TARGETS = {"object-page": 3.0, "mcp-proof-search": 3.0, **dict.fromkeys(ENROL, 3.0)}
 DEFAULT_TARGET = 5.0
 #: What one view of the worst object page may cost the server, in CPU milliseconds.
 PAGE_CPU_TARGET_MS = 50.0
@@ -100,13 +111,40 @@ def _mcp_search(n: int) -> bytes:
     return _request("/mcp", body, "Accept: application/json, text/event-stream\r\n")
 
 
-async def _hostile_connection(port: int, kind: str, payloads: dict[str, bytes],
-                              counts: dict[str, int], stop: Any, n: int = 0) -> None:
-    source = (f"127.0.0.{2 + n % MCP_SOURCES}", 0) if kind == "mcp-proof-search" else None
+def _enrolment_payloads(pin: str) -> dict[str, list[bytes]]:
+    """Raw ``alexandria login`` requests: signed by a fresh key each, listings signed by
+    self-made keys (a fresh ``at`` is not needed within the 5 minutes a run lasts), and asks
+    whose proof another key made."""
+    from alexandria.core.keys import SigningKey
+    from alexandria.core.timestamps import now
+    from alexandria.service.enrolment import LIST_HEADER, list_header, signed_bytes
+
+    requests, forged, listings = [], [], []
+    scopes = ["library.comment"]
+    for i in range(ENROL_BODIES):
+        key = SigningKey.generate()
+        proof = key.sign(signed_bytes(pin, key.public_hex, f"flood{i}", scopes))
+        body = {"worker": key.public_hex, "name": f"flood{i}", "scopes": scopes,
+                "proof": proof}
+        requests.append(_request("/api/enrolments", json.dumps(body).encode()))
+        if i < 500:
+            wrong = {**body, "name": f"other{i}"}
+            forged.append(_request("/api/enrolments", json.dumps(wrong).encode()))
+            listings.append(f"GET /api/enrolments HTTP/1.1\r\nHost: bench\r\n{LIST_HEADER}:"
+                            f" {list_header(pin, key, now())}\r\n\r\n".encode())
+    return {"enrol-requests": requests, "enrol-listing": listings, "enrol-forged": forged}
+
+
+async def _hostile_connection(port: int, kind: str, payloads: dict[str, Any],
+                              counts: dict[str, int], stop: Any, index: int = 0) -> None:
+    # an /mcp flood comes from 50 clients, an enrolment flood from one loopback address per
+    # connection
+    local = ((f"127.0.0.{2 + index % MCP_SOURCES}", 0) if kind == "mcp-proof-search"
+             else (f"127.0.0.{2 + index % 250}", 0) if kind in ENROL else None)
+    sent = index * 16  # connections start apart in the pool of bodies
     while not stop.is_set():
         try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port,
-                                                           local_addr=source)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=local)
         except OSError:
             await asyncio.sleep(0.1)
             continue
@@ -128,7 +166,11 @@ async def _hostile_connection(port: int, kind: str, payloads: dict[str, bytes],
                              b"\r\n\r\n" + b" " * 65536)
                 await writer.drain()
             elif kind == "mcp-proof-search":
-                writer.write(_mcp_search(n))
+                writer.write(_mcp_search(index))
+            elif kind in ENROL:
+                writer.write(payloads[kind][sent % len(payloads[kind])])
+                sent += 1
+                await writer.drain()
             elif kind != "silent":
                 writer.write(payloads[kind])
                 await writer.drain()
@@ -168,7 +210,7 @@ async def _pages(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pat
 
 
 def hostile_process(port: int, connections: int, kinds: tuple[str, ...], stop: Any,
-                    payloads: dict[str, bytes], out: Any) -> None:
+                    payloads: dict[str, Any], out: Any) -> None:
     async def main() -> dict[str, int]:
         counts: dict[str, int] = {}
         await asyncio.gather(*(
@@ -311,7 +353,8 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...],
                     pages = worst_objects(client, b"bench-admission")
                     cpu = page_cpu(client, server.pid, pages, f"/objects/{ids[0]}")
                 idle, idle_failed = _measure(client, bodies[204:204 + requests], ids)
-                payloads = {
+                payloads: dict[str, Any] = {
+                    **(_enrolment_payloads(f.genesis.pin) if set(kinds) & set(ENROL) else {}),
                     "nested": _request("/api/entries", NESTED),
                     "oversized-head": b"GET /api/genesis HTTP/1.1\r\nHost: b\r\nX-Big: "
                                       + b"a" * 100_000 + b"\r\n\r\n",
@@ -397,10 +440,10 @@ def main() -> int:
     ap.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
                     help=f"hostile kinds, comma-separated, given to connections in turn"
                          f" (default: {','.join(DEFAULT_KINDS)}; also: object-page,"
-                         f" mcp-proof-search)")
+                         f" mcp-proof-search, {','.join(ENROL)})")
     ap.add_argument("--target", type=float, default=None,
                     help="the largest p95 ratio flood/idle that passes (default: 5, or 3 for"
-                         " object-page and mcp-proof-search)")
+                         " object-page, mcp-proof-search and the enrolment floods)")
     args = ap.parse_args()
     kinds = tuple(args.kinds.split(","))
     if unknown := set(kinds) - set(KINDS):

@@ -4,11 +4,14 @@ through the real command line, the bounds through raw HTTP."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, ClassVar
 
 import httpx
 import orjson
@@ -80,7 +83,7 @@ def test_login_then_approve_by_code(lib: Library, tmp_path: Path) -> None:
 
     # a code approves once; a poll with another key sees nothing
     r = cli("authority", "approve", code, "--dir", op, "--library", lib.url, expect=1)
-    assert "UNKNOWN_CODE" in r.stderr
+    assert "CODE_USED" in r.stderr  # found by its code, already approved
     cert = (home / "certificate.json").read_bytes()
     again = httpx.post(f"{lib.url}/api/enrolments/{code}/certificate", content=cert)
     assert again.status_code == 409 and again.json()["code"] == "CODE_USED"
@@ -128,3 +131,53 @@ def test_login_refuses_a_library_that_is_not_the_pinned_one(lib: Library,
     r = cli("login", lib.url, "--genesis", "0" * 64, "--no-wait", home=tmp_path / "x",
             expect=1)
     assert "GENESIS_PIN_MISMATCH" in r.stderr and not (tmp_path / "x" / "worker.key").exists()
+
+
+class _Busy(http.server.BaseHTTPRequestHandler):
+    """A library taking many requests: 429 ENROLMENTS_BUSY (retry in 1 s) twice, then a code;
+    or, for another path, the address's own limit (retry in 590 s)."""
+
+    answers: ClassVar[list[int]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.answers.append(1)
+        if self.path == "/limited/api/enrolments":
+            status, body = 429, {"error": "too many", "code": "RATE_LIMITED",
+                                 "details": {"retry_after": 590}}
+        elif len(self.answers) <= 2:
+            status, body = 429, {"error": "busy", "code": "ENROLMENTS_BUSY",
+                                 "details": {"retry_after": 1}}
+        else:
+            status, body = 201, {"code": "K7QF-2XMB", "expires_at": "2026-01-01T00:15:00.000Z"}
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_login_asks_again_when_the_library_says_in_a_moment() -> None:
+    from alexandria.cli.login import _post_patiently
+    from alexandria.client import Client, Unreachable
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Busy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with Client(url) as client:
+            assert _post_patiently(client, b"{}")["code"] == "K7QF-2XMB"
+        assert len(_Busy.answers) == 3
+        with Client(f"{url}/limited") as client, pytest.raises(Unreachable) as caught:
+            _post_patiently(client, b"{}")  # ten minutes is the user's to wait, not login's
+        assert caught.value.details == {"status": 429, "retry_after": 590}
+        assert len(_Busy.answers) == 4
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

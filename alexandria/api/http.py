@@ -22,7 +22,6 @@ from alexandria.errors import (
     NotFound,
     PayloadTooLarge,
     RequestTimeout,
-    retry_after,
 )
 
 log = logging.getLogger(__name__)
@@ -47,8 +46,7 @@ def error_response(exc: AlexandriaError, headers: dict[str, str] | None = None) 
 
 def error_headers(exc: AlexandriaError) -> dict[str, str]:
     """The headers every answer of ``exc`` carries (a JSON document or an HTML page)."""
-    wait = retry_after(exc)
-    return {} if wait is None else {"Retry-After": str(wait)}
+    return exc.http_headers()
 
 
 async def on_alexandria_error(_request: Request, exc: Exception) -> Response:

@@ -70,13 +70,44 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+AUTHORITY_HEADER = {
+    "name": "x-alexandria-authority", "in": "header", "required": True,
+    "schema": {"type": "string"},
+    "description": "KEY AT SIGNATURE: a certified native-application authority key, a time"
+                   " within 5 minutes of the server's, and the key's signature of"
+                   " JCS({purpose: 'alexandria.enrolment-list/1', genesis, key, at})",
+}
+RETRY_AFTER = {"Retry-After": {"description": "seconds until the request may succeed (also"
+                                              " details.retry_after)",
+                               "schema": {"type": "integer", "minimum": 0}}}
+
+
 def _error(description: str) -> dict[str, Any]:
     return _json(_ref("Error"), description)
 
 
+AUTHORITY_REFUSED = _error("no, a stale or a bad signature, or not a certified, unrevoked"
+                           " authority (AUTHORITY_REQUIRED, BAD_AUTHORITY_HEADER,"
+                           " STALE_SIGNATURE, PROOF_INVALID, AUTHORITY_UNKNOWN)")
+RATE_LIMITED_ENROLMENT = {
+    **_error("RATE_LIMITED: 10 requests per client address (the one the reverse proxy"
+             " forwarded with `serve --trust-proxy-headers`; an IPv6 client by its /64) or 5"
+             " per worker key in 10 minutes (details.per: address or key); ENROLMENTS_FULL:"
+             " 10,000 requests are open (retry once the oldest expires); ENROLMENTS_BUSY: the"
+             " server keeps at most 10 requests a second (bursts of 100) per process, retry"
+             " in a second.  Decided before the writer is involved"),
+    "headers": RETRY_AFTER,
+}
 def _with_retry_after(response: dict[str, Any]) -> dict[str, Any]:
-    return {**response, "headers": {"Retry-After": {
-        "description": "seconds to wait before trying again", "schema": {"type": "integer"}}}}
+    return {**response, "headers": RETRY_AFTER}
+
+
+AUTHORITY_LIMITED = {
+    **_error("RATE_LIMITED: this client address was refused 20 times in 10 minutes what only"
+             " an authority may ask (details.per: address); answered before any signature is"
+             " checked"),
+    "headers": RETRY_AFTER,
+}
 
 
 WRITE_ERRORS = {
@@ -427,20 +458,17 @@ PATHS: dict[str, Any] = {
         },
     },
     "/api/enrolments": {
-        **_get("Open enrolment requests (not approved, not expired), oldest first: what"
-               " `alexandria authority requests` lists; for an authority of the library only",
-               [{"name": "x-alexandria-authority", "in": "header", "required": True,
-                 "schema": {"type": "string"},
-                 "description": "KEY AT SIGNATURE: a certified native-application authority"
-                                " key, a time within 5 minutes of the server's, and the key's"
-                                " signature of JCS({purpose: 'alexandria.enrolment-list/1',"
-                                " genesis, key, at})"}],
-               _json({"type": "object", "required": ["requests"], "properties": {
+        **_get("Open enrolment requests (not approved, not expired), the oldest 100, and how"
+               " many are open: what `alexandria authority requests` lists; for an authority"
+               " of the library only (a read: refusals never wait for the writer)",
+               [AUTHORITY_HEADER],
+               _json({"type": "object", "required": ["requests", "total"], "properties": {
                    "requests": {"type": "array", "maxItems": 100,
-                                "items": _ref("EnrolmentRequest")}}}, "open requests"),
-               {"403": _error("no, a stale or a bad signature, or not a certified, unrevoked"
-                              " authority (AUTHORITY_REQUIRED, STALE_SIGNATURE, PROOF_INVALID,"
-                              " AUTHORITY_UNKNOWN)")}),
+                                "items": _ref("EnrolmentRequest")},
+                   "total": {"type": "integer", "minimum": 0,
+                             "description": "open requests, listed or not"}}},
+                     "open requests"),
+               {"403": AUTHORITY_REFUSED, "429": AUTHORITY_LIMITED}),
         "post": {
             "summary": "Ask for a worker certificate (`alexandria login`): kept aside, never in"
                        " the log, for 15 minutes; answers a one-time code",
@@ -464,18 +492,30 @@ PATHS: dict[str, Any] = {
                              "the request is kept; show the code to the operator"),
                 **ERROR_RESPONSES,
                 "413": _error("request body over 2,048 bytes"),
-                "429": _error("too many requests from this address, or open at once"),
+                "429": RATE_LIMITED_ENROLMENT,
             },
         },
     },
     "/api/enrolments/{code}": _get(
-        "The requester polls its request: pending, or approved with the worker certificate",
-        [ENROLMENT_CODE, _q("worker", HEX64, "the requesting public key", required=True)],
-        _json({"type": "object", "required": ["code", "status", "expires_at"], "properties": {
-            "code": CODE, "status": {"enum": ["pending", "approved"]},
-            "expires_at": {"type": "string", "format": "date-time"},
-            "certificate": _ref("SignedDocument")}}, "the request's state"),
-        {"404": _error("no open request with this code for this key (UNKNOWN_CODE)")}),
+        "The requester polls its request (?worker=KEY): pending, or approved with the worker"
+        " certificate.  Or an authority (the x-alexandria-authority header, no worker) reads"
+        " the request of that code, however many others wait: `alexandria authority approve"
+        " CODE`",
+        [ENROLMENT_CODE, _q("worker", HEX64, "the requesting public key (the requester's"
+                            " poll; without it, x-alexandria-authority is required)"),
+         {**AUTHORITY_HEADER, "required": False}],
+        _json({"oneOf": [
+            {"type": "object", "required": ["code", "status", "expires_at"],
+             "additionalProperties": False, "properties": {
+                 "code": CODE, "status": {"enum": ["pending", "approved"]},
+                 "expires_at": {"type": "string", "format": "date-time"},
+                 "certificate": _ref("SignedDocument")}},
+            {"allOf": [_ref("EnrolmentRequest"), {"required": ["status"], "properties": {
+                "status": {"enum": ["pending", "approved"]}}}]}]},
+              "the request's state (the requester), or the request itself (an authority)"),
+        {"403": AUTHORITY_REFUSED,
+         "404": _error("no open request with this code (for this key) (UNKNOWN_CODE)"),
+         "429": AUTHORITY_LIMITED}),
     "/api/enrolments/{code}/certificate": {
         "post": {
             "summary": "Approve a request (`alexandria authority approve CODE`): the worker"
@@ -491,6 +531,7 @@ PATHS: dict[str, Any] = {
                 "404": _error("no open request with this code (UNKNOWN_CODE)"),
                 "409": _error("the code was already approved (CODE_USED)"),
                 "413": _error("request body over 8,192 bytes"),
+                "429": AUTHORITY_LIMITED,
             },
         },
     },

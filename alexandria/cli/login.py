@@ -158,11 +158,35 @@ def _request(client: Client, home: Home, url: str, pin: str, key: Any, name: str
     worker = key.public_hex
     body = {"worker": worker, "name": name, "scopes": sorted(scopes),
             "proof": key.sign(signed_bytes(pin, worker, name, scopes))}
-    answer = client.post("/api/enrolments", orjson.dumps(body)).json()
+    answer = _post_patiently(client, orjson.dumps(body))
     request = {"library": url, "worker": worker, "name": name, "code": answer["code"],
                "expires_at": answer["expires_at"]}
     write_json(home.root / "enrolment.json", request)
     return request
+
+
+#: a library that asks to retry within this many seconds (it is taking many requests at once)
+#: is asked again, up to RETRIES times; a longer wait is the user's to choose
+PATIENCE_SECONDS = 5
+RETRIES = 6
+
+
+def _post_patiently(client: Client, body: bytes) -> Any:
+    """``POST /api/enrolments``, asked again when the library says to retry in a moment."""
+    from alexandria.client import Unreachable
+
+    attempt = 0
+    while True:
+        try:
+            return client.post("/api/enrolments", body).json()
+        except Unreachable as exc:
+            wait = exc.details.get("retry_after")
+            if exc.details.get("status") != 429 or not isinstance(wait, int) \
+                    or wait > PATIENCE_SECONDS or attempt == RETRIES:
+                raise
+            attempt += 1
+            note(f"the library is busy: asking again in {wait} s")
+            time.sleep(wait)
 
 
 def _wait(client: Client, home: Home, request: dict[str, Any], worker: str,

@@ -64,8 +64,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    " advertise (default: http://HOST:PORT this server listens on; never the"
                    " request's Host header)")
     p.add_argument("--trust-proxy-headers", action="store_true",
-                   help="take the advertised origin from X-Forwarded-Proto and X-Forwarded-Host"
-                   " (only behind a proxy that sets both: a client could forge them otherwise)")
+                   help="behind a reverse proxy: take the advertised origin from"
+                   " X-Forwarded-Proto and X-Forwarded-Host, and the client's address (for"
+                   " limits per client) from the right-most X-Forwarded-For (or Forwarded) hop"
+                   " (only behind a proxy that sets them: a client could forge them otherwise;"
+                   " docs/deployment.md)")
     p.add_argument("--query-timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a read that takes longer and answer it 503 QUERY_TIMEOUT with"
                    " Retry-After, so one slow query cannot hold a reader (default: 2; 0: no"
@@ -364,17 +367,23 @@ def _authority_key_path(args: argparse.Namespace, op: OperatorDir) -> Path:
     return Path(args.authority_key) if args.authority_key else op.root / "authority.key"
 
 
-def _open_requests(client: Any, op: OperatorDir, key_path: Path) -> list[dict[str, Any]]:
-    """``GET /api/enrolments``, signed with the authority key: only an authority of the library
-    sees who waits for approval."""
+def _signed(op: OperatorDir, key_path: Path) -> dict[str, str]:
+    """The header that signs a question about open requests with the authority key: only an
+    authority of the library sees who waits for approval."""
     from alexandria.core.timestamps import now
     from alexandria.service.enrolment import LIST_HEADER, list_header
     from alexandria.service.operator_dir import load_key
 
-    header = list_header(op.genesis().pin, load_key(key_path, "authority"), now())
-    answer = client.request("GET", "/api/enrolments", headers={LIST_HEADER: header})
-    requests: list[dict[str, Any]] = orjson.loads(answer.content)["requests"]
-    return requests
+    return {LIST_HEADER: list_header(op.genesis().pin, load_key(key_path, "authority"), now())}
+
+
+def _open_requests(client: Any, op: OperatorDir, key_path: Path
+                   ) -> tuple[list[dict[str, Any]], int]:
+    """``GET /api/enrolments``: the oldest open requests, and how many are open."""
+    answer = orjson.loads(client.request("GET", "/api/enrolments",
+                                         headers=_signed(op, key_path)).content)
+    requests: list[dict[str, Any]] = answer["requests"]
+    return requests, int(answer.get("total", len(requests)))
 
 
 def cmd_authority_requests(args: argparse.Namespace) -> int:
@@ -382,9 +391,9 @@ def cmd_authority_requests(args: argparse.Namespace) -> int:
 
     op = _op(args)
     with Client(_library(args)) as client:
-        requests = _open_requests(client, op, _authority_key_path(args, op))
+        requests, total = _open_requests(client, op, _authority_key_path(args, op))
     if args.json:
-        emit_json({"requests": requests})
+        emit_json({"requests": requests, "total": total})
         return 0
     actors = op.actors() if op.actors_path.exists() else {}
     for r in requests:
@@ -392,6 +401,9 @@ def cmd_authority_requests(args: argparse.Namespace) -> int:
         scopes = ",".join(s.removeprefix("library.") for s in r["scopes"])
         say(f"{r['code']}  {who:<24} {scopes:<22} key {r['worker'][:16]}…"
             f"  until {r['expires_at']}")
+    if total > len(requests):
+        note(f"the oldest {len(requests)} of {total} open requests; any other is approved by"
+             " the code its participant shows you")
     if requests:
         note(f"approve one: alexandria authority approve CODE --dir {op.root}")
     else:
@@ -401,7 +413,7 @@ def cmd_authority_requests(args: argparse.Namespace) -> int:
 
 def _approve_code(args: argparse.Namespace) -> int:
     from alexandria.client import Client
-    from alexandria.errors import NotFound
+    from alexandria.errors import Conflict, NotFound
     from alexandria.service.enrolment import normalize_code
     from alexandria.service.operator_dir import approve, enroll, parse_scopes
 
@@ -412,12 +424,16 @@ def _approve_code(args: argparse.Namespace) -> int:
     op = _op(args)
     key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
     with Client(_library(args)) as client:
-        requests = _open_requests(client, op, key)
-        request = next((r for r in requests if r["code"] == code), None)
-        if request is None:
-            raise NotFound(f"no open request {code} at {client.base_url} (expired, approved"
-                           " already, or mistyped): `alexandria authority requests` lists them",
-                           "UNKNOWN_CODE", enrolment=code)
+        try:  # by its code, however many requests wait
+            request = orjson.loads(client.request("GET", f"/api/enrolments/{code}",
+                                                  headers=_signed(op, key)).content)
+        except NotFound:
+            raise NotFound(f"no open request {code} at {client.base_url} (expired, or"
+                           " mistyped): `alexandria authority requests` lists them",
+                           "UNKNOWN_CODE", enrolment=code) from None
+        if request.get("status") != "pending":
+            raise Conflict(f"request {code} is already approved: a code approves once",
+                           "CODE_USED", enrolment=code)
         actors = op.actors() if op.actors_path.exists() else {}
         name = request["name"]
         actor = actors.get(name) or enroll(op, name)

@@ -10,10 +10,23 @@ it (it chains to the genesis, its authority is certified and unrevoked, it is fo
 key) before giving it to ``login``.
 
 Nothing here reaches the log: requests live in their own table (``store/enrolments.py``) and
-are forgotten when they expire.  Every resource a stranger can use is bounded: a request is at
-most ``MAX_REQUEST_BYTES``, lives ``TTL_MS``, each client address may make
-``PER_ADDRESS`` requests per ``WINDOW_MS``, and at most ``MAX_OPEN`` are open at once.  A code
-approves once.
+are deleted once expired.  Every resource a stranger can use is bounded: a request is at most
+``MAX_REQUEST_BYTES`` and lives ``TTL_MS`` (15 minutes: ``expires_at`` in the answer); each
+client address may make ``PER_ADDRESS`` requests and each worker key ``PER_KEY`` per
+``WINDOW_MS`` (the address is the peer's, or with ``serve --trust-proxy-headers`` the one the
+reverse proxy forwarded: ``api/client_address.py``); at most ``MAX_OPEN`` are open at once, and
+a server process keeps at most ``KEPT_PER_SECOND`` a second (bursts of ``KEPT_BURST``), so a
+flood from many addresses costs the writer a bounded share (a refusal says to retry in 1 s).
+What only an authority may do (list, look up, approve) is refused to an address that was
+refused ``AUTHORITY_REFUSALS`` times in ``WINDOW_MS``, before any signature is checked: an
+operator's own questions never count against it.  A code approves once, and the operator
+finds a request by its code (an indexed lookup), however many others wait.
+
+Every refusal (a malformed or unsigned request, a limit, a key that is not an authority, an
+unknown or used code) is decided before the single writer is involved: signatures and limits in
+memory, the ledger's authorities and the open requests through a read connection.  Only a
+request that will be kept, and an approval that will be recorded, takes a write transaction
+(which checks again: two racing requests may both pass the read).
 """
 
 from __future__ import annotations
@@ -27,7 +40,7 @@ from typing import Any
 
 from alexandria.core.canonical import canonical, parse_json
 from alexandria.core.keys import HEX64, verify
-from alexandria.core.timestamps import parse_ms
+from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.core.trust import SCOPES
 from alexandria.errors import BadRequest, Forbidden, RateLimited
 from alexandria.files import NAME
@@ -36,8 +49,15 @@ PURPOSE = "alexandria.enrolment/1"
 MAX_REQUEST_BYTES = 2048
 TTL_MS = 15 * 60 * 1000
 PER_ADDRESS = 10
+PER_KEY = 5
+#: refused authority questions (a listing, a lookup, a certificate) per client address
+AUTHORITY_REFUSALS = 20
+#: requests kept per second by one server process, in bursts of at most KEPT_BURST: the
+#: writer's work for logins, whatever number of addresses asks
+KEPT_PER_SECOND = 10
+KEPT_BURST = 100
 WINDOW_MS = 10 * 60 * 1000
-MAX_OPEN = 1000
+MAX_OPEN = 10_000
 #: the operator's listing is signed by an authority key: ``KEY AT SIGNATURE`` in this header
 LIST_HEADER = "x-alexandria-authority"
 LIST_PURPOSE = "alexandria.enrolment-list/1"
@@ -135,40 +155,98 @@ def parse_list_header(value: str | None, genesis_pin: str, now_ms: int) -> str:
     return key
 
 
-class AddressLimiter:
-    """``PER_ADDRESS`` requests per ``WINDOW_MS`` for each client address (a sliding window;
-    at most ``MAX_ADDRESSES`` addresses remembered, the oldest forgotten first)."""
+class WindowLimiter:
+    """``per`` events per ``window_ms`` for each key (a sliding window; at most ``MAX_KEYS``
+    keys remembered, the least recently used forgotten first).  ``what`` names the key in the
+    refusal (``address``, ``key``)."""
 
-    MAX_ADDRESSES = 10_000
+    MAX_KEYS = 10_000
 
-    def __init__(self, per_address: int = PER_ADDRESS, window_ms: int = WINDOW_MS) -> None:
-        self.per_address = per_address
+    def __init__(self, per: int, window_ms: int = WINDOW_MS, what: str = "address",
+                 events: str = "enrolment requests") -> None:
+        self.per = per
         self.window_ms = window_ms
+        self.what = what
+        self.events = events
         self._seen: dict[str, deque[int]] = {}
         self._lock = threading.Lock()
 
-    def check(self, address: str, now_ms: int | None = None) -> None:
+    def check(self, key: str, now_ms: int | None = None, shown: str | None = None,
+              count: bool = True) -> None:
+        """Count one event of ``key`` (unless ``count`` is false: only ask), or raise
+        ``RateLimited`` (429 with ``Retry-After``) without counting it.  ``shown``: how the
+        refusal names the key (default ``key``)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
-            times = self._seen.pop(address, deque())
+            times = self._seen.pop(key, deque())
             while times and times[0] <= now - self.window_ms:
                 times.popleft()
-            if len(times) >= self.per_address:
-                self._seen[address] = times
+            if len(times) >= self.per:
+                self._seen[key] = times
                 retry = (times[0] + self.window_ms - now) // 1000 + 1
                 raise RateLimited(
-                    f"too many enrolment requests from {address}: try again in {retry} s",
-                    retry_after=retry, limit=self.per_address)
-            times.append(now)
-            self._seen[address] = times  # re-inserted: the dict's order is by last use
-            while len(self._seen) > self.MAX_ADDRESSES:
+                    f"too many {self.events} from this {self.what} ({shown or key}):"
+                    f" try again in {retry} s", retry_after=retry, limit=self.per,
+                    window_seconds=self.window_ms // 1000, per=self.what)
+            if count:
+                times.append(now)
+            if times:  # re-inserted: the dict's order is by last use; nothing kept for none
+                self._seen[key] = times
+            while len(self._seen) > self.MAX_KEYS:
                 del self._seen[next(iter(self._seen))]
 
 
-def public_view(row: dict[str, Any]) -> dict[str, Any]:
-    """A request as the operator sees it (``GET /api/enrolments``)."""
-    from alexandria.core.timestamps import format_ms
+class AddressLimiter(WindowLimiter):
+    """``PER_ADDRESS`` requests per ``WINDOW_MS`` for each client address."""
 
+    def __init__(self, per_address: int = PER_ADDRESS, window_ms: int = WINDOW_MS) -> None:
+        super().__init__(per_address, window_ms, "address")
+
+
+class RefusalLimiter(WindowLimiter):
+    """``AUTHORITY_REFUSALS`` refused authority questions per ``WINDOW_MS`` for each client
+    address: ``check(..., count=False)`` before the question, ``check`` once it was refused."""
+
+    def __init__(self, per_address: int = AUTHORITY_REFUSALS, window_ms: int = WINDOW_MS
+                 ) -> None:
+        super().__init__(per_address, window_ms, "address",
+                         "refused questions only an authority may ask")
+
+
+class KeptRate:
+    """A token bucket: ``per_second`` requests kept a second, ``burst`` at once."""
+
+    def __init__(self, per_second: float = KEPT_PER_SECOND, burst: int = KEPT_BURST) -> None:
+        self.per_second = per_second
+        self.burst = burst
+        self._tokens = float(burst)
+        self._at: int | None = None
+        self._lock = threading.Lock()
+
+    def take(self, now_ms: int) -> None:
+        with self._lock:
+            if self._at is not None and now_ms > self._at:
+                self._tokens = min(self.burst, self._tokens
+                                   + (now_ms - self._at) * self.per_second / 1000)
+            self._at = now_ms if self._at is None else max(self._at, now_ms)
+            if self._tokens < 1:
+                retry = int((1 - self._tokens) / self.per_second) + 1
+                raise RateLimited(f"the library is taking many enrolment requests: try again"
+                                  f" in {retry} s", "ENROLMENTS_BUSY", retry_after=retry,
+                                  limit=self.per_second, per="library")
+            self._tokens -= 1
+
+
+class KeyLimiter(WindowLimiter):
+    """``PER_KEY`` requests per ``WINDOW_MS`` for each requesting worker key (asking again
+    replaces the key's open request: this bounds how often)."""
+
+    def __init__(self, per_key: int = PER_KEY, window_ms: int = WINDOW_MS) -> None:
+        super().__init__(per_key, window_ms, "key")
+
+
+def public_view(row: dict[str, Any]) -> dict[str, Any]:
+    """A request as the operator sees it (``GET /api/enrolments``, and one by its code)."""
     return {"code": row["code"], "name": row["name"], "worker": row["worker"],
             "scopes": list(row["scopes"]), "requested_at": format_ms(row["requested_ms"]),
             "expires_at": format_ms(row["expires_ms"])}

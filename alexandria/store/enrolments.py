@@ -1,10 +1,12 @@
 """Enrolment requests in their own table (``enrolment_requests``, ``store/schema.py``), never in
 the log: the policy is ``service/enrolment.py``; this module is its SQL.
 
-Writes run in the store's group-commit writer (``storage.write``), so the count of open
-requests, the single use of a code and the certificate's checks against the ledger's
-authorities are decided inside one transaction.  Expired rows are deleted whenever a request
-is made or approved.
+Refusals are decided on a read connection (``precheck_*``, ``open_requests``, ``request``):
+the single writer never runs a transaction only to say no.  What is kept runs in the store's
+group-commit writer (``storage.write``), which checks again, so the cap on open requests, the
+single use of a code and the certificate's checks against the ledger's authorities hold
+against racing requests.  Expired rows are never answered (every read asks ``expires_ms``) and
+are deleted whenever a request is kept or approved.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from alexandria.core.trust import WorkerCertificate
+from alexandria.core.trust import AuthorityCertificate, Genesis, WorkerCertificate
 from alexandria.errors import Conflict, Forbidden, NotFound, RateLimited
 from alexandria.store.ledger_storage import LedgerStorage
 
@@ -32,18 +34,38 @@ def _expire(conn: sqlite3.Connection, now_ms: int) -> None:
     conn.execute("DELETE FROM enrolment_requests WHERE expires_ms < ?", (now_ms,))
 
 
+def _check_room(conn: sqlite3.Connection, now_ms: int, max_open: int, worker: str) -> None:
+    """``RateLimited`` when ``max_open`` requests are open (not expired) and ``worker`` holds
+    none of them (its own would be replaced): retry when the oldest expires."""
+    count, oldest = conn.execute(
+        "SELECT count(*), min(expires_ms) FROM enrolment_requests WHERE expires_ms >= ?",
+        (now_ms,)).fetchone()
+    if count < max_open:
+        return
+    if conn.execute("SELECT 1 FROM enrolment_requests WHERE worker = ? AND certificate IS NULL"
+                    " AND expires_ms >= ?", (worker, now_ms)).fetchone() is not None:
+        return
+    retry = max(0, (int(oldest) - now_ms) // 1000) + 1
+    raise RateLimited(f"{max_open} enrolment requests are open, the most this library keeps:"
+                      f" try again in {retry} s", "ENROLMENTS_FULL", retry_after=retry,
+                      limit=max_open)
+
+
+async def precheck_create(storage: LedgerStorage, worker: str, now_ms: int,
+                          max_open: int) -> None:
+    """Refuse a new request when the library keeps ``max_open`` already (a read)."""
+    await storage.read(lambda conn: _check_room(conn, now_ms, max_open, worker))
+
+
 async def create(storage: LedgerStorage, code: str, worker: str, name: str,
                  scopes: tuple[str, ...], now_ms: int, ttl_ms: int, max_open: int) -> int:
     """Store a new request; its expiry.  A worker key has one open request: asking again
     replaces it (a new code).  Raises ``RateLimited`` when ``max_open`` are open."""
     def fn(conn: sqlite3.Connection) -> int:
         _expire(conn, now_ms)
+        _check_room(conn, now_ms, max_open, worker)
         conn.execute("DELETE FROM enrolment_requests WHERE worker = ? AND certificate IS NULL",
                      (worker,))
-        (count,) = conn.execute("SELECT count(*) FROM enrolment_requests").fetchone()
-        if count >= max_open:
-            raise RateLimited("too many open enrolment requests: try again later",
-                              limit=max_open)
         conn.execute(
             f"INSERT INTO enrolment_requests({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL)",
             (code, worker, name, " ".join(scopes), now_ms, now_ms + ttl_ms),
@@ -53,64 +75,98 @@ async def create(storage: LedgerStorage, code: str, worker: str, name: str,
     return await storage.write(fn)
 
 
+def _get(conn: sqlite3.Connection, code: str, now_ms: int) -> dict[str, Any] | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM enrolment_requests WHERE code = ?"
+                       " AND expires_ms >= ?", (code, now_ms)).fetchone()
+    return _row(row) if row else None
+
+
 async def get(storage: LedgerStorage, code: str, now_ms: int) -> dict[str, Any] | None:
-    def fn(conn: sqlite3.Connection) -> dict[str, Any] | None:
-        row = conn.execute(f"SELECT {_COLUMNS} FROM enrolment_requests WHERE code = ?"
-                           " AND expires_ms >= ?", (code, now_ms)).fetchone()
-        return _row(row) if row else None
+    """The request ``code`` (by its primary key), unless expired."""
+    return await storage.read(lambda conn: _get(conn, code, now_ms))
+
+
+def _check_authority(conn: sqlite3.Connection, genesis: Genesis, key: str,
+                     now_ms: int) -> None:
+    """``key`` is a certified, unrevoked native-application authority of the ledger: read
+    from its ``authorities`` and ``revocations`` tables, on any connection."""
+    if conn.execute("SELECT 1 FROM revocations WHERE key = ? AND issuer = 'root'",
+                    (key,)).fetchone() is None:
+        for (document,) in conn.execute("SELECT document FROM authorities WHERE key = ?"
+                                        " ORDER BY sequence", (key,)).fetchall():
+            cert = AuthorityCertificate.from_document(orjson.loads(document), genesis)
+            if "native-application" in cert.roles and cert.valid_at(now_ms):
+                return
+    raise Forbidden("not a certified, unrevoked native-application authority of this"
+                    " library", "AUTHORITY_UNKNOWN", authority=key)
+
+
+async def check_authority(storage: LedgerStorage, key: str, now_ms: int) -> None:
+    await storage.read(lambda conn: _check_authority(conn, storage.genesis, key, now_ms))
+
+
+async def open_requests(storage: LedgerStorage, now_ms: int, limit: int, authority: str
+                        ) -> tuple[list[dict[str, Any]], int]:
+    """Up to ``limit`` requests not approved yet and not expired, oldest first, and how many
+    there are, for ``authority`` (the key that signed the question: it must be certified and
+    unrevoked).  A read: a stranger's key is refused without the writer."""
+    def fn(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], int]:
+        _check_authority(conn, storage.genesis, authority, now_ms)
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM enrolment_requests WHERE certificate IS NULL"
+            " AND expires_ms >= ? ORDER BY requested_ms, code LIMIT ?",
+            (now_ms, limit)).fetchall()
+        (total,) = conn.execute("SELECT count(*) FROM enrolment_requests WHERE certificate"
+                                " IS NULL AND expires_ms >= ?", (now_ms,)).fetchone()
+        return [_row(r) for r in rows], int(total)
 
     return await storage.read(fn)
 
 
-def _check_authority(storage: LedgerStorage, conn: sqlite3.Connection, key: str,
-                     now_ms: int) -> None:
-    view = storage.state_view(conn)
-    certified = [a for _seq, a in view.authorities(key)
-                 if "native-application" in a.roles and a.valid_at(now_ms)]
-    if not certified or view.revoked(key, None):
-        raise Forbidden("not a certified, unrevoked native-application authority of this"
-                        " library", "AUTHORITY_UNKNOWN", authority=key)
+async def request(storage: LedgerStorage, code: str, now_ms: int, authority: str
+                  ) -> dict[str, Any]:
+    """The open request ``code`` for ``authority`` (as ``open_requests``), however many wait;
+    ``NotFound`` when expired or never made."""
+    def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+        _check_authority(conn, storage.genesis, authority, now_ms)
+        row = _get(conn, code, now_ms)
+        if row is None:
+            raise NotFound(f"no open enrolment request {code} (expired, or never made)",
+                           "UNKNOWN_CODE", enrolment=code)
+        return row
+
+    return await storage.read(fn)
 
 
-async def open_requests(storage: LedgerStorage, now_ms: int, limit: int, authority: str
-                        ) -> list[dict[str, Any]]:
-    """Requests not approved yet and not expired, oldest first, for ``authority`` (a key that
-    signed the request for them: it must be certified and unrevoked).  In the writer's
-    transaction, as ``approve``, for its view of the authorities; operators list rarely."""
-    def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-        _check_authority(storage, conn, authority, now_ms)
-        rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM enrolment_requests WHERE certificate IS NULL"
-            " AND expires_ms >= ? ORDER BY requested_ms, code LIMIT ?", (now_ms, limit))
-        return [_row(r) for r in rows]
-
-    return await storage.write(fn)
+def _check_approval(conn: sqlite3.Connection, genesis: Genesis, code: str,
+                    cert: WorkerCertificate, now_ms: int) -> None:
+    """The issuer first: a self-made authority learns nothing of which codes exist."""
+    _check_authority(conn, genesis, cert.authority, now_ms)
+    row = _get(conn, code, now_ms)
+    if row is None:
+        raise NotFound(f"no open enrolment request {code} (expired, or never made)",
+                       "UNKNOWN_CODE", enrolment=code)
+    if row["certificate"] is not None:
+        raise Conflict(f"enrolment request {code} is already approved: a code approves"
+                       " once", "CODE_USED", enrolment=code)
+    if cert.worker != row["worker"]:
+        raise Forbidden("the certificate is for another key than the request's",
+                        "CERTIFICATE_KEY_MISMATCH", worker=row["worker"],
+                        certificate_worker=cert.worker)
+    if not cert.valid_at(now_ms):
+        raise Forbidden("the certificate is not valid now", "CERTIFICATE_NOT_VALID")
 
 
 async def approve(storage: LedgerStorage, code: str, cert: WorkerCertificate, now_ms: int
                   ) -> None:
     """Attach a worker certificate to the open request ``code``: once.  The certificate must be
     for the requesting key, valid now, and issued by a certified, unrevoked native-application
-    authority of this ledger."""
+    authority of this ledger.  Every refusal is decided on a read connection first."""
+    await storage.read(lambda conn: _check_approval(conn, storage.genesis, code, cert, now_ms))
 
     def fn(conn: sqlite3.Connection) -> None:
         _expire(conn, now_ms)
-        row = conn.execute("SELECT worker, certificate FROM enrolment_requests WHERE code = ?",
-                           (code,)).fetchone()
-        if row is None:
-            raise NotFound(f"no open enrolment request {code} (expired, or never made)",
-                           "UNKNOWN_CODE", enrolment=code)
-        worker, existing = row
-        if existing is not None:
-            raise Conflict(f"enrolment request {code} is already approved: a code approves"
-                           " once", "CODE_USED", enrolment=code)
-        if cert.worker != worker:
-            raise Forbidden("the certificate is for another key than the request's",
-                            "CERTIFICATE_KEY_MISMATCH", worker=worker,
-                            certificate_worker=cert.worker)
-        if not cert.valid_at(now_ms):
-            raise Forbidden("the certificate is not valid now", "CERTIFICATE_NOT_VALID")
-        _check_authority(storage, conn, cert.authority, now_ms)
+        _check_approval(conn, storage.genesis, code, cert, now_ms)
         conn.execute("UPDATE enrolment_requests SET certificate = ? WHERE code = ?",
                      (orjson.dumps(dict(cert.document)).decode(), code))
 
