@@ -217,7 +217,7 @@ def test_the_workers_wait_for_the_writer_to_listen(tmp_path: Path) -> None:
     import multiprocessing
     import time
 
-    from alexandria.api.serve import _await_writer
+    from alexandria.service.supervisor import await_writer
 
     path = str(tmp_path / "writer.sock")
     process = multiprocessing.get_context("spawn").Process(
@@ -226,7 +226,7 @@ def test_the_workers_wait_for_the_writer_to_listen(tmp_path: Path) -> None:
     started = time.monotonic()
     process.start()
     try:
-        _await_writer(process, path)
+        await_writer(process, path)
         waited = time.monotonic() - started
         assert waited >= 1.5 and process.is_alive()
     finally:
@@ -235,5 +235,5 @@ def test_the_workers_wait_for_the_writer_to_listen(tmp_path: Path) -> None:
     # a writer that dies while opening: no wait beyond its exit
     dead = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0.2,))
     dead.start()
-    _await_writer(dead, str(tmp_path / "never.sock"))
+    await_writer(dead, str(tmp_path / "never.sock"))
     assert not dead.is_alive()
