@@ -192,7 +192,7 @@ def test_a_server_whose_writer_dies_stops_and_says_why(
         ]
         assert len(writers) == 1
         os.kill(writers[0], signal.SIGKILL)
-        server.proc.wait(timeout=20)
+        assert server.proc.wait(timeout=20) == 1  # an unexpected stop: restart on failure
         assert server.proc.stderr is not None
         assert "admission writer process exited" in server.proc.stderr.read().decode()
     finally:
