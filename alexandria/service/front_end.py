@@ -28,6 +28,7 @@ from alexandria.service.supervisor import (
     ServeConfig,
     Supervisor,
     die_with_parent,
+    forget_dead_workers,
     load_app,
 )
 
@@ -67,6 +68,7 @@ def granian_worker(parent: int, *args: Any, **kwargs: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the main process stops us
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     die_with_parent(signal.SIGKILL, parent)
+    forget_dead_workers()
     MPServer._spawn_asgi_lifespan_worker(*args, **kwargs)
 
 

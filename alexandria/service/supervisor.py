@@ -50,7 +50,7 @@ from alexandria.errors import ServiceError
 #: from a stop signal until every process is gone, at most (then SIGKILL)
 STOP_DEADLINE_S = 10.0
 #: how long a child asked to stop (SIGTERM) has before it is killed
-CHILD_STOP_S = 4
+CHILD_STOP_S = 3
 #: how often a child looks at its parent's pid (the fallback of PR_SET_PDEATHSIG)
 PARENT_POLL_S = 0.5
 #: a writer that exits while no stop was asked for is a failure, unless a stop signal reaches
@@ -149,6 +149,20 @@ def descendants(pid: int | None = None) -> list[int]:
                 found.extend(children)
                 queue.extend(children)
     return found
+
+
+def forget_dead_workers() -> None:
+    """Drop the live gauges of worker processes that were killed (a worker that stops on its
+    own drops its own, ``api/metrics.worker_exited``): a restarted worker calls this first."""
+    directory = os.environ.get(METRICS_ENV)
+    if not directory:
+        return
+    from prometheus_client import multiprocess
+
+    for path in Path(directory).glob("gauge_live*_*.db"):
+        pid = path.stem.rpartition("_")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            multiprocess.mark_process_dead(int(pid), directory)  # type: ignore[no-untyped-call]
 
 
 def kill_descendants() -> None:
