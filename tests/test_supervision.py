@@ -102,12 +102,14 @@ def wait_for_workers(server: Server, count: int, timeout: float = 60) -> list[in
 
 
 def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
+    """No socket listens on ``port`` (a bind could still fail for a moment: on a busy machine
+    another process's outgoing connection may take the released port as its own)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                    return False
     return True
 
 
