@@ -2,7 +2,9 @@
 
 With ``--genesis`` and ``--db`` it serves that library.  With no arguments it uses an embedded
 default in ``./alexandria-data/``, created on first run (genesis, root, authority and log keys,
-their certificates admitted) and reused afterwards.
+their certificates admitted) and reused afterwards.  The processes that serve it, and how they
+start and stop, are ``service/supervisor.py``'s; each HTTP worker builds its app here
+(``app_for``) from the one ``ServeConfig`` they all receive.
 """
 
 from __future__ import annotations
@@ -19,15 +21,15 @@ from alexandria.files import private_dir, write_json
 from alexandria.service import supervisor
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.service.cosigning import Cosigning, WitnessEndpoint
-from alexandria.service.front_end import FRONT_ENDS, HEAD_BUFFER_BYTES, HEAD_TIMEOUT_MS
+from alexandria.service.front_end import HEAD_BUFFER_BYTES as HEAD_BUFFER_BYTES
+from alexandria.service.front_end import HEAD_TIMEOUT_MS as HEAD_TIMEOUT_MS
 from alexandria.service.library import Library
 from alexandria.service.operator_dir import OperatorDir
-from alexandria.service.supervisor import ServeConfig
+from alexandria.service.supervisor import ServeConfig as ServeConfig
 from alexandria.service.writer_service import WriterClient
 from alexandria.store.sqlite import SqliteStorage
 
 DEFAULT_DIR = Path("alexandria-data")
-__all__ = ["FRONT_ENDS", "HEAD_BUFFER_BYTES", "HEAD_TIMEOUT_MS", "ServeConfig"]
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ HEAD_TIMEOUT_MS = 10_000
 MAX_CONNECTIONS = 2048
 BACKLOG = 2048
 FILE_LIMIT = 8192
-FRONT_ENDS = ("granian", "uvicorn")
 #: Granian's crash-loop rule: a worker that dies again this soon after its restart stops the
 #: server (granian/server/common.py, ``_serve_loop``)
 CRASH_LOOP_S = 5.5
