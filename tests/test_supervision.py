@@ -343,6 +343,26 @@ def test_a_stop_signal_at_any_moment_of_start_up_stops_every_process(
     library.check()
 
 
+def test_children_that_do_not_stop_are_killed(
+    tmp_path: Path, founding: Founding, new_db: NewDb, tmpdir_env: Path
+) -> None:
+    """A stop does not wait for a child that ignores it (here: stopped with SIGSTOP)."""
+    library = Library(tmp_path, founding, new_db, tmpdir_env)
+    with reaped(library.start(2)) as server:
+        library.publish(server.url)
+        stuck = [*wait_for_workers(server, 2), writer_pid(server)]
+        for pid in stuck:
+            os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        os.kill(server.proc.pid, signal.SIGTERM)
+        assert _exited(server) == 0
+        assert time.monotonic() - started < 12  # the supervisor's 10 s deadline, and slack
+        assert wait_gone(server.proc.pid, GONE_S) == []
+        assert port_free(server.port)
+        assert run_dirs(tmpdir_env) == []
+    library.check()
+
+
 # --- the run directory -----------------------------------------------------------------------
 
 def test_a_killed_servers_run_directory_is_removed_at_the_next_start(
