@@ -394,6 +394,11 @@ def test_stale_run_directories_are_those_of_dead_servers(tmpdir_env: Path) -> No
     for d in (stale, live, legacy, listening):
         d.mkdir()
     (legacy / "writer.sock").touch()
+    young = tmpdir_env / "alexandria-writer-v"  # an earlier version's server still starting
+    young.mkdir()
+    hour_ago = time.time() - 3700
+    for d in (legacy, listening):
+        os.utime(d, (hour_ago, hour_ago))
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(str(listening / "writer.sock"))
         s.listen()

@@ -59,6 +59,8 @@ STOP_SIGNAL_GRACE_S = 1.0
 RUN_DIR_PREFIX = "alexandria-serve-"
 #: where earlier versions kept the writer's socket (removed when nobody listens on it)
 LEGACY_WRITER_PREFIX = "alexandria-writer-"
+#: and made this long ago (its writer may still be opening the library: it listens after)
+LEGACY_STALE_S = 3600.0
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # api/metrics.MULTIPROC_ENV, prometheus-client's name
 WRITER_SWITCH_INTERVAL = 0.0003  # seconds, in the writer process only
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -197,7 +199,7 @@ def _listening(path: Path) -> bool:
 def stale_run_dirs(tmp: Path | None = None) -> list[Path]:
     """This user's run directories whose server is gone (killed before it could remove
     them): named after a pid that no longer runs, or an earlier version's writer directory
-    whose socket nobody listens on."""
+    whose socket nobody listens on, made more than an hour ago."""
     tmp = Path(tempfile.gettempdir()) if tmp is None else tmp
     stale = []
     with contextlib.suppress(OSError):
@@ -212,7 +214,8 @@ def stale_run_dirs(tmp: Path | None = None) -> list[Path]:
                 pid = name[len(RUN_DIR_PREFIX):].partition("-")[0]
                 if pid.isdigit() and not _alive(int(pid)):
                     stale.append(entry)
-            elif name.startswith(LEGACY_WRITER_PREFIX) and not _listening(entry / "writer.sock"):
+            elif (name.startswith(LEGACY_WRITER_PREFIX) and not _listening(entry / "writer.sock")
+                  and time.time() - entry.stat().st_mtime > LEGACY_STALE_S):
                 stale.append(entry)
     return stale
 
