@@ -113,6 +113,17 @@ def port_free(port: int) -> bool:
     return True
 
 
+def wait_port_free(port: int, timeout: float = GONE_S) -> bool:
+    """Whether ``port`` is free within ``timeout`` (the kernel closes a killed process's
+    sockets a moment after it leaves the process table)."""
+    deadline = time.monotonic() + timeout
+    while not port_free(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def run_dirs(tmp: Path) -> list[Path]:
     return sorted(tmp.glob("alexandria-*"))
 
@@ -223,7 +234,7 @@ def test_a_killed_writer_stops_the_server_with_status_1(
         assert _exited(server) == 1
         assert "the admission writer process exited (killed by SIGKILL)" in _stderr(server)
         assert wait_gone(server.proc.pid, GONE_S) == []
-        assert port_free(server.port)
+        assert wait_port_free(server.port)
         assert run_dirs(tmpdir_env) == []
     library.check()
 
@@ -244,7 +255,7 @@ def test_the_children_die_with_the_main_process(
         os.kill(server.proc.pid, signal.SIGKILL)
         server.proc.wait()
         assert wait_gone(server.proc.pid, GONE_S) == []
-        assert port_free(server.port)
+        assert wait_port_free(server.port)
         assert run_dirs(tmpdir_env) == []
         with reaped(library.start(workers, port=server.port)) as again:
             library.publish(again.url)
@@ -295,7 +306,7 @@ def test_a_crash_looping_http_worker_stops_the_server_with_status_1(
         assert _exited(server) == 1
         assert "an HTTP worker process died again" in _stderr(server)
         assert wait_gone(server.proc.pid, GONE_S) == []
-        assert port_free(server.port)
+        assert wait_port_free(server.port)
 
 
 # --- stop signals ----------------------------------------------------------------------------
@@ -329,7 +340,7 @@ def _stop_during_start_up(library: Library, when: float | str, sig: int, group: 
         assert status in ((0, -sig) if sig == signal.SIGTERM else (0, 130)), (
             status, _stderr(server))
         assert wait_gone(server.proc.pid, GONE_S) == []
-        assert port_free(server.port)
+        assert wait_port_free(server.port)
         assert run_dirs(Path(library.env["TMPDIR"])) == []
 
 
@@ -359,7 +370,7 @@ def test_children_that_do_not_stop_are_killed(
         assert _exited(server) == 0
         assert time.monotonic() - started < 12  # the supervisor's 10 s deadline, and slack
         assert wait_gone(server.proc.pid, GONE_S) == []
-        assert port_free(server.port)
+        assert wait_port_free(server.port)
         assert run_dirs(tmpdir_env) == []
     library.check()
 
