@@ -220,11 +220,14 @@ def stale_run_dirs(tmp: Path | None = None) -> list[Path]:
     return stale
 
 
-@contextlib.contextmanager
-def run_directory() -> Iterator[Path]:
-    """A fresh private run directory (mode 0700) for the block; stale ones removed first."""
+def remove_stale_run_dirs() -> None:
     for stale in stale_run_dirs():
         shutil.rmtree(stale, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def run_directory() -> Iterator[Path]:
+    """A fresh private run directory (mode 0700) for the block."""
     directory = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-"))
     try:
         yield directory
@@ -423,6 +426,7 @@ def serve(config: ServeConfig, front_end: str = "granian",
         supervisor = Supervisor()
         supervisor.install_signal_handlers()
     try:
+        remove_stale_run_dirs()  # whatever this server's layout
         with contextlib.ExitStack() as stack:
             if config.shared_writer:
                 run_dir = stack.enter_context(run_directory())
