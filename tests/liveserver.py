@@ -28,9 +28,8 @@ def free_port() -> int:
 
 def stop_group(proc: subprocess.Popen[Any], timeout: float = 20) -> tuple[Any, Any]:
     """SIGTERM a server started in its own session (every worker and the writer too), then its
-    output; SIGKILL when it does not stop in time.  Granian's main process sometimes does not
-    return from a SIGTERM that reached its workers at once (a known defect, docs/deployment.md):
-    the tests check what the server said, not how it stops."""
+    output; SIGKILL when it does not stop in time (tests/test_supervision.py checks how a
+    server stops; the tests using this check what it said)."""
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         return proc.communicate(timeout=timeout)
@@ -59,7 +58,11 @@ class Server:
         port: int | None = None,
         workers: int = 1,
         extra: tuple[str, ...] = (),
+        ready: bool = True,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """``ready=False``: return at once, before the server listens; ``env``: added to this
+        process's environment."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [
@@ -83,9 +86,10 @@ class Server:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
-        self.wait_ready()
+        if ready:
+            self.wait_ready()
 
     def wait_ready(self, timeout: float = 60) -> None:
         """Until the server listens; a server that does not within ``timeout`` (a loaded CI

@@ -192,7 +192,7 @@ def test_a_server_whose_writer_dies_stops_and_says_why(
         ]
         assert len(writers) == 1
         os.kill(writers[0], signal.SIGKILL)
-        server.proc.wait(timeout=20)
+        assert server.proc.wait(timeout=20) == 1  # an unexpected stop: restart on failure
         assert server.proc.stderr is not None
         assert "admission writer process exited" in server.proc.stderr.read().decode()
     finally:
@@ -217,7 +217,7 @@ def test_the_workers_wait_for_the_writer_to_listen(tmp_path: Path) -> None:
     import multiprocessing
     import time
 
-    from alexandria.api.serve import _await_writer
+    from alexandria.service.supervisor import await_writer
 
     path = str(tmp_path / "writer.sock")
     process = multiprocessing.get_context("spawn").Process(
@@ -226,7 +226,7 @@ def test_the_workers_wait_for_the_writer_to_listen(tmp_path: Path) -> None:
     started = time.monotonic()
     process.start()
     try:
-        _await_writer(process, path)
+        await_writer(process, path)
         waited = time.monotonic() - started
         assert waited >= 1.5 and process.is_alive()
     finally:
@@ -235,5 +235,5 @@ def test_the_workers_wait_for_the_writer_to_listen(tmp_path: Path) -> None:
     # a writer that dies while opening: no wait beyond its exit
     dead = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0.2,))
     dead.start()
-    _await_writer(dead, str(tmp_path / "never.sock"))
+    await_writer(dead, str(tmp_path / "never.sock"))
     assert not dead.is_alive()

@@ -73,7 +73,8 @@ EXCEPTION_HANDLERS = {
 }
 
 
-# A body has this long to arrive once its head has (the front end bounds the head: serve.py).
+# A body has this long to arrive once its head has (the front end bounds the head:
+# service/front_end.py).
 # 64 KiB at a slow mobile link's 20 kB/s takes 3 s; a client that sends less holds a request
 # slot for nothing.
 BODY_TIMEOUT_S = 10.0

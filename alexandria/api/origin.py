@@ -29,9 +29,6 @@ _HOST = re.compile(
     r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"
     r"[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?\Z"
 )
-ENV_PUBLIC_URL = "ALEXANDRIA_PUBLIC_URL"
-ENV_TRUST_PROXY = "ALEXANDRIA_TRUST_PROXY_HEADERS"
-ENV_LISTEN = "ALEXANDRIA_LISTEN_URL"
 #: hosts that mean "every address": the connection's own local address names the server
 _WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 

@@ -8,10 +8,10 @@ command starts quickly.
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -20,6 +20,9 @@ from alexandria.cli.participant import command, library_url
 from alexandria.cli.terminal import emit_json, note, say, warn_plain_http
 from alexandria.errors import BadRequest
 from alexandria.service.operator_dir import OperatorDir
+
+if TYPE_CHECKING:
+    from alexandria.service.supervisor import Supervisor
 
 DEFAULT_DIR = Path("alexandria-data")  # serve.DEFAULT_DIR: the embedded default library
 
@@ -85,10 +88,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from alexandria.service.supervisor import Stopped, Supervisor
+
+    # a stop signal stops the server from here on, whatever it is doing (docs/operations.md)
+    supervisor = Supervisor()
+    supervisor.install_signal_handlers()
+    with contextlib.suppress(Stopped):
+        _serve(args, supervisor)
+    return 0
+
+
+def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
     from alexandria.api.origin import Origin, listen_url, public_url
     from alexandria.api.serve import (
-        READ_DB_ENV,
         DataDir,
+        ServeConfig,
         configure_witnesses,
         default_library,
         run,
@@ -149,17 +163,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     operator_dir = Path(args.genesis).parent if args.genesis else data.root
     _next_steps(url, operator_dir, pin_file)
     if args.genesis:
-        files = (args.genesis, args.db, args.log_key)
+        genesis, db, log_key = args.genesis, args.db, args.log_key
     else:  # the log key may have been created just now, with the library
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
-        files = (str(data.genesis_path), str(data.db), log_key)
+        genesis, db = str(data.genesis_path), str(data.db)
     access_log = sys.stdout.isatty() if args.access_log is None else args.access_log
-    if args.read_db:
-        os.environ[READ_DB_ENV] = args.read_db  # the worker processes' libraries read there too
-    run(library, args.host, args.port, workers, files, args.writer_process, args.front_end,
-        origin, access_log=access_log, server_timing=args.server_timing,
-        query_timeout_s=query_timeout)
-    return 0
+    config = ServeConfig(
+        genesis=genesis, db=str(db), log_key=log_key, read_db=args.read_db,
+        witnesses=tuple(args.witness), witness_quorum=args.witness_quorum,
+        public_url=origin.public, trust_proxy_headers=origin.trust_proxy_headers,
+        host=args.host, port=args.port, workers=workers, dedicated_writer=args.writer_process,
+        access_log=access_log, server_timing=args.server_timing,
+        query_timeout_s=query_timeout,
+    )
+    run(config, args.front_end, supervisor)
 
 
 def _query_timeout(value: float | None) -> float | None:
