@@ -22,6 +22,7 @@ from alexandria.errors import (
     NotFound,
     PayloadTooLarge,
     RequestTimeout,
+    retry_after,
 )
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,11 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
 
 
 def error_response(exc: AlexandriaError, headers: dict[str, str] | None = None) -> Response:
+    """``exc`` as PROTOCOL §6 says, with ``Retry-After`` when its class has one
+    (``errors.RETRY_AFTER_S``: an outage a client should wait out)."""
+    wait = retry_after(exc)
+    if wait is not None:
+        headers = {**(headers or {}), "Retry-After": str(wait)}
     return json_response(exc.to_json(), exc.status, headers)
 
 

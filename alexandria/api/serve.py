@@ -121,6 +121,7 @@ _QUORUM_ENV = "ALEXANDRIA_WITNESS_QUORUM"
 _ENV = ("ALEXANDRIA_GENESIS", "ALEXANDRIA_DB", "ALEXANDRIA_LOG_KEY")
 _WRITER_ENV = "ALEXANDRIA_WRITER"
 READ_DB_ENV = "ALEXANDRIA_READ_DB"
+ADMISSION_DEADLINE_ENV = "ALEXANDRIA_ADMISSION_DEADLINE"
 # prometheus-client's multiprocess directory (api/metrics.MULTIPROC_ENV), named here without
 # importing api/metrics: prometheus-client picks its value store when first imported, and
 # Granian forks its workers from this process, so it must not be loaded here before it is set
@@ -257,6 +258,9 @@ def app_from_env() -> object:
     writer = os.environ.get(_WRITER_ENV)
     if writer:
         library.writer = WriterClient(writer)
+    deadline = os.environ.get(ADMISSION_DEADLINE_ENV)
+    if deadline:
+        library.admission_deadline_s = float(deadline)
     origin = Origin(os.environ.get(ENV_PUBLIC_URL) or None, bool(os.environ.get(ENV_TRUST_PROXY)))
     return create_app(library, origin=origin)
 

@@ -50,6 +50,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--writer-process", action="store_true",
                    help="admit in a dedicated writer process, beside the HTTP process(es): uses"
                    " a second core")
+    p.add_argument("--admission-deadline", type=float, default=None, metavar="SECONDS",
+                   help="how long an admission waits for the writer before it is answered 503"
+                   " ADMISSION_TIMEOUT, its outcome unknown (the client retries the same"
+                   " bytes; default 10; docs/operations.md)")
     p.add_argument("--witness", action="append", default=[], metavar="NAME=URL+VKEY",
                    help="a witness to send each new checkpoint to (C2SP tlog-witness): its name,"
                    " its submission URL and its cosignature/v1 verifier key (repeatable)")
@@ -76,6 +80,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from alexandria.api.origin import Origin, public_url
     from alexandria.api.serve import (
+        ADMISSION_DEADLINE_ENV,
         READ_DB_ENV,
         DataDir,
         configure_witnesses,
@@ -144,6 +149,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     access_log = sys.stdout.isatty() if args.access_log is None else args.access_log
     if args.read_db:
         os.environ[READ_DB_ENV] = args.read_db  # the worker processes' libraries read there too
+    if args.admission_deadline is not None:
+        if not args.admission_deadline > 0:
+            raise BadRequest("--admission-deadline is a number of seconds above 0", "USAGE")
+        library.admission_deadline_s = args.admission_deadline
+        os.environ[ADMISSION_DEADLINE_ENV] = str(args.admission_deadline)  # the workers' too
     run(library, args.host, args.port, workers, files, args.writer_process, args.front_end,
         origin, access_log=access_log)
     return 0

@@ -4,10 +4,13 @@ operator commands share this object; nothing else holds global state."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -15,7 +18,7 @@ from alexandria.core.canonical import parse_json
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import Genesis
-from alexandria.errors import Forbidden
+from alexandria.errors import AdmissionTimeout, Forbidden, ServiceError
 from alexandria.reads.changes import DEFAULT_LIMITS, Limits
 from alexandria.reads.log import latest_checkpoint
 from alexandria.rules.admission import Candidate
@@ -33,6 +36,30 @@ from alexandria.store.backends import storage_for
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import tree_size
+from alexandria.store.outage import describe, outage_of
+
+T = TypeVar("T")
+log = logging.getLogger("alexandria.storage")
+
+#: how long an admission (or an authority document) may wait for the writer before it is
+#: answered 503 ``ADMISSION_TIMEOUT`` (``serve --admission-deadline``)
+DEFAULT_ADMISSION_DEADLINE_S = 10.0
+#: ``/healthz`` and ``/metrics`` wait at most this long for a fresh reading of the database,
+#: and otherwise answer from the last one: they never block on the database
+FRESH_WAIT_S = 0.05
+#: the background probe's period (``Library.monitoring``); a reading of the database not
+#: answered within ``PROBE_TIMEOUT_S`` makes the library not ready
+PROBE_INTERVAL_S = 1.0
+PROBE_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What the last reading of the database found (``Library._read_state``)."""
+
+    log_size: int = 0
+    checkpoint_size: int = 0
+    signed_at: str = ""
 
 
 class ReadOnlyMirror(Forbidden):
@@ -84,7 +111,17 @@ class Library:
     mirror: MirrorState | None = None
     #: signs this library's checkpoints; concurrent requests share one signing
     checkpoints: CheckpointSigner = field(init=False, repr=False)
+    #: seconds an admission may wait for the writer (``AdmissionTimeout`` after)
+    admission_deadline_s: float = DEFAULT_ADMISSION_DEADLINE_S
     _behind: Published | None = field(default=None, init=False, repr=False)
+    _reading: _Reading = field(default_factory=_Reading, init=False, repr=False)
+    _read_error: str | None = field(default=None, init=False, repr=False)
+    _refreshing: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
+    _refresh_started: float = field(default=0.0, init=False, repr=False)
+    _probing: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
+    #: admissions past their deadline that the writer has not answered yet: when sent
+    _stalled: dict[asyncio.Future[Any], float] = field(default_factory=dict, init=False,
+                                                       repr=False)
 
     def __post_init__(self) -> None:
         self.checkpoints = CheckpointSigner(self)
@@ -114,6 +151,7 @@ class Library:
             published = self.published.load()
             if published is not None and await self.storage.log_size() < published.size:
                 self._behind = published
+        await self._read_state()  # what /healthz answers from until the probe reads again
 
     async def behind(self) -> Published | None:
         """The published checkpoint the database has not caught up with yet, if any.  Once
@@ -144,23 +182,70 @@ class Library:
         signatures verified before the writer (``LedgerStorage.admit_authority``)."""
         await self.check_writable()
         document = await asyncio.to_thread(parse_json, body)
-        return await self.storage.admit_authority(document)
+        return await self._within_deadline(self.storage.admit_authority(document))
 
     async def status(self) -> Status:
-        def read(conn: Any) -> tuple[int, int, str]:
-            latest = latest_checkpoint(conn)
-            return (tree_size(conn), latest.size if latest else 0,
-                    latest.signed_at if latest else "")
+        """``/healthz`` and the gauges of ``/metrics``, from the state this process holds:
+        a fresh reading of the database if one arrives within ``FRESH_WAIT_S`` (and no outage
+        is in progress), else the last one.  Never waits longer on the database."""
+        fresh = self._refresh()
+        if not fresh.done() and not self.storage.outages.current():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(fresh), FRESH_WAIT_S)
+        return self.held_status()
 
-        size, cp_size, signed_at = await self.storage.read(read)
-        signed_ms = parse_ms(signed_at) if signed_at else None
+    def _refresh(self) -> asyncio.Future[None]:
+        """The reading of the database in progress, or a new one: one at a time, so a
+        database that does not answer holds one reader, not one per probe."""
+        fut = self._refreshing
+        if fut is None or fut.done():
+            self._refresh_started = time.monotonic()
+            fut = self._refreshing = asyncio.ensure_future(self._read_state())
+        return fut
+
+    async def _read_state(self) -> None:
+        def read(conn: Any) -> _Reading:
+            latest = latest_checkpoint(conn)
+            return _Reading(tree_size(conn), latest.size if latest else 0,
+                            latest.signed_at if latest else "")
+
+        try:
+            reading = await self.storage.read(read)
+        except Exception as exc:  # the reason /healthz gives; the storage logged the episode
+            self._read_error = (f"{exc.code}: {exc.message}" if isinstance(exc, ServiceError)
+                                else describe(exc))
+            return
+        self._reading, self._read_error = reading, None
+        published = self._behind
+        if published is not None and reading.log_size >= published.size:
+            self._behind = None
+
+    def held_status(self) -> Status:
+        """The status from what this process already holds (no IO)."""
+        reading = self._reading
+        size = reading.log_size
+        signed_ms = parse_ms(reading.signed_at) if reading.signed_at else None
         age = -1.0 if signed_ms is None else max(0.0, (self.storage.clock() - signed_ms) / 1000)
         reasons: list[str] = []
         if not self.storage.writing:
             reasons.append("the storage's writer thread has stopped")
         if self.writer is not None and self.writer.lost is not None:
             reasons.append(f"the admission writer process is gone ({self.writer.lost})")
-        published = await self.behind()
+        now = time.monotonic()
+        for path, episode in self.storage.outages.current().items():
+            reasons.append(f"storage {path} failing for {now - episode.since:.0f} s"
+                           f" ({episode.error.code}): {episode.error.message}")
+        fut = self._refreshing
+        if fut is not None and not fut.done() and now - self._refresh_started > PROBE_TIMEOUT_S:
+            reasons.append("the database has not answered a reading for"
+                           f" {now - self._refresh_started:.0f} s")
+        elif self._read_error is not None:
+            reasons.append(f"the database cannot be read: {self._read_error}")
+        if self._stalled:
+            waited = now - min(self._stalled.values())
+            reasons.append(f"admissions stalled: the writer has not answered one for"
+                           f" {waited:.0f} s (deadline {self.admission_deadline_s:g} s)")
+        published = self._behind
         if published is not None:
             reasons.append(f"catching up: the database holds {size} of the {published.size}"
                            " leaves this library published")
@@ -171,8 +256,76 @@ class Library:
             elif not mirror.synced:
                 reasons.append(f"catching up with {mirror.origin}: {size} of"
                                f" {mirror.origin_size} leaves")
-        return Status(not reasons, tuple(reasons), size, cp_size, age,
+        return Status(not reasons, tuple(reasons), size, reading.checkpoint_size, age,
                       mirror.origin if mirror else None, mirror.origin_size if mirror else None)
+
+    @contextlib.asynccontextmanager
+    async def monitoring(self, interval: float = PROBE_INTERVAL_S) -> AsyncIterator[None]:
+        """The background probe, for as long as the app runs: a reading of the database every
+        ``interval`` (what ``/healthz`` answers from), and while writes are failing a probe
+        write (``LedgerStorage.probe_write``), whose success ends the episode."""
+
+        async def probe() -> None:
+            while True:
+                self._refresh()
+                writes = self.storage.outages.failing("writes")
+                if writes is not None and (self._probing is None or self._probing.done()):
+                    self._probing = asyncio.ensure_future(self._probe_write())
+                await asyncio.sleep(interval)
+
+        task = asyncio.get_running_loop().create_task(probe())
+        try:
+            yield
+        finally:
+            task.cancel()
+            for fut in (task, self._probing, self._refreshing):
+                if fut is not None:
+                    fut.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await fut
+
+    async def _probe_write(self) -> None:
+        with contextlib.suppress(Exception):  # the storage reports its own episodes
+            await asyncio.wait_for(self.storage.probe_write(), PROBE_TIMEOUT_S * 10)
+
+    async def _within_deadline(self, work: Awaitable[T]) -> T:
+        """``work``'s result, or 503 ``ADMISSION_TIMEOUT`` once ``admission_deadline_s`` has
+        passed.  The work goes on: the writer may still commit it, so the outcome is unknown
+        to the client, who retries the same bytes; until the writer answers, the library is
+        not ready (``held_status``)."""
+        fut = asyncio.ensure_future(work)
+        fut.add_done_callback(_retrieved)
+        try:
+            result = await asyncio.wait_for(asyncio.shield(fut), self.admission_deadline_s)
+        except TimeoutError:
+            self._stall(fut)
+            raise AdmissionTimeout(
+                f"the writer did not answer within {self.admission_deadline_s:g} s: this"
+                " admission may or may not have been stored. Retry the very same bytes later:"
+                " an exact retry of a stored contribution is answered 200 with it, never"
+                " stored twice", deadline_s=self.admission_deadline_s,
+            ) from None
+        except ServiceError as exc:
+            if self.writer is not None and outage_of(exc) is not None:
+                # the writer process logged it; this worker's probe sees when it ends
+                self.storage.outages.failed("writes", exc, announce=False)
+            raise
+        self.storage.outages.ok("writes")
+        return result
+
+    def _stall(self, fut: asyncio.Future[Any]) -> None:
+        if fut.done():
+            return
+        if not self._stalled:
+            log.warning("admissions stalled: the writer has not answered within %g s",
+                        self.admission_deadline_s)
+        self._stalled[fut] = time.monotonic() - self.admission_deadline_s
+        fut.add_done_callback(self._unstall)
+
+    def _unstall(self, fut: asyncio.Future[Any]) -> None:
+        since = self._stalled.pop(fut, None)
+        if since is not None and not self._stalled:
+            log.warning("admissions answered again after %.1f s", time.monotonic() - since)
 
     async def close(self) -> None:
         if self.writer is not None:
@@ -183,8 +336,15 @@ class Library:
         """Admit (or dry-run) a prepared envelope: here, or in the writer process."""
         await self.check_writable()
         if self.writer is not None:
-            return await self.writer.admit(cand, dry_run)
-        return await self.storage.admit(cand, dry_run)
+            return await self._within_deadline(self.writer.admit(cand, dry_run))
+        return await self._within_deadline(self.storage.admit(cand, dry_run))
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Take a finished admission's outcome, so one that nobody awaits any more (past its
+    deadline, or its client gone) is not reported as never retrieved."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def load_genesis(path: str | Path) -> Genesis:

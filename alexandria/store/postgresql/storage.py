@@ -42,8 +42,9 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from alexandria.core.trust import Genesis
-from alexandria.errors import ResyncRequired, ServiceError
+from alexandria.errors import ResyncRequired, ServiceError, StorageUnavailable
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage, _BatchAborted
+from alexandria.store.outage import Outages, outage_of
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
 from alexandria.store.writer_memory import WriterMemory
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 #: how long a read waits for a connection of the pool (all busy, or the server unreachable)
 #: before it is a 503: a reader retries sooner than a proxy gives up on it
 READ_WAIT_S = 5.0
+#: the same while reads are failing: a client hears the outage at once
+FAILING_READ_WAIT_S = 0.5
 #: primary read connections of a node whose reads go to a replica (``--read-db``): the reads
 #: the replica cannot answer yet
 PRIMARY_READERS = 2
@@ -83,18 +86,15 @@ class _PgWriterMemory(WriterMemory):
         self._version = version
 
 
-def _unavailable(cause: BaseException) -> ServiceError:
-    """What a reader hears when the database cannot be reached (503): the cause goes to the
-    log, not to them; the pool replaces broken connections by itself."""
-    log.error("the database is unavailable", exc_info=cause)
-    return ServiceError("the database is unavailable", "STORAGE_UNAVAILABLE")
-
-
 class _PgReaders:
-    """``size`` reader threads sharing a pool of read-only connections."""
+    """``size`` reader threads sharing a pool of read-only connections.  A read the database
+    cannot answer (unreachable, or no connection of the pool within ``READ_WAIT_S``) is a
+    typed 503 (``outage.classify``), reported to ``outages`` (one log line per episode);
+    while such an episode lasts a read waits ``FAILING_READ_WAIT_S`` at most."""
 
-    def __init__(self, url: str, size: int, dialect: Dialect) -> None:
+    def __init__(self, url: str, size: int, dialect: Dialect, outages: Outages) -> None:
         self._dialect = dialect
+        self._outages = outages
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url, min_size=size, max_size=size, open=True, configure=self._configure,
             kwargs={"autocommit": True, "application_name": "alexandria-read"},
@@ -108,20 +108,24 @@ class _PgReaders:
         raw.execute("SET default_transaction_read_only = on")
 
     def _run(self, fn: Callable[[Any], T]) -> T:
+        wait = FAILING_READ_WAIT_S if self._outages.failing("reads") else READ_WAIT_S
         try:
-            with self._pool.connection(timeout=READ_WAIT_S) as raw:
+            with self._pool.connection(timeout=wait) as raw:
                 conn = PgConnection(raw, self._dialect)
                 try:
-                    return fn(conn)
+                    result = fn(conn)
                 finally:
                     if conn.in_transaction and not conn.broken:
                         raw.execute("ROLLBACK")
-        except PoolTimeout as exc:
-            raise _unavailable(exc) from exc
-        except sqlite3.OperationalError as exc:
-            if isinstance(exc.__cause__, psycopg.OperationalError):  # the server went away
-                raise _unavailable(exc.__cause__) from exc
-            raise
+        except (PoolTimeout, psycopg.Error, sqlite3.OperationalError) as exc:
+            outage = outage_of(exc)
+            if outage is None:
+                raise
+            # the pool replaces broken connections by itself
+            self._outages.failed("reads", outage, exc)
+            raise outage from exc
+        self._outages.ok("reads")
+        return result
 
     async def read(self, fn: Callable[[Any], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._threads, self._run, fn)
@@ -213,11 +217,16 @@ class PostgresStorage(LedgerStorage):
 
     async def _open_readers(self) -> None:
         if self.read_url is None:
-            self._readers = await asyncio.to_thread(_PgReaders, self.url, READERS, self.dialect)
+            self._readers = await asyncio.to_thread(_PgReaders, self.url, READERS, self.dialect,
+                                                    self.outages)
             return
-        primary = await asyncio.to_thread(_PgReaders, self.url, PRIMARY_READERS, self.dialect)
+        primary = await asyncio.to_thread(_PgReaders, self.url, PRIMARY_READERS, self.dialect,
+                                          self.outages)
         try:
-            replica = await asyncio.to_thread(_PgReaders, self.read_url, READERS, self.dialect)
+            # the primary answers what the replica cannot: a replica outage is its own
+            replica = await asyncio.to_thread(
+                _PgReaders, self.read_url, READERS, self.dialect,
+                Outages(f"{redacted(self.read_url)} (replica)"))
         except BaseException:
             primary.close()
             raise
@@ -246,8 +255,8 @@ class PostgresStorage(LedgerStorage):
         try:
             raw = connection.connect(self.url)
         except psycopg.Error as exc:
-            raise ServiceError(f"cannot connect to {self.path}: {exc}".strip(),
-                               "STORAGE_UNAVAILABLE", db=self.path) from exc
+            raise StorageUnavailable(f"cannot connect to {self.path}: {exc}".strip(),
+                                     db=self.path) from exc
         try:
             applied = schema.apply(raw)
             if applied:
