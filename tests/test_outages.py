@@ -14,6 +14,7 @@ import signal
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -305,3 +306,64 @@ def test_a_stalled_writer_meets_the_admission_deadline(tmp_path: Path,
     assert stderr.count("admissions stalled") == 1, stderr[-4000:]
     assert stderr.count("admissions answered again") == 1, stderr[-4000:]
     assert_all_kept(founding, db, writer.acknowledged, tmp_path)
+
+
+# --- operator commands beside a running server ----------------------------------------------------
+
+def test_migrate_from_a_sqlite_library_a_server_admits_into(
+    tmp_path: Path, founding: Founding, pg_cluster: pgcluster.Cluster
+) -> None:
+    """``migrate`` from a SQLite file while its server admits: refused, its message says to stop
+    the server (``SOURCE_IN_USE``), and the PostgreSQL database holds nothing."""
+    genesis, log_key = write_library_files(founding, tmp_path)
+    db = tmp_path / "library.db"
+    target = pg_cluster.database(migrated=False)
+    server = Server(genesis, db, log_key, workers=1)
+    writer = Writer(founding, server.url)
+    stop = threading.Event()
+
+    def admit() -> None:
+        while not stop.is_set():
+            writer.publish(1)
+
+    pump = threading.Thread(target=admit)
+    try:
+        writer.admit_authorities()
+        writer.publish(300)  # a copy long enough for admissions to land during it
+        pump.start()
+        out = cli("migrate", "--db", str(db), "--to", target, check=False)
+    finally:
+        stop.set()
+        if pump.is_alive():
+            pump.join()
+        writer.close()
+        server.stop()
+    assert out.returncode != 0
+    assert "SOURCE_IN_USE" in out.stderr and "Stop that server" in out.stderr, out.stderr
+    with open_readonly(target) as conn:
+        assert conn.execute("SELECT count(*) FROM log").fetchone()[0] == 0
+
+
+def test_a_backup_is_one_file(tmp_path: Path, founding: Founding, new_db: Any) -> None:
+    """A backup of a live library (either backend), described, exported and restored, leaves
+    no ``-wal`` or ``-shm`` file beside it."""
+    genesis, log_key = write_library_files(founding, tmp_path)
+    db = new_db(tmp_path / "library.db")
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    server = Server(genesis, db, log_key, workers=1)
+    writer = Writer(founding, server.url)
+    try:
+        writer.admit_authorities()
+        writer.publish(5)
+        cli("backup", "--db", str(db), str(backups / "backup.db"))
+    finally:
+        writer.close()
+        server.stop()
+    cli("export", "--db", str(backups / "backup.db"), "-o", str(tmp_path / "export.jsonl"))
+    assert sorted(p.name for p in backups.iterdir()) == ["backup.db"]
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    cli("restore", str(backups / "backup.db"), "--db", str(restored / "library.db"))
+    assert sorted(p.name for p in restored.iterdir()) == ["library.db"]
+    assert sorted(p.name for p in backups.iterdir()) == ["backup.db"]

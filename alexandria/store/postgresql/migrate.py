@@ -115,8 +115,17 @@ def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
 
 
 def _check_copy(raw: psycopg.Connection[Any], conn: PgConnection, size: int, root: bytes,
-                latest: int) -> None:
-    """Step 4, inside the copy's transaction: raising rolls the copy back."""
+                latest: int, source: tuple[str, Callable[[], int]] | None = None) -> None:
+    """Step 4, inside the copy's transaction: raising rolls the copy back.  ``source``: the
+    SQLite file's name and how to read its log size now: a source that grew during the copy
+    has a server admitting into it, whose admissions the copy would lose."""
+    now = size if source is None else source[1]()
+    if source is not None and now != size:
+        raise MigrationFailed(
+            f"{source[0]} changed while it was copied ({size} leaves when the copy began,"
+            f" {now} now): a server is admitting into it. Stop that server (`alexandria serve`"
+            " on this database), then run this again: nothing was copied", "SOURCE_IN_USE",
+            size=size, now=now)
     with raw.cursor() as cur:  # streamed: one row at a time, never the whole log in memory
         copied_size, copied = log_root(cur.stream(LEAVES))
     if copied_size != size:
@@ -188,7 +197,8 @@ def migrate(source: str | Path, url: str,
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                     (search_index.INDEX_VERSION,),
                 )
-                _check_copy(raw, conn, size, root, latest)  # 4.
+                _check_copy(raw, conn, size, root, latest,  # 4.
+                            (str(source), lambda: tree_size(lite)))
             # the planner's statistics of the tables just filled, and their visibility map:
             # without it every index-only read (the search postings, the covering indexes)
             # visits the table too until autovacuum comes by
