@@ -26,9 +26,11 @@ import pytest
 
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
+from alexandria.service.published import PublishedCheckpoint
 from alexandria.store.backends import open_readonly
 from tests import pgcluster
-from tests.admission_support import claim
+from tests.admission_support import claim, space
+from tests.conftest import Clock, serve_library
 from tests.liveserver import Server, stop_group, write_library_files
 from tests.ops_support import Writer, cli, wait_for
 
@@ -367,3 +369,26 @@ def test_a_backup_is_one_file(tmp_path: Path, founding: Founding, new_db: Any) -
     cli("restore", str(backups / "backup.db"), "--db", str(restored / "library.db"))
     assert sorted(p.name for p in restored.iterdir()) == ["library.db"]
     assert sorted(p.name for p in backups.iterdir()) == ["backup.db"]
+
+
+async def test_the_checkpoint_route_when_the_published_checkpoint_cannot_be_written(
+    tmp_path: Path, founding: Founding, clock: Clock
+) -> None:
+    """``LOG_KEY.published`` on a full file system: ``GET /api/log/checkpoint`` is 503
+    ``DISK_FULL`` with ``Retry-After`` (a checkpoint is served only once it is recorded there),
+    not a 500; once space is freed the same checkpoint is recorded and served."""
+    with small_filesystem("1m") as mount:
+        async for api in serve_library(tmp_path, founding, clock):
+            published = PublishedCheckpoint(mount / "log.key.published")
+            api.library.published = published
+            await api.publish("owner", space())
+            filler = fill(mount)
+            r = await api.client.get("/api/log/checkpoint")
+            assert r.status_code == 503, r.text
+            assert r.json()["code"] == "DISK_FULL" and int(r.headers["Retry-After"]) > 0
+            assert published.load() is None
+            filler.unlink()
+            r = await api.client.get("/api/log/checkpoint")
+            assert r.status_code == 200, r.text
+            stored = published.load()
+            assert stored is not None and stored.size == int(r.text.splitlines()[1])
