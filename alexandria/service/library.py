@@ -7,10 +7,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 
@@ -51,6 +51,9 @@ FRESH_WAIT_S = 0.05
 #: answered within ``PROBE_TIMEOUT_S`` makes the library not ready
 PROBE_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 3.0
+#: not ready below this much free space on the database's file system: every worker sees a
+#: disk about to fill, before its own writes fail
+LOW_SPACE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class _Reading:
     log_size: int = 0
     checkpoint_size: int = 0
     signed_at: str = ""
+    free_bytes: int | None = None  # on the database's file system, where the storage knows
 
 
 class ReadOnlyMirror(Forbidden):
@@ -182,7 +186,8 @@ class Library:
         signatures verified before the writer (``LedgerStorage.admit_authority``)."""
         await self.check_writable()
         document = await asyncio.to_thread(parse_json, body)
-        return await self._within_deadline(self.storage.admit_authority(document))
+        return await self._within_deadline(
+            asyncio.ensure_future(self.storage.admit_authority(document)))
 
     async def status(self) -> Status:
         """``/healthz`` and the gauges of ``/metrics``, from the state this process holds:
@@ -207,7 +212,7 @@ class Library:
         def read(conn: Any) -> _Reading:
             latest = latest_checkpoint(conn)
             return _Reading(tree_size(conn), latest.size if latest else 0,
-                            latest.signed_at if latest else "")
+                            latest.signed_at if latest else "", self.storage.free_bytes())
 
         try:
             reading = await self.storage.read(read)
@@ -241,6 +246,9 @@ class Library:
                            f" {now - self._refresh_started:.0f} s")
         elif self._read_error is not None:
             reasons.append(f"the database cannot be read: {self._read_error}")
+        if reading.free_bytes is not None and reading.free_bytes < LOW_SPACE_BYTES:
+            reasons.append(f"the file system holding the database has {reading.free_bytes}"
+                           " bytes free: writes fail when it is full (DISK_FULL)")
         if self._stalled:
             waited = now - min(self._stalled.values())
             reasons.append(f"admissions stalled: the writer has not answered one for"
@@ -288,28 +296,48 @@ class Library:
         with contextlib.suppress(Exception):  # the storage reports its own episodes
             await asyncio.wait_for(self.storage.probe_write(), PROBE_TIMEOUT_S * 10)
 
-    async def _within_deadline(self, work: Awaitable[T]) -> T:
+    async def _within_deadline(self, work: asyncio.Future[T]) -> T:
         """``work``'s result, or 503 ``ADMISSION_TIMEOUT`` once ``admission_deadline_s`` has
         passed.  The work goes on: the writer may still commit it, so the outcome is unknown
         to the client, who retries the same bytes; until the writer answers, the library is
-        not ready (``held_status``)."""
-        fut = asyncio.ensure_future(work)
-        fut.add_done_callback(_retrieved)
-        try:
-            result = await asyncio.wait_for(asyncio.shield(fut), self.admission_deadline_s)
-        except TimeoutError:
-            self._stall(fut)
-            raise AdmissionTimeout(
+        not ready (``held_status``).  A timer and a callback, not ``asyncio.wait_for`` and
+        ``shield`` (which cost an admission tens of microseconds)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[T] = loop.create_future()
+
+        def answered(done: asyncio.Future[T]) -> None:
+            if answer.done():
+                return
+            if done.cancelled():
+                answer.cancel()
+            elif done.exception() is not None:
+                answer.set_exception(cast(BaseException, done.exception()))
+            else:
+                answer.set_result(done.result())
+
+        def expired() -> None:
+            if answer.done():
+                return
+            self._stall(work)
+            answer.set_exception(AdmissionTimeout(
                 f"the writer did not answer within {self.admission_deadline_s:g} s: this"
                 " admission may or may not have been stored. Retry the very same bytes later:"
                 " an exact retry of a stored contribution is answered 200 with it, never"
                 " stored twice", deadline_s=self.admission_deadline_s,
-            ) from None
+            ))
+
+        work.add_done_callback(_retrieved)
+        work.add_done_callback(answered)
+        timer = loop.call_later(self.admission_deadline_s, expired)
+        try:
+            result = await answer
         except ServiceError as exc:
             if self.writer is not None and outage_of(exc) is not None:
                 # the writer process logged it; this worker's probe sees when it ends
                 self.storage.outages.failed("writes", exc, announce=False)
             raise
+        finally:
+            timer.cancel()
         self.storage.outages.ok("writes")
         return result
 
@@ -336,8 +364,9 @@ class Library:
         """Admit (or dry-run) a prepared envelope: here, or in the writer process."""
         await self.check_writable()
         if self.writer is not None:
-            return await self._within_deadline(self.writer.admit(cand, dry_run))
-        return await self._within_deadline(self.storage.admit(cand, dry_run))
+            return await self._within_deadline(
+                asyncio.ensure_future(self.writer.admit(cand, dry_run)))
+        return await self._within_deadline(self.storage.submit(cand, dry_run))
 
 
 def _retrieved(fut: asyncio.Future[Any]) -> None:

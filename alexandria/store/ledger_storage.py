@@ -289,6 +289,11 @@ class LedgerStorage(Storage):
         )
         return None if row is None else str(row[0])
 
+    def free_bytes(self) -> int | None:
+        """Bytes free for this process on the file system holding the database, or None
+        where the storage cannot tell (a database server's disk)."""
+        return None
+
     async def probe_write(self) -> None:
         """A write transaction that needs room on the disk, through the writer as any write:
         a row of ``PROBE_BYTES`` stored and removed again.  While writes fail

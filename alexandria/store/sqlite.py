@@ -16,6 +16,7 @@ of them, never an unrelated read nor the writer.  Reads see committed state only
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -149,6 +150,13 @@ class SqliteStorage(LedgerStorage):
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 0.002)
+
+    def free_bytes(self) -> int | None:
+        try:
+            found = os.statvfs(Path(self.path).resolve().parent)
+        except OSError:
+            return None
+        return found.f_bavail * found.f_frsize
 
     def _before_commit(self, conn: sqlite3.Connection) -> None:
         # any start is right (a rolled-back move leaves the rows where they were), so the
