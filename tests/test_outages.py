@@ -269,15 +269,15 @@ def writer_process_of(server: Server) -> int:
     raise AssertionError("no writer process")
 
 
-def test_a_stalled_writer_meets_the_admission_deadline(tmp_path: Path,
-                                                       founding: Founding) -> None:
+def test_a_stalled_writer_meets_the_admission_deadline(tmp_path: Path, founding: Founding,
+                                                       new_db: Any) -> None:
     """The admission writer process stopped (SIGSTOP) for longer than the admission deadline:
     the admission is 503 ``ADMISSION_TIMEOUT`` with ``Retry-After`` once the deadline passed,
     ``/healthz`` is not ready and says admissions are stalled; once the writer runs again
     (SIGCONT) the library is ready, and the same bytes sent again are answered 200 or 201: the
     outcome was unknown, the retry settles it, nothing is stored twice."""
     genesis, log_key = write_library_files(founding, tmp_path)
-    db = tmp_path / "library.db"
+    db = new_db(tmp_path / "library.db")
     server = Server(genesis, db, log_key, workers=1,
                     extra=("--writer-process", "--admission-deadline", "2"))
     writer = Writer(founding, server.url)
