@@ -97,7 +97,9 @@ class _PgReaders:
         self._outages = outages
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url, min_size=size, max_size=size, open=True, configure=self._configure,
-            kwargs={"autocommit": True, "application_name": "alexandria-read"},
+            kwargs={"autocommit": True, "application_name": "alexandria-read",
+                    **({} if "connect_timeout" in url
+                       else {"connect_timeout": connection.CONNECT_TIMEOUT_S})},
             check=ConnectionPool.check_connection, name="alexandria-read",
         )
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="alexandria-read")
