@@ -55,8 +55,6 @@ log = logging.getLogger(__name__)
 #: how long a read waits for a connection of the pool (all busy, or the server unreachable)
 #: before it is a 503: a reader retries sooner than a proxy gives up on it
 READ_WAIT_S = 5.0
-#: the same while reads are failing: a client hears the outage at once
-FAILING_READ_WAIT_S = 0.5
 #: primary read connections of a node whose reads go to a replica (``--read-db``): the reads
 #: the replica cannot answer yet
 PRIMARY_READERS = 2
@@ -89,8 +87,9 @@ class _PgWriterMemory(WriterMemory):
 class _PgReaders:
     """``size`` reader threads sharing a pool of read-only connections.  A read the database
     cannot answer (unreachable, or no connection of the pool within ``READ_WAIT_S``) is a
-    typed 503 (``outage.classify``), reported to ``outages`` (one log line per episode);
-    while such an episode lasts a read waits ``FAILING_READ_WAIT_S`` at most."""
+    typed 503 (``outage.classify``), reported to ``outages`` (one log line per episode).  A
+    read waits ``READ_WAIT_S`` for a connection also during an outage: the pool reconnects
+    with a backoff, and the first reads after the database is back are answered."""
 
     def __init__(self, url: str, size: int, dialect: Dialect, outages: Outages) -> None:
         self._dialect = dialect
@@ -110,9 +109,8 @@ class _PgReaders:
         raw.execute("SET default_transaction_read_only = on")
 
     def _run(self, fn: Callable[[Any], T]) -> T:
-        wait = FAILING_READ_WAIT_S if self._outages.failing("reads") else READ_WAIT_S
         try:
-            with self._pool.connection(timeout=wait) as raw:
+            with self._pool.connection(timeout=READ_WAIT_S) as raw:
                 conn = PgConnection(raw, self._dialect)
                 try:
                     result = fn(conn)
