@@ -25,11 +25,12 @@ class AlexandriaError(Exception):
 
     def http_headers(self) -> dict[str, str]:
         """Headers the HTTP answer carries beside the body: ``Retry-After`` (seconds) when the
-        error says when to try again (``details.retry_after``, a 429 or a 503)."""
+        error says when to try again (``details.retry_after``, a 429 or a 503), else when its
+        class has a wait (``RETRY_AFTER_S``: an outage a client should wait out)."""
         retry = self.details.get("retry_after")
-        if isinstance(retry, int) and not isinstance(retry, bool) and retry >= 0:
-            return {"Retry-After": str(retry)}
-        return {}
+        if not (isinstance(retry, int) and not isinstance(retry, bool) and retry >= 0):
+            retry = retry_after(self)
+        return {} if retry is None else {"Retry-After": str(retry)}
 
     @property
     def status(self) -> int:
@@ -137,6 +138,28 @@ class QueryTimeout(ServiceError):
     default_code = "QUERY_TIMEOUT"
 
 
+class StorageUnavailable(ServiceError):
+    """The database cannot be reached (PostgreSQL stopped, restarting, its connections
+    killed): nothing was stored; the same request succeeds once it is back."""
+
+    default_code = "STORAGE_UNAVAILABLE"
+
+
+class DiskFull(ServiceError):
+    """The file system holding the database (or the log key's published checkpoint) is full:
+    nothing was stored; the same request succeeds once the operator has freed space."""
+
+    default_code = "DISK_FULL"
+
+
+class AdmissionTimeout(ServiceError):
+    """The writer did not answer within the admission deadline.  The outcome is unknown: the
+    admission may still be committed.  Retry the very same bytes: an exact retry of a stored
+    contribution is answered 200 with it, never stored twice."""
+
+    default_code = "ADMISSION_TIMEOUT"
+
+
 HTTP_STATUS: dict[type[AlexandriaError], int] = {
     BadRequest: 400,
     Forbidden: 403,
@@ -153,6 +176,22 @@ HTTP_STATUS: dict[type[AlexandriaError], int] = {
     ServerBusy: 503,
     AlexandriaError: 500,
 }
+
+
+#: seconds a client should wait before retrying (the ``Retry-After`` header of the answer)
+RETRY_AFTER_S: dict[type[AlexandriaError], int] = {
+    StorageUnavailable: 5,
+    DiskFull: 30,
+    AdmissionTimeout: 5,
+}
+
+
+def retry_after(exc: AlexandriaError) -> int | None:
+    """The ``Retry-After`` seconds of ``exc``'s class, or None when it has none."""
+    for cls in type(exc).__mro__:
+        if cls in RETRY_AFTER_S:
+            return RETRY_AFTER_S[cls]
+    return None
 
 
 def status_of(exc: AlexandriaError) -> int:

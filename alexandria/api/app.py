@@ -63,6 +63,7 @@ def create_app(
                 library.cosigning.running(library.storage),
                 mcp.running(app),
                 mirror_api.following(library),
+                library.monitoring(),
             ):
                 yield
         finally:

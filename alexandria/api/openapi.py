@@ -98,6 +98,8 @@ RATE_LIMITED_ENROLMENT = {
              " in a second.  Decided before the writer is involved"),
     "headers": RETRY_AFTER,
 }
+
+
 def _with_retry_after(response: dict[str, Any]) -> dict[str, Any]:
     return {**response, "headers": RETRY_AFTER}
 
@@ -122,14 +124,18 @@ WRITE_ERRORS = {
                   " personal-state compare-and-set conflict; details name the current head"),
     "413": _error("request body over 65,536 bytes"),
     "422": _error("record shape, content schema, state rule or timestamp rule"),
-    "503": _error("storage unavailable (STORAGE_BUSY, STORAGE_FAILED) or the writer process is"
-                  " gone (WRITER_UNAVAILABLE): nothing was acknowledged; retrying is safe;"
-                  " CATCH_UP_REQUIRED: the database was restored behind the checkpoint this"
-                  " library published and takes writes once `alexandria restore --catch-up`"
-                  " replayed the missing tail; LOG_FORKED: the database is not the history"
-                  " of that checkpoint (restore a backup of it, docs/operations.md);"
-                  " DATABASE_REPLACED: the database file was replaced under the server"
-                  " (restart it); nothing was acknowledged"),
+    "503": {**_error(
+        "an uncertain outcome: the contribution may have been stored, so retry the very same"
+        " bytes (after Retry-After, when given): a stored one is answered 200 with its signed"
+        " record, never stored twice (docs/admission.md). ADMISSION_TIMEOUT: the writer did"
+        " not answer within the admission deadline; WRITER_UNAVAILABLE: the writer process is"
+        " gone; STORAGE_UNAVAILABLE: the database cannot be reached; DISK_FULL: its file"
+        " system is full; STORAGE_BUSY, STORAGE_FAILED: any other storage failure;"
+        " CATCH_UP_REQUIRED: the database was restored behind the checkpoint this library"
+        " published and takes writes once `alexandria restore --catch-up` replayed the"
+        " missing tail; LOG_FORKED: the database is not the history of that checkpoint"
+        " (restore a backup of it, docs/operations.md); DATABASE_REPLACED: the database file"
+        " was replaced under the server (restart it)"), "headers": RETRY_AFTER},
 }
 
 
@@ -581,19 +587,24 @@ PATHS: dict[str, Any] = {
                                                  " then one cosignature line per witness",
                                   "content": {"text/plain": {"schema": {"type": "string"}}}},
                           **ERROR_RESPONSES,
-                          "503": _json(_ref("Error"), "the tree grew and the log cannot sign"
-                                       " it: LOG_KEY_MISSING, LOG_KEY_NOT_CERTIFIED, ..."
-                                       " (docs/log.md); CATCH_UP_REQUIRED or LOG_FORKED: the"
-                                       " database does not extend the largest checkpoint"
-                                       " this library published (docs/operations.md);"
-                                       " MIRROR_NO_CHECKPOINT: a mirror that has verified"
-                                       " none of its origin's yet")},
+                          "503": {**_json(
+                              _ref("Error"), "the tree grew and the log cannot sign it:"
+                              " LOG_KEY_MISSING, LOG_KEY_NOT_CERTIFIED, ... (docs/log.md);"
+                              " CATCH_UP_REQUIRED or LOG_FORKED: the database does not extend"
+                              " the largest checkpoint this library published"
+                              " (docs/operations.md); DISK_FULL, STORAGE_UNAVAILABLE or"
+                              " PUBLISHED_CHECKPOINT_UNWRITABLE: the new checkpoint cannot be"
+                              " stored, or recorded beside the log key before it is served;"
+                              " MIRROR_NO_CHECKPOINT: a mirror that has verified none of its"
+                              " origin's yet"), "headers": RETRY_AFTER}},
         }
     },
     "/healthz": {
         "get": {
-            "summary": "Liveness and readiness: 200 when ready, 503 with the reasons when not"
-                       " (the writer is gone, a restore is catching up, the log is forked, a"
+            "summary": "Liveness and readiness, from state the server holds (never waiting"
+                       " on the database): 200 when ready, 503 with the reasons when not"
+                       " (storage failing: STORAGE_UNAVAILABLE, DISK_FULL; admissions stalled;"
+                       " the writer is gone; a restore is catching up; the log is forked; a"
                        " mirror stopped, is still catching up with its origin, or its origin"
                        " has not answered for --stale-after seconds)",
             "parameters": [],

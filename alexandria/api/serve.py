@@ -139,6 +139,8 @@ def app_for(config: ServeConfig) -> object:
         configure_witnesses(library, config.witnesses, config.witness_quorum)
     if config.writer_socket:
         library.writer = WriterClient(config.writer_socket)
+    if config.admission_deadline_s is not None:
+        library.admission_deadline_s = config.admission_deadline_s
     origin = Origin(config.public_url, config.trust_proxy_headers,
                     listen_url(config.host, config.port))
     return create_app(library, origin=origin, server_timing=config.server_timing,

@@ -53,6 +53,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--writer-process", action="store_true",
                    help="admit in a dedicated writer process, beside the HTTP process(es): uses"
                    " a second core")
+    p.add_argument("--admission-deadline", type=float, default=None, metavar="SECONDS",
+                   help="how long an admission waits for the writer before it is answered 503"
+                   " ADMISSION_TIMEOUT, its outcome unknown (the client retries the same"
+                   " bytes; default 10; docs/operations.md)")
     p.add_argument("--witness", action="append", default=[], metavar="NAME=URL+VKEY",
                    help="a witness to send each new checkpoint to (C2SP tlog-witness): its name,"
                    " its submission URL and its cosignature/v1 verifier key (repeatable)")
@@ -168,13 +172,15 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
         log_key = args.log_key or (str(data.log_key) if data.log_key.exists() else None)
         genesis, db = str(data.genesis_path), str(data.db)
     access_log = sys.stdout.isatty() if args.access_log is None else args.access_log
+    if args.admission_deadline is not None and not args.admission_deadline > 0:
+        raise BadRequest("--admission-deadline is a number of seconds above 0", "USAGE")
     config = ServeConfig(
         genesis=genesis, db=str(db), log_key=log_key, read_db=args.read_db,
         witnesses=tuple(args.witness), witness_quorum=args.witness_quorum,
         public_url=origin.public, trust_proxy_headers=origin.trust_proxy_headers,
         host=args.host, port=args.port, workers=workers, dedicated_writer=args.writer_process,
         access_log=access_log, server_timing=args.server_timing,
-        query_timeout_s=query_timeout,
+        query_timeout_s=query_timeout, admission_deadline_s=args.admission_deadline,
     )
     run(config, args.front_end, supervisor)
 

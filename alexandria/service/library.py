@@ -4,11 +4,13 @@ operator commands share this object; nothing else holds global state."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import orjson
 
@@ -17,7 +19,7 @@ from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import Genesis
-from alexandria.errors import Forbidden, ServiceError
+from alexandria.errors import AdmissionTimeout, Forbidden, ServiceError
 from alexandria.reads.changes import DEFAULT_LIMITS, Limits
 from alexandria.reads.log import latest_checkpoint
 from alexandria.rules.admission import Candidate
@@ -30,6 +32,34 @@ from alexandria.store.backends import storage_for
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import tree_size
+from alexandria.store.outage import describe, outage_of
+
+T = TypeVar("T")
+log = logging.getLogger("alexandria.storage")
+
+#: how long an admission (or an authority document) may wait for the writer before it is
+#: answered 503 ``ADMISSION_TIMEOUT`` (``serve --admission-deadline``)
+DEFAULT_ADMISSION_DEADLINE_S = 10.0
+#: ``/healthz`` and ``/metrics`` wait at most this long for a fresh reading of the database,
+#: and otherwise answer from the last one: they never block on the database
+FRESH_WAIT_S = 0.05
+#: the background probe's period (``Library.monitoring``); a reading of the database not
+#: answered within ``PROBE_TIMEOUT_S`` makes the library not ready
+PROBE_INTERVAL_S = 1.0
+PROBE_TIMEOUT_S = 3.0
+#: not ready below this much free space on the database's file system: every worker sees a
+#: disk about to fill, before its own writes fail
+LOW_SPACE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What the last reading of the database found (``Library._read_state``)."""
+
+    log_size: int = 0
+    checkpoint_size: int = 0
+    signed_at: str = ""
+    free_bytes: int | None = None  # on the database's file system, where the storage knows
 
 
 class ReadOnlyMirror(Forbidden):
@@ -118,6 +148,16 @@ class Library:
     checkpoints: CheckpointSigner = field(init=False, repr=False)
     _problem: ServiceError | None = field(default=None, init=False, repr=False)
     _checked_at: float = field(default=float("-inf"), init=False, repr=False)
+    #: seconds an admission may wait for the writer (``AdmissionTimeout`` after)
+    admission_deadline_s: float = DEFAULT_ADMISSION_DEADLINE_S
+    _reading: _Reading = field(default_factory=_Reading, init=False, repr=False)
+    _read_error: str | None = field(default=None, init=False, repr=False)
+    _refreshing: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
+    _refresh_started: float = field(default=0.0, init=False, repr=False)
+    _probing: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
+    #: admissions past their deadline that the writer has not answered yet: when sent
+    _stalled: dict[asyncio.Future[Any], float] = field(default_factory=dict, init=False,
+                                                       repr=False)
 
     def __post_init__(self) -> None:
         self.checkpoints = CheckpointSigner(self)
@@ -158,6 +198,7 @@ class Library:
                         path=str(self.published.path))
                 await self.storage.write(lambda conn: log_floor.raise_floor(conn, note))
         await self.log_problem(fresh=True)
+        await self._read_state()  # what /healthz answers from until the probe reads again
 
     async def log_problem(self, fresh: bool = False) -> ServiceError | None:
         """Why this node may not extend its log (``store/log_floor.py``): the database is
@@ -233,34 +274,172 @@ class Library:
         await self.check_writable()
         document = await asyncio.to_thread(parse_json, body)
         try:
-            return await self.storage.admit_authority(document)
+            return await self._within_deadline(
+                asyncio.ensure_future(self.storage.admit_authority(document)))
         except ServiceError as exc:
             self._refused(exc)
             raise
 
     async def status(self) -> Status:
-        def read(conn: Any) -> tuple[int, int, str]:
-            latest = latest_checkpoint(conn)
-            return (tree_size(conn), latest.size if latest else 0,
-                    latest.signed_at if latest else "")
+        """``/healthz`` and the gauges of ``/metrics``, from the state this process holds:
+        a fresh reading of the database if one arrives within ``FRESH_WAIT_S`` (and no outage
+        is in progress), else the last one.  Never waits longer on the database."""
+        fresh = self._refresh()
+        if not fresh.done() and not self.storage.outages.current():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(fresh), FRESH_WAIT_S)
+        return self.held_status()
 
-        size, cp_size, signed_at = await self.storage.read(read)
-        signed_ms = parse_ms(signed_at) if signed_at else None
+    def _refresh(self) -> asyncio.Future[None]:
+        """The reading of the database in progress, or a new one: one at a time, so a
+        database that does not answer holds one reader, not one per probe."""
+        fut = self._refreshing
+        if fut is None or fut.done():
+            self._refresh_started = time.monotonic()
+            fut = self._refreshing = asyncio.ensure_future(self._read_state())
+        return fut
+
+    async def _read_state(self) -> None:
+        def read(conn: Any) -> _Reading:
+            latest = latest_checkpoint(conn)
+            return _Reading(tree_size(conn), latest.size if latest else 0,
+                            latest.signed_at if latest else "", self.storage.free_bytes())
+
+        try:
+            reading = await self.storage.read(read)
+        except Exception as exc:  # the reason /healthz gives; the storage logged the episode
+            self._read_error = (f"{exc.code}: {exc.message}" if isinstance(exc, ServiceError)
+                                else describe(exc))
+            return
+        self._reading, self._read_error = reading, None
+        with contextlib.suppress(Exception):  # a failing read is the reason given above
+            await self.log_problem()  # what held_status reports of the log's state
+
+    def held_status(self) -> Status:
+        """The status from what this process already holds (no IO)."""
+        reading = self._reading
+        size = reading.log_size
+        signed_ms = parse_ms(reading.signed_at) if reading.signed_at else None
         age = -1.0 if signed_ms is None else max(0.0, (self.storage.clock() - signed_ms) / 1000)
         reasons: list[str] = []
         if not self.storage.writing:
             reasons.append("the storage's writer thread has stopped")
         if self.writer is not None and self.writer.lost is not None:
             reasons.append(f"the admission writer process is gone ({self.writer.lost})")
-        problem = await self.log_problem()
+        now = time.monotonic()
+        for path, episode in self.storage.outages.current().items():
+            reasons.append(f"storage {path} failing for {now - episode.since:.0f} s"
+                           f" ({episode.error.code}): {episode.error.message}")
+        fut = self._refreshing
+        if fut is not None and not fut.done() and now - self._refresh_started > PROBE_TIMEOUT_S:
+            reasons.append("the database has not answered a reading for"
+                           f" {now - self._refresh_started:.0f} s")
+        elif self._read_error is not None:
+            reasons.append(f"the database cannot be read: {self._read_error}")
+        if reading.free_bytes is not None and reading.free_bytes < LOW_SPACE_BYTES:
+            reasons.append(f"the file system holding the database has {reading.free_bytes}"
+                           " bytes free: writes fail when it is full (DISK_FULL)")
+        if self._stalled:
+            waited = now - min(self._stalled.values())
+            reasons.append(f"admissions stalled: the writer has not answered one for"
+                           f" {waited:.0f} s (deadline {self.admission_deadline_s:g} s)")
+        problem = self._problem if self.mirror is None else None
         if problem is not None:
             reasons.append(log_reason(problem))
         mirror = self.mirror
         if mirror is not None:
             reasons.extend(mirror.reasons(size))
-        return Status(not reasons, tuple(reasons), size, cp_size, age,
+        return Status(not reasons, tuple(reasons), size, reading.checkpoint_size, age,
                       mirror.origin if mirror else None, mirror.origin_size if mirror else None,
                       mirror.silent_for() if mirror else None)
+
+    @contextlib.asynccontextmanager
+    async def monitoring(self, interval: float = PROBE_INTERVAL_S) -> AsyncIterator[None]:
+        """The background probe, for as long as the app runs: a reading of the database every
+        ``interval`` (what ``/healthz`` answers from), and while writes are failing a probe
+        write (``LedgerStorage.probe_write``), whose success ends the episode."""
+
+        async def probe() -> None:
+            while True:
+                self._refresh()
+                writes = self.storage.outages.failing("writes")
+                if writes is not None and (self._probing is None or self._probing.done()):
+                    self._probing = asyncio.ensure_future(self._probe_write())
+                await asyncio.sleep(interval)
+
+        task = asyncio.get_running_loop().create_task(probe())
+        try:
+            yield
+        finally:
+            task.cancel()
+            for fut in (task, self._probing, self._refreshing):
+                if fut is not None:
+                    fut.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await fut
+
+    async def _probe_write(self) -> None:
+        with contextlib.suppress(Exception):  # the storage reports its own episodes
+            await asyncio.wait_for(self.storage.probe_write(), PROBE_TIMEOUT_S * 10)
+
+    async def _within_deadline(self, work: asyncio.Future[T]) -> T:
+        """``work``'s result, or 503 ``ADMISSION_TIMEOUT`` once ``admission_deadline_s`` has
+        passed.  The work goes on: the writer may still commit it, so the outcome is unknown
+        to the client, who retries the same bytes; until the writer answers, the library is
+        not ready (``held_status``).  A timer and a callback, not ``asyncio.wait_for`` and
+        ``shield`` (which cost an admission tens of microseconds)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[T] = loop.create_future()
+
+        def answered(done: asyncio.Future[T]) -> None:
+            if answer.done():
+                return
+            if done.cancelled():
+                answer.cancel()
+            elif done.exception() is not None:
+                answer.set_exception(cast(BaseException, done.exception()))
+            else:
+                answer.set_result(done.result())
+
+        def expired() -> None:
+            if answer.done():
+                return
+            self._stall(work)
+            answer.set_exception(AdmissionTimeout(
+                f"the writer did not answer within {self.admission_deadline_s:g} s: this"
+                " admission may or may not have been stored. Retry the very same bytes later:"
+                " an exact retry of a stored contribution is answered 200 with it, never"
+                " stored twice", deadline_s=self.admission_deadline_s,
+            ))
+
+        work.add_done_callback(_retrieved)
+        work.add_done_callback(answered)
+        timer = loop.call_later(self.admission_deadline_s, expired)
+        try:
+            result = await answer
+        except ServiceError as exc:
+            if self.writer is not None and outage_of(exc) is not None:
+                # the writer process logged it; this worker's probe sees when it ends
+                self.storage.outages.failed("writes", exc, announce=False)
+            raise
+        finally:
+            timer.cancel()
+        self.storage.outages.ok("writes")
+        return result
+
+    def _stall(self, fut: asyncio.Future[Any]) -> None:
+        if fut.done():
+            return
+        if not self._stalled:
+            log.warning("admissions stalled: the writer has not answered within %g s",
+                        self.admission_deadline_s)
+        self._stalled[fut] = time.monotonic() - self.admission_deadline_s
+        fut.add_done_callback(self._unstall)
+
+    def _unstall(self, fut: asyncio.Future[Any]) -> None:
+        since = self._stalled.pop(fut, None)
+        if since is not None and not self._stalled:
+            log.warning("admissions answered again after %.1f s", time.monotonic() - since)
 
     async def close(self) -> None:
         if self.writer is not None:
@@ -272,8 +451,9 @@ class Library:
         await self.check_writable()
         try:
             if self.writer is not None:
-                return await self.writer.admit(cand, dry_run)
-            return await self.storage.admit(cand, dry_run)
+                return await self._within_deadline(
+                    asyncio.ensure_future(self.writer.admit(cand, dry_run)))
+            return await self._within_deadline(self.storage.submit(cand, dry_run))
         except ServiceError as exc:
             self._refused(exc)
             raise
@@ -299,6 +479,13 @@ def log_reason(problem: ServiceError) -> str:
                 " of the checkpoint this library published (LOG_FORKED: restore a backup at"
                 " least as new as that checkpoint; docs/operations.md)")
     return f"{problem.message} ({problem.code})"
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Take a finished admission's outcome, so one that nobody awaits any more (past its
+    deadline, or its client gone) is not reported as never retrieved."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def load_genesis(path: str | Path) -> Genesis:

@@ -28,9 +28,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
-from alexandria.errors import ServiceError
+from alexandria.errors import DiskFull, ServiceError
 from alexandria.files import atomic_write
 from alexandria.store.log_floor import CatchUpRequired, LogForked, Published, behind_message
+from alexandria.store.outage import outage_of
 
 __all__ = ["CatchUpRequired", "LogForked", "Published", "PublishedCheckpoint", "behind_message",
            "path_for"]
@@ -76,9 +77,23 @@ class PublishedCheckpoint:
             os.close(fd)  # releases the lock
 
     def record(self, size: int, note: str) -> None:
-        """Remember ``note`` (of tree size ``size``) unless a larger one is remembered."""
-        with self._locked():
-            current = self.load()
-            if current is None or size > current.size:
-                atomic_write(self.path, note.encode("utf-8"), 0o600)
+        """Remember ``note`` (of tree size ``size``) unless a larger one is remembered.  A file
+        that cannot be written is a 503 (``DISK_FULL`` when its file system is full,
+        ``PUBLISHED_CHECKPOINT_UNWRITABLE`` otherwise): the checkpoint is not served then."""
+        try:
+            with self._locked():
+                current = self.load()
+                if current is None or size > current.size:
+                    atomic_write(self.path, note.encode("utf-8"), 0o600)
+        except OSError as exc:
+            outage = outage_of(exc)
+            if isinstance(outage, DiskFull):
+                raise DiskFull(
+                    f"the disk holding {self.path} is full: the checkpoint of size {size} is"
+                    " not served until it is recorded there; retry later (the operator must"
+                    " free space)", path=str(self.path)) from exc
+            raise ServiceError(
+                f"cannot record the checkpoint of size {size} in {self.path}:"
+                f" {exc.strerror or exc}; it is not served until it is recorded",
+                "PUBLISHED_CHECKPOINT_UNWRITABLE", path=str(self.path)) from exc
 

@@ -98,6 +98,9 @@ class ServeConfig:
     server_timing: bool = False
     #: each read's time budget in seconds, None for none (``store/query_budget.py``)
     query_timeout_s: float | None = query_budget.DEFAULT_S
+    #: how long an admission may wait for the writer (``serve --admission-deadline``; None:
+    #: the library's default)
+    admission_deadline_s: float | None = None
     #: ``module:function`` that builds a worker's ASGI app from this config
     app: str = "alexandria.api.serve:app_for"
     #: the writer process's socket, once it listens (None: the workers admit themselves)

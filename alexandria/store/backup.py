@@ -86,6 +86,7 @@ def _copy(source: sqlite3.Connection, target: Path) -> None:
         dest = sqlite3.connect(target)
         try:
             source.backup(dest)  # pages=-1: one step, one read transaction
+            _single_file(dest)
             check = dest.execute("PRAGMA quick_check").fetchone()[0]
         finally:
             dest.close()
@@ -94,11 +95,20 @@ def _copy(source: sqlite3.Connection, target: Path) -> None:
     _check_and_sync(target, check)
 
 
+def _single_file(dest: sqlite3.Connection) -> None:
+    """The copy in rollback-journal mode: a file that stands alone.  A copy of a WAL library
+    is a WAL database, and every read-only look at one (``describe``, ``export --db``) leaves
+    an empty ``-wal`` and ``-shm`` beside it; the server puts a restored library back in WAL
+    mode when it opens it."""
+    dest.execute("PRAGMA journal_mode = DELETE")
+
+
 def _check_and_sync(target: Path, check: str | None = None) -> None:
     """Refuse a copy that fails ``quick_check``; then its bytes on disk."""
     if check is None:
         dest = sqlite3.connect(target)
         try:
+            _single_file(dest)
             check = str(dest.execute("PRAGMA quick_check").fetchone()[0])
         finally:
             dest.close()

@@ -54,6 +54,7 @@ from alexandria.rules.view import ObjectFacts, Retry, RevisionFacts, Verdict, ob
 from alexandria.store import feed, log_floor, schema, search_index
 from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
 from alexandria.store.merkle_nodes import node_reader, read_together, tree_size
+from alexandria.store.outage import Outages, classify, outage_of
 from alexandria.store.read_ahead import Key
 from alexandria.store.writer_memory import WriterMemory
 
@@ -190,12 +191,6 @@ class _BatchAborted(Exception):
     """The write transaction was rolled back; ``__cause__`` says why."""
 
 
-def _storage_failed(cause: BaseException | None) -> ServiceError:
-    """What a client hears when the storage failed: the cause goes to the log, not to them."""
-    log.error("storage failed", exc_info=cause)
-    return ServiceError("storage failed", "STORAGE_FAILED")
-
-
 log = logging.getLogger(__name__)
 BUSY_TIMEOUT_S = 30.0
 SIGNED_CHUNK = 500  # signed records read by one statement (signed_many)
@@ -231,6 +226,8 @@ class LedgerStorage(Storage):
         self.query_timeout_s: float | None = None
         self._floor_checked = -1  # the memory generation ``_floor_problem`` was learnt in
         self._floor_problem: ServiceError | None = None
+        #: the outages in progress (``store/outage.py``): what ``/healthz`` reports
+        self.outages = Outages(self.path)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -299,6 +296,18 @@ class LedgerStorage(Storage):
         )
         return None if row is None else str(row[0])
 
+    def free_bytes(self) -> int | None:
+        """Bytes free for this process on the file system holding the database, or None
+        where the storage cannot tell (a database server's disk)."""
+        return None
+
+    async def probe_write(self) -> None:
+        """A write transaction that needs room on the disk, through the writer as any write:
+        a row of ``PROBE_BYTES`` stored and removed again.  While writes fail
+        (``outages``), the library's probe (``Library.monitoring``) runs it to learn when
+        they work again; it raises what an admission would."""
+        await self.write(_probe, checks_first=True)
+
     # --- the writer --------------------------------------------------------------------------
 
     async def write(self, fn: Callable[[sqlite3.Connection], T], checks_first: bool = False) -> T:
@@ -357,7 +366,7 @@ class LedgerStorage(Storage):
             try:
                 results = self._run_batch(conn, batch)
             except Exception as exc:  # the connection itself failed
-                results = [_storage_failed(exc)] * len(batch)
+                results = [self._failed(exc)] * len(batch)
             loop.call_soon_threadsafe(self._resolve, batch, results)
             self._between_batches(conn)  # after the answers
             if stop:
@@ -405,13 +414,22 @@ class LedgerStorage(Storage):
         alone and every other job is answered as if it had never been there (nothing in the
         batch had been acknowledged)."""
         try:
-            return self._try_batch(conn, batch, isolate=False)
-        except _BatchAborted:
-            pass
-        try:
-            return self._try_batch(conn, batch, isolate=True)
+            results = self._try_batch(conn, batch, isolate=False)
         except _BatchAborted as exc:
-            return [_storage_failed(exc.__cause__)] * len(batch)
+            if outage_of(exc.__cause__) is not None:  # the same outage would fail the rerun
+                return [self._failed(exc.__cause__)] * len(batch)
+            try:
+                results = self._try_batch(conn, batch, isolate=True)
+            except _BatchAborted as again:
+                return [self._failed(again.__cause__)] * len(batch)
+        return results
+
+    def _failed(self, cause: BaseException | None) -> ServiceError:
+        """What a client hears when a write transaction failed (``outage.classify``); the
+        cause goes to the log once per episode (``outage.Outages``), not to them."""
+        error = classify(cause)
+        self.outages.failed("writes", error, cause)
+        return error
 
     def _try_batch(self, conn: sqlite3.Connection, batch: list[_Job], isolate: bool) -> list[Any]:
         results: list[Any] = []
@@ -423,6 +441,8 @@ class LedgerStorage(Storage):
         except ServiceError as exc:  # e.g. a reconnect that may not take its lock
             return [exc] * len(batch)
         except sqlite3.Error as exc:
+            if outage_of(exc) is not None:
+                return [self._failed(exc)] * len(batch)
             log.warning("database is busy: %s", exc)
             return [ServiceError("database is busy", "STORAGE_BUSY")] * len(batch)
         try:
@@ -448,6 +468,8 @@ class LedgerStorage(Storage):
                     results.append(job.fn(conn))
                     conn.execute("RELEASE job")
                 except Exception as exc:
+                    if outage_of(exc) is not None:  # not this job's failure: the batch's
+                        raise _BatchAborted() from exc
                     conn.execute("ROLLBACK TO job")
                     conn.execute("RELEASE job")
                     if not isinstance(exc, AlexandriaError):
@@ -466,6 +488,7 @@ class LedgerStorage(Storage):
             self._rollback(conn)
             raise
         self._committed(conn)
+        self.outages.ok("writes")
         return results
 
     def _log_refusal(self, conn: sqlite3.Connection) -> ServiceError | None:
@@ -950,6 +973,17 @@ class LedgerStorage(Storage):
 def _record_pieces(cand: Candidate, verdict: Verdict) -> tuple[str, str, int, int]:
     """What a contribution's ``log`` row carries beside its leaf (``schema.SIGNED_COLUMNS``)."""
     return verdict.id, verdict.root, cand.record_length, verdict.authority_sequence
+
+
+PROBE_BYTES = 16_384
+
+
+def _probe(conn: sqlite3.Connection) -> None:
+    """``probe_write``'s transaction: pages written to the log (a row larger than a page,
+    so SQLite writes overflow pages), nothing left behind."""
+    conn.execute("INSERT INTO meta(key, value) VALUES ('storage_probe', ?)",
+                 (secrets.token_hex(PROBE_BYTES // 2),))
+    conn.execute("DELETE FROM meta WHERE key = 'storage_probe'")
 
 
 def _settle(ended: asyncio.Future[None]) -> None:

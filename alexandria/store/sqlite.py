@@ -188,6 +188,13 @@ class SqliteStorage(LedgerStorage):
             time.sleep(pause)
             pause = min(pause * 2, 0.002)
 
+    def free_bytes(self) -> int | None:
+        try:
+            found = os.statvfs(Path(self.path).resolve().parent)
+        except OSError:
+            return None
+        return found.f_bavail * found.f_frsize
+
     def _before_commit(self, conn: sqlite3.Connection) -> None:
         # any start is right (a rolled-back move leaves the rows where they were), so the
         # start is not forgotten with the writer's memory

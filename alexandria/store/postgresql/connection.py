@@ -153,10 +153,17 @@ def configure(raw: psycopg.Connection[Any]) -> None:
     raw.execute("SET jit = off")
 
 
+#: seconds a new connection may take (libpq's ``connect_timeout``; a URL's own wins): a
+#: database host that does not answer holds the writer no longer than this per attempt
+CONNECT_TIMEOUT_S = 10
+
+
 def connect(url: str, *, read_only: bool = False) -> psycopg.Connection[Any]:
     """A configured autocommit connection (transactions are begun explicitly, as with sqlite3
     ``isolation_level=None``)."""
-    raw = psycopg.connect(url, autocommit=True, application_name="alexandria")
+    options: dict[str, Any] = ({} if "connect_timeout" in url
+                               else {"connect_timeout": CONNECT_TIMEOUT_S})
+    raw = psycopg.connect(url, autocommit=True, application_name="alexandria", **options)
     configure(raw)
     if read_only:
         raw.execute("SET default_transaction_read_only = on")

@@ -43,9 +43,10 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from alexandria.core.trust import Genesis
-from alexandria.errors import ResyncRequired, ServiceError
+from alexandria.errors import ResyncRequired, ServiceError, StorageUnavailable
 from alexandria.store import db_lock, query_budget
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage, _BatchAborted
+from alexandria.store.outage import Outages, outage_of
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
 from alexandria.store.writer_memory import WriterMemory
@@ -85,21 +86,21 @@ class _PgWriterMemory(WriterMemory):
         self._version = version
 
 
-def _unavailable(cause: BaseException) -> ServiceError:
-    """What a reader hears when the database cannot be reached (503): the cause goes to the
-    log, not to them; the pool replaces broken connections by itself."""
-    log.error("the database is unavailable", exc_info=cause)
-    return ServiceError("the database is unavailable", "STORAGE_UNAVAILABLE")
-
-
 class _PgReaders:
-    """``size`` reader threads sharing a pool of read-only connections."""
+    """``size`` reader threads sharing a pool of read-only connections.  A read the database
+    cannot answer (unreachable, or no connection of the pool within ``READ_WAIT_S``) is a
+    typed 503 (``outage.classify``), reported to ``outages`` (one log line per episode).  A
+    read waits ``READ_WAIT_S`` for a connection also during an outage: the pool reconnects
+    with a backoff, and the first reads after the database is back are answered."""
 
-    def __init__(self, url: str, size: int, dialect: Dialect) -> None:
+    def __init__(self, url: str, size: int, dialect: Dialect, outages: Outages) -> None:
         self._dialect = dialect
+        self._outages = outages
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url, min_size=size, max_size=size, open=True, configure=self._configure,
-            kwargs={"autocommit": True, "application_name": "alexandria-read"},
+            kwargs={"autocommit": True, "application_name": "alexandria-read",
+                    **({} if "connect_timeout" in url
+                       else {"connect_timeout": connection.CONNECT_TIMEOUT_S})},
             check=ConnectionPool.check_connection, name="alexandria-read",
         )
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="alexandria-read")
@@ -121,18 +122,22 @@ class _PgReaders:
                     self._timeouts[raw] = timeout
                 conn = PgConnection(raw, self._dialect)
                 try:
-                    return fn(conn)
+                    result = fn(conn)
                 finally:
                     if conn.in_transaction and not conn.broken:
                         raw.execute("ROLLBACK")
-        except PoolTimeout as exc:
-            raise _unavailable(exc) from exc
-        except sqlite3.OperationalError as exc:
-            if isinstance(exc.__cause__, psycopg.errors.QueryCanceled) and budget_s is not None:
+        except (PoolTimeout, psycopg.Error, sqlite3.OperationalError) as exc:
+            if (isinstance(exc, sqlite3.OperationalError) and budget_s is not None
+                    and isinstance(exc.__cause__, psycopg.errors.QueryCanceled)):
                 raise query_budget.timed_out(budget_s) from exc
-            if isinstance(exc.__cause__, psycopg.OperationalError):  # the server went away
-                raise _unavailable(exc.__cause__) from exc
-            raise
+            outage = outage_of(exc)
+            if outage is None:
+                raise
+            # the pool replaces broken connections by itself
+            self._outages.failed("reads", outage, exc)
+            raise outage from exc
+        self._outages.ok("reads")
+        return result
 
     async def read(self, fn: Callable[[Any], T], budget_s: float | None = None) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._threads, self._run, fn,
@@ -225,11 +230,16 @@ class PostgresStorage(LedgerStorage):
 
     async def _open_readers(self) -> None:
         if self.read_url is None:
-            self._readers = await asyncio.to_thread(_PgReaders, self.url, READERS, self.dialect)
+            self._readers = await asyncio.to_thread(_PgReaders, self.url, READERS, self.dialect,
+                                                    self.outages)
             return
-        primary = await asyncio.to_thread(_PgReaders, self.url, PRIMARY_READERS, self.dialect)
+        primary = await asyncio.to_thread(_PgReaders, self.url, PRIMARY_READERS, self.dialect,
+                                          self.outages)
         try:
-            replica = await asyncio.to_thread(_PgReaders, self.read_url, READERS, self.dialect)
+            # the primary answers what the replica cannot: a replica outage is its own
+            replica = await asyncio.to_thread(
+                _PgReaders, self.read_url, READERS, self.dialect,
+                Outages(f"{redacted(self.read_url)} (replica)"))
         except BaseException:
             primary.close()
             raise
@@ -258,8 +268,8 @@ class PostgresStorage(LedgerStorage):
         try:
             raw = connection.connect(self.url)
         except psycopg.Error as exc:
-            raise ServiceError(f"cannot connect to {self.path}: {exc}".strip(),
-                               "STORAGE_UNAVAILABLE", db=self.path) from exc
+            raise StorageUnavailable(f"cannot connect to {self.path}: {exc}".strip(),
+                                     db=self.path) from exc
         try:
             applied = schema.apply(raw)
             if applied:
