@@ -60,6 +60,16 @@ def next_envelope(writer: Writer) -> bytes:
     return orjson.dumps(owner.envelope(writer.founding.genesis, content, format_ms(now_ms())))
 
 
+def _admits(writer: Writer) -> bool:
+    """One admission: True when acknowledged, False on a typed 503 ``STORAGE_UNAVAILABLE``."""
+    r = writer.client.post("/api/entries", content=next_envelope(writer))
+    if r.status_code == 503 and r.json()["code"] == "STORAGE_UNAVAILABLE":
+        return False
+    assert r.status_code == 201, r.text
+    writer.acknowledged.append(str(r.json()["id"]))
+    return True
+
+
 def assert_typed_503(r: httpx.Response, code: str) -> None:
     assert r.status_code == 503, r.text
     assert r.json()["code"] == code, r.text
@@ -134,6 +144,9 @@ def test_postgresql_crash_during_admissions(tmp_path: Path, founding: Founding,
             own.resume()
             wait_for(lambda: client.get("/healthz").status_code == 200, 30,
                      "healthz ready once PostgreSQL is back")
+            # a writer process whose connection died while idle may answer its first batch
+            # 503 STORAGE_UNAVAILABLE (nothing stored) before it reconnects
+            wait_for(lambda: _admits(writer), 30, "admissions resume once PostgreSQL is back")
             writer.publish(5)
             for rev in writer.acknowledged:
                 assert client.get(f"/api/entries/{rev}").status_code == 200

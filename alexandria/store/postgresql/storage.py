@@ -285,20 +285,32 @@ class PostgresStorage(LedgerStorage):
     def _begin(self, conn: Any) -> None:
         """``BEGIN`` (read committed: after the write lock every statement sees the latest
         commits); the lock itself is ``_PgWriterMemory.begin``.  A connection the server
-        dropped is replaced first, so a database restart costs the batch in flight only."""
-        if conn.broken:
-            with self._reconnect_lock:
-                raw = connection.connect(self.url)
-                try:
-                    db_lock.pg_shared(raw, self.path)  # a restore may be under way
-                except BaseException:
-                    raw.close()
-                    raise
-                conn.raw = raw
-                conn.raw.execute(f"SET lock_timeout = '{int(BUSY_TIMEOUT_S * 1000)}ms'")
-            # the database may have been restored meanwhile: the log is checked again
-            self._memory.forget()
-        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        dropped is replaced first, so a database restart costs the batch in flight only; one
+        found dropped by ``BEGIN`` itself (the server restarted while the writer was idle) is
+        replaced and ``BEGIN`` sent again, as nothing was done on it yet."""
+        self._replace_if_broken(conn)
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        except sqlite3.OperationalError:
+            if not conn.broken:
+                raise
+            self._replace_if_broken(conn)
+            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+
+    def _replace_if_broken(self, conn: Any) -> None:
+        if not conn.broken:
+            return
+        with self._reconnect_lock:
+            raw = connection.connect(self.url)
+            try:
+                db_lock.pg_shared(raw, self.path)  # a restore may be under way
+            except BaseException:
+                raw.close()
+                raise
+            conn.raw = raw
+            conn.raw.execute(f"SET lock_timeout = '{int(BUSY_TIMEOUT_S * 1000)}ms'")
+        # the database may have been restored meanwhile: the log is checked again
+        self._memory.forget()
 
     def _absent(self, conn: Any, batch: list[Any]) -> set[str]:
         """One statement for the whole batch instead of one ``StateView.admitted`` question
