@@ -1,15 +1,15 @@
 """Answers that fit a context window and keep content apart from instructions.
 
 Budget: every read tool takes ``detail`` (``ids``, ``summary``, ``full``) and ``max_bytes``.
-The answer — the trusted text line plus the JSON of the structured content — never exceeds
-``max_bytes``: items are added in order while they fit, and the answer says how many it left
+The answer's text — the trusted text line, then the structured content serialised as the
+second text block — never exceeds ``max_bytes``: items are added in order while they fit, and the answer says how many it left
 out (``omitted``) and where to continue (``next_offset`` or ``cursor``).  A single record too
 large for the budget at the asked detail is *shrunk* to its ids form (``"shrunk": true``) rather
 than dropped, so paging always moves forward.
 
 Content as data: everything an author wrote (titles, bodies, snippets, excerpts, sources) is in
-the structured content under ``untrusted``; the text line is written by this server alone and
-never quotes it.
+the structured content under ``untrusted`` (and so in its serialisation); the text line is
+written by this server alone and never quotes it.  Snippets are readable text, never cut JSON.
 """
 
 from __future__ import annotations

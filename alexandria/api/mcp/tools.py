@@ -2,7 +2,7 @@
 
 Their input schemas are derived from the contracts (``schemas.py``).  Every tool answers with
 structured content (the data, author content under ``untrusted``) and one text line written by
-this server.
+this server; ``server.py`` adds the structured content serialised as a second text block.
 """
 
 from __future__ import annotations
