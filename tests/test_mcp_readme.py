@@ -215,6 +215,9 @@ async def test_answers_a_text_only_client_can_act_on(lib: Library, tour: Path) -
         assert "{" not in snippet and '"' not in snippet
         assert re.fullmatch(r"(word\d+ )*word\d+…", snippet), snippet
         assert found.content[0].text.startswith("search: 1 item;")
+        hinted = await call(client, "search", q="snippets", projection="summary")
+        hint = hinted["items"][0]["untrusted"]["snippet"]
+        assert hint.startswith("word0 word1") and "{" not in hint and '"' not in hint
 
         calls: list[tuple[str, dict[str, Any], str]] = [
             ("search", {"q": "word1"}, "items"),
@@ -257,6 +260,46 @@ async def test_the_text_block_over_http(lib: Library, tour: Path) -> None:
         assert text_json(result) == result.structured_content
         assert text_json(result)["item"]["id"] == space["items"][0]["id"]
         assert answer_bytes(result) <= 1024
+
+
+async def test_a_repeat_after_an_uncertain_answer_resends_the_same_envelope(
+        lib: Library, tour: Path) -> None:
+    home = tour / "alexandria-alice"
+    online_params = server_params(tour, lib.url)
+    offline_params = StdioServerParameters(
+        command=online_params.command, env=online_params.env,
+        args=["mcp", "--library", f"http://127.0.0.1:{free_port()}"])  # nothing listens
+    content = {"kind": "discussion", "title": "Offline, then once", "body": {"text": "kept"},
+               "links": [], "previous": ""}
+    async with connected(offline_params) as offline:
+        kept = await refusal(offline, "publish", content=content, idempotency_key="offline-1")
+        assert kept["code"] == "CONNECTION_FAILED"
+        rev = kept["details"]["pending"]
+        again = await refusal(offline, "publish", content=content, idempotency_key="offline-1")
+        assert again["code"] == "CONNECTION_FAILED" and again["details"]["pending"] == rev
+        duplicate = await refusal(offline, "publish", content=content)
+        assert duplicate["code"] == "DUPLICATE_CONTRIBUTION"
+        assert duplicate["details"]["state"] == "pending"
+        assert duplicate["details"]["retry"] == {"retry": rev}
+    envelope = (home / "pending" / f"{rev}.json").read_bytes()
+    titles = [orjson.loads(p.read_bytes())["record"]["title"]
+              for p in (home / "pending").glob("*.json")]
+    assert titles.count(content["title"]) == 1  # one envelope, signed once
+    async with connected(online_params) as online:
+        first = await call(online, "publish", content=content, idempotency_key="offline-1")
+        assert first["id"] == rev and first["created"] is True
+        replay = await call(online, "publish", content=content, idempotency_key="offline-1")
+        assert replay["id"] == rev and replay["idempotent_replay"] is True
+        dangling = {"kind": "reply", "title": "Dangling", "body": "to nothing", "previous": "",
+                    "links": [{"relation": "replies_to", "target": "1" * 64}]}
+        refused = await refusal(online, "publish", content=dangling, idempotency_key="bad-1")
+        assert refused["code"] == "LINK_TARGET_MISSING"
+        repeated = await refusal(online, "publish", content=dangling, idempotency_key="bad-1")
+        assert repeated["code"] == "LINK_TARGET_MISSING"
+        assert repeated["details"]["idempotent_replay"] is True
+    stored = orjson.loads((home / "published" / f"{rev}.json").read_bytes())
+    assert stored["record"] == orjson.loads(envelope)["record"]  # the same bytes, re-sent
+    assert not (home / "pending" / f"{rev}.json").exists()
 
 
 def test_the_readme_names_what_the_client_does_not_pass() -> None:

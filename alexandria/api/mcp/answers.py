@@ -2,8 +2,9 @@
 
 Budget: every read tool takes ``detail`` (``ids``, ``summary``, ``full``) and ``max_bytes``.
 The answer's text — the trusted text line, then the structured content serialised as the
-second text block — never exceeds ``max_bytes``: items are added in order while they fit, and the answer says how many it left
-out (``omitted``) and where to continue (``next_offset`` or ``cursor``).  A single record too
+second text block — never exceeds ``max_bytes``: items are added in order while they fit, and
+the answer says how many it left out (``omitted``) and where to continue (``next_offset`` or
+``cursor``).  A single record too
 large for the budget at the asked detail is *shrunk* to its ids form (``"shrunk": true``) rather
 than dropped, so paging always moves forward.
 
@@ -214,7 +215,8 @@ def readable_snippet(kind: Any, body: str, limit: int = SNIPPET_CHARACTERS) -> s
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
 
 
-_JSON_VALUE = re.compile(r'[:\[,]\s*"((?:[^"\\]|\\.)*)')
+_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)("?)\s*(:?)')
+"""A JSON string (possibly cut short), and whether a colon follows it: then it is a key."""
 
 
 def readable_hint(snippet: str) -> str:
@@ -223,7 +225,9 @@ def readable_hint(snippet: str) -> str:
     if not snippet.startswith("{"):
         return readable_snippet("reply", snippet)
     values = []
-    for raw in _JSON_VALUE.findall(snippet):
+    for raw, _closed, colon in _JSON_STRING.findall(snippet):
+        if colon:
+            continue
         try:
             values.append(orjson.loads(f'"{raw}"'))
         except orjson.JSONDecodeError:
