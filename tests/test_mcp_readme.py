@@ -208,6 +208,7 @@ async def test_answers_a_text_only_client_can_act_on(lib: Library, tour: Path) -
         reply = await call(client, "publish", content={
             "kind": "reply", "title": "A reply", "body": long_text, "previous": "",
             "links": [{"relation": "replies_to", "target": disc["id"]}]})
+        disc_author = (await call(client, "get", revision=disc["id"]))["item"]["author"]
         found = await client.call_tool("search", {"q": "snippets", "detail": "summary"})
         item = text_json(found)["items"][0]
         snippet = item["untrusted"]["snippet"]
@@ -228,6 +229,7 @@ async def test_answers_a_text_only_client_can_act_on(lib: Library, tour: Path) -
             ("changes", {"root": disc["id"]}, "items"),
             ("verify", {"revision": reply["id"], "detail": "full"}, "id"),
             ("lists", {}, "items"),
+            ("scores", {"author": disc_author}, "author"),
         ]
         for tool, args, key in calls:
             for max_bytes in (1024, 4096):
@@ -254,12 +256,21 @@ async def test_the_text_block_over_http(lib: Library, tour: Path) -> None:
         listed = await remote.list_tools()
         assert len(orjson.dumps([t.model_dump(mode="json", by_alias=True, exclude_none=True)
                                  for t in listed.tools])) <= 12 * 1024
-        result = await remote.call_tool("get", {"revision": space["items"][0]["id"],
-                                                "max_bytes": 1024})
-        assert not result.is_error
-        assert text_json(result) == result.structured_content
-        assert text_json(result)["item"]["id"] == space["items"][0]["id"]
-        assert answer_bytes(result) <= 1024
+        rev = space["items"][0]["id"]
+        for tool, args, key in (("search", {"q": "mcp"}, "items"), ("get", {"revision": rev},
+                                                                     "item"),
+                                ("object", {"revision": rev}, "item"),
+                                ("connections", {"revision": rev}, "history"),
+                                ("discussion", {"revision": rev}, "items"),
+                                ("changes", {"root": rev}, "items"),
+                                ("verify", {"revision": rev, "detail": "full"}, "id")):
+            result = await remote.call_tool(tool, {**args, "max_bytes": 1024})
+            assert not result.is_error, (tool, result.structured_content)
+            assert answer_bytes(result) <= 1024, tool
+            data = text_json(result)
+            assert data == result.structured_content
+            if tool != "discussion":  # a discussion with no replies yet
+                assert rev in orjson.dumps(data[key]).decode(), (tool, data)
 
 
 async def test_a_repeat_after_an_uncertain_answer_resends_the_same_envelope(

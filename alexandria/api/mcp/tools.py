@@ -22,6 +22,7 @@ from alexandria.api.mcp.answers import (
     hint_view,
     plural,
     record_view,
+    shrink,
     size,
     sizing_view,
     total_bytes,
@@ -153,6 +154,13 @@ class Reader:
             line = text()
             if total_bytes(line, answer) <= budget.max_bytes or not answer[key]:
                 return line
+            last = answer[key][-1]
+            if kept == 1 and isinstance(last, dict) and not last.get("shrunk"):
+                # one item left: its ids form rather than none, so paging moves forward
+                answer[key][-1] = {**shrink(last), **{
+                    k: last[k] for k in ("verified", "signature_chain", "inclusion", "failure")
+                    if k in last}}
+                continue
             answer[key].pop()
 
     # --- the tools --------------------------------------------------------------------------
@@ -213,6 +221,7 @@ class Reader:
         await self._records(context, "records", fixed,
                             Budget(budget.detail, room, budget.with_proof))
         if len(context["records"]) < len(fixed) and budget.detail != "ids":
+            context = {}  # the whole room again, for the ids form of every one
             await self._records(context, "records", fixed,
                                 Budget("ids", room, budget.with_proof))
         records = context["records"]
