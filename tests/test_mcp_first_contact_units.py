@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from alexandria.api.mcp.answers import plural, readable_hint, readable_snippet
+from alexandria.api.mcp.server import INSTRUCTIONS
 from alexandria.cli import idempotency
 from alexandria.cli.agent import content_property, link_rules
 from alexandria.cli.config import Home
@@ -49,8 +51,9 @@ def test_a_catalogue_hint_is_read_as_text() -> None:
     assert readable_hint("a plain reply") == "a plain reply"
 
 
-def test_plurals() -> None:
+def test_plurals_and_spacing() -> None:
     assert [plural(n, "item") for n in (0, 1, 2)] == ["items", "item", "items"]
+    assert "  " not in INSTRUCTIONS and "whoami" in INSTRUCTIONS
 
 
 def test_the_link_rules_are_the_contracts_own_sentences() -> None:
@@ -98,18 +101,15 @@ def test_find_duplicate_looks_in_pending_and_published(tmp_path: Path) -> None:
     assert find_duplicate(home, {**_record("Pending"), "previous": "f" * 64}) is None
 
 
-def test_idempotency_keys_are_bounded_and_survive_a_bad_file(tmp_path: Path,
-                                                             monkeypatch: object) -> None:
+def test_idempotency_keys_are_bounded_and_survive_a_bad_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = Home(tmp_path / "home")
     home.root.mkdir()
     keys = Keys(home)
     assert keys.get("k") is None
-    setattr(idempotency, "MAX_KEYS", 3)  # noqa: B010 - a small bound for the test
-    try:
-        for i in range(5):
-            keys.put(f"k{i}", {"digest": content_digest({"n": i}), "id": str(i)})
-    finally:
-        setattr(idempotency, "MAX_KEYS", 1_000)  # noqa: B010
+    monkeypatch.setattr(idempotency, "MAX_KEYS", 3)
+    for i in range(5):
+        keys.put(f"k{i}", {"digest": content_digest({"n": i}), "id": str(i)})
     assert keys.get("k0") is None and keys.get("k1") is None
     entry = keys.get("k4")
     assert entry is not None and entry["id"] == "4"
