@@ -313,6 +313,16 @@ async def test_a_repeat_after_an_uncertain_answer_resends_the_same_envelope(
     stored = orjson.loads((home / "published" / f"{rev}.json").read_bytes())
     assert stored["record"] == orjson.loads(envelope)["record"]  # the same bytes, re-sent
     assert not (home / "pending" / f"{rev}.json").exists()
+    # a server stopped between the library's answer and remembering it: the key still
+    # answers with that revision, found in published/, never a second entry
+    keys_file = home / "mcp-idempotency.json"
+    keys = orjson.loads(keys_file.read_bytes())
+    del keys["offline-1"]["outcome"]
+    keys_file.write_bytes(orjson.dumps(keys))
+    async with connected(online_params) as restarted:
+        again_online = await call(restarted, "publish", content=content,
+                                  idempotency_key="offline-1")
+        assert again_online["id"] == rev and again_online["created"] is False
 
 
 async def test_after_the_tour_itself(tmp_path: Path) -> None:

@@ -340,7 +340,11 @@ class Agent:
             if replayed is not None:
                 return replayed
         try:
-            answer, text = await self._deliver(await self._sync(self._prepare, args))
+            admitted = None if key is None else await self._sync(self._admitted_for, key)
+            if admitted is not None:  # admitted, but its answer was never remembered
+                answer, text = await self._answer(admitted[0], admitted[1], False)
+            else:
+                answer, text = await self._deliver(await self._sync(self._prepare, args))
         except AlexandriaError as exc:
             if key is not None and not isinstance(exc, KeptPending):
                 self._remember(key, args, error=exc)
@@ -377,16 +381,31 @@ class Agent:
         if outcome.status == "rejected":
             assert outcome.error is not None
             raise outcome.error  # the library's typed error, verbatim; never resent
-        signed = orjson.loads(outcome.signed)
+        return await self._answer(pending.id, outcome.signed, outcome.created)
+
+    def _admitted_for(self, key: str) -> tuple[str, bytes] | None:
+        """The revision an idempotency key is bound to and its signed record, when it was
+        admitted (``published/``) and is no longer pending — say the server stopped between
+        the library's answer and remembering it."""
+        entry = self.keys.get(key)
+        rev = entry.get("id") if entry is not None else None
+        if not isinstance(rev, str) or not checked.is_hex64(rev) \
+                or (self.outbox.home.pending_dir / f"{rev}.json").exists():
+            return None
+        signed = self.outbox.published(rev)
+        return None if signed is None else (rev, signed)
+
+    async def _answer(self, rev: str, signed_bytes: bytes, created: bool) -> Answer:
+        signed = orjson.loads(signed_bytes)
         result = await self.reader.verifier.check([signed], with_proof=False)
         view = checked_view(signed, "ids", result.verdicts[0])
-        answer = {**view, "id": pending.id, "created": outcome.created}
-        verb = "admitted" if outcome.created else "already admitted (an exact retry)"
+        answer = {**view, "id": rev, "created": created}
+        verb = "admitted" if created else "already admitted (an exact retry)"
         if not view["signature_chain"]:
             code = checked.code(view["failure"]["code"])
-            return answer, (f"publish: {verb} as revision {pending.id}, but the record the"
+            return answer, (f"publish: {verb} as revision {rev}, but the record the"
                             f" library answered does not verify ({code}); see 'failure'.")
-        return answer, (f"publish: {verb} as revision {pending.id} at log index"
+        return answer, (f"publish: {verb} as revision {rev} at log index"
                         f" {int(view['log_index'])}.")
 
     # --- personal lists ---------------------------------------------------------------------
