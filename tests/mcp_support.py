@@ -22,7 +22,9 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.cli_support import ROOT
 
-WRITE_TOOLS = {"validate", "publish", "follow", "unfollow", "save", "unsave", "lists"}
+WRITE_TOOLS = {"validate", "publish", "follow", "unfollow", "save", "unsave", "lists",
+               "whoami"}
+"""The tools of a config home, served on stdio only (``whoami`` included)."""
 READ_TOOLS = {"search", "get", "object", "connections", "discussion", "scores", "changes",
               "verify"}
 
@@ -38,9 +40,11 @@ async def agent(home: Path, url: str) -> AsyncIterator[Client]:
 
 
 def answer_bytes(result: Any) -> int:
-    """What an answer puts in a context: its text blocks and its structured content."""
-    text = sum(len(c.text.encode()) for c in result.content)
-    return text + len(orjson.dumps(result.structured_content))
+    """What an answer puts in a context: its text blocks — the server's line and the
+    structured content serialised (checked to be exactly that)."""
+    if not result.is_error:
+        assert orjson.loads(result.content[-1].text) == result.structured_content
+    return sum(len(c.text.encode()) for c in result.content)
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:

@@ -74,7 +74,8 @@ async def test_worked_example_through_mcp(lib: Library) -> None:
             "kind", "title", "body", "links", "previous"]
 
         resources = {str(r.uri) for r in (await owner.list_resources()).resources}
-        assert resources == {"alexandria://contract", "alexandria://genesis"}
+        assert resources == {"alexandria://contract", "alexandria://genesis",
+                             "alexandria://write-schema"}
         pin = orjson.loads((await owner.read_resource("alexandria://genesis")).contents[0].text)
         assert pin["pin"] == lib.pin
         served = orjson.loads((await peer.read_resource("alexandria://contract")).contents[0].text)

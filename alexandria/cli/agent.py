@@ -19,7 +19,9 @@ Nothing but MCP messages is written to stdout.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -33,6 +35,7 @@ from alexandria.api.mcp.answers import (
     UNTRUSTED_NOTE,
     Budget,
     fit,
+    plural,
     size,
 )
 from alexandria.api.mcp.schemas import BUDGET_PROPERTIES, Answer, Tool
@@ -40,24 +43,75 @@ from alexandria.api.mcp.server import build_server
 from alexandria.api.mcp.source import ClientSource
 from alexandria.api.mcp.tools import Reader, checked_view, library_resources, read_tools
 from alexandria.api.openapi import HEX64, OFFSET
+from alexandria.cli.config import Home, SetupRequired
+from alexandria.cli.duplicates import find_duplicate
+from alexandria.cli.idempotency import Keys, content_digest
 from alexandria.cli.pending import Outbox, Pending
 from alexandria.cli.personal import _lists_of, _personal_read, apply_action
 from alexandria.cli.session import Session
 from alexandria.client import Unreachable
+from alexandria.core.contract import write_contract
 from alexandria.core.schema import content_schema
+from alexandria.core.timestamps import format_ms, now_ms
+from alexandria.core.trust import Genesis
 from alexandria.core.witness_policy import WitnessPolicy
-from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.errors import AlexandriaError, BadRequest, Conflict
 from alexandria.rules.personal import MAX_ROOTS
 
 T = TypeVar("T")
 LISTS_PAGE = 50  # roots per lists call, as the read routes page
 
 
-async def serve_stdio(session: Session, witnesses: WitnessPolicy | None = None) -> None:
-    agent = Agent(session, witnesses)
-    server = build_server("alexandria", agent.tools(), library_resources(agent.reader))
+async def serve_stdio(session: Session, genesis: Genesis, login: Login,
+                      witnesses: WitnessPolicy | None = None) -> None:
+    agent = Agent(session, genesis, login, witnesses)
+    server = build_server("alexandria", agent.tools(),
+                          [*library_resources(agent.reader), write_schema_resource()])
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+@dataclass(frozen=True)
+class Login:
+    """The library this server reads (``library``, checked against ``pin``), how that pin was
+    chosen, and the config home whose worker key signs — when it is logged in to the library
+    of that genesis.  Checked at every call, so a ``login`` made while the server runs counts."""
+
+    home: Home
+    library: str
+    pin: str
+    pinned_by: str
+    """``home`` (the home's own pin), ``argument`` (--genesis-pin) or ``trust on first use``."""
+
+    @property
+    def command(self) -> str:
+        return f"alexandria login {self.library} --genesis {self.pin}"
+
+    def problem(self) -> str | None:
+        """Why the home cannot sign for this library, or ``None`` when it can."""
+        known = self.home.library_or_none()
+        if known is None:
+            return f"{self.home.root} has no login"
+        if known.pin != self.pin:
+            return (f"{self.home.root} is logged in to another library ({known.url}, genesis"
+                    f" {known.pin})")
+        if not self.home.key_path.exists():
+            return f"{self.home.root} has no worker key"
+        if not self.home.certificate_path.exists():
+            return f"{self.home.root} has no certificate yet (the login is not approved)"
+        return None
+
+
+class NotLoggedIn(SetupRequired):
+    """A tool that signs, called by a server whose home has no login for its library."""
+
+    default_code = "NOT_LOGGED_IN"
+
+
+class DuplicateContribution(Conflict):
+    """Content identical to a contribution this home published or holds pending."""
+
+    default_code = "DUPLICATE_CONTRIBUTION"
 
 
 class KeptPending(AlexandriaError):
@@ -78,12 +132,45 @@ def _kept(pending: Pending, error: AlexandriaError) -> KeptPending:
         untrusted=said)
 
 
+WRITE_SCHEMA_URI = "alexandria://write-schema"
+
+
 def content_property() -> dict[str, Any]:
-    """The write contract's ``content_schema``, as the ``content`` argument."""
-    schema = {k: v for k, v in content_schema().items() if k != "$schema"}
-    schema["description"] = ("the contract's {kind, title, body, links, previous}; object"
-                             " bodies as JSON objects (they are encoded when signed)")
-    return schema
+    """The ``content`` argument: the write contract's ``content_schema`` without its rules per
+    kind (``allOf``), which ``validate`` and ``publish`` share through one resource."""
+    schema = content_schema()
+    properties = dict(schema["properties"])
+    properties["body"] = {"type": ["object", "string"],
+                          "description": "string for replies and votes, else object"}
+    return {"type": "object", "properties": properties, "required": schema["required"],
+            "additionalProperties": False}
+
+
+def link_rules() -> str:
+    """The write contract's sentences about links, as the contract words them (read from the
+    contract when the server starts, never copied): each sentence of its ``state_rules`` that
+    names a link, with the sentence before when it goes on from it ("Their links…")."""
+    kept: list[str] = []
+    for rule in write_contract()["state_rules"]:
+        sentences = [x.strip() for x in re.split(r"(?<=\.)\s+", rule) if x.strip()]
+        for i, sentence in enumerate(sentences):
+            if "link" not in sentence:
+                continue
+            if i and re.match(r"(Their|Only the target author accepts it)\b", sentence) \
+                    and sentences[i - 1] not in kept:
+                kept.append(sentences[i - 1])
+            kept.append(sentence)
+    return " ".join(kept)
+
+
+def write_schema_resource() -> tuple[str, str, str, Callable[[], Any]]:
+    async def read() -> str:
+        contract = write_contract()
+        return orjson.dumps({"content_schema": contract["content_schema"],
+                             "state_rules": contract["state_rules"]}).decode()
+
+    return (WRITE_SCHEMA_URI, "write-schema", "The write contract validate and publish take:"
+            " its content_schema (each kind's body) and state_rules (links per kind).", read)
 
 
 def _state_id(state: dict[str, Any] | None) -> str | None:
@@ -99,49 +186,191 @@ def _checked_lists(state: dict[str, Any] | None) -> dict[str, list[str]]:
 class Agent:
     """The participant's session as MCP tools."""
 
-    def __init__(self, session: Session, witnesses: WitnessPolicy | None = None) -> None:
+    def __init__(self, session: Session, genesis: Genesis, login: Login,
+                 witnesses: WitnessPolicy | None = None) -> None:
         self.session = session
-        self.reader = Reader(ClientSource(session.client), session.genesis(), witnesses)
+        self.login = login
+        self.reader = Reader(ClientSource(session.client), genesis, witnesses)
         self.outbox = Outbox(session.home)
+        self.keys = Keys(session.home)
 
     async def _sync(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(functools.partial(fn, *args))
 
+    def _signer(self, tool: str) -> None:
+        """Refuse a tool that signs when the home cannot sign for this library."""
+        problem = self.login.problem()
+        if problem is not None:
+            raise NotLoggedIn(
+                f"{tool} signs with your worker key, and {problem}: run `{self.login.command}`"
+                " with ALEXANDRIA_HOME set to the home this server uses (the read tools work"
+                " without)", home=str(self.login.home.root), library=self.login.library,
+                login=self.login.command)
+
+    # --- whoami -----------------------------------------------------------------------------
+
+    def _whoami(self) -> Answer:
+        login = self.login
+        answer: dict[str, Any] = {"library": login.library, "pin": login.pin,
+                                  "pinned_by": login.pinned_by,
+                                  "home": str(login.home.root), "logged_in": False}
+        problem = login.problem()
+        cert = None
+        if problem is None:
+            try:
+                cert = self.session.certificate()
+            except AlexandriaError as exc:
+                problem = f"its certificate does not check ({checked.code(exc.code)})"
+        if cert is None:
+            answer.update(problem=problem, login=login.command)
+            return answer, (f"whoami: not logged in ({problem}); reading works, publishing"
+                            f" needs `{login.command}`. Library {login.library}, pin"
+                            f" {login.pin} ({login.pinned_by}).")
+        valid = cert.valid_at(now_ms())
+        answer.update(logged_in=True, actor=cert.actor, worker=cert.worker,
+                      scopes=list(cert.scopes), certificate={
+                          "authority": cert.authority,
+                          "not_before": format_ms(cert.not_before),
+                          "not_after": format_ms(cert.not_after), "valid_now": valid})
+        state = "valid" if valid else "NOT valid now"
+        return answer, (f"whoami: actor {cert.actor}, worker {cert.worker}, scopes"
+                        f" {', '.join(cert.scopes)}; certificate {state} until"
+                        f" {format_ms(cert.not_after)}. Library {login.library}, pin"
+                        f" {login.pin} ({login.pinned_by}).")
+
+    async def whoami(self, _args: dict[str, Any]) -> Answer:
+        return await self._sync(self._whoami)
+
     # --- validate, publish ------------------------------------------------------------------
 
     async def validate(self, args: dict[str, Any]) -> Answer:
-        def run() -> dict[str, Any]:
-            signed = self.session.sign({"links": [], "previous": "", **args["content"]})
-            return self.session.client.dry_run(signed.envelope)
+        self._signer("validate")
 
-        result = await self._sync(run)
+        def run() -> tuple[dict[str, Any], str | None]:
+            signed = self.session.sign({"links": [], "previous": "", **args["content"]})
+            return (self.session.client.dry_run(signed.envelope),
+                    find_duplicate(self.session.home, signed.record))
+
+        result, duplicate = await self._sync(run)
         answer = {"valid": True, "dry_run": True, "id": checked.hex64(result.get("id"), "id"),
                   "root": checked.hex64(result.get("root"), "root"),
                   "already_admitted": checked.flag(result.get("already_admitted"),
-                                                   "already_admitted")}
+                                                   "already_admitted"),
+                  "duplicate_of": duplicate}
         text = ("validate: the library would admit this contribution (nothing was stored;"
                 " publish signs it anew)." if not answer["already_admitted"] else
                 "validate: the library already holds this exact contribution.")
+        if duplicate is not None:
+            text += (f" This home already has an identical contribution, {duplicate}: publish"
+                     " refuses it unless allow_duplicate is true.")
         return answer, text
+
+    def _duplicate(self, rev: str) -> DuplicateContribution:
+        pending = (self.outbox.home.pending_dir / f"{rev}.json").exists()
+        details: dict[str, Any] = {"existing": rev, "state": "pending" if pending
+                                   else "published", "allow": {"allow_duplicate": True}}
+        if pending:
+            details["retry"] = {"retry": rev}
+        way = ("it is still pending: call publish with retry to resend it" if pending
+               else "read it with get")
+        return DuplicateContribution(
+            f"this home already has an identical contribution (same kind, title, body, links"
+            f" and previous): revision {rev}; {way}, or pass allow_duplicate=true to publish"
+            " another identical entry", **details)
+
+    def _prepare(self, args: dict[str, Any]) -> Pending:
+        """The envelope to deliver: the pending one to retry, the one an idempotency key is
+        bound to, or the content signed anew (refused when it duplicates one of the home's)."""
+        if "retry" in args:
+            rev = args["retry"]
+            if rev not in {p.id for p in self.outbox.pending()}:
+                raise BadRequest(f"{rev} is not pending", "NOT_PENDING", id=rev)
+            return self.outbox.load(rev)
+        key = args.get("idempotency_key")
+        if key is not None:
+            entry = self.keys.get(key)
+            if entry is not None and (self.outbox.home.pending_dir
+                                      / f"{entry.get('id')}.json").exists():
+                return self.outbox.load(str(entry["id"]))
+        content = {"links": [], "previous": "", **args["content"]}
+        signed = self.session.sign(content)
+        if not args.get("allow_duplicate", False):
+            duplicate = find_duplicate(self.session.home, signed.record)
+            if duplicate is not None:
+                raise self._duplicate(duplicate)
+        meta = {"kind": content["kind"], "title": content["title"],
+                "library": self.session.library.url, "via": "mcp"}
+        pending = self.outbox.write(signed.id, signed.envelope, meta)
+        if key is not None:  # bound before sending: a repeat resends, never re-signs
+            self.keys.put(key, {"digest": content_digest(args["content"]), "id": signed.id})
+        return pending
+
+    def _replayed(self, key: str, content: dict[str, Any]) -> Answer | None:
+        """The first outcome of ``key``, when it is final."""
+        entry = self.keys.get(key)
+        if entry is None:
+            return None
+        if entry.get("digest") != content_digest(content):
+            raise BadRequest(
+                f"idempotency_key {key!r} was used for other content (revision"
+                f" {entry.get('id')}); use a new key for new content",
+                "IDEMPOTENCY_KEY_REUSED", revision=entry.get("id"))
+        outcome = entry.get("outcome")
+        if not isinstance(outcome, dict):
+            return None
+        if "error" in outcome:
+            doc = outcome["error"]
+            raise AlexandriaError(doc["error"], doc["code"], **{
+                **doc.get("details", {}), "idempotent_replay": True})
+        return ({**outcome["answer"], "idempotent_replay": True},
+                f"{outcome['text']} (The first outcome of this idempotency_key: nothing was"
+                " sent again.)")
 
     async def publish(self, args: dict[str, Any]) -> Answer:
         if ("content" in args) == ("retry" in args):
             raise BadRequest("publish takes either content or retry", "BAD_ARGUMENT",
                              allowed=["content", "retry"])
+        if "retry" in args and ({"idempotency_key", "allow_duplicate"} & set(args)):
+            raise BadRequest("idempotency_key and allow_duplicate go with content, not retry",
+                             "BAD_ARGUMENT", allowed=["retry"])
+        self._signer("publish")
+        key = args.get("idempotency_key")
+        if key is not None:
+            replayed = await self._sync(self._replayed, key, args["content"])
+            if replayed is not None:
+                return replayed
+        try:
+            admitted = None if key is None else await self._sync(self._admitted_for, key)
+            if admitted is not None:  # admitted, but its answer was never remembered
+                answer, text = await self._answer(admitted[0], admitted[1], False)
+            else:
+                answer, text = await self._deliver(await self._sync(self._prepare, args))
+        except AlexandriaError as exc:
+            if key is not None and not isinstance(exc, KeptPending):
+                self._remember(key, args, error=exc)
+            raise
+        if key is not None:
+            self._remember(key, args, answer=(answer, text))
+        return answer, text
 
-        def prepare() -> Pending:
-            if "retry" in args:
-                rev = args["retry"]
-                if rev not in {p.id for p in self.outbox.pending()}:
-                    raise BadRequest(f"{rev} is not pending", "NOT_PENDING", id=rev)
-                return self.outbox.load(rev)
-            content = {"links": [], "previous": "", **args["content"]}
-            signed = self.session.sign(content)
-            meta = {"kind": content["kind"], "title": content["title"],
-                    "library": self.session.library.url, "via": "mcp"}
-            return self.outbox.write(signed.id, signed.envelope, meta)
+    def _remember(self, key: str, args: dict[str, Any], answer: Answer | None = None,
+                  error: AlexandriaError | None = None) -> None:
+        """A definitive first outcome of ``key``: the answer, or a refusal the library (not
+        the arguments) gave for the content signed for it."""
+        entry = self.keys.get(key)
+        if entry is None:  # refused before anything was signed: nothing to remember
+            return
+        if error is not None:
+            if checked.is_from_library(error):
+                error = checked.from_library(error)
+            outcome: dict[str, Any] = {"error": error.to_json()}
+        else:
+            assert answer is not None
+            outcome = {"answer": answer[0], "text": answer[1]}
+        self.keys.put(key, {**entry, "digest": content_digest(args["content"]),
+                            "outcome": outcome})
 
-        pending = await self._sync(prepare)
+    async def _deliver(self, pending: Pending) -> Answer:
         try:
             outcome = await self._sync(self.outbox.deliver, pending, self.session.client)
         except Unreachable as exc:  # e.g. an answer that is not the record sent: still pending
@@ -152,16 +381,31 @@ class Agent:
         if outcome.status == "rejected":
             assert outcome.error is not None
             raise outcome.error  # the library's typed error, verbatim; never resent
-        signed = orjson.loads(outcome.signed)
+        return await self._answer(pending.id, outcome.signed, outcome.created)
+
+    def _admitted_for(self, key: str) -> tuple[str, bytes] | None:
+        """The revision an idempotency key is bound to and its signed record, when it was
+        admitted (``published/``) and is no longer pending — say the server stopped between
+        the library's answer and remembering it."""
+        entry = self.keys.get(key)
+        rev = entry.get("id") if entry is not None else None
+        if not isinstance(rev, str) or not checked.is_hex64(rev) \
+                or (self.outbox.home.pending_dir / f"{rev}.json").exists():
+            return None
+        signed = self.outbox.published(rev)
+        return None if signed is None else (rev, signed)
+
+    async def _answer(self, rev: str, signed_bytes: bytes, created: bool) -> Answer:
+        signed = orjson.loads(signed_bytes)
         result = await self.reader.verifier.check([signed], with_proof=False)
         view = checked_view(signed, "ids", result.verdicts[0])
-        answer = {**view, "id": pending.id, "created": outcome.created}
-        verb = "admitted" if outcome.created else "already admitted (an exact retry)"
+        answer = {**view, "id": rev, "created": created}
+        verb = "admitted" if created else "already admitted (an exact retry)"
         if not view["signature_chain"]:
             code = checked.code(view["failure"]["code"])
-            return answer, (f"publish: {verb} as revision {pending.id}, but the record the"
+            return answer, (f"publish: {verb} as revision {rev}, but the record the"
                             f" library answered does not verify ({code}); see 'failure'.")
-        return answer, (f"publish: {verb} as revision {pending.id} at log index"
+        return answer, (f"publish: {verb} as revision {rev} at log index"
                         f" {int(view['log_index'])}.")
 
     # --- personal lists ---------------------------------------------------------------------
@@ -174,6 +418,7 @@ class Agent:
 
     def personal_tool(self, action: str) -> Callable[[dict[str, Any]], Any]:
         async def run(args: dict[str, Any]) -> Answer:
+            self._signer(action)
             answer = await self._sync(self._personal, action, args["revisions"])
             lists = ("following", "saved")
             return answer, (f"{action}: {'changed' if answer['changed'] else 'unchanged'};"
@@ -181,6 +426,7 @@ class Agent:
         return run
 
     async def lists(self, args: dict[str, Any]) -> Answer:
+        self._signer("lists")
         budget = Budget.of(args)
         offset = int(args.get("offset", 0))
         state = await self._sync(_personal_read, self.session)
@@ -203,47 +449,57 @@ class Agent:
         answer["omitted"] = len(page) - kept
         end = offset + kept
         answer["next_offset"] = end if end < len(everything) else None
-        return answer, f"lists: {kept} of {len(everything)} roots. {UNTRUSTED_NOTE}"
+        return answer, (f"lists: {kept} of {len(everything)} {plural(len(everything), 'root')}."
+                        f" {UNTRUSTED_NOTE}")
 
     # --- the tool list ----------------------------------------------------------------------
 
     def tools(self) -> list[Tool]:
         content = content_property()
         revisions = {"type": "array", "items": HEX64, "minItems": 1, "maxItems": MAX_ROOTS,
-                     "uniqueItems": True,
-                     "description": "revision ids; their objects' roots go to the list"}
-        retry = {**HEX64, "description": "the id of a pending envelope to resend, byte for byte"}
+                     "uniqueItems": True}
+        retry = {**HEX64, "description": "a pending id to resend"}
+        key = {"type": "string", "minLength": 1, "maxLength": 128,
+               "pattern": "^[A-Za-z0-9._:-]+$",
+               "description": "a repeated call with it returns the first outcome"}
+        allow = {"type": "boolean", "default": False,
+                 "description": "else content identical to one this home published or holds"
+                 " pending is refused"}
         write: list[Tool] = [
-            Tool("validate", "Dry run: sign the content with your worker key and ask the"
-                 " library whether it would admit it (every check, nothing stored). A refusal is"
-                 " the library's typed error {error, code, details}: correct and retry.",
-                 {"type": "object", "properties": {"content": content},
+            Tool("whoami", "Who signs: actor, worker key, scopes, certificate validity, library"
+                 " and pin; or why nobody can, and the command that logs in.",
+                 {"type": "object", "properties": {}, "additionalProperties": False},
+                 self.whoami),
+            Tool("validate", "Dry run of publish: would the library admit this content? Nothing"
+                 " is stored; a refusal is the library's typed error.",
+                 {"type": "object", "properties": {"content": {
+                     "type": "object", "description": "as publish's content"}},
                   "required": ["content"], "additionalProperties": False},
                  self.validate, read_only=False,
                  check_schema={"type": "object", "properties": {"content": {"type": "object"}},
                                "required": ["content"], "additionalProperties": False}),
-            Tool("publish", "Sign the content with your worker key and publish it. The signed"
-                 " envelope is kept as a pending file before sending: if the library's answer"
-                 " is uncertain it stays pending and publish with retry=ID resends those exact"
-                 " bytes (never re-signed); a definitive refusal is returned as the library's"
-                 " typed error and never resent.",
-                 {"type": "object", "properties": {"content": content, "retry": retry},
-                  "additionalProperties": False},
+            Tool("publish", "Sign with your worker key and publish. Kept pending first: after an"
+                 " uncertain answer, retry=ID resends the same bytes. Bodies per kind:"
+                 f" {WRITE_SCHEMA_URI}. Links, in the write contract's words: {link_rules()}",
+                 {"type": "object", "properties": {
+                     "content": content, "retry": retry, "idempotency_key": key,
+                     "allow_duplicate": allow}, "additionalProperties": False},
                  self.publish, read_only=False,
                  check_schema={"type": "object",
-                               "properties": {"content": {"type": "object"}, "retry": retry},
+                               "properties": {"content": {"type": "object"}, "retry": retry,
+                                              "idempotency_key": key,
+                                              "allow_duplicate": {"type": "boolean"}},
                                "additionalProperties": False}),
         ]
         for action, verb in (("follow", "Follow"), ("unfollow", "Stop following"),
                              ("save", "Save"), ("unsave", "Remove from saved")):
             write.append(Tool(
-                action, f"{verb} objects in your private lists (signed compare-and-set; never"
-                " published to the public log).",
+                action, f"{verb} objects in your private lists (never published).",
                 {"type": "object", "properties": {"revisions": revisions},
                  "required": ["revisions"], "additionalProperties": False},
                 self.personal_tool(action), read_only=False))
         write.append(Tool(
-            "lists", "Your private lists: the roots you follow and the roots you saved.",
+            "lists", "The roots you follow and the roots you saved.",
             {"type": "object", "properties": {
                 "offset": OFFSET, "max_bytes": BUDGET_PROPERTIES["max_bytes"],
                 "detail": BUDGET_PROPERTIES["detail"]},

@@ -1,19 +1,21 @@
 """Answers that fit a context window and keep content apart from instructions.
 
 Budget: every read tool takes ``detail`` (``ids``, ``summary``, ``full``) and ``max_bytes``.
-The answer — the trusted text line plus the JSON of the structured content — never exceeds
-``max_bytes``: items are added in order while they fit, and the answer says how many it left
-out (``omitted``) and where to continue (``next_offset`` or ``cursor``).  A single record too
+The answer's text — the trusted text line, then the structured content serialised as the
+second text block — never exceeds ``max_bytes``: items are added in order while they fit, and
+the answer says how many it left out (``omitted``) and where to continue (``next_offset`` or
+``cursor``).  A single record too
 large for the budget at the asked detail is *shrunk* to its ids form (``"shrunk": true``) rather
 than dropped, so paging always moves forward.
 
 Content as data: everything an author wrote (titles, bodies, snippets, excerpts, sources) is in
-the structured content under ``untrusted``; the text line is written by this server alone and
-never quotes it.
+the structured content under ``untrusted`` (and so in its serialisation); the text line is
+written by this server alone and never quotes it.  Snippets are readable text, never cut JSON.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +24,7 @@ import orjson
 
 from alexandria.api.mcp.untrusted import count, hex64, is_hex64, is_kind, is_link, is_timestamp
 from alexandria.core.records import decode_body
-from alexandria.core.search_text import snippet
+from alexandria.core.search_text import SNIPPET_CHARACTERS
 from alexandria.errors import AlexandriaError
 
 DETAILS = ("ids", "summary", "full")
@@ -89,7 +91,7 @@ def record_view(signed: Mapping[str, Any], detail: str) -> dict[str, Any]:
             "admitted_at": (signed["admission"]["admitted_at"], is_timestamp)})
         untrusted["title"] = record["title"]
         if detail == "summary":
-            untrusted["snippet"] = snippet(record["body"])
+            untrusted["snippet"] = readable_snippet(record["kind"], record["body"])
         else:
             try:
                 untrusted["body"] = decode_body(record["kind"], record["body"])
@@ -123,7 +125,8 @@ def unverified_view(signed: Any, detail: str) -> dict[str, Any]:
                           admitted_at=admission.get("admitted_at"))
             body = record.get("body")
             if detail == "summary":
-                fields["snippet"] = snippet(body) if isinstance(body, str) else None
+                fields["snippet"] = (readable_snippet(record.get("kind"), body)
+                                     if isinstance(body, str) else None)
             else:
                 fields["body"] = body
     return {"untrusted": fields}
@@ -152,8 +155,11 @@ def hint_view(item: Any, detail: str) -> dict[str, Any]:
     view: dict[str, Any] = {"id": fields["id"], "root": fields["root"], "log_index": None,
                             "kind": fields["kind"], "signed": False}
     if detail != "ids":
+        hint = fields["snippet"]
         view.update(author=fields["author"], authored_at=fields["authored_at"],
-                    untrusted={"title": fields["title"], "snippet": fields["snippet"]})
+                    untrusted={"title": fields["title"],
+                               "snippet": readable_hint(hint) if isinstance(hint, str)
+                               else hint})
     return view
 
 
@@ -183,4 +189,65 @@ def fit(items: list[dict[str, Any]], room: int, overhead: int = 0,
 
 
 def total_bytes(text: str, structured: Any) -> int:
+    """An answer's text blocks: the server's line and the structured content serialised."""
     return len(text.encode()) + size(structured)
+
+
+def plural(n: int, noun: str) -> str:
+    return noun if n == 1 else f"{noun}s"
+
+
+def readable_snippet(kind: Any, body: str, limit: int = SNIPPET_CHARACTERS) -> str:
+    """A record's text for reading: an object body's string values in order (not its JSON),
+    cut at a word boundary within ``limit`` characters, with "…" when cut."""
+    text = body
+    try:
+        decoded = decode_body(kind, body) if isinstance(kind, str) else body
+    except AlexandriaError:
+        decoded = body
+    if not isinstance(decoded, str):
+        text = " ".join(_strings(decoded))
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+
+
+_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)("?)\s*(:?)')
+"""A JSON string (possibly cut short), and whether a colon follows it: then it is a key."""
+
+
+def readable_hint(snippet: str) -> str:
+    """The catalogue's snippet — the first characters of the body as signed, for object kinds
+    cut JSON — as readable text: the string values it holds, the last one cut at a word."""
+    if not snippet.startswith("{"):
+        return readable_snippet("reply", snippet)
+    values = []
+    for raw, _closed, colon in _JSON_STRING.findall(snippet):
+        if colon:
+            continue
+        try:
+            values.append(orjson.loads(f'"{raw}"'))
+        except orjson.JSONDecodeError:
+            values.append(raw.replace("\\", ""))
+    text = " ".join(" ".join(values).split())
+    complete = snippet.rstrip().endswith(("}", "]"))
+    if not complete and " " in text:
+        text = text[:text.rfind(" ")].rstrip(" ,;:") + "…"
+    return text
+
+
+def _strings(value: Any) -> list[str]:
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return out

@@ -26,25 +26,21 @@ Answer = tuple[dict[str, Any], str]
 """Structured content and the text line."""
 
 BUDGET_PROPERTIES: dict[str, Any] = {
-    "detail": {"enum": list(DETAILS), "default": DEFAULT_DETAIL,
-               "description": "ids: id, root, log index, kind; summary: + author, time, links,"
-               " title and a 280-character snippet; full: + the whole body"},
+    "detail": {"enum": list(DETAILS), "default": DEFAULT_DETAIL},
     "max_bytes": {"type": "integer", "minimum": MIN_MAX_BYTES, "maximum": MAX_MAX_BYTES,
-                  "default": DEFAULT_MAX_BYTES,
-                  "description": "the answer (text and structured content) never exceeds it"},
+                  "default": DEFAULT_MAX_BYTES},
 }
-WITH_PROOF: dict[str, Any] = {
-    "with_proof": {"type": "boolean", "default": False,
-                   "description": "also check and return each record's RFC 9162 inclusion proof"
-                   " under the library's signed checkpoint; 'verified' is true only then"},
-}
+"""Described once, in the server's instructions (``server.py``), not in every tool."""
+WITH_PROOF: dict[str, Any] = {"with_proof": {"type": "boolean", "default": False}}
 
 
 def _property(param: Mapping[str, Any]) -> dict[str, Any]:
+    """A route parameter as a tool argument: its schema, and its description's first clause
+    (the rest is the HTTP route's: status codes, limits the schema already states)."""
     schema = dict(param["schema"])
     if schema.get("enum") == ["true", "false"]:
         schema = {"type": "boolean", "default": schema.get("default") == "true"}
-    return {**schema, "description": param["description"]}
+    return {**schema, "description": param["description"].split("; ")[0]}
 
 
 def route_schema(path: str, extra: Mapping[str, Any] | None = None,

@@ -1,7 +1,8 @@
 """What the MCP server may say as its own, and what stays the library's.
 
 A library — or anything between it and the server — can answer anything.  The server's own
-words (the text block of every answer, the fields outside ``untrusted``, an error's sentence)
+words (the first text block of every answer, the fields outside ``untrusted``, an error's
+sentence; the second text block is the structured content serialised)
 are composed only from values checked here: integers parsed as integers within bounds,
 booleans as booleans, ids as 64 lowercase hex digits, timestamps in the protocol's one format,
 kinds and relations from the known sets, error codes as UPPER_SNAKE.  A field of an answer that
