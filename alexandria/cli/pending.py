@@ -134,6 +134,10 @@ class Outbox:
             self._path(self.home.rejected_dir, rev).unlink(missing_ok=True)
         return ids
 
+    def drop(self, rev: str) -> None:
+        """Delete pending envelope ``rev`` (and its ``.meta.json``): it is never sent."""
+        self._remove(rev)
+
     def published(self, rev: str) -> bytes | None:
         path = self._path(self.home.published_dir, rev)
         return path.read_bytes() if path.exists() else None
