@@ -421,8 +421,9 @@ def _report_publish(args: argparse.Namespace, outcome: Outcome, home: Home) -> i
 
 
 def _rejected(exc: AlexandriaError, p: Pending, home: Home) -> AlexandriaError:
+    fix = "" if "next" in exc.details else "; correct the content and publish anew"
     exc.message = (f"rejected: {exc.message} — recorded in {home.rejected_dir / (p.id + '.json')}"
-                   " and never resent; correct the content and publish anew")
+                   f" and never resent{fix}")
     root = exc.details.get("root")
     if isinstance(root, str):  # a conflict: name the object as the user knows it
         names_file = p.meta.get("names_file")
