@@ -147,7 +147,9 @@ def has_credentials(text: str) -> bool:
 
 def check_library_url(url: str) -> str:
     """A library URL the client can use: ``http(s)://host[:port][/prefix]``, no credentials
-    (they would be sent in the clear and kept in the configuration)."""
+    (they would be sent in the clear and kept in the configuration).  The address of its API
+    (``…/api``, ``…/api/``), which every request path already starts with, is taken as the
+    library's own: a URL copied from a browser's ``/api/…`` address works."""
     if has_credentials(url):
         raise BadRequest(f"{redact_url(url)}: a library URL carries no user name or password",
                          "CREDENTIALS_IN_URL", url=redact_url(url))
@@ -160,7 +162,8 @@ def check_library_url(url: str) -> str:
             or parts.query or parts.fragment:
         raise BadRequest(f"{url[:200]!r} is not a library URL (http://HOST[:PORT])", "BAD_URL",
                          url=url[:200])
-    return url.rstrip("/")
+    base = url.rstrip("/")
+    return base.removesuffix("/api") if parts.path.rstrip("/").endswith("/api") else base
 
 
 class Client:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,8 @@ SPACE = {"kind": "space", "title": "Refusals", "body": {"summary": "for the refu
 def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Library]:
     base = tmp_path_factory.mktemp("refusals")
     library = Library.create(base, module_db(base / "library.db"))
+    library.stop()  # served again with the log key `authority issue --roles log` made: verify
+    library.start()  # needs signed checkpoints
     for who in ("owner", "peer"):
         library.participant(who)
     cli("publish", str(write_content(base / "space.json", SPACE)), "--name", "space",
@@ -243,3 +246,70 @@ def test_a_failing_editor_leaves_no_temporary_file(lib: Library, tmp_path: Path)
             env={"EDITOR": str(tmp_path / "no-such-editor")})
     assert "[EDITOR_FAILED]" in r.stderr
     assert _revise_temps() == before and _pending(home) == []
+
+
+# --- CLI edges --------------------------------------------------------------------------------
+
+
+def test_verify_defaults_to_the_homes_library_and_pin_and_resolves_names(lib: Library) -> None:
+    home = lib.homes["owner"]
+    r = cli("verify", home=home)
+    assert f"genesis pin of your config home: {lib.pin}" in r.stderr
+    assert "every signature" in r.stdout
+    claim = cli_json("get", "claim", home=home)["id"]
+    r = cli("verify", "--entry", "claim", "--library", lib.url, home=home)
+    assert r.stdout.startswith(f"{claim} verified")
+    assert "did you mean" not in r.stderr
+    r = cli("verify", "--url", lib.url, "--genesis-pin", lib.pin, home=home)  # the old spelling
+    assert "every signature" in r.stdout
+    help_text = cli("verify", "--help").stdout
+    assert "--library URL" in help_text and "--url" not in help_text
+    r = cli("verify", "--library", "http://127.0.0.1:9", home=home, expect=1)
+    assert "[GENESIS_PIN_REQUIRED]" in r.stderr
+    r = cli("verify", "--entry", "nobody", home=home, expect=1)
+    assert "[BAD_REVISION]" in r.stderr
+
+
+def test_a_valid_option_of_another_command_gets_no_did_you_mean(lib: Library,
+                                                                tmp_path: Path) -> None:
+    r = cli("backup", "--db", str(tmp_path / "x.db"), str(tmp_path / "out.db"),
+            "--library", lib.url, expect=2)
+    assert "did you mean" not in r.stderr
+    assert "--library is not an option of this command" in r.stderr
+    assert "--library" not in cli("backup", "--help").stdout
+
+
+def test_a_library_url_with_api_appended_is_the_library(lib: Library) -> None:
+    for suffix in ("/api", "/api/"):
+        r = cli("--json", "search", "Two", "--library", lib.url + suffix)
+        assert json.loads(r.stdout)["items"], r.stdout
+
+
+def test_a_wrong_pin_at_login_shows_both_pins(lib: Library, tmp_path: Path) -> None:
+    wrong = "0" * 64
+    r = cli("login", lib.url, "--genesis", wrong, "--no-wait", home=tmp_path / "home",
+            expect=None)
+    assert r.returncode != 0
+    assert "[GENESIS_PIN_MISMATCH]" in r.stderr
+    assert wrong in r.stderr and lib.pin in r.stderr
+
+
+def test_completion_offers_the_names_of_the_names_file(lib: Library, tmp_path: Path) -> None:
+    script = tmp_path / "alexandria.bash"
+    script.write_text(cli("completion", "bash").stdout)
+    home = lib.homes["owner"]
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(words)
+        r = subprocess.run(
+            ["bash", "-c", f"source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1};"
+             " _alexandria; echo ${COMPREPLY[@]}"], capture_output=True, text=True, check=True,
+            env={**os.environ, "ALEXANDRIA_HOME": str(home)})
+        return r.stdout.split()
+
+    assert complete("alexandria", "get", "cl") == ["claim"]
+    assert complete("alexandria", "changes", "--root", "sp") == ["space"]
+    assert complete("alexandria", "verify", "--entry", "cl") == ["claim"]
+    assert "--head" in complete("alexandria", "get", "claim", "--he")
+    fish = cli("completion", "fish").stdout
+    assert "-a '(__alexandria_names)'" in fish and "-l root -xa '(__alexandria_names)'" in fish

@@ -56,7 +56,6 @@ from alexandria.cli.terminal import (
 from alexandria.client import Client
 from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.files import check_name
-from alexandria.rules.state import IMMUTABLE, proposal_route
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -497,6 +496,8 @@ def _editor() -> str:
 def _check_revisable(session: Session, record: dict[str, Any], head: str) -> None:
     """What the library would refuse of any revision of this head, checked before the editor
     opens: an immutable kind, or an object another actor authored."""
+    from alexandria.rules.state import IMMUTABLE, proposal_route  # revise only: not publish's
+
     kind = record["kind"]
     if kind in IMMUTABLE:
         raise ContentRefused(
