@@ -313,3 +313,19 @@ def test_completion_offers_the_names_of_the_names_file(lib: Library, tmp_path: P
     assert "--head" in complete("alexandria", "get", "claim", "--he")
     fish = cli("completion", "fish").stdout
     assert "-a '(__alexandria_names)'" in fish and "-l root -xa '(__alexandria_names)'" in fish
+
+
+def test_the_rule_table_names_the_contracts_relations() -> None:
+    """The table is the write contract's relation rules as data: every relation the contract's
+    ``state_rules`` and ``object_model`` name has a row, and every row but ``votes_on`` (which
+    the contract's prose calls "votes target a non-vote root") is named there."""
+    import re
+
+    from alexandria.core.contract import contract
+
+    doc = contract()
+    prose = " ".join([*doc["write_contract"]["state_rules"],
+                      *(v for v in doc["object_model"].values() if isinstance(v, str))])
+    named = {rel for rel in RELATIONS if re.search(rf"\b{rel}\b", prose)}
+    assert named == set(RELATIONS) - {"votes_on"}
+    assert set(re.findall(r"\b([a-z]+_[a-z]+)\(", prose)) <= set(RELATIONS)
