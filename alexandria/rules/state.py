@@ -168,14 +168,14 @@ def proposal_route(kind: str, target: str) -> dict[str, Any]:
     """The way forward when an object is another actor's: a proposal based on its head, which
     its author may merge (rule e).  ``message`` says it; the other keys go in ``details``."""
     if kind not in MERGEABLE:
-        return {"message": f"only its author changes a {kind}: publish your own {kind} instead",
+        return {"message": f"Only its author changes a {kind}: publish your own {kind} instead",
                 "next": "alexandria publish FILE"}
     proposal = {"kind": "proposal", "title": "…",
                 "body": {"base": target, "title": "…", "body": {}, "links": [],
                          "rationale": "…"},
                 "links": [{"relation": "proposes_for", "target": target}]}
     return {
-        "message": (f"to change another author's {kind}, publish a proposal with proposes_for"
+        "message": (f"To change another author's {kind}, publish a proposal with proposes_for"
                     f" {target} (its current head): `alexandria publish proposal.json`;"
                     " its author may merge it"),
         "next": "alexandria publish proposal.json", "proposal": proposal,
