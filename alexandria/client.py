@@ -246,7 +246,18 @@ class Client:
         if TRACE is not None:
             TRACE(f"{method} {self.base_url}{path}{query} -> {status}, {len(body)} bytes in"
                   f" {(time.perf_counter() - started) * 1000:.1f} ms")
-        return answer_of(status, reason, body, f"{method} {self.base_url}{path}")
+        try:
+            return answer_of(status, reason, body, f"{method} {self.base_url}{path}")
+        except ServerError as exc:
+            if status == 404 and exc.code == "NOT_FOUND" and not exc.details \
+                    and exc.message == "Not Found":
+                # the framework's own 404: no such route, so the URL is not a library's base
+                exc.message = (f"{method} {self.base_url}{path}: {exc.message} — nothing at"
+                               f" {self.base_url} answers as a library: give the library's"
+                               " base address (http://HOST[:PORT], without /api or another"
+                               " path)")
+                exc.details["library"] = self.base_url
+            raise
 
     def get(self, path: str, **params: str | int | None) -> Answer:
         clean = {k: v for k, v in params.items() if v is not None}

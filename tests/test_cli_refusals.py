@@ -332,3 +332,8 @@ def test_the_rule_table_names_the_contracts_relations() -> None:
     named = {rel for rel in RELATIONS if re.search(rf"\b{rel}\b", prose)}
     assert named == set(RELATIONS) - {"votes_on"}
     assert set(re.findall(r"\b([a-z]+_[a-z]+)\(", prose)) <= set(RELATIONS)
+
+
+def test_a_library_url_with_a_wrong_path_says_so(lib: Library) -> None:
+    r = cli("search", "Two", "--library", lib.url + "/library", expect=1)
+    assert "[NOT_FOUND]" in r.stderr and "without /api or another path" in r.stderr
