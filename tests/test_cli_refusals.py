@@ -3,7 +3,9 @@ the real command line against a live library: a duplicate publish is refused (na
 revision or the pending envelope) unless ``--allow-duplicate``; ``--name`` rebinding warns;
 ``pending --drop``; link refusals list what the kind takes, from the same table the rules
 enforce; another author's object points to a proposal; ``revise`` checks before the editor,
-needs a terminal for ``vi`` and leaves no temporary file.  One server for the module."""
+needs a terminal for ``vi`` and leaves no temporary file; and the CLI's edges: ``verify``'s
+defaults and ``--library``, no did-you-mean for a valid option, library URLs with ``/api`` or
+another path, both pins at login, names in completion.  One server for the module."""
 
 from __future__ import annotations
 
