@@ -151,7 +151,9 @@ def has_credentials(text: str) -> bool:
 
 def check_library_url(url: str) -> str:
     """A library URL the client can use: ``http(s)://host[:port][/prefix]``, no credentials
-    (they would be sent in the clear and kept in the configuration)."""
+    (they would be sent in the clear and kept in the configuration).  The address of its API
+    (``…/api``, ``…/api/``), which every request path already starts with, is taken as the
+    library's own: a URL copied from a browser's ``/api/…`` address works."""
     if has_credentials(url):
         raise BadRequest(f"{redact_url(url)}: a library URL carries no user name or password",
                          "CREDENTIALS_IN_URL", url=redact_url(url))
@@ -164,7 +166,8 @@ def check_library_url(url: str) -> str:
             or parts.query or parts.fragment:
         raise BadRequest(f"{url[:200]!r} is not a library URL (http://HOST[:PORT])", "BAD_URL",
                          url=url[:200])
-    return url.rstrip("/")
+    base = url.rstrip("/")
+    return base.removesuffix("/api") if parts.path.rstrip("/").endswith("/api") else base
 
 
 class Client:
@@ -247,7 +250,18 @@ class Client:
         if TRACE is not None:
             TRACE(f"{method} {self.base_url}{path}{query} -> {status}, {len(body)} bytes in"
                   f" {(time.perf_counter() - started) * 1000:.1f} ms")
-        return answer_of(status, reason, body, f"{method} {self.base_url}{path}")
+        try:
+            return answer_of(status, reason, body, f"{method} {self.base_url}{path}")
+        except ServerError as exc:
+            if status == 404 and exc.code == "NOT_FOUND" and not exc.details \
+                    and exc.message == "Not Found":
+                # the framework's own 404: no such route, so the URL is not a library's base
+                exc.message = (f"{method} {self.base_url}{path}: {exc.message} — nothing at"
+                               f" {self.base_url} answers as a library: give the library's"
+                               " base address (http://HOST[:PORT], without /api or another"
+                               " path)")
+                exc.details["library"] = self.base_url
+            raise
 
     def get(self, path: str, **params: str | int | None) -> Answer:
         clean = {k: v for k, v in params.items() if v is not None}

@@ -111,6 +111,7 @@ EXIT_CODES: dict[str, int] = {
     "ContentRefused": EXIT_REFUSED,
     "ServerNotFound": EXIT_FAILURE,
     "ServerConflict": EXIT_CONFLICT,
+    "DuplicateContribution": EXIT_CONFLICT,
     "ServerResyncRequired": EXIT_CONFLICT,
     "ServerError": EXIT_REFUSED,
 }

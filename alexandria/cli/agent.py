@@ -44,7 +44,7 @@ from alexandria.api.mcp.source import ClientSource
 from alexandria.api.mcp.tools import Reader, checked_view, library_resources, read_tools
 from alexandria.api.openapi import HEX64, OFFSET
 from alexandria.cli.config import Home, SetupRequired
-from alexandria.cli.duplicates import find_duplicate
+from alexandria.cli.duplicates import DuplicateContribution, find_duplicate
 from alexandria.cli.idempotency import Keys, content_digest
 from alexandria.cli.pending import Outbox, Pending
 from alexandria.cli.personal import _lists_of, _personal_read, apply_action
@@ -55,7 +55,7 @@ from alexandria.core.schema import content_schema
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.core.trust import Genesis
 from alexandria.core.witness_policy import WitnessPolicy
-from alexandria.errors import AlexandriaError, BadRequest, Conflict
+from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.rules.personal import MAX_ROOTS
 
 T = TypeVar("T")
@@ -106,12 +106,6 @@ class NotLoggedIn(SetupRequired):
     """A tool that signs, called by a server whose home has no login for its library."""
 
     default_code = "NOT_LOGGED_IN"
-
-
-class DuplicateContribution(Conflict):
-    """Content identical to a contribution this home published or holds pending."""
-
-    default_code = "DUPLICATE_CONTRIBUTION"
 
 
 class KeptPending(AlexandriaError):

@@ -13,6 +13,8 @@ one machine use two directories)::
     published/          the signed records the library returned for them
     rejected/           envelopes the library refused, each with its typed error beside it
     cursors/            ``changes`` cursors, one file per root
+    content-index       "KEY REVISION" lines: the content of each envelope written, so that a
+                        duplicate is found without reading every file (``duplicates.py``)
 
 Every file is replaced atomically (write, fsync, rename), so a crash never leaves half a file.
 """

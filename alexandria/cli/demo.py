@@ -11,7 +11,8 @@ it, so the demo doubles as a check that the documented flow works end to end:
    ``worker init``, ``authority enroll``, ``authority approve``, ``worker import``;
 4. the twelve steps of the contract's ``object_examples``, each written to DIR/examples/ with its
    ``$name`` references and published by its actor with ``publish FILE --name NAME``;
-5. the server keeps running until interrupted.
+5. the library's URL is written to DIR/library.url (a second shell reads it from there), and
+   the server keeps running until interrupted.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from alexandria.files import atomic_write, private_dir, write_json
 MARKER = ".alexandria-demo"
 DATABASE_FILES = ("library.db", "library.db-wal", "library.db-shm")
 PARTICIPANTS = ("owner", "peer")
+URL_FILE = "library.url"  # the URL served, for a second shell: $(cat alexandria-demo/library.url)
 START_TIMEOUT_S = 60.0
 
 
@@ -96,7 +98,7 @@ def _made_by_demo(directory: Path) -> bool:
         return False
     if marker.read_text(errors="replace") != MARKER_TEXT:
         return False
-    made = {MARKER, "operator", "names", "examples", *DATABASE_FILES, *PARTICIPANTS}
+    made = {MARKER, "operator", "names", "examples", URL_FILE, *DATABASE_FILES, *PARTICIPANTS}
     return all(entry.name in made and not entry.is_symlink() for entry in directory.iterdir())
 
 
@@ -197,6 +199,7 @@ def run_demo(directory: Path, host: str, port: int) -> int:
         with server(serve, url) as child:
             progress = Progress(4 + len(worked_example()), "seeding")
             names = seed(directory, url, pin, progress)
+            atomic_write(directory / URL_FILE, f"{url}\n".encode())
             _summary(directory, url, pin, names)
             child.wait()
             return 0 if child.returncode == 0 else 1
@@ -212,7 +215,7 @@ def _summary(directory: Path, url: str, pin: str, names: dict[str, str]) -> None
     rel = directory.relative_to(here) if directory.is_relative_to(here) else directory
     say("")
     say(f"Alexandria demo library: {url}")
-    say(f"genesis pin: {pin}   (also in {rel}/operator/genesis.pin)")
+    say(f"genesis pin: {pin}   (also in {rel}/operator/genesis.pin; the URL in {rel}/{URL_FILE})")
     say(f"the worked example: {len(names)} contributions by owner and peer ({rel}/examples/;"
         f" their config homes: {homes_dir(Path(rel))}/)")
     say("")

@@ -1,10 +1,13 @@
 """Log commands: ``export`` and ``verify`` (docs/log.md).
 
-``alexandria export (--db FILE | --url URL) [--output FILE]`` writes every leaf and every
-checkpoint as JSON Lines.  ``alexandria verify --genesis-pin PIN (EXPORT | --url URL)`` checks an
-export (``-`` reads stdin) or a live server's log offline, and ``--url URL --entry REV`` checks
-one revision against a signed checkpoint with inclusion proofs.  Exit status 0 only when
-everything holds; otherwise the first failure, named by sequence and reason, on stderr.
+``alexandria export [--db FILE | --library URL] [--output FILE]`` writes every leaf and every
+checkpoint as JSON Lines.  ``alexandria verify [--genesis-pin PIN] [EXPORT | --library URL]``
+checks an export (``-`` reads stdin) or a live server's log offline, and ``--entry REV`` checks
+one revision against a signed checkpoint with inclusion proofs.  Without ``--library`` (or
+``$ALEXANDRIA_LIBRARY``) both use the library of the config home, and ``verify`` without
+``--genesis-pin`` its pin; ``--url`` is kept as a hidden alias of ``--library``.  Exit status 0
+only when everything holds; otherwise the first failure, named by sequence and reason, on
+stderr.
 """
 
 from __future__ import annotations
@@ -78,10 +81,10 @@ def register(sub: Sub) -> None:
         " up to the checkpoint it serves) or directly from a database (--db: a SQLite"
         " file or a postgresql:// URL; every leaf admitted when the export starts).",
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--db", metavar="FILE|URL",
-                     help="the library's database: a SQLite file or a postgresql:// URL")
-    src.add_argument("--url", metavar="URL", help="a running library, e.g. http://127.0.0.1:8080")
+    p.add_argument("--db", metavar="FILE|URL",
+                   help="the library's database: a SQLite file or a postgresql:// URL")
+    _library_options(p, "a running library (default: $ALEXANDRIA_LIBRARY, else the one in"
+                     " your config home)")
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
@@ -95,11 +98,17 @@ def register(sub: Sub) -> None:
         " every state rule replayed from an empty ledger. With --entry, check one revision"
         " against a signed checkpoint with inclusion proofs. Exit 0 only when all of it holds.",
     )
-    v.add_argument("--genesis-pin", required=True, metavar="PIN",
-                   help="SHA-256 of the genesis payload, obtained out of band")
+    v.add_argument("--genesis-pin", metavar="PIN",
+                   help="SHA-256 of the genesis payload, obtained out of band (default: the pin"
+                   " in your config home, for its library)")
     v.add_argument("export", nargs="?", metavar="EXPORT", help="export file, or - for stdin")
-    v.add_argument("--url", metavar="URL", help="verify a running library's log instead")
-    v.add_argument("--entry", metavar="REV", help="with --url: check only this revision")
+    _library_options(v, "verify a running library's log (default, without EXPORT:"
+                     " $ALEXANDRIA_LIBRARY, else the one in your config home)")
+    v.add_argument("--entry", metavar="REV", help="check only this revision (an id, or a name"
+                   " from the names file)")
+    v.add_argument("--names", metavar="FILE",
+                   help="names file to resolve --entry from (default: the one in your config"
+                   " home)")
     v.add_argument("--checkpoint", metavar="FILE",
                    help="with --entry: a signed checkpoint to check against (default: the"
                    " server's current one)")
@@ -122,6 +131,30 @@ def register(sub: Sub) -> None:
     v.set_defaults(func=cmd_verify)
 
 
+def _library_options(p: argparse.ArgumentParser, help_text: str) -> None:
+    """``--library URL`` (also accepted before the command), and ``--url`` as a hidden alias."""
+    p.add_argument("--library", dest="global_library", metavar="URL", default=argparse.SUPPRESS,
+                   help=help_text)
+    p.add_argument("--url", dest="global_library", default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)
+
+
+def _chosen_library(args: argparse.Namespace) -> str | None:
+    """``--library URL`` (or ``--url``), else ``$ALEXANDRIA_LIBRARY``, checked and normalised."""
+    from alexandria.client import check_library_url
+
+    chosen = getattr(args, "global_library", None) or os.environ.get("ALEXANDRIA_LIBRARY")
+    return check_library_url(chosen) if chosen else None
+
+
+def _home_library() -> tuple[str, str] | None:
+    """The config home's library and pin, when one is configured."""
+    from alexandria.cli.config import Home
+
+    known = Home.locate().library_or_none()
+    return (known.url, known.pin) if known and known.pin else None
+
+
 def _lines(stream: IO[bytes]) -> Iterator[bytes]:
     yield from stream
 
@@ -129,14 +162,24 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
 def cmd_export(args: argparse.Namespace) -> int:
     from alexandria.audit import export  # imported here: every other command starts without it
 
+    url = _chosen_library(args)
+    if args.db and url and getattr(args, "global_library", None):
+        raise BadRequest("give --db FILE or --library URL (one of them)", "USAGE")
+    if not args.db and not url:
+        home = _home_library()
+        if home is None:
+            raise BadRequest("which log? give --db FILE or --library URL (no library is"
+                             " configured in your config home)", "USAGE")
+        url = home[0]
     bar = Bar("exporting", _progress_wanted(args))
     with ExitStack() as stack:
         stack.callback(bar.close)
         if args.db:
             lines = export.iter_db(args.db)
         else:
-            warn_plain_http(args.url)
-            fetch, close = export.http_fetcher(args.url)
+            assert url is not None
+            warn_plain_http(url)
+            fetch, close = export.http_fetcher(url)
             stack.callback(close)
             lines = export.iter_server(fetch)
         if args.output:
@@ -179,13 +222,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         verify,  # the verifier loads the rules and the schema
     )
 
-    if not HEX64.match(args.genesis_pin):
-        raise BadRequest("--genesis-pin is 64 lowercase hex characters", "USAGE")
-    if bool(args.export) == bool(args.url):
-        raise BadRequest("give an EXPORT file or --url URL (one of them)", "USAGE")
-    if (args.entry or args.checkpoint) and not args.url:
-        raise BadRequest("--entry and --checkpoint check one revision on a server: add --url",
-                         "USAGE")
+    _verify_source(args)
     if args.checkpoint and not args.entry:
         raise BadRequest("--checkpoint goes with --entry", "USAGE")
     policy = _witness_policy(args)
@@ -230,6 +267,45 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"warning: the last {summary.uncovered:,} entries are verified but no checkpoint"
               " covers them yet: their completeness is not signed", file=sys.stderr)
     return 0
+
+
+def _verify_source(args: argparse.Namespace) -> None:
+    """Settle ``args.url`` (the library to verify, or ``None`` for EXPORT) and
+    ``args.genesis_pin``: what was given, else the config home's library and pin."""
+    explicit = bool(getattr(args, "global_library", None))
+    if args.export and explicit:
+        raise BadRequest("give an EXPORT file or --library URL (one of them)", "USAGE")
+    if args.export and args.entry:
+        raise BadRequest("--entry and --checkpoint check one revision on a server: give"
+                         " --library URL instead of EXPORT", "USAGE")
+    home = _home_library()
+    args.url = None if args.export else _chosen_library(args) or (home[0] if home else None)
+    if not args.export and args.url is None:
+        raise BadRequest("what to verify? give an EXPORT file or --library URL (no library is"
+                         " configured in your config home)", "USAGE")
+    if args.genesis_pin is None:
+        if home is None or (args.url is not None and args.url != home[0]):
+            where = f"{args.url} is not the library of your config home" if home and args.url \
+                else "no pin in your config home"
+            raise BadRequest(f"which genesis? {where}: pass --genesis-pin PIN, the pin the"
+                             " library's operator published", "GENESIS_PIN_REQUIRED",
+                             library=args.url)
+        args.genesis_pin = home[1]
+        print(f"verifying against the genesis pin of your config home: {home[1]}",
+              file=sys.stderr)
+    if not HEX64.match(args.genesis_pin):
+        raise BadRequest("--genesis-pin is 64 lowercase hex characters", "USAGE")
+    if args.entry and not HEX64.match(args.entry):
+        from alexandria.cli.config import Home
+
+        home_dir = Home.locate()
+        names = home_dir.names(Path(args.names) if args.names else None)
+        rev = names.get(args.entry.removeprefix("$"))
+        if rev is None:
+            raise BadRequest(f"--entry {args.entry!r} is neither a revision (64 lowercase hex)"
+                             f" nor a name in {args.names or home_dir.names_path}",
+                             "BAD_REVISION", value=args.entry[:100])
+        args.entry = rev
 
 
 def _witness_policy(args: argparse.Namespace) -> WitnessPolicy | None:

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = command(sub, "backup", "copy a library's database while it serves", cmd_backup,
                 "An online, consistent backup of the library database FILE (a SQLite file, or"
                 " a postgresql:// URL) to OUT, a SQLite library file: one snapshot of committed"
-                " state; admissions go on meanwhile.")
+                " state; admissions go on meanwhile.", library=False)
     p.add_argument("--db", required=True, metavar="FILE|URL",
                    help="the library's database: a SQLite file or a postgresql:// URL")
     p.add_argument("out", metavar="OUT", help="the backup file to create (must not exist)")
@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 " database holds every leaf of the largest checkpoint the library published"
                 " (recorded in the database, carried over by the restore, and in"
                 " LOG_KEY.published), the server refuses writes and checkpoints (503"
-                " CATCH_UP_REQUIRED); a backup of another history is refused (LOG_FORKED).")
+                " CATCH_UP_REQUIRED); a backup of another history is refused (LOG_FORKED).",
+                library=False)
     p.add_argument("backup", nargs="?", metavar="BACKUP", help="a file made by `alexandria"
                    " backup`")
     p.add_argument("--db", required=True, metavar="FILE|URL",
@@ -61,7 +62,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 " uses it), from one snapshot, into the empty PostgreSQL"
                 " database URL (any libpq URL, e.g. postgresql:///NAME with PGHOST), then check"
                 " that the Merkle root of the copied leaves is the SQLite log's and the latest"
-                " checkpoint the same. Then serve it with `alexandria serve --db URL`.")
+                " checkpoint the same. Then serve it with `alexandria serve --db URL`.",
+                library=False)
     p.add_argument("--db", required=True, metavar="FILE", help="the SQLite library")
     p.add_argument("--to", required=True, metavar="URL", help="the PostgreSQL database")
 
@@ -73,7 +75,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 " after a restart; stops (exit 6) at an entry that does not verify, a"
                 " checkpoint inconsistent with one it verified or a page that breaks the"
                 " protocol, keeping what it verified. SIGTERM or SIGINT stops it within"
-                " seconds (exit 0), keeping what it verified.")
+                " seconds (exit 0), keeping what it verified.", library=False)
     p.add_argument("--from", dest="origin", required=True, metavar="URL",
                    help="the origin library")
     p.add_argument("--db", required=True, metavar="FILE|URL",

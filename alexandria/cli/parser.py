@@ -58,9 +58,12 @@ class Parser(argparse.ArgumentParser):
         elif unknown:
             options = {o for p in _parsers(self) for a in p._actions for o in a.option_strings}
             for word in unknown.group(1).split():
-                if word.startswith("--"):
-                    close += difflib.get_close_matches(word.split("=")[0], options, n=1,
-                                                       cutoff=0.6)
+                option = word.split("=")[0]
+                if option in options:  # a real option, of another command: no did-you-mean
+                    message += f"\n\n{option} is not an option of this command:"
+                    message += " see `alexandria COMMAND --help`"
+                elif word.startswith("--"):
+                    close += difflib.get_close_matches(option, options, n=1, cutoff=0.6)
         if close:
             message += "\n\ndid you mean: " + ", ".join(close) + "?"
         self.print_usage(sys.stderr)

@@ -1,8 +1,8 @@
 """Participant commands: the worker key, dry runs and what is pending.
 
 ``worker init`` / ``worker import CERT`` / ``whoami``; ``validate FILE|-``,
-``pending [--clear-rejected]``, ``retry``.  Publishing is in ``cli/publish.py``, login in
-``cli/login.py``, reading in ``cli/reading.py``, personal lists in ``cli/personal.py``; the
+``pending [--clear-rejected | --drop ID]``, ``retry``.  Publishing is in ``cli/publish.py``,
+login in ``cli/login.py``, reading in ``cli/reading.py``, personal lists in ``cli/personal.py``; the
 helpers here (``command``, ``session_of``, ``library_url``…) are shared by them.  The
 configuration directory is described in ``config.py``; the pending-file rule in ``pending.py``.
 """
@@ -132,6 +132,9 @@ def register(sub: Sub) -> None:
                 cmd_pending)
     p.add_argument("--clear-rejected", action="store_true",
                    help="delete the envelopes the library rejected (they are never resent)")
+    p.add_argument("--drop", metavar="ID", action="append", default=[],
+                   help="delete pending envelope ID without sending it (repeatable); what"
+                   " was dropped is printed")
     p = command(sub, "retry", "resend pending envelopes, byte for byte", cmd_retry)
     p.add_argument("ids", nargs="*", metavar="ID", help="only these pending ids")
 
@@ -275,6 +278,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_pending(args: argparse.Namespace) -> int:
     home = Home.locate()
     outbox = Outbox(home)
+    if args.drop:
+        if args.clear_rejected:
+            raise UsageError("--drop and --clear-rejected are separate commands")
+        return _drop(args, home, outbox)
     if args.clear_rejected:
         cleared = outbox.clear_rejected()
         if args.json:
@@ -298,6 +305,29 @@ def cmd_pending(args: argparse.Namespace) -> int:
         note("nothing pending")
     if rejected:
         note(f"{len(rejected)} rejected by the library, never resent: see {home.rejected_dir}/")
+    return 0
+
+
+def _drop(args: argparse.Namespace, home: Home, outbox: Outbox) -> int:
+    """``pending --drop ID…``: every id is checked before any envelope is deleted."""
+    known = {p.id: p for p in outbox.pending()}
+    missing = [i for i in args.drop if i not in known]
+    if missing:
+        raise BadRequest(
+            f"not pending: {', '.join(missing)} (`alexandria pending` lists what is)",
+            "NOT_PENDING", ids=missing, pending=sorted(known),
+        )
+    dropped = [known[i] for i in dict.fromkeys(args.drop)]
+    for p in dropped:
+        outbox.drop(p.id)
+    if args.json:
+        emit_json({"dropped": [{"id": p.id, "kind": p.record["kind"],
+                                "title": p.record["title"], **p.meta} for p in dropped]})
+        return 0
+    for p in dropped:
+        say(p.id)
+        note(f"dropped {p.record['kind']} “{one_line(p.record['title'], 40)}” signed"
+             f" {p.record['authored_at']}: never sent by this home again")
     return 0
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from alexandria.cli import duplicates
 from alexandria.cli.config import Home
 from alexandria.client import Client, Unreachable, is_definitive
 from alexandria.core.keys import HEX64
@@ -84,7 +85,9 @@ class Outbox:
             meta = {**meta, "written_at": now()}
             write_json(self._path(self.home.pending_dir, rev, ".meta.json"), meta)
         atomic_write(self._path(self.home.pending_dir, rev), envelope)
-        return Pending(rev, envelope, meta)
+        pending = Pending(rev, envelope, meta)
+        duplicates.record(self.home, [(rev, pending.record)])
+        return pending
 
     def write_many(self, items: Sequence[tuple[str, bytes, dict[str, Any]]]) -> list[Pending]:
         """``write`` for a chunk of envelopes, durable together before any is sent."""
@@ -99,6 +102,7 @@ class Outbox:
             files.append((self._path(self.home.pending_dir, rev), envelope))
             out.append(Pending(rev, envelope, meta))
         durable_write(files)
+        duplicates.record(self.home, [(p.id, p.record) for p in out])
         return out
 
     def load(self, rev: str) -> Pending:
@@ -133,6 +137,10 @@ class Outbox:
             self._path(self.home.rejected_dir, rev, ".error.json").unlink(missing_ok=True)
             self._path(self.home.rejected_dir, rev).unlink(missing_ok=True)
         return ids
+
+    def drop(self, rev: str) -> None:
+        """Delete pending envelope ``rev`` (and its ``.meta.json``): it is never sent."""
+        self._remove(rev)
 
     def published(self, rev: str) -> bytes | None:
         path = self._path(self.home.published_dir, rev)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from alexandria.cli.config import Home
+from alexandria.cli.duplicates import DuplicateIndex
 from alexandria.cli.participant import (
     EXIT_PENDING,
     EXIT_REFUSED,
@@ -32,6 +33,7 @@ from alexandria.cli.participant import (
 )
 from alexandria.cli.pending import KeptPending, Outbox, Outcome, Pending
 from alexandria.cli.session import (
+    ContentRefused,
     Session,
     body_of,
     check_signed_record,
@@ -76,6 +78,7 @@ def register(sub: Sub) -> None:
                    help="one content per line (- for stdin); a \"name\" field records its id")
     p.add_argument("--name", help="record the published id under NAME in the names file"
                    " (one FILE)")
+    duplicate_option(p)
     names_options(p)
 
     p = command(sub, "revise", "edit the current head of an object and publish the revision",
@@ -91,7 +94,26 @@ def register(sub: Sub) -> None:
     p.add_argument("--print", action="store_true", dest="print_only",
                    help="print the editable content instead of opening an editor")
     p.add_argument("--name", help="record the new revision under NAME in the names file")
+    duplicate_option(p)
     names_file_option(p)
+
+
+def duplicate_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-duplicate", action="store_true",
+                   help="publish even when this home already published, or holds pending,"
+                   " the same kind, title, body, links and previous (refused by default:"
+                   " DUPLICATE_CONTRIBUTION)")
+
+
+def _duplicates(args: argparse.Namespace, session: Session) -> DuplicateIndex | None:
+    return None if args.allow_duplicate else DuplicateIndex(session.home)
+
+
+def _warn_rebind(session: Session, name: str, rev: str) -> None:
+    """``--name`` that already names another revision is rebound: say from what to what."""
+    old = session.names().get(name)
+    if old is not None and old != rev:
+        note(f"warning: --name {name} named {old}; it now names {rev}")
 
 
 @dataclass(frozen=True)
@@ -159,7 +181,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
         [item] = list(_items(args))
         if item.error is not None:
             raise item.error
-        outcome = _publish_one(session, Outbox(session.home), item, parse_refs(args.ref))
+        outcome = _publish_one(session, Outbox(session.home), item, parse_refs(args.ref),
+                               _duplicates(args, session))
     finally:
         session.close()
     return _report_publish(args, outcome, session.home)
@@ -185,6 +208,7 @@ class Batch:
         self.session = session
         self.outbox = Outbox(session.home)
         self.refs = parse_refs(args.ref)
+        self.duplicates = _duplicates(args, session)
         self.chunk: list[tuple[Item, Any, dict[str, Any]]] = []
         self.chunk_names: set[str] = set()
         self.results: list[dict[str, Any]] = []
@@ -206,6 +230,11 @@ class Batch:
             try:
                 content = self.session.resolve(item.content, self.refs)
                 signed = self.session.sign(content)
+                if self.duplicates is not None:
+                    duplicate = self.duplicates.refusal(signed.record)
+                    if duplicate is not None:
+                        raise duplicate
+                    self.duplicates.add(signed.id, signed.record)
             except AlexandriaError as exc:  # reported in its place, after what comes before it
                 self.chunk.append((item, None, {"refused": exc}))
                 continue
@@ -251,6 +280,7 @@ class Batch:
                 continue
             outcome = next(sent)
             if outcome.status == "admitted" and item.name is not None:
+                _warn_rebind(self.session, item.name, outcome.pending.id)
                 self.session.remember(item.name, outcome.pending.id)
             self.results.append(_batch_line(self.args, item.source, outcome, outcome.error))
         self.chunk = []
@@ -302,12 +332,17 @@ def _names_used(content: dict[str, Any]) -> set[str]:
     return found
 
 
-def _publish_one(session: Session, outbox: Outbox, item: Item, refs: dict[str, str]) -> Outcome:
-    """Resolve, check, sign, write to pending/, send; the name is known to the next item as
-    soon as this one is admitted."""
+def _publish_one(session: Session, outbox: Outbox, item: Item, refs: dict[str, str],
+                 duplicates: DuplicateIndex | None) -> Outcome:
+    """Resolve, check, sign, refuse a duplicate (unless ``duplicates`` is ``None``), write to
+    pending/, send; the name is known to the next item as soon as this one is admitted."""
     content = session.resolve(item.content, refs)
     signed = session.sign(content)
     debug(f"checked and signed {signed.id}")
+    if duplicates is not None:
+        duplicate = duplicates.refusal(signed.record)
+        if duplicate is not None:
+            raise duplicate
     meta: dict[str, Any] = {"kind": content["kind"], "title": content["title"],
                             "library": session.library.url}
     if item.name is not None:
@@ -319,6 +354,7 @@ def _publish_one(session: Session, outbox: Outbox, item: Item, refs: dict[str, s
     outcome = outbox.deliver(pending, session.client)
     debug(f"{outcome.status}; recorded")
     if outcome.status == "admitted" and item.name is not None:
+        _warn_rebind(session, item.name, signed.id)
         session.remember(item.name, signed.id)
     return outcome
 
@@ -384,8 +420,9 @@ def _report_publish(args: argparse.Namespace, outcome: Outcome, home: Home) -> i
 
 
 def _rejected(exc: AlexandriaError, p: Pending, home: Home) -> AlexandriaError:
+    fix = "" if "next" in exc.details else "; correct the content and publish anew"
     exc.message = (f"rejected: {exc.message} — recorded in {home.rejected_dir / (p.id + '.json')}"
-                   " and never resent; correct the content and publish anew")
+                   f" and never resent{fix}")
     root = exc.details.get("root")
     if isinstance(root, str):  # a conflict: name the object as the user knows it
         names_file = p.meta.get("names_file")
@@ -410,44 +447,94 @@ def editable_content(record: dict[str, Any], head: str) -> dict[str, Any]:
 def cmd_revise(args: argparse.Namespace) -> int:
     if args.name is not None:
         check_name(args.name)
+    editor = None if args.print_only else _editor()
     session = session_of(args)
     try:
         rev = session.revision(args.revision)
         answer = session.client.entry(rev, head=True)
         signed = orjson.loads(answer.content)
         check_signed_record(signed, session.genesis())
-        content = editable_content(signed["record"], signed["id"])
+        head = signed["id"]
+        content = editable_content(signed["record"], head)
         text = orjson.dumps(content, option=orjson.OPT_INDENT_2).decode() + "\n"
         if args.print_only:
             say_lines(safe_json(text.rstrip("\n")))
             return 0
-        edited = _edit(text, signed["id"])
+        assert editor is not None
+        _check_revisable(session, signed["record"], head)
+        if rev != head:
+            note(f"{short(rev)} is not the current head of its object: editing the head {head}")
+        edited = _edit(editor, text, head)
         if edited is None:
             note("nothing changed: nothing published")
             return 0
-        source = f"revision of {short(signed['id'])}"
+        source = f"revision of {short(head)}"
         item = Item(source, parse_content(edited.encode(), source), args.name)
-        outcome = _publish_one(session, Outbox(session.home), item, {})
+        outcome = _publish_one(session, Outbox(session.home), item, {},
+                               _duplicates(args, session))
     finally:
         session.close()
     return _report_publish(args, outcome, session.home)
 
 
-def _edit(text: str, head: str) -> str | None:
-    """``text`` after the user's editor (``$VISUAL``, ``$EDITOR``, else ``vi``); ``None`` when
-    it was saved unchanged.  The file stays when the editor fails, so no edit is lost."""
+def _editor() -> str:
+    """``$VISUAL``, else ``$EDITOR`` (a command, which may be a script), else ``vi`` — which
+    needs a terminal: without one, the content must come another way."""
+    chosen = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+    if chosen:
+        return chosen
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError(
+            "revise opens an editor, and without $VISUAL or $EDITOR that is vi, which needs a"
+            " terminal: pass the content another way — `alexandria revise REV --print >"
+            " FILE`, edit FILE, then `alexandria publish FILE` (or set $EDITOR to a command)",
+            "EDITOR_NEEDS_TERMINAL", next="alexandria revise REV --print",
+        )
+    return "vi"
+
+
+def _check_revisable(session: Session, record: dict[str, Any], head: str) -> None:
+    """What the library would refuse of any revision of this head, checked before the editor
+    opens: an immutable kind, or an object another actor authored."""
+    from alexandria.rules.state import IMMUTABLE, proposal_route  # revise only: not publish's
+
+    kind = record["kind"]
+    if kind in IMMUTABLE:
+        raise ContentRefused(
+            f"a {kind} is immutable: publish a new {kind} instead of revising {short(head)}",
+            "IMMUTABLE", kind=kind,
+        )
+    actor = session.certificate().actor
+    if record["author"] != actor:
+        route = proposal_route(kind, head)
+        raise ContentRefused(
+            f"only the original author ({record['author']}) revises this {kind}; you are"
+            f" {actor}. {route['message']}", "NOT_ORIGINAL_AUTHOR", author=record["author"],
+            actor=actor, **{k: v for k, v in route.items() if k != "message"},
+        )
+
+
+def _edit(editor: str, text: str, head: str) -> str | None:
+    """``text`` after the user's ``editor``; ``None`` when it was saved unchanged.  The
+    temporary file is removed whatever happens: when the editor fails nothing is published
+    and nothing is left behind."""
     import shlex
     import subprocess
     import tempfile
 
-    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     fd, path = tempfile.mkstemp(prefix=f"alexandria-revise-{head[:12]}-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    status = subprocess.call([*shlex.split(editor), path])
-    if status != 0:
-        raise BadRequest(f"the editor ({editor}) exited with status {status}; your text is in"
-                         f" {path}", "EDITOR_FAILED", path=path)
-    edited = Path(path).read_text()
-    os.unlink(path)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        try:
+            status = subprocess.call([*shlex.split(editor), path])
+        except (OSError, ValueError) as exc:
+            raise BadRequest(f"cannot run the editor ({editor}): {exc}; nothing was published",
+                             "EDITOR_FAILED", editor=editor) from exc
+        if status != 0:
+            raise BadRequest(f"the editor ({editor}) exited with status {status}; nothing was"
+                             " published", "EDITOR_FAILED", editor=editor, status=status)
+        edited = Path(path).read_text()
+    finally:
+        Path(path).unlink(missing_ok=True)
     return None if edited.strip() == text.strip() else edited

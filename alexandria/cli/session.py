@@ -301,7 +301,17 @@ class Session:
 def fetch_genesis(client: Client, pin: str | None) -> Genesis:
     """The library's genesis, checked against ``pin`` (when given) and its root signatures."""
     answer = client.genesis()
-    return Genesis.from_document(answer.get("document"), pin=pin)
+    try:
+        return Genesis.from_document(answer.get("document"), pin=pin)
+    except AlexandriaError as exc:
+        actual = exc.details.get("actual")
+        if exc.code != "GENESIS_PIN_MISMATCH" or not isinstance(actual, str):
+            raise
+        exc.message = (f"{client.base_url} serves genesis {actual}, not the pin you gave"
+                       f" ({pin}): this is another library, or the pin is mistyped; compare"
+                       " both with the pin the operator published")
+        exc.details["library"] = client.base_url
+        raise
 
 
 class RecordNotVerified(AlexandriaError):

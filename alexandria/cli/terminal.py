@@ -137,6 +137,21 @@ _DETAIL_LABELS = (("head", "current head"), ("root", "object"), ("pointer", "at"
                   ("expected", "expected"), ("allowed", "allowed"), ("limit", "limit"))
 
 
+def _links_text(value: Any) -> str | None:
+    """``allowed`` of a link refusal (``rules/state.allowed_links``) as a line: each relation
+    with how many and what it targets."""
+    if not isinstance(value, dict) or not isinstance(value.get("relations"), list):
+        return None
+    parts = []
+    for entry in value["relations"]:
+        if isinstance(entry, dict):
+            targets = "/".join(str(t) for t in entry.get("targets", []))
+            parts.append(f"{entry.get('relation')} ({entry.get('count')}, to {targets})")
+    if value.get("citations"):
+        parts.append("citations (any other relation name)")
+    return f"a {value.get('kind')} takes " + ("; ".join(parts) or "no links")
+
+
 def next_step(exc: AlexandriaError) -> str | None:
     """What to do about a typed error, when the error alone says it."""
     head = exc.details.get("head")
@@ -146,6 +161,9 @@ def next_step(exc: AlexandriaError) -> str | None:
         return f"edit the current head instead: `alexandria revise {target}`"
     if exc.code == "DUPLICATE_VOTE" and isinstance(head, str):
         return f"you voted already: run `alexandria revise {target}` to change that vote"
+    step = exc.details.get("next")  # a refusal that names its command (rules, duplicates)
+    if isinstance(step, str) and step.startswith("alexandria "):
+        return f"`{step}`"
     return None
 
 
@@ -163,7 +181,8 @@ def report_error(exc: AlexandriaError, json_output: bool, verbose: bool = False)
     for key, label in _DETAIL_LABELS:
         value = exc.details.get(key)
         if value is not None:
-            text = value if isinstance(value, str) else orjson.dumps(value).decode()
+            text = (value if isinstance(value, str) else _links_text(value)
+                    or orjson.dumps(value).decode())
             lines.append(f"  {label + ':':<13} {one_line(redact_url(text), 200)}")
     step = next_step(exc)
     if step:

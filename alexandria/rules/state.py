@@ -79,6 +79,109 @@ def _refuse(message: str, code: str, **details: Any) -> RuleViolation:
     return RuleViolation(message, code, **details)
 
 
+@dataclass(frozen=True)
+class RelationRule:
+    """Rule b for one relation of :data:`RULE_RELATIONS`: the kinds that carry it, the kinds
+    it targets, how many one record carries (``at_most``; ``exactly`` for the links an
+    immutable kind or a vote must carry), and whether only a revision carries it."""
+
+    used_by: frozenset[str]
+    targets: tuple[str, ...]
+    what: str  # the targets, as the refusal says them
+    at_most: int | None = None
+    exactly: bool = False
+    revision_only: bool = False
+
+
+def _one_kind(kind: str, targets: tuple[str, ...], what: str) -> RelationRule:
+    return RelationRule(frozenset((kind,)), targets, what, 1, exactly=True)
+
+
+_OBJECTS = tuple(sorted(k for k in PUBLIC_KINDS if k != "vote"))
+
+#: The write contract's relation rules (its ``state_rules``, "the links" of the module
+#: docstring) as data: ``_check_links`` enforces this table and :func:`allowed_links` derives
+#: from it what a refusal says each kind takes, so the two cannot drift apart.
+RELATIONS: Mapping[str, RelationRule] = MappingProxyType({
+    "contained_in": RelationRule(CONTAINABLE, ("space",), "a space root", 1),
+    "includes": RelationRule(frozenset(("space",)), ("claim", "document"),
+                             "a claim or document"),
+    "replies_to": RelationRule(frozenset(("reply",)), ("discussion", "reply"),
+                               "a discussion or reply", 1),
+    "answers": RelationRule(frozenset(("reply",)), ("discussion", "reply"),
+                            "a discussion or reply", 1),
+    "branches_from": RelationRule(frozenset(("discussion",)), ("discussion", "reply"),
+                                  "a discussion or reply", 1),
+    "about": RelationRule(frozenset(("discussion",)), ("claim", "space"), "a claim or space", 1),
+    "merges": RelationRule(MERGEABLE, ("proposal",), "a proposal", 1, revision_only=True),
+    "evidence_for": _one_kind("evidence", ("claim",), "the body's claim"),
+    "assesses": _one_kind("assessment", ("claim",), "the body's claim"),
+    "relates_from": _one_kind("relationship", _OBJECTS, "the body's from"),
+    "relates_to": _one_kind("relationship", _OBJECTS, "the body's to"),
+    "proposes_for": _one_kind("proposal", tuple(sorted(MERGEABLE)), "the body's base"),
+    "votes_on": _one_kind("vote", _OBJECTS, "the root of a non-vote object"),
+})
+assert set(RELATIONS) == RULE_RELATIONS
+
+
+def _plural(kinds: Sequence[str]) -> str:
+    names = ["replies" if k == "reply" else "evidence" if k == "evidence" else f"{k}s"
+             for k in sorted(kinds)]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def allowed_links(kind: str) -> dict[str, Any]:
+    """What a ``kind`` may link, from :data:`RELATIONS` and :data:`CITING`: each relation it
+    takes with the kinds it targets and how many (``"exactly 1"``, ``"at most 1"``, ``"any"``),
+    and whether it also takes free citations (any other relation name, to any object)."""
+    relations = []
+    for rel, rule in RELATIONS.items():
+        if kind not in rule.used_by:
+            continue
+        count = ("exactly 1" if rule.exactly else
+                 "any" if rule.at_most is None else f"at most {rule.at_most}")
+        entry: dict[str, Any] = {"relation": rel, "targets": list(rule.targets),
+                                 "count": count}
+        if rule.revision_only:
+            entry["only"] = "the last link of a revision that merges a proposal"
+        relations.append(entry)
+    if kind == "reply":
+        for entry in relations:
+            entry["count"] = "exactly 1 replies_to or answers link"
+    return {"kind": kind, "relations": relations, "citations": kind in CITING}
+
+
+def _relation_refusal(kind: str, rel: str, message: str, pointer: str) -> RuleViolation:
+    """RELATION_NOT_ALLOWED naming what ``kind`` takes and which kinds use ``rel``."""
+    allowed = allowed_links(kind)
+    takes = ", ".join(e["relation"] for e in allowed["relations"]) or "no rule relation"
+    if allowed["citations"]:
+        takes += " and free citations (any other relation name)"
+    details: dict[str, Any] = {"pointer": pointer, "relation": rel, "allowed": allowed}
+    rule = RELATIONS.get(rel)
+    if rule is not None:
+        details["used_by"] = sorted(rule.used_by)
+    return _refuse(f"{message}; a {kind} takes {takes}", "RELATION_NOT_ALLOWED", **details)
+
+
+def proposal_route(kind: str, target: str) -> dict[str, Any]:
+    """The way forward when an object is another actor's: a proposal based on its head, which
+    its author may merge (rule e).  ``message`` says it; the other keys go in ``details``."""
+    if kind not in MERGEABLE:
+        return {"message": f"Only its author changes a {kind}: publish your own {kind} instead",
+                "next": "alexandria publish FILE"}
+    proposal = {"kind": "proposal", "title": "…",
+                "body": {"base": target, "title": "…", "body": {}, "links": [],
+                         "rationale": "…"},
+                "links": [{"relation": "proposes_for", "target": target}]}
+    return {
+        "message": (f"To change another author's {kind}, publish a proposal with proposes_for"
+                    f" {target} (its current head): `alexandria publish proposal.json`;"
+                    " its author may merge it"),
+        "next": "alexandria publish proposal.json", "proposal": proposal,
+    }
+
+
 # --- step 8 ----------------------------------------------------------------------------------
 
 
@@ -96,6 +199,7 @@ def _exact_links(rec: Record, expected: list[tuple[str, str]]) -> None:
         raise _refuse(
             f"a {rec.kind} carries exactly the links {expected}", "LINKS_NOT_EXACT",
             pointer="/record/links", expected=[{"relation": r, "target": t} for r, t in expected],
+            allowed=allowed_links(rec.kind),
         )
 
 
@@ -143,68 +247,48 @@ def _check_links(
     def kind_of(i: int, allowed: frozenset[str] | tuple[str, ...], what: str) -> RevisionFacts:
         return _target_of_kind(targets, links, i, allowed, what, base)
 
-    # b. relations by kind
+    # b. relations by kind (the table RELATIONS; any other relation is a free citation)
     counts: dict[str, int] = {}
     parent_depth = -1
     for i, lk in enumerate(links):
         rel = lk.relation
         counts[rel] = counts.get(rel, 0) + 1
         at = f"{base}/{i}/relation"
-        if rel not in RULE_RELATIONS:
+        rule = RELATIONS.get(rel)
+        if rule is None:
             if kind not in CITING:
-                raise _refuse(f"a {kind} carries no citation links", "RELATION_NOT_ALLOWED",
-                              pointer=at, relation=rel)
+                raise _relation_refusal(kind, rel, f"a {kind} carries no citation links", at)
             continue
+        if kind not in rule.used_by or (rule.revision_only and not revising):
+            if rel == "contained_in":
+                message = f"a {kind} cannot be contained_in a space"
+            elif rel == "merges":
+                message = ("merges is only the last link of a revision of a space, claim or"
+                           " document")
+            elif rule.exactly:
+                message = f"only a {next(iter(rule.used_by))} uses {rel}"
+            else:
+                message = f"only {_plural(sorted(rule.used_by))} use {rel}"
+            raise _relation_refusal(kind, rel, message, at)
+        if rule.exactly:
+            continue  # the kind's own rule (c, d) checks these links exactly
+        t = kind_of(i, rule.targets, rule.what)
         if rel == "contained_in":
-            if kind not in CONTAINABLE:
-                raise _refuse(f"a {kind} cannot be contained_in a space",
-                              "RELATION_NOT_ALLOWED", pointer=at)
-            t = kind_of(i, ("space",), "a space root")
             if t.id != t.root:
                 raise _refuse("contained_in must target the root id of a space",
                               "LINK_TARGET_NOT_ROOT", pointer=f"{base}/{i}/target", root=t.root)
             parent = state.object(t.root)
             assert parent is not None
             parent_depth = parent.depth
-        elif rel == "includes":
-            if kind != "space":
-                raise _refuse("only spaces use includes links", "RELATION_NOT_ALLOWED",
-                              pointer=at)
-            kind_of(i, ("claim", "document"), "a claim or document")
-        elif rel in ("replies_to", "answers"):
-            if kind != "reply":
-                raise _refuse(f"only replies use {rel}", "RELATION_NOT_ALLOWED", pointer=at)
-            kind_of(i, ("discussion", "reply"), "a discussion or reply")
-        elif rel == "branches_from":
-            if kind != "discussion":
-                raise _refuse("only discussions use branches_from", "RELATION_NOT_ALLOWED",
-                              pointer=at)
-            kind_of(i, ("discussion", "reply"), "a discussion or reply")
-        elif rel == "about":
-            if kind != "discussion":
-                raise _refuse("only discussions use about", "RELATION_NOT_ALLOWED", pointer=at)
-            kind_of(i, ("claim", "space"), "a claim or space")
-        elif rel == "merges":
-            if kind not in MERGEABLE or not revising:
-                raise _refuse("merges is only the last link of a revision of a space, claim"
-                              " or document", "RELATION_NOT_ALLOWED", pointer=at)
-            kind_of(i, ("proposal",), "a proposal")
-        else:
-            expected_kind = {
-                "evidence_for": "evidence", "assesses": "assessment",
-                "relates_from": "relationship", "relates_to": "relationship",
-                "proposes_for": "proposal", "votes_on": "vote",
-            }[rel]
-            if kind != expected_kind:
-                raise _refuse(f"only a {expected_kind} uses {rel}", "RELATION_NOT_ALLOWED",
-                              pointer=at)
 
-    for rel, most in (("contained_in", 1), ("branches_from", 1), ("about", 1), ("merges", 1)):
-        if counts.get(rel, 0) > most:
-            raise _refuse(f"at most {most} {rel} link", "TOO_MANY_LINKS", relation=rel)
+    for rel, rule in RELATIONS.items():
+        if rule.at_most is not None and not rule.exactly and kind != "reply" \
+                and counts.get(rel, 0) > rule.at_most:
+            raise _refuse(f"at most {rule.at_most} {rel} link", "TOO_MANY_LINKS", relation=rel,
+                          allowed=allowed_links(kind))
     if kind == "reply" and counts.get("replies_to", 0) + counts.get("answers", 0) != 1:
         raise _refuse("a reply carries exactly one replies_to or answers link",
-                      "REPLY_PARENT", pointer=base)
+                      "REPLY_PARENT", pointer=base, allowed=allowed_links(kind))
     # "each to a unique claim or document": two revisions of one claim are the same claim
     included = [targets[lk.target].root for lk in links if lk.relation == "includes"]
     if len(set(included)) != len(included):
@@ -293,7 +377,7 @@ def _vote(state: StateView, rec: Record, checked: _Links) -> str:
     revising the existing vote."  A second vote of one actor on one target is a conflict."""
     if len(rec.links) != 1 or rec.links[0].relation != "votes_on":
         raise _refuse("a vote carries exactly one votes_on link", "LINKS_NOT_EXACT",
-                      pointer="/record/links")
+                      pointer="/record/links", allowed=allowed_links("vote"))
     t = checked.targets[rec.links[0].target]
     if t.kind == "vote" or t.id != t.root:
         raise _refuse("a vote targets the root id of a non-vote object",
@@ -343,8 +427,10 @@ def _revision(state: StateView, rec: Record, checked: _Links) -> tuple[str, int]
         raise _refuse(f"a revision keeps its kind ({obj.kind})", "KIND_CHANGED",
                       pointer="/record/kind", expected=obj.kind)
     if obj.author != rec.author:
-        raise _refuse("only the original author revises an object", "NOT_ORIGINAL_AUTHOR",
-                      pointer="/record/author", author=obj.author)
+        route = proposal_route(obj.kind, obj.head)
+        raise _refuse(f"only the original author revises an object. {route.pop('message')}",
+                      "NOT_ORIGINAL_AUTHOR", pointer="/record/author", author=obj.author,
+                      head=obj.head, root=obj.root, **route)
     merging = bool(checked.counts.get("merges"))
     if obj.head != rec.previous:
         if merging:
