@@ -101,7 +101,8 @@ class Agent:
 
     def __init__(self, session: Session, witnesses: WitnessPolicy | None = None) -> None:
         self.session = session
-        self.reader = Reader(ClientSource(session.client), session.genesis(), witnesses)
+        self.reader = Reader(ClientSource(session.client), session.genesis(), witnesses,
+                             pinned_by_reader=session.pinned)
         self.outbox = Outbox(session.home)
 
     async def _sync(self, fn: Callable[..., T], *args: Any) -> T:
