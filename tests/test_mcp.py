@@ -218,7 +218,7 @@ async def test_read_tools_over_streamable_http(lib: Library) -> None:
 
 async def test_verify_says_whose_pin_it_used(lib: Library) -> None:
     """From a home that pinned the genesis, verify speaks of the reader's pin; over ``/mcp``,
-    whose client pinned nothing, of the pin the library states, naming it either way."""
+    whose client pinned nothing, of the pin the library states; naming it each time."""
     async with agent(lib.homes["owner"], lib.url) as owner:
         space = await call(owner, "publish", content={
             "kind": "space", "title": "Whose pin", "body": {"summary": "pins"},
