@@ -312,7 +312,7 @@
       const n = await rootSignatures(genesis, genesisDoc.document.signatures, genesis);
       check(n >= genesis.threshold, "the genesis has " + n + "/" + genesis.threshold + " valid root signatures");
     }
-    step("genesis hashes to the pin" + (signatures ? " and carries its root signatures" : ""), true);
+    step("the genesis hashes to the pin this page states" + (signatures ? " and carries its root signatures" : ""), true);
 
     // 2. record
     const record = signed.record;
