@@ -602,6 +602,12 @@ def test_badge_checks_against_the_readers_own_pin(
         check_page("revision (no pin)")
         shot(driver, f"10-badge-unpinned-{width}")
 
+        # a stored record the form would never have saved counts as none
+        driver.execute_script("localStorage.setItem('alexandria.trust',"
+                              " JSON.stringify({pin: '<b>x</b>', witnesses: [1, 'x+y+z']}))")
+        driver.get(revision)
+        assert wait(driver, badge_settled, "the badge settles") == "unpinned"
+
         # a malformed pin is refused on the page, and nothing is stored
         status = set_reader_trust(driver, server.url, "not-a-pin")
         assert status.startswith("A pin is 64 hex characters"), status
