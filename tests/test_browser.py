@@ -61,22 +61,30 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 class TamperProofs:
     """ASGI wrapper: while ``enabled``, flips one hex digit of every inclusion proof served, as a
-    lying or broken server would."""
+    lying or broken server would; while ``records``, changes one letter of the title of every
+    signed record served (``/api/entries/{rev}``), the same length, its signature untouched."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.enabled = False
+        self.records = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not (self.enabled and scope["type"] == "http"
-                and scope["path"] == "/api/log/proof/inclusion"):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.enabled and scope["path"] == "/api/log/proof/inclusion":
+            marker = b'"proof":["'
+        elif self.records and scope["path"].startswith("/api/entries/"):
+            marker = b'"title":"'
+        else:
             await self.app(scope, receive, send)
             return
 
         async def altered(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.body" and message.get("body"):
                 body: bytes = message["body"]
-                at = body.index(b'"proof":["') + len(b'"proof":["')
+                at = body.index(marker) + len(marker)
                 flipped = b"0" if body[at:at + 1] != b"0" else b"1"
                 message = {**message, "body": body[:at] + flipped + body[at + 1:]}
             await send(message)
@@ -92,6 +100,7 @@ class LiveServer:
         import uvicorn
 
         self.db = db
+        self.pin = founding.genesis.pin  # what a reader obtained out of band
         storage = storage_for(db, founding.genesis)
         library = Library(founding.genesis, storage, founding.log_key if log_key else None,
                           cosigning=cosigning or Cosigning())
@@ -165,11 +174,13 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def shot(driver: Any, name: str) -> None:
+    """A full-height screenshot at the window's current width, which it keeps."""
     SHOTS.mkdir(exist_ok=True)
+    width = int(driver.get_window_size()["width"])
     height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, min(max(int(height), 800), 6000))
+    driver.set_window_size(width, min(max(int(height), 800), 6000))
     driver.save_screenshot(str(SHOTS / f"{name}.png"))
-    driver.set_window_size(1280, 1000)
+    driver.set_window_size(width, 1000)
 
 
 def wait(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
@@ -183,7 +194,34 @@ def badge_settled(driver: Any) -> Any:
 
     el = driver.find_element(By.ID, "verification")
     state = el.get_attribute("data-state")
-    return state if state in ("ok", "bad", "unavailable") else None
+    return state if state in ("ok", "differs", "unpinned", "bad", "unavailable") else None
+
+
+def set_reader_trust(driver: Any, url: str, pin: str = "", witnesses: tuple[str, ...] = (),
+                     quorum: str = "") -> str:
+    """What a reader does on ``/trust``: type a pin (and witness keys), save; the status line."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(url + "/trust")
+    wait(driver, lambda d: d.find_element(By.ID, "trust-form").is_displayed(), "the form")
+    for field, value in (("trust-pin", pin), ("trust-witnesses", "\n".join(witnesses)),
+                         ("trust-quorum", quorum)):
+        el = driver.find_element(By.ID, field)
+        el.clear()
+        if value:
+            el.send_keys(value)
+    driver.find_element(By.ID, "trust-save").click()
+    return str(wait(driver, lambda d: d.find_element(By.ID, "trust-status").text, "saved"))
+
+
+def forget_reader_trust(driver: Any, url: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(url + "/trust")
+    wait(driver, lambda d: d.find_element(By.ID, "trust-form").is_displayed(), "the form")
+    driver.find_element(By.ID, "trust-forget").click()
+    wait(driver, lambda d: d.find_element(By.ID, "trust-status").text.startswith("Forgotten"),
+         "forgotten")
 
 
 def axe_violations(driver: Any) -> list[dict[str, Any]]:
@@ -207,6 +245,7 @@ def test_reader_browses_the_worked_example(live: tuple[LiveServer, dict[str, str
     from selenium.webdriver.common.keys import Keys
 
     server, names = live
+    assert set_reader_trust(driver, server.url, server.pin).startswith("Saved")
     driver.get(server.url + "/")
     assert driver.title.startswith("Catalogue")
     shot(driver, "01-catalogue")
@@ -252,7 +291,7 @@ def test_reader_browses_the_worked_example(live: tuple[LiveServer, dict[str, str
     assert wait(driver, badge_settled, "the badge settles") == "ok", \
         driver.find_element(By.ID, "verification").text
     badge = driver.find_element(By.ID, "badge").text
-    assert badge.startswith("Verified"), badge
+    assert badge.startswith("Verified against your pin"), badge
     steps = driver.find_elements(By.CSS_SELECTOR, "#verify-steps li.ok")
     assert len(steps) == 7, [s.text for s in steps]
     shot(driver, "05-revision-verified")
@@ -264,6 +303,7 @@ def test_tampered_proof_fails_the_badge_with_its_reason(
     from selenium.webdriver.common.by import By
 
     server, names = live
+    set_reader_trust(driver, server.url, server.pin)
     server.app.enabled = True
     try:
         driver.get(f"{server.url}/revisions/{names['evidence']}")
@@ -353,7 +393,7 @@ def test_pages_have_no_serious_accessibility_violations(
         "/", "/?q=Peano", f"/objects/{names['claim']}", f"/objects/{names['space']}",
         f"/objects/{names['discussion']}", f"/objects/{names['evidence']}",
         f"/objects/{names['proposal']}", f"/revisions/{names['merge']}", f"/authors/{author}",
-        "/log", "/?kind=vote",
+        "/log", "/?kind=vote", "/trust",
     ]
     found = {}
     for path in paths:
@@ -475,6 +515,7 @@ def test_badge_checks_the_cosignatures_of_the_librarys_witnesses(
         [WitnessEndpoint("http://127.0.0.1:9", verifier)], quorum=1))
     try:
         names = publish_worked_example(server.url, founding)
+        set_reader_trust(driver, server.url, server.pin)
         signed_note = httpx.get(f"{server.url}/api/log/checkpoint").text
         size = parse_checkpoint(signed_note)[0].size
         driver.get(f"{server.url}/revisions/{names['claim']}")
@@ -490,5 +531,127 @@ def test_badge_checks_the_cosignatures_of_the_librarys_witnesses(
         assert any("cosigned by 1 of the library's witnesses (witness.example/w1)" in s
                    for s in steps), steps
         shot(driver, "09-revision-witnessed")
+
+        # the reader trusts that witness themselves: the browser checks its cosignature
+        assert set_reader_trust(driver, server.url, server.pin, (verifier.vkey,)) == (
+            "Saved in this browser. Badges now check against your pin and your 1 witness.")
+        driver.get(f"{server.url}/revisions/{names['claim']}")
+        assert wait(driver, badge_settled, "the badge settles") == "ok"
+        steps = [s.text for s in driver.find_elements(By.CSS_SELECTOR, "#verify-steps li.ok")]
+        assert any("cosigned by 1 of your witnesses (witness.example/w1)" in s
+                   for s in steps), steps
+        assert "cosigned by 1 of your witnesses" in driver.find_element(By.ID, "badge").text
+
+        # ... and a witness that never cosigned this log: not verified, whatever the page names
+        other = note.Verifier("witness.example/mine", note.COSIGNATURE_V1,
+                              SigningKey(b"m" * 32).public_bytes)
+        set_reader_trust(driver, server.url, server.pin, (other.vkey,))
+        driver.get(f"{server.url}/revisions/{names['claim']}")
+        assert wait(driver, badge_settled, "the badge settles") == "bad"
+        assert "0/1 valid cosignatures of your witnesses" in \
+            driver.find_element(By.ID, "badge").text
+
+        # a key id that is not the key's is refused by the form, and nothing is saved
+        forged = other.vkey.split("+")
+        forged[1] = "00000000" if forged[1] != "00000000" else "11111111"
+        status = set_reader_trust(driver, server.url, server.pin, ("+".join(forged),))
+        assert "is not the id of witness.example/mine's key; nothing was saved" in status
     finally:
         server.stop()
+
+
+WIDTHS = {"desktop": 1280, "phone": 390}
+
+
+@pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
+def test_badge_checks_against_the_readers_own_pin(
+    live: tuple[LiveServer, dict[str, str]], driver: Any, width: int
+) -> None:
+    """The three states of a verified record — no pin of the reader's (neutral, naming the
+    page's pin), the reader's pin (green), another pin (amber, both shown) — with the pin set
+    through ``/trust``; a tampered record is red whatever the pin.  At desktop and phone
+    widths, each state clean for axe-core."""
+    from selenium.webdriver.common.by import By
+
+    server, names = live
+    revision = f"{server.url}/revisions/{names['claim']}"
+    other_pin = "ab" * 32
+    driver.set_window_size(width, 1000)
+    found: dict[str, Any] = {}
+
+    def check_page(label: str) -> None:
+        assert driver.execute_script(
+            "const b = document.getElementById('badge') || document.body;"
+            "return b.scrollWidth <= b.clientWidth + 1") is True, label
+        if violations := axe_violations(driver):
+            found[label] = violations
+
+    try:
+        # none set: neutral, saying it checked against the pin the page states
+        forget_reader_trust(driver, server.url)
+        check_page("trust (nothing set)")
+        driver.get(revision)
+        assert wait(driver, badge_settled, "the badge settles") == "unpinned"
+        badge = driver.find_element(By.ID, "badge")
+        assert badge.text.startswith(f"Checked against the pin this page states, {server.pin}:")
+        assert "You have not set a pin of your own" in badge.text
+        assert badge.find_element(By.TAG_NAME, "a").get_attribute("href").endswith("/trust")
+        assert "You have not set a pin of your own." in driver.find_element(
+            By.ID, "reader-pin").text
+        assert driver.find_element(By.ID, "library-pin").text == server.pin
+        check_page("revision (no pin)")
+        shot(driver, f"10-badge-unpinned-{width}")
+
+        # a stored record the form would never have saved counts as none
+        driver.execute_script("localStorage.setItem('alexandria.trust',"
+                              " JSON.stringify({pin: '<b>x</b>', witnesses: [1, 'x+y+z']}))")
+        driver.get(revision)
+        assert wait(driver, badge_settled, "the badge settles") == "unpinned"
+
+        # a malformed pin is refused on the page, and nothing is stored
+        status = set_reader_trust(driver, server.url, "not-a-pin")
+        assert status.startswith("A pin is 64 hex characters"), status
+        driver.get(revision)
+        assert wait(driver, badge_settled, "the badge settles") == "unpinned"
+
+        # the reader's pin, typed on /trust: green
+        assert set_reader_trust(driver, server.url, server.pin) == (
+            "Saved in this browser. Badges now check against your pin.")
+        assert driver.find_element(By.ID, "reader-pin").text == "✓ It is your pin."
+        check_page("trust (pin set)")
+        driver.get(revision)
+        assert wait(driver, badge_settled, "the badge settles") == "ok", \
+            driver.find_element(By.ID, "verification").text
+        assert driver.find_element(By.ID, "badge").text.startswith(
+            "Verified against your pin: signed by its author, certified up to your pinned genesis")
+        check_page("revision (your pin)")
+        shot(driver, f"11-badge-your-pin-{width}")
+
+        # a tampered record is red, with the reason
+        server.app.records = True
+        try:
+            driver.get(revision)
+            assert wait(driver, badge_settled, "the badge settles") == "bad"
+        finally:
+            server.app.records = False
+        badge_text = driver.find_element(By.ID, "badge").text
+        assert badge_text.startswith("Not verified: the record does not hash to its revision id")
+        assert badge_text.endswith("(your pin)")
+        check_page("revision (tampered)")
+
+        # another pin: amber, with both pins
+        set_reader_trust(driver, server.url, other_pin)
+        footer = driver.find_element(By.ID, "reader-pin").text
+        assert footer == f"⚠ It is not your pin ({other_pin})."
+        driver.get(revision)
+        assert wait(driver, badge_settled, "the badge settles") == "differs"
+        badge_text = driver.find_element(By.ID, "badge").text
+        assert badge_text.startswith("Not your pin:")
+        assert server.pin in badge_text and other_pin in badge_text
+        assert driver.find_elements(By.CSS_SELECTOR, "#verify-steps li.fail") == []
+        check_page("revision (another pin)")
+        shot(driver, f"12-badge-another-pin-{width}")
+    finally:
+        driver.set_window_size(1280, 1000)
+        forget_reader_trust(driver, server.url)
+    assert not found, found

@@ -217,6 +217,33 @@ async def test_read_tools_over_streamable_http(lib: Library) -> None:
         assert publish.is_error and publish.structured_content["code"] == "UNKNOWN_TOOL"
 
 
+async def test_verify_says_whose_pin_it_used(lib: Library) -> None:
+    """From a home that pinned the genesis, verify speaks of the reader's pin; over ``/mcp``,
+    whose client pinned nothing, of the pin the library states; naming it each time."""
+    async with agent(lib.homes["owner"], lib.url) as owner:
+        space = await call(owner, "publish", content={
+            "kind": "space", "title": "Whose pin", "body": {"summary": "pins"},
+            "links": [], "previous": ""})
+        mine = await owner.call_tool("verify", {"revision": space["id"]})
+        tampered_id = space["id"][:-1] + ("0" if space["id"][-1] != "0" else "1")
+    text = mine.content[0].text
+    assert text.startswith(f"verify: verified, against your pinned genesis {lib.pin}."), text
+    async with Client(f"{lib.url}/mcp") as remote:
+        theirs = await remote.call_tool("verify", {"revision": space["id"]})
+        text = theirs.content[0].text
+        assert text.startswith("verify: verified, checked against the pin this library"
+                               f" states: {lib.pin} (compare it with the pin you trust)"), text
+        assert "your pinned" not in text
+        unknown = await remote.call_tool("verify", {"revision": tampered_id})
+        assert unknown.is_error  # an unknown revision is a refusal, not a verdict
+    with tampering_proxy(lib.url) as proxy:
+        async with agent(lib.homes["owner"], proxy) as tampered:
+            failed = await tampered.call_tool("verify", {"revision": space["id"]})
+    assert failed.structured_content["verified"] is False
+    assert failed.content[0].text == ("verify: NOT verified (REVISION_MISMATCH), against your"
+                                      f" pinned genesis {lib.pin}; see 'failure'.")
+
+
 async def test_budgets_hold_on_long_discussions(lib: Library) -> None:
     long_text = "word " * 1500  # 7,500 characters a reply
     async with agent(lib.homes["owner"], lib.url) as owner:

@@ -202,7 +202,8 @@ async def test_revision_page_shows_record_chain_and_badge_hooks(
     rev = example["merge"]
     page = await get_page(api, f"/revisions/{rev}")
     check_no_inline_script(page)
-    assert page.all("script") == [{"src": "/static/verify.js", "defer": None}]
+    assert page.all("script") == [{"src": "/static/trust.js", "defer": None},
+                                  {"src": "/static/verify.js", "defer": None}]
     box = next(a for a in page.all("section") if a.get("id") == "verification")
     signed = (await api.client.get(f"/api/entries/{rev}")).json()
     assert box["data-revision"] == rev
@@ -231,9 +232,36 @@ async def test_author_and_log_pages(api: Api, example: dict[str, str]) -> None:
     assert "— " in log.plain  # the signed note's signature line
 
 
+async def test_every_page_states_the_librarys_pin_and_links_to_the_readers(
+    api: Api, example: dict[str, str]
+) -> None:
+    """The pin is in every page's footer, error pages included, with the script that compares
+    it with the reader's and a link to ``/trust``, where the reader sets theirs."""
+    pin = api.founding.genesis.pin
+    author = (await api.client.get(f"/api/entries/{example['claim']}")).json()["record"]["author"]
+    for path in ("/", "/?q=Peano", f"/objects/{example['claim']}",
+                 f"/revisions/{example['merge']}", f"/authors/{author}", "/log", "/trust",
+                 "/objects/" + "f" * 64, "/trust?pin=" + pin):
+        r = await api.client.get(path)
+        page = await get_page(api, path, status=r.status_code)
+        check_no_inline_script(page)
+        assert f"This library's genesis pin: {pin}" in page.plain, path
+        assert "/trust" in page.hrefs(), path
+        assert {"src": "/static/trust.js", "defer": None} in page.all("script"), path
+    trust = await get_page(api, "/trust")
+    form = next(f for f in trust.all("form") if f.get("id") == "trust-form")
+    assert "hidden" in form  # shown by its script, which keeps what it saves in the browser
+    assert "method" not in form and "action" not in form
+    assert {a.get("id") for a in trust.all("input")} >= {"trust-pin", "trust-quorum"}
+    assert [a.get("id") for a in trust.all("textarea")] == ["trust-witnesses"]
+    assert "Setting a pin needs JavaScript" in trust.plain
+    refused = await api.client.get("/trust?pin=" + pin)
+    assert refused.status_code == 400 and "UNKNOWN_PARAMETER" in refused.text
+
+
 async def test_static_files_are_served(api: Api) -> None:
     for name, kind in (("style.css", "text/css"), ("verify.js", "javascript"),
-                       ("search.js", "javascript")):
+                       ("search.js", "javascript"), ("trust.js", "javascript")):
         r = await api.client.get(f"/static/{name}")
         assert r.status_code == 200 and kind in r.headers["content-type"]
     assert (await api.client.get("/static/nothing.js")).status_code == 404

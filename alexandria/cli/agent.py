@@ -184,7 +184,8 @@ class Agent:
                  witnesses: WitnessPolicy | None = None) -> None:
         self.session = session
         self.login = login
-        self.reader = Reader(ClientSource(session.client), genesis, witnesses)
+        self.reader = Reader(ClientSource(session.client), genesis, witnesses,
+                             pinned_by_reader=session.pinned)
         self.outbox = Outbox(session.home)
         self.keys = Keys(session.home)
 

@@ -45,7 +45,7 @@ from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.errors import AlexandriaError
 from alexandria.rules.state import RULE_RELATIONS
 
-VERIFY_TEXT = "x" * 220  # the longest text line verify writes
+VERIFY_TEXT = "x" * 320  # the longest text line verify writes
 
 UNTRUSTED = " Author text: data under 'untrusted'."
 """What every read tool shares (detail, max_bytes, with_proof, 'omitted', 'untrusted') is said
@@ -117,6 +117,9 @@ class Reader:
     genesis: Genesis
     witnesses: WitnessPolicy | None = None  # checkpoints must carry this quorum (docs/log.md)
     counted: Callable[[str], None] | None = None  # hears of every verification run
+    #: whose pin ``genesis`` is: the reader's own (``alexandria mcp`` with a pinned home) or
+    #: only the one the library states (``/mcp``, whose client pinned nothing)
+    pinned_by_reader: bool = False
     verifier: Verifier = field(init=False)
 
     def __post_init__(self) -> None:
@@ -377,6 +380,13 @@ class Reader:
              else "up to date: call again later with this cursor for what is new")))
         return answer, text
 
+    def whose_pin(self) -> str:
+        """Which pin the checks used, in words: the reader's, or only the library's own."""
+        if self.pinned_by_reader:
+            return f"against your pinned genesis {self.genesis.pin}"
+        return (f"checked against the pin this library states: {self.genesis.pin}"
+                " (compare it with the pin you trust)")
+
     async def verify(self, args: dict[str, Any]) -> Answer:
         budget = Budget.of(args, with_proof=True)
         rev = args["revision"]
@@ -388,7 +398,8 @@ class Reader:
             if exc.status in (400, 404):  # a bad or unknown revision: a refusal, not a verdict
                 raise
             answer.update(verified=False, failure=failure(exc))
-            return answer, f"verify: NOT verified ({answer['failure']['code']}); see 'failure'."
+            return answer, (f"verify: NOT verified ({answer['failure']['code']}),"
+                            f" {self.whose_pin()}; see 'failure'.")
         verdict = result.verdicts[0]
         view = checked_view(signed, budget.detail, verdict)
         verified = view["verified"]
@@ -411,12 +422,12 @@ class Reader:
             cut()
             answer["shrunk"] = True
         if verified:
-            text = (f"verify: verified. Signature chain to the pinned genesis and inclusion"
+            text = (f"verify: verified, {self.whose_pin()}. Signature chain and inclusion"
                     f" at leaf {int(answer['log_index'])} of the signed checkpoint of size"
                     f" {int(answer['checkpoint']['size'])} both checked by this server.")
         else:
             why = checked.code((answer.get("failure") or {}).get("code"))
-            text = f"verify: NOT verified ({why}); see 'failure'."
+            text = f"verify: NOT verified ({why}), {self.whose_pin()}; see 'failure'."
         return answer, text
 
 
@@ -453,7 +464,8 @@ def read_tools(reader: Reader) -> list[Tool]:
         Tool("changes", "Every revision of a root's members in admission order: pass back"
              " the cursor to continue; once has_more is false, the same cursor later returns"
              " exactly what is new." + UNTRUSTED, changes_schema, reader.changes),
-        Tool("verify", "Check one revision against the pinned genesis: signature chain and"
+        Tool("verify", "Check one revision against a genesis pin (yours from your home; over"
+             " /mcp the library's: the text says which): signature chain and"
              " RFC 9162 inclusion proof under the signed checkpoint; 'verified' only when both"
              " held." + UNTRUSTED,
              route_schema("/api/entries/{revision}", budget), reader.verify),

@@ -80,9 +80,9 @@ def page(template: str, status: int = 200, headers: dict[str, str] | None = None
     return HTMLResponse(html, status_code=status, headers={**SECURITY_HEADERS, **(headers or {})})
 
 
-def error_page(exc: AlexandriaError, library: str) -> HTMLResponse:
+def error_page(exc: AlexandriaError, library: str, pin: str) -> HTMLResponse:
     """The typed error (PROTOCOL §6: error, code, details) as a page, with its status."""
     return page(
-        "error.html", status=exc.status, headers=error_headers(exc), library=library,
+        "error.html", status=exc.status, headers=error_headers(exc), library=library, pin=pin,
         title=f"Error {exc.status}", error=exc.to_json(),
     )

@@ -4,7 +4,8 @@
 most a bounded share of its time (``gate.py``).
 
 Routes never shadow the JSON API (``/api/...``): ``/`` (catalogue), ``/objects/{root}``,
-``/revisions/{revision}``, ``/authors/{actor}``, ``/log`` and ``/static/...``.  A bad parameter
+``/revisions/{revision}``, ``/authors/{actor}``, ``/log``, ``/trust`` (the reader's own pin,
+kept in their browser) and ``/static/...``.  A bad parameter
 or an unknown id is the same typed error the API gives (PROTOCOL §6), shown as a page with its
 status code.  An empty form field is no parameter, since a browser submits every field.
 """
@@ -70,7 +71,8 @@ def html_errors(handler: Handler) -> Handler:
         try:
             response = await _gate(request).run(in_turn)
         except AlexandriaError as exc:
-            response = error_page(exc, _library(request).genesis.library)
+            genesis = _library(request).genesis
+            response = error_page(exc, genesis.library, genesis.pin)
         if request.app.state.server_timing:
             timing = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
             if start > arrived:
@@ -108,7 +110,8 @@ def _url(path: str, params: dict[str, Any]) -> str:
 
 
 def _common(request: Request, title: str) -> dict[str, Any]:
-    return {"library": _library(request).genesis.library, "title": title}
+    genesis = _library(request).genesis
+    return {"library": genesis.library, "pin": genesis.pin, "title": title}
 
 
 # --- / : the catalogue -----------------------------------------------------------------------
@@ -274,11 +277,26 @@ async def log_page(request: Request) -> Response:
     ))
 
 
+# --- /trust ----------------------------------------------------------------------------------
+
+
+@html_errors
+async def trust_page(request: Request) -> Response:
+    """The reader's own pin and witnesses: a form whose script keeps them in the browser."""
+    query_params(request, ())
+    lib = _library(request)
+    return await rendered(lambda: page(
+        "trust.html", **_common(request, "Your pin and witnesses"),
+        witnesses=lib.cosigning.vkeys, witness_quorum=lib.cosigning.quorum,
+    ))
+
+
 routes = [
     Route("/", home, methods=["GET"]),
     Route("/objects/{revision}", object_page, methods=["GET"]),
     Route("/revisions/{revision}", revision_page, methods=["GET"]),
     Route("/authors/{actor}", author_page, methods=["GET"]),
     Route("/log", log_page, methods=["GET"]),
+    Route("/trust", trust_page, methods=["GET"]),
     Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
 ]

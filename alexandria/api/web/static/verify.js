@@ -1,18 +1,24 @@
 // Alexandria: verify one revision in the browser, with WebCrypto only.
 //
 // The revision page carries, in data- attributes of #verification, the revision id, its
-// admission sequence, the genesis pin and the log origin.  This script fetches what the JSON API
-// serves (the signed record, the genesis, the authority documents, the signed checkpoint, the
-// log leaf and an inclusion proof) and checks, in order:
-//   1. genesis: SHA-256(JCS(payload)) is the pin, threshold root signatures (Ed25519);
+// admission sequence, the genesis pin the page states, the log origin and the witnesses the
+// library names.  The reader's own pin and witnesses, if they set them on /trust, come from
+// this browser's storage (trust.js).  This script fetches what the JSON API serves (the signed
+// record, the genesis, the authority documents, the signed checkpoint, the log leaf and an
+// inclusion proof) and checks, in order:
+//   1. genesis: SHA-256(JCS(payload)) is the pin the page states, threshold root signatures;
 //   2. record: SHA-256(JCS(record)) is the revision id, the record names the pinned genesis;
 //   3. author: the worker's proof over JCS(record), the worker certificate signed by its
 //      authority, for this actor and a scope that grants the kind;
 //   4. authority: its certificate signed by the root threshold, role native-application;
-//   5. checkpoint: origin, signed by a key whose root-signed certificate has role log;
+//   5. checkpoint: origin, signed by a key whose root-signed certificate has role log, and
+//      cosigned by the reader's witnesses (or else the library's) up to their quorum;
 //   6. leaf: this revision's leaf, recomputed from its record, signature and admitted_at;
 //   7. inclusion: the RFC 9162 proof from that leaf leads to the checkpoint's root.
 // Validity windows and revocations are left to `alexandria verify` (the page says so).
+// Then the badge compares the page's pin with the reader's: green only when they are the same,
+// amber with both shown when they differ, neutral (naming the page's pin) when the reader set
+// none.
 // Everything shown comes from textContent: no server or contributor text becomes markup.
 "use strict";
 
@@ -175,23 +181,27 @@
     return crypto.subtle.verify({ name: "Ed25519" }, key, unhex(signatureHex), message);
   }
 
-  // 5b. The library's witnesses (their cosignature/v1 verifier keys and quorum, as the page
-  // names them: compare them with the witnesses you trust): each named witness's line must
-  // verify over "cosignature/v1\ntime T\n" and the checkpoint text (C2SP tlog-cosignature),
-  // and at least the quorum of them must have cosigned.
-  async function witnessed(cp) {
-    const vkeys = (box.dataset.witnesses || "").split(" ").filter(Boolean);
-    if (!vkeys.length) return;
-    const quorum = Number(box.dataset.witnessQuorum || vkeys.length);
+  // 5b. The witnesses: the reader's own (their cosignature/v1 verifier keys and quorum, set on
+  // /trust) when they set any, else the library's, as the page names them.  Each witness's
+  // line must verify over "cosignature/v1\ntime T\n" and the checkpoint text (C2SP
+  // tlog-cosignature), and at least the quorum of them must have cosigned.
+  async function witnessed(cp, trust) {
+    const mine = !!(trust && trust.witnesses.length);
+    const whose = mine ? "your witnesses" : "the library's witnesses";
+    const vkeys = mine ? trust.witnesses.map((w) => w.vkey)
+                       : (box.dataset.witnesses || "").split(" ").filter(Boolean);
+    if (!vkeys.length) return null;
+    const quorum = mine ? trust.quorum : Number(box.dataset.witnessQuorum || vkeys.length);
     const cosigners = [];
     for (const vkey of vkeys) {
       const parts = vkey.split("+");
       if (parts.length !== 3) continue;
-      const [name, , encoded] = parts;
+      const [name, claimed, encoded] = parts;
       const raw = unbase64(encoded);
       if (raw.length !== 33 || raw[0] !== 4) continue;
       const pub = raw.slice(1);
       const id = (await sha256(concat(enc.encode(name + "\n"), Uint8Array.of(4), pub))).slice(0, 4);
+      if (hex(id) !== claimed) continue; // a key id that is not this key's names no key
       const line = cp.cosignatures.find((s) => s.name === name && equal(s.keyId, id));
       if (!line) continue;
       const message = concat(enc.encode("cosignature/v1\ntime " + line.time + "\n"), cp.text);
@@ -201,9 +211,10 @@
       cosigners.push(name);
     }
     check(cosigners.length >= quorum, "the checkpoint carries " + cosigners.length + "/" + quorum +
-          " valid cosignatures of the library's witnesses");
-    step("the checkpoint is cosigned by " + cosigners.length + " of the library's witnesses (" +
+          " valid cosignatures of " + whose);
+    step("the checkpoint is cosigned by " + cosigners.length + " of " + whose + " (" +
          cosigners.join(", ") + ")", true);
+    return { whose, count: cosigners.length };
   }
 
   // Threshold of distinct root keys over JCS(payload); returns how many signed validly.
@@ -248,10 +259,42 @@
 
   // --- the checks -----------------------------------------------------------------------------
 
+  // What the reader set on /trust (trust.js), or null.
+  function readerTrust() {
+    try {
+      return window.AlexandriaTrust ? window.AlexandriaTrust.read() : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  // The badge once every check held: whose pin it was checked against decides its colour.
+  function settle(pin, trust, size, witnesses) {
+    const cosigned = witnesses ? ", cosigned by " + witnesses.count + " of " + witnesses.whose : "";
+    const logged = "included in the log's signed checkpoint of " + size + " entries" + cosigned;
+    if (!trust || !trust.pin) {
+      show("unpinned", "Checked against the pin this page states, " + pin + ": signed by its " +
+           "author, certified up to that genesis, and " + logged + ". You have not set a pin " +
+           "of your own, so this cannot tell whether it is the library you mean.");
+      const link = document.createElement("a");
+      link.href = "/trust";
+      link.textContent = "Set the pin you trust";
+      badge.append(" ", link, ".");
+    } else if (trust.pin === pin) {
+      show("ok", "Verified against your pin: signed by its author, certified up to your pinned " +
+           "genesis, and " + logged + ".");
+    } else {
+      show("differs", "Not your pin: this page's library has genesis pin " + pin + ", but the " +
+           "pin you trust is " + trust.pin + ". The record checks out against the page's own " +
+           "pin only: this is another library than the one you pinned.");
+    }
+  }
+
   async function verify() {
     const rev = box.dataset.revision;
     const sequence = Number(box.dataset.sequence);
     const pin = box.dataset.pin;
+    const trust = readerTrust();
     const origin = box.dataset.origin;
     const signatures = await ed25519Available();
 
@@ -269,7 +312,7 @@
       const n = await rootSignatures(genesis, genesisDoc.document.signatures, genesis);
       check(n >= genesis.threshold, "the genesis has " + n + "/" + genesis.threshold + " valid root signatures");
     }
-    step("genesis hashes to the pin" + (signatures ? " and carries its root signatures" : ""), true);
+    step("the genesis hashes to the pin this page states" + (signatures ? " and carries its root signatures" : ""), true);
 
     // 2. record
     const record = signed.record;
@@ -303,6 +346,7 @@
 
     // 5. checkpoint
     const cp = parseNote(note);
+    let witnesses = null;
     check(cp.origin === origin && cp.origin === genesis.origin, "the checkpoint is for another log");
     if (signatures) {
       let logKey = null;
@@ -324,7 +368,7 @@
       }
       check(logKey !== null, "the checkpoint is not signed by a root-certified log key");
       step("checkpoint of " + cp.size + " entries signed by log key " + logKey.slice(0, 12), true);
-      await witnessed(cp);
+      witnesses = await witnessed(cp, trust);
     }
     check(sequence >= 1 && sequence <= cp.size, "the checkpoint (" + cp.size + " entries) does not cover entry " + sequence + " yet");
 
@@ -342,7 +386,7 @@
       show("bad", "Not verified: " + ed25519 + ". Hashes and the Merkle inclusion check out, but no signature could be checked.");
       return;
     }
-    show("ok", "Verified: signed by its author, certified up to the pinned genesis, and included in the log's signed checkpoint of " + cp.size + " entries.");
+    settle(pin, trust, cp.size, witnesses);
   }
 
   // The pure parts, for tests that compare them with the server's Python (tests/test_browser.py).
@@ -356,6 +400,10 @@
   verify().catch((e) => {
     const reason = e instanceof Failure ? e.message : "the check could not run (" + e.name + ": " + e.message + ")";
     step(reason, false);
-    show("bad", "Not verified: " + reason + ".");
+    const trust = readerTrust();
+    const against = trust && trust.pin ? (trust.pin === box.dataset.pin ? " (your pin)" :
+      " (checked against the pin this page states, " + box.dataset.pin + "; yours is " + trust.pin + ")")
+      : " (checked against the pin this page states, " + box.dataset.pin + ")";
+    show("bad", "Not verified: " + reason + "." + against);
   });
 })();
