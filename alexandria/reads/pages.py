@@ -221,9 +221,10 @@ def object_page(
     cards = [raw for name in ("evidence", "assessments") if name in sections
              for raw in sections[name].items]
     named = [head.item, *history.items, *([before] if before else []), *cards]
+    replies = thread.items if thread is not None else []
     return ObjectPage(
         subj, head.item, head.ancestors, sections, history, before, thread, at("thread"), roots,
-        link_targets(conn, store, referenced_ids(named)), author_names(conn, named),
+        link_targets(conn, store, referenced_ids(named)), author_names(conn, named + replies),
     )
 
 
