@@ -156,9 +156,12 @@ async def test_authors_show_the_name_approved_at_enrolment(
     assert "By alice (name approved at enrolment)" in claim.plain
     rev = await get_page(api, f"/revisions/{example['claim']}")
     assert "alice (name approved at enrolment)" in rev.plain
+    home = await get_page(api, "/?kind=claim")  # lists name them too
+    assert "by alice (name approved at enrolment)" in home.plain
     # the owner's reply in the discussion's thread (the discussion itself is the peer's)
-    disc = await get_page(api, f"/objects/{example['discussion']}")
-    assert disc.plain.count("alice (name approved at enrolment)") == 1
+    disc = (await api.client.get(f"/objects/{example['discussion']}")).text
+    thread = disc[disc.index('id="h-thread"'):disc.index('id="h-history"')]
+    assert thread.count("name approved at enrolment") == 1
     # another author, never enrolled by login, stays hex
     peer = api.founding.participants["peer"].actor
     assert "approved at enrolment" not in (await get_page(api, f"/authors/{peer}")).plain

@@ -220,11 +220,13 @@ def object_page(
         roots = roots_of(conn, parents)
     cards = [raw for name in ("evidence", "assessments") if name in sections
              for raw in sections[name].items]
+    listed = [raw for s in sections.values() for raw in s.items]
     named = [head.item, *history.items, *([before] if before else []), *cards]
     replies = thread.items if thread is not None else []
     return ObjectPage(
         subj, head.item, head.ancestors, sections, history, before, thread, at("thread"), roots,
-        link_targets(conn, store, referenced_ids(named)), author_names(conn, named + replies),
+        link_targets(conn, store, referenced_ids(named)),
+        author_names(conn, named + replies + listed),
     )
 
 
@@ -243,6 +245,7 @@ def roots_of(conn: sqlite3.Connection, revs: Sequence[str]) -> dict[str, str]:
 class CataloguePage:
     items: list[bytes]
     total: int
+    names: dict[str, str] = field(default_factory=dict)  # actor → name approved at enrolment
 
 
 @objects.snapshot
@@ -251,7 +254,8 @@ def catalogue_page(
 ) -> CataloguePage:
     """A page of ``GET /api/catalogue``'s full projection: the listed heads' signed records."""
     found = catalogue.find(conn, query)
-    return CataloguePage(store.signed_many(conn, found.sequences), found.total)
+    raws = store.signed_many(conn, found.sequences)
+    return CataloguePage(raws, found.total, author_names(conn, raws))
 
 
 @dataclass(frozen=True)
@@ -324,7 +328,7 @@ class AuthorPage:
     total: int
     offset: int
     scores: dict[str, object]
-    name: str | None  # the name approved at enrolment, when the library knows it
+    names: dict[str, str]  # actor → name approved at enrolment, for the page's authors
 
 
 @objects.snapshot
@@ -337,8 +341,7 @@ def author_page(
     found = catalogue.find(conn, catalogue.CatalogueQuery(author=actor, offset=offset))
     raws = store.signed_many(conn, found.sequences)
     return AuthorPage(
-        raws, found.total, offset, scores.scores(conn, actor, 0),
-        author_names(conn, raws).get(actor),
+        raws, found.total, offset, scores.scores(conn, actor, 0), author_names(conn, raws),
     )
 
 

@@ -132,7 +132,7 @@ async def home(request: Request) -> Response:
             "catalogue.html", **_common(request, "Catalogue"),
             items=items, total=found.total, query=query, params=params,
             kinds=LISTED_KINDS, views=tuple(VIEWS), sorts=SORTS,
-            empty_library=found.total == 0 and not params,
+            empty_library=found.total == 0 and not params, names=found.names,
             pin=_library(request).genesis.pin, base_url=str(request.base_url).rstrip("/"),
             first=query.offset + 1, last=end,
             next_url=_url("/", {**nav, "offset": end}) if end < found.total else None,
@@ -310,8 +310,9 @@ async def author_page(request: Request) -> Response:
         items = present.revisions(found.contributions)
         end = offset + len(items)
         return page(
-            "author.html", **_common(request, f"Author {found.name or actor[:12]}"),
-            actor=actor, name=found.name, items=items, total=found.total, offset=offset,
+            "author.html", **_common(request, f"Author {found.names.get(actor, actor[:12])}"),
+            actor=actor, name=found.names.get(actor), names=found.names, items=items,
+            total=found.total, offset=offset,
             scores=found.scores,
             next_url=_url(f"/authors/{actor}", {"offset": end}) if end < found.total else None,
         )
