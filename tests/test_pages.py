@@ -298,6 +298,9 @@ async def test_script_payloads_render_inert(api: Api) -> None:
     owner = api.founding.participants["owner"].actor
     paths = ["/", "/?q=alert", f"/authors/{owner}", "/log"]
     paths += [f"/objects/{i}" for i in ids] + [f"/revisions/{i}" for i in ids]
+    # the compare page: titles in its header and in its diff's link labels
+    paths += [f"/objects/{ids[k + 1]}/compare?from={ids[k + 1]}&to={ids[k + 3]}"
+              for k in range(0, len(ids), 6)]
     for path in paths:
         r = await api.client.get(path, follow_redirects=True)
         assert r.status_code == 200, path
