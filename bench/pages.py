@@ -7,7 +7,8 @@ Starts ``alexandria serve`` (uvicorn, one process) on 127.0.0.1 over the library
 ``bench.loader`` built in DIR and sends sequential keep-alive GETs of each page with inputs
 drawn at random from the library: the catalogue (plain, searched with a word that 0.1–1 % of
 the heads hold, filtered, deep offsets), an object page of each kind (a random root of that
-kind: its sections, history with diffs, thread), a revision page, an author page and the log
+kind: its sections, history with diffs, thread), the compare page of a revised object's first
+and a later revision, a revision page, an author page and the log
 page.  It prints, per page, the server's own time (the ``Server-Timing: app;dur=`` header that
 the server sends with ``--server-timing``: parameters, reads, rendering) and the round trip
 seen by the client, p50 and p95, beside the target (server time p95 ≤ 100 ms).  Results are
@@ -57,6 +58,26 @@ def roots_of_kind(directory: Path, kind: str, rng: random.Random, n: int = 200) 
         conn.close()
 
 
+def revised_pairs(directory: Path, rng: random.Random, n: int = 200) -> list[tuple[str, str]]:
+    """Random (root, later revision) pairs of objects revised at least once."""
+    conn = sqlite3.connect(directory / "library.db")
+    try:
+        top = conn.execute("SELECT max(sequence) FROM revisions").fetchone()[0]
+        out: list[tuple[str, str]] = []
+        tries = 0
+        while len(out) < n and tries < n * 200:
+            tries += 1
+            row = conn.execute(
+                "SELECT root, id FROM revisions WHERE sequence = ? AND id != root"
+                " AND kind != 'vote'", (rng.randint(1, top),),
+            ).fetchone()
+            if row is not None:
+                out.append((row[0], row[1]))
+        return out
+    finally:
+        conn.close()
+
+
 def pages(directory: Path, rng: random.Random) -> list[tuple[str, Callable[[], str]]]:
     inp = sample_inputs(directory, rng)
     kinds = {k: roots_of_kind(directory, k, rng) for k in
@@ -86,6 +107,13 @@ def pages(directory: Path, rng: random.Random) -> list[tuple[str, Callable[[], s
         out.append(("/objects/{space}?section=children&offset=R(0..200)",
                     lambda: f"/objects/{one(inp.spaces)}?section=children"
                             f"&offset={rng.randrange(0, 200)}"))
+    pairs = revised_pairs(directory, rng)
+    if pairs:
+        def compare() -> str:
+            root, later = rng.choice(pairs)
+            return f"/objects/{root}/compare?from={root}&to={later}"
+
+        out.append(("/objects/{root}/compare?from={root}&to={later}", compare))
     out += [
         ("/revisions/{rev}", lambda: f"/revisions/{one(inp.revisions)}"),
         ("/authors/{actor}", lambda: f"/authors/{one(inp.authors)}"),

@@ -277,23 +277,25 @@ def test_the_worst_object_page_answers_and_the_library_keeps_answering(
     for path, (took, r) in pages.items():
         assert r.status_code == 200, r.text[:500]
         assert took < PAGE_WAIT_S, f"{path} took {took:.1f} s"
-    # the first page: the first HISTORY_PAGE_SIZE revisions, each diff too different to show
-    # (every other line changed), with both sides a link away, and the next page linked
+    # the first page: the newest HISTORY_PAGE_SIZE revisions, newest first, each diff too
+    # different to show (every other line changed), with both sides a link away, and the next
+    # (older) page linked
     first = pages[paths[0]][1].text
-    numbers = [int(n) for n in re.findall(r"Revision (\d+):", first)]
-    assert numbers == list(range(1, HISTORY_PAGE_SIZE + 1))
+    numbers = [int(n) for n in re.findall(r">Revision (\d+)</a>", first)]
+    assert numbers == list(range(REVISIONS, REVISIONS - HISTORY_PAGE_SIZE, -1))
     assert first.count("Too different to show as a diff here: 200 lines removed, 200 added") \
-        == HISTORY_PAGE_SIZE - 1
-    assert f'href="/revisions/{ids[0]}">the previous revision</a>' in first
-    assert f'href="/revisions/{ids[1]}">this one</a>' in first
+        == HISTORY_PAGE_SIZE
+    assert f'href="/revisions/{ids[-2]}">the previous revision</a>' in first
+    assert f'href="/revisions/{ids[-1]}">this one</a>' in first
     assert f'href="/objects/{root}?section=history&amp;offset={HISTORY_PAGE_SIZE}"' in first
-    # a later page: its first revision's diff is from the one before the page; it links back
+    # an older page: its oldest revision's diff is from the one before the page; it links back
     second = pages[paths[1]][1].text
-    assert f'href="/revisions/{ids[HISTORY_PAGE_SIZE - 1]}">the previous revision</a>' in second
-    assert f'href="/revisions/{ids[HISTORY_PAGE_SIZE]}">this one</a>' in second
-    assert f'href="/objects/{root}?section=history"' in second and "Earlier revisions" in second
+    oldest = REVISIONS - 2 * HISTORY_PAGE_SIZE + 1  # the number of its oldest revision
+    assert f'href="/revisions/{ids[oldest - 2]}">the previous revision</a>' in second
+    assert f'href="/revisions/{ids[oldest - 1]}">this one</a>' in second
+    assert f'href="/objects/{root}?section=history"' in second and "Newer revisions" in second
     last = pages[paths[-1]][1].text
-    assert f"Revision {REVISIONS}:" in last and "Later revisions" not in last
+    assert ">Revision 1</a>" in last and "Older revisions" not in last
     assert diffs.MAX_SHOWN_LINES < 2 * MAX_DIFF_LINES  # what made these too different
 
 

@@ -154,7 +154,9 @@ async def test_claim_page_shows_sections_history_and_diff(
                      r.text)
     assert re.search(r'class="d-added">\+ scope: Natural numbers under Peano axioms</span>',
                      r.text)
-    assert f"link: merges {example['proposal']}" in html.unescape(r.text)
+    # links in diffs by kind and title, beside the start of the exact id
+    assert (f'link: merges proposal "Proposal" ({example["proposal"][:12]})'
+            in html.unescape(r.text))
 
 
 async def test_object_page_of_a_later_revision_redirects_to_its_root(
@@ -324,6 +326,9 @@ async def test_script_payloads_render_inert(api: Api) -> None:
     owner = api.founding.participants["owner"].actor
     paths = ["/", "/?q=alert", f"/authors/{owner}", "/log"]
     paths += [f"/objects/{i}" for i in ids] + [f"/revisions/{i}" for i in ids]
+    # the compare page: titles in its header and in its diff's link labels
+    paths += [f"/objects/{ids[k + 1]}/compare?from={ids[k + 1]}&to={ids[k + 3]}"
+              for k in range(0, len(ids), 6)]
     for path in paths:
         r = await api.client.get(path, follow_redirects=True)
         assert r.status_code == 200, path
@@ -359,27 +364,29 @@ async def test_history_pages_keep_the_diff_across_the_page_boundary(api: Api) ->
     }
     first = await api.publish("owner", content)
     head = first["id"]
-    for i in range(1, 52):
+    for i in range(1, 62):  # 62 revisions: revision k says "version k-1"
         head = (await api.publish("owner", {**content, "body": {"text": f"version {i}"},
                                             "previous": head}))["id"]
     root = first["id"]
-    page = await get_page(api, f"/objects/{root}")
     size = HISTORY_PAGE_SIZE
-    later = f"/objects/{root}?section=history&offset={size}"
-    assert later in page.hrefs() and f"Revision {size}:" in page.plain
-    assert f"Revision {size + 1}:" not in page.plain and "Earlier revisions" not in page.plain
-    r = await api.client.get(later)
-    assert f"Revision {size + 1}:" in r.text and f"Revision {size}:" not in r.text
-    assert f'<span class="d-removed">- text: version {size - 1}</span>' in r.text
-    assert f'href="/objects/{root}?section=history"' in r.text  # back to the first page
-    # a page that starts past the JSON API's page of 50 still diffs against the one before
-    r = await api.client.get(f"/objects/{root}?section=history&offset=50")
-    assert "Revision 51:" in r.text and "Revision 52:" in r.text
-    assert '<span class="d-removed">- text: version 49</span>' in r.text  # 51 against 50
-    assert '<span class="d-added">+ text: version 50</span>' in r.text
-    assert '<span class="d-added">+ text: version 51</span>' in r.text
-    assert "Later revisions" not in r.text
-    assert f'href="/objects/{root}?section=history&amp;offset={50 - size}"' in r.text
+    # newest first: the first page holds revisions 62 to 53, 53 diffed against 52, which is
+    # past the JSON API's first page of 50
+    r = await api.client.get(f"/objects/{root}")
+    page = Page(r.text)
+    older = f"/objects/{root}?section=history&offset={size}"
+    assert older in page.hrefs() and "Revision 62" in page.plain and "Revision 53" in page.plain
+    assert "Revision 52 " not in page.plain and "Newer revisions" not in page.plain
+    assert r.text.index("Revision 62") < r.text.index("Revision 53")
+    assert '<span class="d-removed">- text: version 51</span>' in r.text
+    assert '<span class="d-added">+ text: version 52</span>' in r.text
+    r = await api.client.get(older)
+    assert "Revision 52" in r.text and "Revision 43" in r.text and "Revision 53" not in r.text
+    assert '<span class="d-removed">- text: version 41</span>' in r.text  # 43 against 42
+    assert f'href="/objects/{root}?section=history"' in r.text  # back to the newest
+    r = await api.client.get(f"/objects/{root}?section=history&offset=60")
+    assert "Revision 2" in r.text and "Revision 1" in r.text and "Revision 3" not in r.text
+    assert "Older revisions" not in r.text
+    assert f'href="/objects/{root}?section=history&amp;offset={60 - size}"' in r.text
 
 
 def test_threads_place_replies_under_their_parents() -> None:

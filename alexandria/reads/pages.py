@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from alexandria.core.keys import HEX64
 from alexandria.reads import catalogue, log, objects, scores
+from alexandria.store import enrolments
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import tree_size
 from alexandria.store.schema import revision_id
@@ -44,6 +46,11 @@ THREAD_RELATIONS = ("replies_to", "answers", "branches_from")
 #: page of diffs is bounded by this times the bound of one (``api/web/diffs.py``).
 HISTORY_PAGE_SIZE = 10
 assert HISTORY_PAGE_SIZE < objects.PAGE_SIZE  # one read holds a page and the revision before
+#: Distinct revision ids a page resolves to their kind and title (links, body references,
+#: the links of its history's revisions); beyond, ids are shown as they are.
+MAX_TARGETS = 120
+#: Body fields that name a revision (``evidence.claim``, ``relationship.from``, ...).
+REFERENCE_FIELDS = ("claim", "from", "to", "base", "evidence")
 #: Log leaves the log page lists, newest first.
 LOG_PAGE_ENTRIES = 20
 
@@ -57,16 +64,107 @@ class Section:
 
 
 @dataclass(frozen=True)
+class Target:
+    """What a revision id names, for a link's text: the exact revision's kind and title, its
+    number among its object's revisions and the object's current title."""
+
+    id: str
+    root: str
+    kind: str
+    title: str
+    number: int  # 1 for the object's first revision
+    revisions: int
+    head: str
+    head_title: str
+
+
+def referenced_ids(raws: Sequence[bytes]) -> list[str]:
+    """The revision ids the records name: their links' targets and the body fields that hold
+    revision ids (a proposal's proposed links too), in order, once each."""
+    out: dict[str, None] = {}
+
+    def add(value: object) -> None:
+        if isinstance(value, str) and HEX64.match(value):
+            out.setdefault(value)
+
+    for raw in raws:
+        record = orjson.loads(raw)["record"]
+        for link in record["links"]:
+            add(link["target"])
+        add(record["previous"])
+        if record["kind"] in ("reply", "vote"):
+            continue
+        body = orjson.loads(record["body"])
+        if not isinstance(body, dict):
+            continue
+        for name in REFERENCE_FIELDS:
+            value = body.get(name)
+            for v in value if isinstance(value, list) else (value,):
+                add(v)
+        proposed = body.get("links")
+        if isinstance(proposed, list):
+            for link in proposed:
+                if isinstance(link, dict):
+                    add(link.get("target"))
+    return list(out)
+
+
+def link_targets(conn: sqlite3.Connection, store: LedgerStorage, revs: Sequence[str]
+            ) -> dict[str, Target]:
+    """Each known revision of the first ``MAX_TARGETS`` of ``revs`` as a ``Target``: one
+    subject lookup and one count per id, and the records of the revisions and their heads."""
+    found: dict[str, tuple[objects.Subject, int]] = {}
+    for rev in list(dict.fromkeys(revs))[:MAX_TARGETS]:
+        subj = objects.subject(conn, rev)
+        if subj is None:
+            continue
+        number = 1
+        if rev != subj.root:
+            (later,) = conn.execute(
+                "SELECT count(*) FROM revisions WHERE root = ? AND id != root"
+                " AND sequence <= ?", (subj.root, subj.sequence)).fetchone()
+            number += int(later)
+        found[rev] = (subj, number)
+    seqs = [s.sequence for s, _ in found.values()] + [s.head_sequence for s, _ in found.values()]
+    records = {}
+    for raw in store.signed_many(conn, seqs):
+        signed = orjson.loads(raw)
+        records[signed["admission"]["sequence"]] = signed["record"]
+    out = {}
+    for rev, (subj, number) in found.items():
+        record, head = records.get(subj.sequence), records.get(subj.head_sequence)
+        if record is None or head is None:
+            continue
+        out[rev] = Target(rev, subj.root, record["kind"], record["title"], number,
+                          subj.revisions, subj.head, head["title"])
+    return out
+
+
+def author_names(conn: sqlite3.Connection, raws: Sequence[bytes]) -> dict[str, str]:
+    """The name the operator approved at enrolment for each author of ``raws`` whose signing
+    worker key the library enrolled (``store/enrolments.py``)."""
+    workers: dict[str, str] = {}
+    for raw in raws:
+        signed = orjson.loads(raw)
+        cert = signed["signature"]["certificate"]["certificate"]
+        if cert.get("actor") == signed["record"]["author"]:
+            workers.setdefault(cert["worker"], cert["actor"])
+    return enrolments.approved_names(conn, workers)
+
+
+@dataclass(frozen=True)
 class ObjectPage:
     subject: objects.Subject
     item: bytes  # the current head
     ancestors: list[bytes]
     sections: dict[str, Section]
-    history: Section
+    history: Section  # its ``items`` oldest first; ``offset`` counts from the newest
     before_history: bytes | None  # the revision just before the history page, for its diff
     thread: objects.Discussion | None  # discussions and replies: the conversation below
     thread_offset: int
     roots: dict[str, str] = field(default_factory=dict)  # revision → root of thread links
+    targets: dict[str, Target] = field(default_factory=dict)  # ids the page names
+    names: dict[str, str] = field(default_factory=dict)  # actor → name approved at enrolment
 
 
 @objects.snapshot
@@ -84,17 +182,19 @@ def object_page(
         return offset if name == section else 0
 
     sections: dict[str, Section] = {}
-    # the history page and, after the first, the revision before it (for the first one's diff)
+    # a page of the history, newest first (``offset`` counts from the newest), read oldest
+    # first with the revision before its oldest one (for that one's diff)
     start = at("history")
-    head = objects.object_view(conn, store, subj.root, "history", max(0, start - 1), False)
+    count = max(0, min(HISTORY_PAGE_SIZE, subj.revisions - start))
+    oldest = max(0, subj.revisions - start - count)
+    head = objects.object_view(conn, store, subj.root, "history", max(0, oldest - 1), False)
     assert head is not None
     items = head.items
     before = None
-    if start > 0 and items:
+    if oldest > 0 and items:
         before, items = items[0], items[1:]
-    later = len(items) > HISTORY_PAGE_SIZE or head.next_offset is not None
-    history = Section("history", items[:HISTORY_PAGE_SIZE], start,
-                      start + HISTORY_PAGE_SIZE if later else None)
+    history = Section("history", items[:count], start,
+                      start + count if start + count < subj.revisions else None)
     for name in KIND_SECTIONS.get(subj.kind, ()):
         if name in TREE_SECTIONS:
             seqs, more = objects.tree_children(conn, subj, TREE_SECTIONS[name], at(name))
@@ -111,15 +211,22 @@ def object_page(
     if subj.kind in ("discussion", "reply"):
         thread = objects.discussion(conn, store, subj.root, "old", at("thread"))
         assert thread is not None
-        targets = [
+        parents = [
             link["target"]
             for raw in thread.items
             for link in orjson.loads(raw)["record"]["links"]
             if link["relation"] in THREAD_RELATIONS
         ]
-        roots = roots_of(conn, targets)
+        roots = roots_of(conn, parents)
+    cards = [raw for name in ("evidence", "assessments") if name in sections
+             for raw in sections[name].items]
+    listed = [raw for s in sections.values() for raw in s.items]
+    named = [head.item, *history.items, *([before] if before else []), *cards]
+    replies = thread.items if thread is not None else []
     return ObjectPage(
-        subj, head.item, head.ancestors, sections, history, before, thread, at("thread"), roots
+        subj, head.item, head.ancestors, sections, history, before, thread, at("thread"), roots,
+        link_targets(conn, store, referenced_ids(named)),
+        author_names(conn, named + replies + listed),
     )
 
 
@@ -138,6 +245,7 @@ def roots_of(conn: sqlite3.Connection, revs: Sequence[str]) -> dict[str, str]:
 class CataloguePage:
     items: list[bytes]
     total: int
+    names: dict[str, str] = field(default_factory=dict)  # actor → name approved at enrolment
 
 
 @objects.snapshot
@@ -146,7 +254,8 @@ def catalogue_page(
 ) -> CataloguePage:
     """A page of ``GET /api/catalogue``'s full projection: the listed heads' signed records."""
     found = catalogue.find(conn, query)
-    return CataloguePage(store.signed_many(conn, found.sequences), found.total)
+    raws = store.signed_many(conn, found.sequences)
+    return CataloguePage(raws, found.total, author_names(conn, raws))
 
 
 @dataclass(frozen=True)
@@ -154,6 +263,8 @@ class RevisionPage:
     signed: bytes
     subject: objects.Subject
     head: bytes
+    targets: dict[str, Target] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
 
 
 @objects.snapshot
@@ -164,7 +275,51 @@ def revision_page(
     if subj is None:
         return None
     signed, head = store.signed_many(conn, [subj.sequence, subj.head_sequence])
-    return RevisionPage(signed, subj, head)
+    return RevisionPage(
+        signed, subj, head, link_targets(conn, store, [rev, *referenced_ids([signed])]),
+        author_names(conn, [signed]),
+    )
+
+
+@dataclass(frozen=True)
+class ComparePage:
+    subject: objects.Subject  # the object, at its root
+    old: bytes
+    new: bytes
+    head: bytes
+    targets: dict[str, Target]
+    names: dict[str, str]
+
+
+class NotOfObject(ValueError):
+    """A revision compared on an object's page is not one of its revisions."""
+
+    def __init__(self, rev: str) -> None:
+        super().__init__(rev)
+        self.rev = rev
+
+
+@objects.snapshot
+def compare_page(
+    conn: sqlite3.Connection, store: LedgerStorage, root: str, old: str, new: str
+) -> ComparePage | None:
+    """Two revisions of the object ``root`` (any of its revision ids), for their diff; ``None``
+    when ``root`` is unknown; ``NotOfObject`` when one of them is not a revision of it."""
+    subj = objects.subject(conn, root)
+    if subj is None:
+        return None
+    sides = []
+    for rev in (old, new):
+        side = objects.subject(conn, rev)
+        if side is None or side.root != subj.root:
+            raise NotOfObject(rev)
+        sides.append(side.sequence)
+    raws = store.signed_many(conn, [*sides, subj.head_sequence])
+    by_seq = {orjson.loads(raw)["admission"]["sequence"]: raw for raw in raws}
+    a, b, head = by_seq[sides[0]], by_seq[sides[1]], by_seq[subj.head_sequence]
+    return ComparePage(subj, a, b, head,
+                       link_targets(conn, store, [old, new, *referenced_ids([a, b])]),
+                       author_names(conn, [a, b]))
 
 
 @dataclass(frozen=True)
@@ -173,18 +328,20 @@ class AuthorPage:
     total: int
     offset: int
     scores: dict[str, object]
+    names: dict[str, str]  # actor → name approved at enrolment, for the page's authors
 
 
 @objects.snapshot
 def author_page(
     conn: sqlite3.Connection, store: LedgerStorage, actor: str, offset: int
 ) -> AuthorPage:
-    """An actor's listed contributions (current heads of what they created, newest first) and
-    their host-projected scores with the first page of the votes they hold."""
+    """An actor's listed contributions (current heads of what they created, newest first),
+    their host-projected scores with the first page of the votes they hold, and the name
+    approved at their enrolment (from the worker keys that signed the page's contributions)."""
     found = catalogue.find(conn, catalogue.CatalogueQuery(author=actor, offset=offset))
+    raws = store.signed_many(conn, found.sequences)
     return AuthorPage(
-        store.signed_many(conn, found.sequences), found.total, offset,
-        scores.scores(conn, actor, 0),
+        raws, found.total, offset, scores.scores(conn, actor, 0), author_names(conn, raws),
     )
 
 

@@ -31,7 +31,33 @@ def _row(values: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def _expire(conn: sqlite3.Connection, now_ms: int) -> None:
-    conn.execute("DELETE FROM enrolment_requests WHERE expires_ms < ?", (now_ms,))
+    """Delete expired requests never approved.  An approved one is kept (its code answers no
+    more once expired): it is where the library knows the name the operator approved."""
+    conn.execute("DELETE FROM enrolment_requests WHERE expires_ms < ? AND certificate IS NULL",
+                 (now_ms,))
+
+
+#: Worker keys one ``approved_names`` call looks up.
+MAX_NAME_LOOKUPS = 200
+
+
+def approved_names(conn: sqlite3.Connection, workers: dict[str, str]) -> dict[str, str]:
+    """``{actor: name}`` for the worker keys of ``workers`` (``{worker: actor}``) whose
+    enrolment request the operator approved with a certificate for that actor: the name asked
+    for at login and approved with it (the latest approval of a key, when several)."""
+    keys = list(workers)[:MAX_NAME_LOOKUPS]
+    if not keys:
+        return {}
+    marks = ", ".join("?" * len(keys))
+    out: dict[str, str] = {}
+    for worker, name, certificate in conn.execute(
+        f"SELECT worker, name, certificate FROM enrolment_requests WHERE worker IN ({marks})"
+        " AND certificate IS NOT NULL ORDER BY requested_ms", keys,
+    ).fetchall():
+        cert = orjson.loads(certificate)
+        if cert.get("certificate", {}).get("actor") == workers[worker] and name:
+            out[workers[worker]] = str(name)
+    return out
 
 
 def _check_room(conn: sqlite3.Connection, now_ms: int, max_open: int, worker: str) -> None:

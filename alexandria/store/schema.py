@@ -627,7 +627,8 @@ CREATE TABLE IF NOT EXISTS vote_totals(
 
 # Enrolment requests (``store/enrolments.py``, ``service/enrolment.py``): what ``alexandria
 # login`` asked and, once the operator approved it, the worker certificate.  Never in the log;
-# rows are deleted when they expire.
+# rows never approved are deleted when they expire; approved ones are kept (their codes answer no
+# more), since they hold the names the operator approved, which the pages show beside authors.
 ENROLMENT = """
 CREATE TABLE IF NOT EXISTS enrolment_requests(
     code TEXT PRIMARY KEY,
@@ -639,6 +640,7 @@ CREATE TABLE IF NOT EXISTS enrolment_requests(
     certificate TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS enrolment_requests_expires ON enrolment_requests(expires_ms);
+CREATE INDEX IF NOT EXISTS enrolment_requests_worker ON enrolment_requests(worker);
 """
 
 #: Indexes of earlier layouts that this one replaced, dropped when a library is opened

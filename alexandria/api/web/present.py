@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,7 +20,9 @@ import orjson
 from alexandria.api.web.diffs import Diff, DiffCache, line_diff
 from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.core.keys import HEX64
-from alexandria.core.search_text import SNIPPET_CHARACTERS, human_text
+from alexandria.core.search_text import SNIPPET_CHARACTERS, TEXT_FIELDS, human_text
+from alexandria.core.timestamps import parse_ms
+from alexandria.reads.pages import REFERENCE_FIELDS, Target
 
 #: Kinds whose body is a JSON object (a reply's and a vote's body is a plain string).
 OBJECT_BODY_KINDS = frozenset((
@@ -61,12 +64,43 @@ class Revision:
     @property
     def snippet(self) -> str:
         """The start of the text the author wrote for readers (not its JSON encoding)."""
-        text = human_text(self.kind, self.signed["record"]["body"],
-                          self.body if isinstance(self.body, dict) else None)
-        text = " ".join(text.split())
+        if self.kind in TEXT_FIELDS and isinstance(self.body, dict):
+            # each field (and each item of a list) apart: "statement · scope · assumption"
+            parts = (" ".join(p.split()) for name in TEXT_FIELDS[self.kind]
+                     if name in self.body for p in _text_parts(self.body[name]))
+            text = " · ".join(p for p in parts if p)
+        else:
+            text = human_text(self.kind, self.signed["record"]["body"],
+                              self.body if isinstance(self.body, dict) else None)
+            text = " ".join(text.split())
         if len(text) > SNIPPET_CHARACTERS:
             return text[:SNIPPET_CHARACTERS - 1] + "…"
         return text
+
+
+    @property
+    def size(self) -> int:
+        """Characters of the title and the body as signed (a history's size change)."""
+        return len(self.title) + len(self.signed["record"]["body"])
+
+
+#: Keys of nested values (sources, reproducibility, a proposed body) that are not prose.
+_NOT_PROSE = frozenset(("method", "verdict", "relation", "status", "digest", "retrieved_at",
+                        "url", "archive_url"))
+
+
+def _text_parts(value: Any) -> Iterator[str]:
+    """The strings of a body field a reader wrote, one per string (ids and codes left out)."""
+    if isinstance(value, str):
+        if not HEX64.match(value):
+            yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _text_parts(item)
+    elif isinstance(value, dict):
+        for key in sorted(value):
+            if key not in _NOT_PROSE:
+                yield from _text_parts(value[key])
 
 
 def revision(raw: bytes) -> Revision:
@@ -117,20 +151,34 @@ def is_revision_id(value: Any) -> bool:
 # --- readable text and diffs -----------------------------------------------------------------
 
 
-def _value_lines(name: str, value: Any, indent: str = "") -> Iterator[str]:
+def label(rev_id: str, targets: Mapping[str, Target]) -> str:
+    """A revision id as a reader names it: ``claim "Title" (0123456789ab)``, or the id alone
+    when the page did not resolve it."""
+    found = targets.get(rev_id)
+    if found is None:
+        return rev_id
+    return f'{found.kind} "{found.title}" ({rev_id[:12]})'
+
+
+def _value_lines(name: str, value: Any, targets: Mapping[str, Target], indent: str = ""
+                 ) -> Iterator[str]:
     if isinstance(value, dict):
         yield f"{indent}{name}:"
         for key in sorted(value):
-            yield from _value_lines(key, value[key], indent + "  ")
+            yield from _value_lines(key, value[key], targets, indent + "  ")
     elif isinstance(value, list):
         yield f"{indent}{name}:"
         for item in value:
             if isinstance(item, dict | list):
-                yield from _value_lines("-", item, indent + "  ")
+                yield from _value_lines("-", item, targets, indent + "  ")
             else:
-                yield from _text_lines(f"{indent}  - ", str(item))
+                yield from _text_lines(f"{indent}  - ", _shown(item, targets))
     else:
-        yield from _text_lines(f"{indent}{name}: ", str(value))
+        yield from _text_lines(f"{indent}{name}: ", _shown(value, targets))
+
+
+def _shown(value: Any, targets: Mapping[str, Target]) -> str:
+    return label(value, targets) if is_revision_id(value) else str(value)
 
 
 def _text_lines(prefix: str, text: str) -> Iterator[str]:
@@ -141,31 +189,50 @@ def _text_lines(prefix: str, text: str) -> Iterator[str]:
         yield pad + line
 
 
-def text_lines(rev: Revision) -> list[str]:
+def text_lines(rev: Revision, targets: Mapping[str, Target] | None = None) -> list[str]:
     """A revision as lines of text, the unit of its diff: title, then the body's fields in a
-    fixed order, then its links."""
+    fixed order, then its links; revision ids named by ``targets`` are shown as kind and title
+    (the exact revision's, which never changes) beside their start."""
+    targets = targets or {}
     lines = list(_text_lines("title: ", rev.title))
     if isinstance(rev.body, dict):
         for key in sorted(rev.body):
-            lines.extend(_value_lines(key, rev.body[key]))
+            lines.extend(_value_lines(key, rev.body[key], targets))
     else:
         lines.extend(_text_lines("body: ", rev.body))
-    lines.extend(f"link: {ln.relation} {ln.target}" for ln in rev.links)
+    lines.extend(f"link: {ln.relation} {label(ln.target, targets)}" for ln in rev.links)
     return lines
+
+
+def _references(rev: Revision) -> Iterator[str]:
+    for ln in rev.links:
+        yield ln.target
+    if isinstance(rev.body, dict):
+        for name in REFERENCE_FIELDS:
+            value = rev.body.get(name)
+            for v in value if isinstance(value, list) else (value,):
+                if is_revision_id(v):
+                    yield str(v)
+        for ln in rev.body.get("links") or ():
+            if isinstance(ln, dict) and is_revision_id(ln.get("target")):
+                yield ln["target"]
 
 
 #: Diffs already computed, by (old revision id, new revision id): revisions never change.
 DIFFS = DiffCache()
 
 
-def diff(old: Revision, new: Revision) -> Diff:
+def diff(old: Revision, new: Revision, targets: Mapping[str, Target] | None = None) -> Diff:
     """The line diff from ``old`` to ``new`` over their ``text_lines`` (``diffs.line_diff``:
-    bounded in time and size), computed once per pair of revisions."""
+    bounded in time and size), computed once per pair of revisions.  Only a diff whose every
+    revision id was named by ``targets`` is kept: its text is then the same whenever asked."""
+    targets = targets or {}
     key = (old.id, new.id)
-    cacheable = is_revision_id(old.id) and is_revision_id(new.id)
+    cacheable = (is_revision_id(old.id) and is_revision_id(new.id)
+                 and all(t in targets for t in (*_references(old), *_references(new))))
     found = DIFFS.get(key) if cacheable else None
     if found is None:
-        found = line_diff(text_lines(old), text_lines(new))
+        found = line_diff(text_lines(old, targets), text_lines(new, targets))
         if cacheable:
             DIFFS.put(key, found)
     return found
@@ -174,18 +241,49 @@ def diff(old: Revision, new: Revision) -> Diff:
 @dataclass(frozen=True)
 class HistoryEntry:
     revision: Revision
+    number: int  # 1 for the object's first revision
     previous: Revision | None  # the revision before it (None for the first)
     diff: Diff | None  # from ``previous``
+    delta: int | None  # the change in ``Revision.size`` from ``previous``
 
 
-def history(items: Sequence[Revision], before: Revision | None) -> list[HistoryEntry]:
-    """Each revision of a history page with its diff from the one before it."""
+def history(items: Sequence[Revision], before: Revision | None, first_number: int,
+            targets: Mapping[str, Target] | None = None) -> list[HistoryEntry]:
+    """The revisions of a history page (``items`` oldest first, the first of them revision
+    ``first_number``, ``before`` the one before it), newest first, each with its diff and size
+    change from the one before it."""
     out = []
     prev = before
-    for rev in items:
-        out.append(HistoryEntry(rev, prev, diff(prev, rev) if prev is not None else None))
+    for i, rev in enumerate(items):
+        out.append(HistoryEntry(
+            rev, first_number + i, prev, diff(prev, rev, targets) if prev is not None else None,
+            rev.size - prev.size if prev is not None else None,
+        ))
         prev = rev
-    return out
+    return out[::-1]
+
+
+# --- times -----------------------------------------------------------------------------------
+
+_UNITS = (("year", 365 * 86400), ("month", 30 * 86400), ("day", 86400), ("hour", 3600),
+          ("minute", 60))
+
+
+def ago(timestamp: str, now: datetime | None = None) -> str:
+    """``timestamp`` (an RFC 3339 time) relative to ``now``: "3 hours ago", "in 2 days" (an
+    author's clock may run ahead), "just now"; the text itself when it is not a timestamp."""
+    ms = parse_ms(timestamp) if isinstance(timestamp, str) else None
+    if ms is None:
+        return str(timestamp)
+    now = now or datetime.now(UTC)
+    seconds = int(now.timestamp()) - ms // 1000
+    span = abs(seconds)
+    for unit, size in _UNITS:
+        if span >= size:
+            n = span // size
+            text = f"{n} {unit}{'s' if n != 1 else ''}"
+            return f"{text} ago" if seconds > 0 else f"in {text}"
+    return "just now"
 
 
 # --- threads ---------------------------------------------------------------------------------

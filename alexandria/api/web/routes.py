@@ -4,6 +4,7 @@
 most a bounded share of its time (``gate.py``).
 
 Routes never shadow the JSON API (``/api/...``): ``/`` (catalogue), ``/objects/{root}``,
+``/objects/{root}/compare?from=&to=`` (the diff of two of its revisions),
 ``/revisions/{revision}``, ``/authors/{actor}``, ``/log``, ``/trust`` (the reader's own pin,
 kept in their browser) and ``/static/...``.  A bad parameter
 or an unknown id is the same typed error the API gives (PROTOCOL §6), shown as a page with its
@@ -134,6 +135,8 @@ async def home(request: Request) -> Response:
             "catalogue.html", **_common(request, "Catalogue"),
             items=items, total=found.total, query=query, params=params,
             kinds=LISTED_KINDS, views=tuple(VIEWS), sorts=SORTS,
+            empty_library=found.total == 0 and not params, names=found.names,
+            pin=_library(request).genesis.pin, base_url=str(request.base_url).rstrip("/"),
             first=query.offset + 1, last=end,
             next_url=_url("/", {**nav, "offset": end}) if end < found.total else None,
             prev_url=(_url("/", {**nav, "offset": max(0, query.offset - PAGE_SIZE)})
@@ -169,14 +172,29 @@ async def object_page(request: Request) -> Response:
 
     def build() -> HTMLResponse:  # parsing, diffs and the template: on the page thread
         item = present.revision(found.item)
+        total = found.subject.revisions
         history = present.history(
             present.revisions(found.history.items),
             present.revision(found.before_history) if found.before_history else None,
+            total - found.history.offset - len(found.history.items) + 1, found.targets,
         )
+        shown = set(found.sections)
+
+        def listed(name: str, items: list[present.Revision]) -> list[present.Revision]:
+            # what links to the object and has its own section is not listed twice
+            if name != "related":
+                return items
+            return [r for r in items if not (
+                (r.kind == "relationship" and "graph" in shown)
+                or (r.kind == "proposal" and "proposals" in shown)
+                or (r.kind == "evidence" and "evidence" in shown)
+                or (r.kind == "assessment" and "assessments" in shown)
+                or (r.kind == "discussion" and "discussions" in shown))]
+
         sections = {
             name: {
                 "title": SECTION_TITLES[name],
-                "items": present.revisions(s.items),
+                "items": listed(name, present.revisions(s.items)),
                 "more": (_url(f"/objects/{rev}", {"section": name, "offset": s.next_offset})
                          if s.next_offset is not None else None),
                 "offset": s.offset,
@@ -199,15 +217,15 @@ async def object_page(request: Request) -> Response:
             "object.html", **_common(request, item.title),
             item=item, subject=found.subject, ancestors=present.revisions(found.ancestors),
             sections=sections, history=history, history_offset=start,
-            history_more=(_url(f"/objects/{rev}", {"section": "history",
-                                                   "offset": found.history.next_offset})
-                          if found.history.next_offset is not None else None),
-            history_earlier=(_url(f"/objects/{rev}", {
+            history_older=(_url(f"/objects/{rev}", {"section": "history",
+                                                    "offset": found.history.next_offset})
+                           if found.history.next_offset is not None else None),
+            history_newer=(_url(f"/objects/{rev}", {
                 "section": "history", "offset": max(0, start - pages.HISTORY_PAGE_SIZE)})
                 if start > 0 else None),
             thread=thread, thread_total=found.thread.total if found.thread else 0,
             thread_more=thread_more, safe_url=present.safe_url,
-            is_revision_id=present.is_revision_id,
+            targets=found.targets, names=found.names,
         )
 
     return await rendered(build)
@@ -236,7 +254,46 @@ async def revision_page(request: Request) -> Response:
             worker=worker, authority=authority, genesis=lib.genesis,
             witnesses=lib.cosigning.vkeys, witness_quorum=lib.cosigning.quorum,
             signed_json=present.pretty_json(found.signed),
-            safe_url=present.safe_url, is_revision_id=present.is_revision_id,
+            safe_url=present.safe_url, targets=found.targets, names=found.names,
+        )
+
+    return await rendered(build)
+
+
+# --- /objects/{revision}/compare -------------------------------------------------------------
+
+
+@html_errors
+async def compare_page(request: Request) -> Response:
+    rev = revision_param(request)
+    params = form_params(request, ("from", "to"))
+    sides = []
+    for name in ("from", "to"):
+        value = params.get(name)
+        if value is None or not HEX64.match(value):
+            raise BadRequest(f"{name} is a revision id of the object: 64 lowercase hex"
+                             " characters", "BAD_REVISION", parameter=name,
+                             value=(value or "")[:100])
+        sides.append(value)
+    old, new = sides
+    storage = _library(request).storage
+    try:
+        found = await storage.read(
+            lambda conn: pages.compare_page(conn, storage, rev, old, new))
+    except pages.NotOfObject as exc:
+        raise BadRequest(f"revision {exc.rev[:12]} is not a revision of this object",
+                         "NOT_A_REVISION_OF_OBJECT", object=rev, revision=exc.rev) from None
+    if found is None:
+        raise not_found(rev)
+
+    def build() -> HTMLResponse:
+        a, b = present.revision(found.old), present.revision(found.new)
+        head = present.revision(found.head)
+        return page(
+            "compare.html", **_common(request, f"Compare revisions of {head.title}"),
+            old=a, new=b, head=head, subject=found.subject,
+            diff=present.diff(a, b, found.targets), delta=b.size - a.size,
+            targets=found.targets, names=found.names,
         )
 
     return await rendered(build)
@@ -256,8 +313,10 @@ async def author_page(request: Request) -> Response:
         items = present.revisions(found.contributions)
         end = offset + len(items)
         return page(
-            "author.html", **_common(request, f"Author {actor[:12]}"),
-            actor=actor, items=items, total=found.total, offset=offset, scores=found.scores,
+            "author.html", **_common(request, f"Author {found.names.get(actor, actor[:12])}"),
+            actor=actor, name=found.names.get(actor), names=found.names, items=items,
+            total=found.total, offset=offset,
+            scores=found.scores,
             next_url=_url(f"/authors/{actor}", {"offset": end}) if end < found.total else None,
         )
 
@@ -294,6 +353,7 @@ async def trust_page(request: Request) -> Response:
 routes = [
     Route("/", home, methods=["GET"]),
     Route("/objects/{revision}", object_page, methods=["GET"]),
+    Route("/objects/{revision}/compare", compare_page, methods=["GET"]),
     Route("/revisions/{revision}", revision_page, methods=["GET"]),
     Route("/authors/{actor}", author_page, methods=["GET"]),
     Route("/log", log_page, methods=["GET"]),
