@@ -29,7 +29,7 @@ from alexandria.api.web.gate import PageGate
 from alexandria.api.web.render import STATIC, error_page, page, rendered
 from alexandria.core.keys import HEX64
 from alexandria.errors import AlexandriaError, BadRequest
-from alexandria.reads import pages
+from alexandria.reads import lookup, pages
 from alexandria.reads.catalogue import PAGE_SIZE, SORTS, VIEWS
 from alexandria.service.library import Library
 from alexandria.store.search_index import LISTED_KINDS
@@ -102,6 +102,20 @@ def _actor(request: Request) -> str:
     return value
 
 
+async def _prefix_redirect(request: Request, kinds: tuple[str, ...]) -> Response | None:
+    """A page addressed by a unique prefix of a revision id (``/objects/9d272d70``) redirects
+    to the full id, keeping the query; an ambiguous one is a 409 page listing the candidates,
+    an unknown one 404.  None when the parameter is not a shorter prefix."""
+    value = str(request.path_params["revision"])
+    if HEX64.match(value) or not lookup.is_prefix(value):
+        return None
+    found = await _library(request).storage.read(
+        lambda conn: lookup.resolve(conn, value, kinds))
+    base = request.url.path[: -len(value)]
+    query = f"?{request.url.query}" if request.url.query else ""
+    return RedirectResponse(f"{base}{found.id}{query}", status_code=302)
+
+
 def _url(path: str, params: dict[str, Any]) -> str:
     query = urlencode({k: v for k, v in params.items() if v not in (None, "", 0)})
     return f"{path}?{query}" if query else path
@@ -119,6 +133,15 @@ async def home(request: Request) -> Response:
     params = form_params(request, HOME_PARAMETERS)
     query = parse_catalogue_query(params)
     storage = _library(request).storage
+    candidates: list[dict[str, Any]] = []
+    more_candidates = False
+    typed = params.get("q", "").strip().lower()
+    if lookup.is_prefix(typed):  # an id or a prefix of one: its page, or what it may be
+        found_ids, more_candidates = await storage.read(
+            lambda conn: lookup.candidates(conn, typed))
+        if len({f.id for f in found_ids}) == 1 and not more_candidates:
+            return RedirectResponse(found_ids[0].url, status_code=302)
+        candidates = [f.to_json() for f in found_ids]
     found = await storage.read(
         lambda conn: pages.catalogue_page(conn, storage, query)
     )
@@ -131,6 +154,8 @@ async def home(request: Request) -> Response:
             "catalogue.html", **_common(request, "Catalogue"),
             items=items, total=found.total, query=query, params=params,
             kinds=LISTED_KINDS, views=tuple(VIEWS), sorts=SORTS,
+            candidates=candidates, more_candidates=more_candidates,
+            id_typed=typed if lookup.is_prefix(typed) else None,
             first=query.offset + 1, last=end,
             next_url=_url("/", {**nav, "offset": end}) if end < found.total else None,
             prev_url=(_url("/", {**nav, "offset": max(0, query.offset - PAGE_SIZE)})
@@ -145,6 +170,9 @@ async def home(request: Request) -> Response:
 
 @html_errors
 async def object_page(request: Request) -> Response:
+    redirect = await _prefix_redirect(request, ("object", "revision"))
+    if redirect is not None:
+        return redirect
     rev = revision_param(request)
     params = form_params(request, ("section", "offset"))
     section = params.get("section")
@@ -215,6 +243,9 @@ async def object_page(request: Request) -> Response:
 
 @html_errors
 async def revision_page(request: Request) -> Response:
+    redirect = await _prefix_redirect(request, ("object", "revision"))
+    if redirect is not None:
+        return redirect
     rev = revision_param(request)
     query_params(request, ())
     lib = _library(request)
@@ -264,14 +295,38 @@ async def author_page(request: Request) -> Response:
 # --- /log ------------------------------------------------------------------------------------
 
 
+LOG_PARAMETERS = ("before", "after", "entry")
+
+
 @html_errors
 async def log_page(request: Request) -> Response:
-    query_params(request, ())
-    found = await _library(request).storage.read(pages.log_page)
-    return await rendered(lambda: page(
-        "log.html", **_common(request, "Log"), size=found.size, checkpoint=found.checkpoint,
-        entries=present.log_entries(found.entries),
-    ))
+    params = form_params(request, LOG_PARAMETERS)
+    if len(params) > 1:
+        raise BadRequest("give one of before, after and entry", "BAD_PARAMETER",
+                         parameters=sorted(params))
+
+    def number(name: str, lo: int) -> int | None:
+        return int_param(params, name, lo, lo, 2**53 - 1) if name in params else None
+
+    before, after, entry = number("before", 1), number("after", 0), number("entry", 1)
+    found = await _library(request).storage.read(
+        lambda conn: pages.log_page(conn, before, after, entry))
+
+    def build() -> HTMLResponse:
+        entries = present.log_entries(found.entries)
+        first = entries[-1].sequence if entries else 0
+        last = entries[0].sequence if entries else 0
+        return page(
+            "log.html", **_common(request, "Log"), size=found.size,
+            checkpoint=found.checkpoint, entries=entries, first=first, last=last,
+            target=entry,
+            newer_url=_url("/log", {"after": last}) if 0 < last < found.size else None,
+            older_url=_url("/log", {"before": first}) if first > 1 else None,
+            newest_url="/log" if 0 < last < found.size else None,
+            oldest_url="/log?after=0" if first > 1 else None,
+        )
+
+    return await rendered(build)
 
 
 routes = [
