@@ -27,8 +27,8 @@ Answer = tuple[dict[str, Any], str]
 
 BUDGET_PROPERTIES: dict[str, Any] = {
     "detail": {"enum": list(DETAILS), "default": DEFAULT_DETAIL,
-               "description": "ids: id, root, log index, kind; summary: + author, time, links,"
-               " title and a 280-character snippet; full: + the whole body"},
+               "description": "ids: id, root, log entry and leaf index, kind; summary: + author,"
+               " time, links, title and a 280-character snippet; full: + the whole body"},
     "max_bytes": {"type": "integer", "minimum": MIN_MAX_BYTES, "maximum": MAX_MAX_BYTES,
                   "default": DEFAULT_MAX_BYTES,
                   "description": "the answer (text and structured content) never exceeds it"},
@@ -37,6 +37,14 @@ WITH_PROOF: dict[str, Any] = {
     "with_proof": {"type": "boolean", "default": False,
                    "description": "also check and return each record's RFC 9162 inclusion proof"
                    " under the library's signed checkpoint; 'verified' is true only then"},
+}
+
+
+#: A tool's ``revision``: the tools resolve a prefix through the library's ``GET /api/lookup``.
+REVISION_OR_PREFIX: dict[str, Any] = {
+    "type": "string", "pattern": "^[0-9a-f]{8,64}$",
+    "description": "a revision id (64 lowercase hex), or a unique prefix of one (8 or more, as"
+                   " pages print them); an ambiguous prefix is refused with the candidates",
 }
 
 
@@ -53,7 +61,8 @@ def route_schema(path: str, extra: Mapping[str, Any] | None = None,
     properties: dict[str, Any] = {}
     required: list[str] = []
     for param in PATHS[path]["get"]["parameters"]:
-        properties[param["name"]] = _property(param)
+        properties[param["name"]] = (REVISION_OR_PREFIX if param["name"] == "revision"
+                                     and param["in"] == "path" else _property(param))
         if param.get("required"):
             required.append(param["name"])
     properties.update(extra or {})
