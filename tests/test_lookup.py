@@ -101,6 +101,8 @@ async def test_pages_take_a_unique_prefix_and_the_search_box_goes_to_it(api: Api
     author = first["record"]["author"]
     r = await api.client.get("/", params={"q": author[:16]})
     assert r.headers["location"] == f"/authors/{author}"
+    r = await api.client.get(f"/authors/{author[:12]}")
+    assert r.status_code == 302 and r.headers["location"] == f"/authors/{author}"
     # unknown: the catalogue says so, and searches the words as ever
     r = await api.client.get("/", params={"q": "fedcba9876543"})
     assert r.status_code == 200 and "No id begins with" in r.text
@@ -111,6 +113,9 @@ async def test_pages_take_a_unique_prefix_and_the_search_box_goes_to_it(api: Api
     for a in actors:
         assert f'href="/authors/{a}"' in r.text
     assert "3 ids begin with" in r.text
+    r = await api.client.get(f"/authors/{SHARED}")  # a page by an ambiguous prefix: 409
+    assert r.status_code == 409 and "AMBIGUOUS_ID" in r.text
+    assert all(f'href="/authors/{a}"' in r.text for a in actors)
     r = await api.client.get(f"/authors/{actors[0]}")
     assert r.status_code == 200
 

@@ -103,10 +103,12 @@ def _actor(request: Request) -> str:
 
 
 async def _prefix_redirect(request: Request, kinds: tuple[str, ...]) -> Response | None:
-    """A page addressed by a unique prefix of a revision id (``/objects/9d272d70``) redirects
-    to the full id, keeping the query; an ambiguous one is a 409 page listing the candidates,
-    an unknown one 404.  None when the parameter is not a shorter prefix."""
-    value = str(request.path_params["revision"])
+    """A page addressed by a unique prefix of a revision id (``/objects/9d272d70``) or an
+    actor (``/authors/9f247fca838e``) redirects to the full id, keeping the query; an
+    ambiguous one is a 409 page listing the candidates, an unknown one 404.  None when the
+    parameter is not a shorter prefix."""
+    name = "actor" if "actor" in kinds else "revision"
+    value = str(request.path_params[name])
     if HEX64.match(value) or not lookup.is_prefix(value):
         return None
     found = await _library(request).storage.read(
@@ -275,6 +277,9 @@ async def revision_page(request: Request) -> Response:
 
 @html_errors
 async def author_page(request: Request) -> Response:
+    redirect = await _prefix_redirect(request, ("actor",))
+    if redirect is not None:
+        return redirect
     actor = _actor(request)
     offset = int_param(form_params(request, ("offset",)), "offset", 0, 0, MAX_OFFSET)
     storage = _library(request).storage
