@@ -125,3 +125,25 @@ def test_the_log_pages_both_ways_and_goes_to_an_entry(
         assert not axe_violations(driver)
     finally:
         driver.set_window_size(1280, 1000)
+
+
+def test_a_revision_is_entry_n_and_its_leaf_index_is_labelled(
+    live: tuple[LiveServer, dict[str, str]], driver: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    from tests.test_browser import badge_settled
+
+    server, names = live
+    seq = httpx.get(f"{server.url}/api/entries/{names['merge']}").json()["admission"]["sequence"]
+    driver.get(f"{server.url}/revisions/{names['merge']}")
+    assert wait(driver, badge_settled, "the badge settles") == "ok"
+    facts = driver.find_element(By.TAG_NAME, "main").text
+    assert f"entry {seq}" in facts and f"leaf index {seq - 1}" in facts
+    assert "Admission sequence" not in facts and "(log leaf" not in facts
+    badge = driver.find_element(By.ID, "verification").get_attribute("textContent")
+    assert f"entry {seq}'s leaf recomputed" in badge, badge
+    assert f"leaf index {seq - 1}" in badge, badge
+    driver.find_element(By.LINK_TEXT, f"entry {seq}").click()
+    wait(driver, lambda d: d.current_url.endswith(f"/log?entry={seq}"), "the log at the entry")
+    assert driver.find_element(By.CSS_SELECTOR, "tr.target").get_attribute("id") == f"entry-{seq}"
