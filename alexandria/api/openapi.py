@@ -392,7 +392,8 @@ PATHS: dict[str, Any] = {
         "Discover current heads: filter, search and rank (docs/read-api.md)",
         [
             _q("q", {"type": "string", "maxLength": 500},
-               "search words; every word must occur in the title or body (NFKC, case folded);"
+               "search words; every word must occur, as a whole word (no prefix matching), in"
+               " the title or body (NFKC, case folded);"
                f" at most {MAX_QUERY_WORDS} distinct words (400 QUERY_TOO_LONG)"),
             _q("kind", {"enum": list(LISTED_KINDS)}, "one kind (votes are never listed)"),
             _q("sort", {"enum": list(SORTS)},
