@@ -4,9 +4,10 @@
 most a bounded share of its time (``gate.py``).
 
 Routes never shadow the JSON API (``/api/...``): ``/`` (catalogue), ``/objects/{root}``,
-``/revisions/{revision}``, ``/authors/{actor}``, ``/log`` and ``/static/...``.  A bad parameter
-or an unknown id is the same typed error the API gives (PROTOCOL §6), shown as a page with its
-status code.  An empty form field is no parameter, since a browser submits every field.
+``/revisions/{revision}``, ``/authors/{actor}``, ``/log`` and ``/static/...``; the three with
+an id also take a unique prefix of one (8 or more hex) and redirect to the full id.  A bad
+parameter or an unknown id is the same typed error the API gives (PROTOCOL §6), shown as a page
+with its status code.  An empty form field is no parameter, since a browser submits every field.
 """
 
 from __future__ import annotations
