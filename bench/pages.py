@@ -8,11 +8,12 @@ Starts ``alexandria serve`` (uvicorn, one process) on 127.0.0.1 over the library
 drawn at random from the library: the catalogue (plain, searched with a word that 0.1–1 % of
 the heads hold, filtered, deep offsets), an object page of each kind (a random root of that
 kind: its sections, history with diffs, thread), the compare page of a revised object's first
-and a later revision, a revision page, an author page and the log
-page.  It prints, per page, the server's own time (the ``Server-Timing: app;dur=`` header that
-the server sends with ``--server-timing``: parameters, reads, rendering) and the round trip
-seen by the client, p50 and p95, beside the target (server time p95 ≤ 100 ms).  Results are
-also written to DIR/pages.json.  The machine is shared: figures are noisy.
+and a later revision, a revision page, an author page, the log page (newest, and at a random
+entry), and an id prefix typed in the search box or a page address (answered with a
+redirect).  It prints, per page, the server's own time (the ``Server-Timing: app;dur=`` header
+that the server sends with ``--server-timing``: parameters, reads, rendering) and the round
+trip seen by the client, p50 and p95, beside the target (server time p95 ≤ 100 ms).  Results
+are also written to DIR/pages.json.  The machine is shared: figures are noisy.
 """
 
 from __future__ import annotations
@@ -114,12 +115,26 @@ def pages(directory: Path, rng: random.Random) -> list[tuple[str, Callable[[], s
             return f"/objects/{root}/compare?from={root}&to={later}"
 
         out.append(("/objects/{root}/compare?from={root}&to={later}", compare))
+    size = log_size(directory)
     out += [
         ("/revisions/{rev}", lambda: f"/revisions/{one(inp.revisions)}"),
         ("/authors/{actor}", lambda: f"/authors/{one(inp.authors)}"),
         ("/log", lambda: "/log"),
+        ("/log?before=R(1..size)", lambda: f"/log?before={rng.randint(1, size)}"),
+        ("/log?entry=R(1..size)", lambda: f"/log?entry={rng.randint(1, size)}"),
+        # an id as the pages print it (12 hex): looked up, answered with a redirect
+        ("/?q={12-hex prefix} (302)", lambda: f"/?q={one(inp.revisions)[:12]}"),
+        ("/objects/{12-hex prefix} (302)", lambda: f"/objects/{one(inp.revisions)[:12]}"),
     ]
     return out
+
+
+def log_size(directory: Path) -> int:
+    conn = sqlite3.connect(directory / "library.db")
+    try:
+        return int(conn.execute("SELECT max(sequence) FROM log").fetchone()[0] or 1)
+    finally:
+        conn.close()
 
 
 def run(directory: Path, requests: int, seed: int) -> dict[str, Any]:
@@ -140,7 +155,7 @@ def run(directory: Path, requests: int, seed: int) -> dict[str, Any]:
                     t0 = time.perf_counter()
                     r = client.get(u)
                     trip_ms.append((time.perf_counter() - t0) * 1000)
-                    if r.status_code != 200:
+                    if r.status_code != (302 if name.endswith("(302)") else 200):
                         raise SystemExit(f"{u}: {r.status_code} {r.text[:300]}")
                     m = _TIMING.search(r.headers.get("server-timing", ""))
                     if m is None:

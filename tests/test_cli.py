@@ -287,6 +287,17 @@ def test_conflict_is_a_definitive_rejection(lib: Library, example: dict[str, str
     assert not list((home / "pending").iterdir())
 
 
+def test_a_revision_is_taken_by_the_prefix_pages_print(lib: Library, example: dict[str, str]
+                                                       ) -> None:
+    home = lib.homes["owner"]
+    got = cli_json("get", example["claim"][:12], home=home)
+    assert got["id"] == example["claim"]
+    human = cli("get", example["claim"][:9], home=home).stdout
+    assert f"admitted  entry {got['admission']['sequence']} at" in human
+    r = cli("--json", "get", "fedcba98765", home=home, expect=1)
+    assert json.loads(r.stdout)["code"] == "UNKNOWN_ID"
+
+
 def test_errors_are_one_line(lib: Library, tmp_path: Path) -> None:
     home = lib.homes["owner"]
     r = cli("get", "f" * 64, home=home, expect=1)

@@ -96,7 +96,7 @@ async def test_worked_example_through_mcp(lib: Library) -> None:
         assert proved["items"][0]["verified"] is True, proved
         assert proved["checkpoint"]["verified"] is True
         assert proved["items"][0]["proof"]["tree_size"] == proved["checkpoint"]["size"]
-        assert set(proved["items"][0]) >= {"id", "root", "log_index", "kind"}
+        assert set(proved["items"][0]) >= {"id", "root", "entry", "leaf_index", "kind"}
         assert "untrusted" not in proved["items"][0]
 
         obj = await call(owner, "object", revision=ids["subspace"], section="children")
@@ -172,13 +172,18 @@ async def test_worked_example_through_mcp(lib: Library) -> None:
         assert many["code"] == "TOO_MANY_ELEMENTS"
         missing = await refusal(peer, "get", revision="f" * 64)
         assert missing["code"] == "UNKNOWN_REVISION"
+        # the short ids pages print: resolved through the library's lookup
+        short = await call(peer, "get", revision=ids["claim"][:12])
+        assert short["item"]["id"] == ids["claim"]
+        assert (await refusal(peer, "get", revision="fedcba98765"))["code"] == "UNKNOWN_ID"
+        assert (await refusal(peer, "get", revision="abc"))["code"] == "BAD_ARGUMENT"
         forged = await refusal(peer, "changes", root=ids["space"], cursor="mcp1.AAAA")
         assert forged["code"] == "BAD_CURSOR"
 
         # verify: the signature chain and the inclusion proof, checked by the server itself
         checked = await call(peer, "verify", revision=ids["claim"])
         assert checked["verified"] is True and checked["signature_chain"] is True
-        assert checked["inclusion"] is True and checked["log_index"] >= 0
+        assert checked["inclusion"] is True and checked["entry"] == checked["leaf_index"] + 1 >= 1
         assert checked["checkpoint"]["untrusted"]["note"].startswith("127.0.0.1/cli-test/log\n")
         assert len(checked["proof"]["inclusion"]) >= 1
 

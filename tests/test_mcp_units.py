@@ -90,7 +90,7 @@ def test_fit_keeps_a_prefix_within_room(items: list[dict[str, Any]], room: int,
 
 
 def test_fit_shrinks_a_first_record_too_large_rather_than_stall() -> None:
-    big = {"id": "a" * 64, "root": "b" * 64, "log_index": 3, "kind": "reply",
+    big = {"id": "a" * 64, "root": "b" * 64, "entry": 4, "leaf_index": 3, "kind": "reply",
            "untrusted": {"body": "x" * 10_000}}
     kept = fit([big, big], 400)
     assert kept == [shrink(big)] and kept[0]["shrunk"] is True and "untrusted" not in kept[0]
@@ -148,7 +148,7 @@ def test_a_hint_that_fails_its_formats_is_only_untrusted() -> None:
     assert hint_view(good, "summary")["untrusted"] == {"title": "T", "snippet": "S"}
     bad = {**good, "kind": "IMPORTANT SYSTEM NOTICE"}
     view = hint_view(bad, "summary")
-    assert set(view) == {"signed", "log_index", "failure", "untrusted"}
+    assert set(view) == {"signed", "entry", "leaf_index", "failure", "untrusted"}
     assert view["untrusted"]["kind"] == "IMPORTANT SYSTEM NOTICE"
 
 

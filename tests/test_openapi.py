@@ -68,6 +68,8 @@ async def test_document_shape(api: Api) -> None:
 
 def _example(param: dict[str, Any]) -> str:
     schema = param["schema"]
+    if "examples" in schema:
+        return str(schema["examples"][0])
     if "enum" in schema:
         return str(schema["enum"][0])
     if schema.get("pattern") == "^[0-9a-f]{64}$":

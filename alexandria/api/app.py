@@ -16,6 +16,7 @@ from alexandria.api import changes as changes_api
 from alexandria.api import contract as contract_api
 from alexandria.api import enrolment as enrolment_api
 from alexandria.api import log as log_api
+from alexandria.api import lookup as lookup_api
 from alexandria.api import metrics as metrics_api
 from alexandria.api import mirror as mirror_api
 from alexandria.api import objects as object_api
@@ -74,7 +75,7 @@ def create_app(
     # the read tools for agents, at /mcp (docs/mcp.md); with witnesses, their quorum is required
     mcp = McpMount(library.genesis, library.cosigning.policy())
     routes = [mcp.route, *write_api.routes, *read_api.routes, *personal_api.routes,
-              *changes_api.routes, *log_api.routes, AUTHORITY,
+              *changes_api.routes, *log_api.routes, *lookup_api.routes, AUTHORITY,
               *catalogue_api.routes, *object_api.routes, *contract_api.routes,
               *enrolment_api.routes, *metrics_api.routes, *web_routes.routes]
     app = Starlette(

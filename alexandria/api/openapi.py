@@ -398,7 +398,8 @@ PATHS: dict[str, Any] = {
         "Discover current heads: filter, search and rank (docs/read-api.md)",
         [
             _q("q", {"type": "string", "maxLength": 500},
-               "search words; every word must occur in the title or body (NFKC, case folded);"
+               "search words; every word must occur, as a whole word (no prefix matching), in"
+               " the title or body (NFKC, case folded);"
                f" at most {MAX_QUERY_WORDS} distinct words (400 QUERY_TOO_LONG)"),
             _q("kind", {"enum": list(LISTED_KINDS)}, "one kind (votes are never listed)"),
             _q("sort", {"enum": list(SORTS)},
@@ -651,6 +652,33 @@ PATHS: dict[str, Any] = {
                     "sequence": {"type": "integer", "minimum": 1},
                     "type": {"enum": ["contribution", "certificate", "revocation"]}}}},
             "next": NEXT_OFFSET}}, "entries")),
+    "/api/lookup": _get(
+        "What a full id or a unique prefix of one names: a revision, an object (its root),"
+        " an actor or an authority key, with its page. Not a contract route (those take"
+        " exact 64-hex ids); for the short ids pages print",
+        [_q("id", {"type": "string", "pattern": "^[0-9a-f]{8,64}$", "examples": ["9d272d70"]},
+            "a full id or its first 8 or more lowercase hex characters (else 400 BAD_ID)",
+            required=True),
+         _q("kind", {"type": "string", "pattern": "^(object|revision|actor|key)"
+                                                  "(,(object|revision|actor|key))*$",
+                    "examples": ["object,revision"]},
+            "the kinds of thing to look among, comma-separated (default: all)")],
+        _json({"type": "object", "required": ["kind", "id", "url"],
+               "additionalProperties": False, "properties": {
+                   "kind": {"enum": ["object", "revision", "actor", "key"],
+                            "description": "an object is named by its root, its first"
+                                           " revision's id"},
+                   "id": HEX64,
+                   "url": {"type": "string", "description": "the page that shows it"},
+                   "entry": {"type": "integer", "minimum": 1,
+                             "description": "the log entry that admitted it"},
+                   "title": {"type": "string"},
+                   "root": {**HEX64, "description": "a revision's object"}}},
+              "the one thing the id names"),
+        {**NOT_FOUND,
+         "409": _error("several things begin with the prefix (AMBIGUOUS_ID): details.candidates"
+                       " lists at most 20 of them, each as this route's answer, and"
+                       " details.truncated says whether there are more")}),
     "/api/log/proof/inclusion": _get(
         "RFC 9162 inclusion proof of leaf index in a tree of size",
         [_q("index", {"type": "integer", "minimum": 0}, "leaf index", required=True),

@@ -400,8 +400,8 @@ class Agent:
             code = checked.code(view["failure"]["code"])
             return answer, (f"publish: {verb} as revision {rev}, but the record the"
                             f" library answered does not verify ({code}); see 'failure'.")
-        return answer, (f"publish: {verb} as revision {rev} at log index"
-                        f" {int(view['log_index'])}.")
+        return answer, (f"publish: {verb} as revision {rev}, log entry"
+                        f" {int(view['entry'])} (leaf index {int(view['leaf_index'])}).")
 
     # --- personal lists ---------------------------------------------------------------------
 

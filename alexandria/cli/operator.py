@@ -368,7 +368,7 @@ def cmd_authority_issue(args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     say(doc["certificate"]["key"])
-    note(f"admitted authority certificate ({', '.join(roles)}) as #{result['sequence']}"
+    note(f"admitted authority certificate ({', '.join(roles)}) as log entry {result['sequence']}"
          f" in {_library(args)}")
     return 0
 
@@ -507,7 +507,7 @@ def cmd_authority_revoke(args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     say(args.key)
-    note(f"revoked as #{result['sequence']}: admissions after it refuse this key")
+    note(f"revoked as log entry {result['sequence']}: admissions after it refuse this key")
     return 0
 
 

@@ -100,7 +100,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     say(f"{signed['id']}  {record['kind']} “{record['title']}”")
     rows = [("root", signed["root"]), ("author", record["author"]),
             ("authored", record["authored_at"]),
-            ("admitted", f"#{admission['sequence']} at {admission['admitted_at']}"),
+            ("admitted", f"entry {admission['sequence']} at {admission['admitted_at']}"),
             ("previous", record["previous"] or "—")]
     rows += [("link", f"{lk['relation']} → {lk['target']}") for lk in record["links"]]
     pin = short(session.genesis().pin)

@@ -7,6 +7,7 @@ what the library sends back against the pinned genesis.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from alexandria.cli.config import Home, LibraryConfig, SetupRequired
 from alexandria.cli.terminal import warn_plain_http
-from alexandria.client import Client, check_library_url, has_credentials, redact_url
+from alexandria.client import (
+    Client,
+    Unreachable,
+    check_library_url,
+    has_credentials,
+    redact_url,
+)
 from alexandria.core.canonical import canonical, find_float, parse_json
 from alexandria.core.keys import HEX64, SigningKey
 from alexandria.core.records import (
@@ -34,6 +41,9 @@ from alexandria.core.trust import Genesis, WorkerCertificate, parse_worker_certi
 from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.files import check_name
 from alexandria.service.bootstrap import resolve_refs
+
+#: A shorter revision argument the library's ``GET /api/lookup`` resolves.
+_PREFIX = re.compile(r"[0-9a-f]{8,63}")
 
 if TYPE_CHECKING:
     from alexandria.rules.signed import CheckedRecord
@@ -257,15 +267,25 @@ class Session:
         return resolved
 
     def revision(self, text: str) -> str:
-        """A revision argument: 64 hex, or a name from the names file (``claim``, ``$claim``)."""
+        """A revision argument: 64 hex, a unique prefix of one (8 or more hex, resolved by the
+        library's ``GET /api/lookup``), or a name from the names file (``claim``, ``$claim``)."""
         if HEX64.match(text):
             return text
+        if _PREFIX.fullmatch(text):
+            found = self.client.get_json("/api/lookup", id=text, kind="object,revision")
+            full = found.get("id") if isinstance(found, dict) else None
+            if not isinstance(full, str) or not HEX64.match(full) or not full.startswith(text):
+                raise Unreachable(f"the library answered a lookup of {text} with {full!r},"
+                                  " which is not an id beginning with it", "BAD_RESPONSE",
+                                  url=self.library.url)
+            return full
         names = self.names()
         name = text.removeprefix("$")
         if name in names:
             return names[name]
         raise BadRequest(
-            f"{text!r} is neither a revision (64 lowercase hex) nor a name in"
+            f"{text!r} is neither a revision (64 lowercase hex, or its first 8 or more) nor a"
+            " name in"
             f" {self.names_path or self.home.names_path}", "BAD_REVISION", value=text[:100],
         )
 

@@ -349,13 +349,40 @@ def author_page(
 class LogPage:
     size: int
     checkpoint: log.StoredCheckpoint | None
-    entries: bytes | None  # ``GET /api/log/entries`` of the newest leaves
+    entries: bytes | None  # ``GET /api/log/entries`` of the page's leaves
+    first: int = 0  # the entry numbers (sequences) the page asked for, oldest and newest
+    last: int = 0
+
+
+def log_window(size: int, before: int | None = None, after: int | None = None,
+               entry: int | None = None) -> tuple[int, int]:
+    """The entry numbers ``(first, last)`` a page of the log shows: the newest
+    ``LOG_PAGE_ENTRIES``; those just before entry ``before`` or just after ``after``; or those
+    around ``entry`` (which must exist).  ``(0, 0)`` for an empty log."""
+    n = LOG_PAGE_ENTRIES
+    if size == 0:
+        return 0, 0
+    if entry is not None:
+        if not 1 <= entry <= size:
+            raise log.LogRange(f"there is no entry {entry}: the log holds entries 1 to {size}",
+                               entry=entry, tree_size=size)
+        last = min(size, entry + n // 2 - 1)
+    elif before is not None:
+        last = min(size, before - 1)
+    elif after is not None:
+        last = min(size, after + n)
+    else:
+        last = size
+    last = max(last, min(size, n))  # past either end: the page at that end
+    return max(1, last - n + 1), last
 
 
 @objects.snapshot
-def log_page(conn: sqlite3.Connection) -> LogPage:
+def log_page(conn: sqlite3.Connection, before: int | None = None, after: int | None = None,
+             entry: int | None = None) -> LogPage:
+    """A page of the log, newest first (``log_window``): one range read of ``log`` by its key,
+    so any page costs the same at any size."""
     size = tree_size(conn)
-    entries = None
-    if size:
-        entries = log.entries_page(conn, max(0, size - LOG_PAGE_ENTRIES), size)
-    return LogPage(size, log.latest_checkpoint(conn), entries)
+    first, last = log_window(size, before, after, entry)
+    entries = log.entries_page(conn, first - 1, last) if size else None
+    return LogPage(size, log.latest_checkpoint(conn), entries, first, last)

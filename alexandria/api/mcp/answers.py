@@ -73,10 +73,9 @@ def record_view(signed: Mapping[str, Any], detail: str) -> dict[str, Any]:
     content."""
     record = signed["record"]
     untrusted: dict[str, Any] = {}
+    entry = count(signed["admission"]["sequence"], "admission.sequence", 1)
     view: dict[str, Any] = {"id": hex64(signed["id"], "id"), "root": signed["root"],
-                            "log_index": count(signed["admission"]["sequence"],
-                                               "admission.sequence", 1) - 1,
-                            "kind": record["kind"]}
+                            "entry": entry, "leaf_index": entry - 1, "kind": record["kind"]}
     if not is_hex64(view["root"]):
         untrusted["root"] = view.pop("root")
     if not is_kind(view["kind"]):
@@ -150,9 +149,10 @@ def hint_view(item: Any, detail: str) -> dict[str, Any]:
     if not (is_hex64(fields.get("id")) and is_hex64(fields.get("root"))
             and is_kind(fields.get("kind")) and is_hex64(fields.get("author"))
             and is_timestamp(fields.get("authored_at"))):
-        return {"signed": False, "log_index": None,
+        return {"signed": False, "entry": None, "leaf_index": None,
                 "failure": {"code": "MALFORMED_ANSWER"}, "untrusted": fields}
-    view: dict[str, Any] = {"id": fields["id"], "root": fields["root"], "log_index": None,
+    view: dict[str, Any] = {"id": fields["id"], "root": fields["root"], "entry": None,
+                            "leaf_index": None,
                             "kind": fields["kind"], "signed": False}
     if detail != "ids":
         hint = fields["snippet"]
@@ -164,7 +164,7 @@ def hint_view(item: Any, detail: str) -> dict[str, Any]:
 
 
 def shrink(view: Mapping[str, Any]) -> dict[str, Any]:
-    keep = ("id", "root", "log_index", "kind", "signed", "source", "relation")
+    keep = ("id", "root", "entry", "leaf_index", "kind", "signed", "source", "relation")
     return {**{k: view[k] for k in keep if k in view}, "shrunk": True}
 
 

@@ -34,6 +34,14 @@ BUDGET_PROPERTIES: dict[str, Any] = {
 WITH_PROOF: dict[str, Any] = {"with_proof": {"type": "boolean", "default": False}}
 
 
+#: A tool's ``revision``: the tools resolve a prefix through the library's ``GET /api/lookup``.
+REVISION_OR_PREFIX: dict[str, Any] = {
+    "type": "string", "pattern": "^[0-9a-f]{8,64}$",
+    "description": "a revision id (64 lowercase hex), or a unique prefix of one (8 or more, as"
+                   " pages print them); an ambiguous prefix is refused with the candidates",
+}
+
+
 def _property(param: Mapping[str, Any]) -> dict[str, Any]:
     """A route parameter as a tool argument: its schema, and its description's first clause
     (the rest is the HTTP route's: status codes, limits the schema already states)."""
@@ -49,7 +57,8 @@ def route_schema(path: str, extra: Mapping[str, Any] | None = None,
     properties: dict[str, Any] = {}
     required: list[str] = []
     for param in PATHS[path]["get"]["parameters"]:
-        properties[param["name"]] = _property(param)
+        properties[param["name"]] = (REVISION_OR_PREFIX if param["name"] == "revision"
+                                     and param["in"] == "path" else _property(param))
         if param.get("required"):
             required.append(param["name"])
     properties.update(extra or {})

@@ -126,6 +126,19 @@ class Reader:
         self.verifier = Verifier(self.source, self.genesis, self.witnesses,
                                  counted=self.counted)
 
+    async def _resolved(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``args`` with a ``revision`` prefix replaced by the full id the library's
+        ``GET /api/lookup`` names (checked to begin with the prefix)."""
+        given = str(args["revision"])
+        if len(given) == 64:
+            return args
+        found = _json(await self.source.get("/api/lookup",
+                                            {"id": given, "kind": "object,revision"}))
+        full = checked.hex64(found.get("id"), "id")
+        if not full.startswith(given):
+            raise checked.malformed("id", f"an id beginning with {given}")
+        return {**args, "revision": full}
+
     # --- shared: a page of signed records --------------------------------------------------
 
     async def _records(self, answer: dict[str, Any], key: str, signed: list[Any],
@@ -191,6 +204,7 @@ class Reader:
         return answer, text
 
     async def get(self, args: dict[str, Any]) -> Answer:
+        args = await self._resolved(args)
         budget = Budget.of(args)
         rev = args["revision"]
         path = f"/api/entries/{rev}/head" if args.get("head") else f"/api/entries/{rev}"
@@ -204,6 +218,7 @@ class Reader:
         return answer, text
 
     async def object(self, args: dict[str, Any]) -> Answer:
+        args = await self._resolved(args)
         budget = Budget.of(args)
         offset = int(args.get("offset", 0))
         path = "/api/objects/{revision}"
@@ -248,6 +263,7 @@ class Reader:
         return answer, text
 
     async def discussion(self, args: dict[str, Any]) -> Answer:
+        args = await self._resolved(args)
         budget = Budget.of(args)
         offset = int(args.get("offset", 0))
         path = "/api/entries/{revision}/discussion"
@@ -268,6 +284,7 @@ class Reader:
         return answer, text
 
     async def connections(self, args: dict[str, Any]) -> Answer:
+        args = await self._resolved(args)
         budget = Budget.of(args)
         offset = int(args.get("offset", 0))
         path = "/api/entries/{revision}/connections"
@@ -388,6 +405,7 @@ class Reader:
                 " (compare it with the pin you trust)")
 
     async def verify(self, args: dict[str, Any]) -> Answer:
+        args = await self._resolved(args)
         budget = Budget.of(args, with_proof=True)
         rev = args["revision"]
         answer: dict[str, Any] = {"id": rev}
@@ -423,7 +441,8 @@ class Reader:
             answer["shrunk"] = True
         if verified:
             text = (f"verify: verified, {self.whose_pin()}. Signature chain and inclusion"
-                    f" at leaf {int(answer['log_index'])} of the signed checkpoint of size"
+                    f" of entry {int(answer['entry'])} (leaf index {int(answer['leaf_index'])})"
+                    f" in the signed checkpoint of size"
                     f" {int(answer['checkpoint']['size'])} both checked by this server.")
         else:
             why = checked.code((answer.get("failure") or {}).get("code"))

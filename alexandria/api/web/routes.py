@@ -6,9 +6,10 @@ most a bounded share of its time (``gate.py``).
 Routes never shadow the JSON API (``/api/...``): ``/`` (catalogue), ``/objects/{root}``,
 ``/objects/{root}/compare?from=&to=`` (the diff of two of its revisions),
 ``/revisions/{revision}``, ``/authors/{actor}``, ``/log``, ``/trust`` (the reader's own pin,
-kept in their browser) and ``/static/...``.  A bad parameter
-or an unknown id is the same typed error the API gives (PROTOCOL §6), shown as a page with its
-status code.  An empty form field is no parameter, since a browser submits every field.
+kept in their browser) and ``/static/...``; the three with an id also take a unique prefix of
+one (8 or more hex) and redirect to the full id.  A bad parameter or an unknown id is the same
+typed error the API gives (PROTOCOL §6), shown as a page with its status code.  An empty form
+field is no parameter, since a browser submits every field.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from alexandria.api.catalogue import CATALOGUE_PARAMETERS, MAX_OFFSET, parse_catalogue_query
+from alexandria.api.contract import origin_of
 from alexandria.api.http import int_param, not_found, query_params, revision_param
 from alexandria.api.web import present
 from alexandria.api.web.gate import PageGate
 from alexandria.api.web.render import STATIC, error_page, page, rendered
 from alexandria.core.keys import HEX64
 from alexandria.errors import AlexandriaError, BadRequest
-from alexandria.reads import pages
+from alexandria.reads import lookup, pages
 from alexandria.reads.catalogue import PAGE_SIZE, SORTS, VIEWS
 from alexandria.service.library import Library
 from alexandria.store.search_index import LISTED_KINDS
@@ -105,6 +107,22 @@ def _actor(request: Request) -> str:
     return value
 
 
+async def _prefix_redirect(request: Request, kinds: tuple[str, ...]) -> Response | None:
+    """A page addressed by a unique prefix of a revision id (``/objects/9d272d70``) or an
+    actor (``/authors/9f247fca838e``) redirects to the full id, keeping the query; an
+    ambiguous one is a 409 page listing the candidates, an unknown one 404.  None when the
+    parameter is not a shorter prefix."""
+    name = "actor" if "actor" in kinds else "revision"
+    value = str(request.path_params[name])
+    if HEX64.match(value) or not lookup.is_prefix(value):
+        return None
+    found = await _library(request).storage.read(
+        lambda conn: lookup.resolve(conn, value, kinds))
+    base = request.url.path[: -len(value)]
+    query = f"?{request.url.query}" if request.url.query else ""
+    return RedirectResponse(f"{base}{found.id}{query}", status_code=302)
+
+
 def _url(path: str, params: dict[str, Any]) -> str:
     query = urlencode({k: v for k, v in params.items() if v not in (None, "", 0)})
     return f"{path}?{query}" if query else path
@@ -123,6 +141,15 @@ async def home(request: Request) -> Response:
     params = form_params(request, HOME_PARAMETERS)
     query = parse_catalogue_query(params)
     storage = _library(request).storage
+    candidates: list[dict[str, Any]] = []
+    more_candidates = False
+    typed = params.get("q", "").strip().lower()
+    if lookup.is_prefix(typed):  # an id or a prefix of one: its page, or what it may be
+        found_ids, more_candidates = await storage.read(
+            lambda conn: lookup.candidates(conn, typed))
+        if len({f.id for f in found_ids}) == 1 and not more_candidates:
+            return RedirectResponse(found_ids[0].url, status_code=302)
+        candidates = [f.to_json() for f in found_ids]
     found = await storage.read(
         lambda conn: pages.catalogue_page(conn, storage, query)
     )
@@ -136,7 +163,9 @@ async def home(request: Request) -> Response:
             items=items, total=found.total, query=query, params=params,
             kinds=LISTED_KINDS, views=tuple(VIEWS), sorts=SORTS,
             empty_library=found.total == 0 and not params, names=found.names,
-            pin=_library(request).genesis.pin, base_url=str(request.base_url).rstrip("/"),
+            pin=_library(request).genesis.pin, base_url=origin_of(request),
+            candidates=candidates, more_candidates=more_candidates,
+            id_typed=typed if lookup.is_prefix(typed) else None,
             first=query.offset + 1, last=end,
             next_url=_url("/", {**nav, "offset": end}) if end < found.total else None,
             prev_url=(_url("/", {**nav, "offset": max(0, query.offset - PAGE_SIZE)})
@@ -151,6 +180,9 @@ async def home(request: Request) -> Response:
 
 @html_errors
 async def object_page(request: Request) -> Response:
+    redirect = await _prefix_redirect(request, ("object", "revision"))
+    if redirect is not None:
+        return redirect
     rev = revision_param(request)
     params = form_params(request, ("section", "offset"))
     section = params.get("section")
@@ -236,6 +268,9 @@ async def object_page(request: Request) -> Response:
 
 @html_errors
 async def revision_page(request: Request) -> Response:
+    redirect = await _prefix_redirect(request, ("object", "revision"))
+    if redirect is not None:
+        return redirect
     rev = revision_param(request)
     query_params(request, ())
     lib = _library(request)
@@ -304,6 +339,9 @@ async def compare_page(request: Request) -> Response:
 
 @html_errors
 async def author_page(request: Request) -> Response:
+    redirect = await _prefix_redirect(request, ("actor",))
+    if redirect is not None:
+        return redirect
     actor = _actor(request)
     offset = int_param(form_params(request, ("offset",)), "offset", 0, 0, MAX_OFFSET)
     storage = _library(request).storage
@@ -326,14 +364,38 @@ async def author_page(request: Request) -> Response:
 # --- /log ------------------------------------------------------------------------------------
 
 
+LOG_PARAMETERS = ("before", "after", "entry")
+
+
 @html_errors
 async def log_page(request: Request) -> Response:
-    query_params(request, ())
-    found = await _library(request).storage.read(pages.log_page)
-    return await rendered(lambda: page(
-        "log.html", **_common(request, "Log"), size=found.size, checkpoint=found.checkpoint,
-        entries=present.log_entries(found.entries),
-    ))
+    params = form_params(request, LOG_PARAMETERS)
+    if len(params) > 1:
+        raise BadRequest("give one of before, after and entry", "BAD_PARAMETER",
+                         parameters=sorted(params))
+
+    def number(name: str, lo: int) -> int | None:
+        return int_param(params, name, lo, lo, 2**53 - 1) if name in params else None
+
+    before, after, entry = number("before", 1), number("after", 0), number("entry", 1)
+    found = await _library(request).storage.read(
+        lambda conn: pages.log_page(conn, before, after, entry))
+
+    def build() -> HTMLResponse:
+        entries = present.log_entries(found.entries)
+        first = entries[-1].sequence if entries else 0
+        last = entries[0].sequence if entries else 0
+        return page(
+            "log.html", **_common(request, "Log"), size=found.size,
+            checkpoint=found.checkpoint, entries=entries, first=first, last=last,
+            target=entry,
+            newer_url=_url("/log", {"after": last}) if 0 < last < found.size else None,
+            older_url=_url("/log", {"before": first}) if first > 1 else None,
+            newest_url="/log" if 0 < last < found.size else None,
+            oldest_url="/log?after=0" if first > 1 else None,
+        )
+
+    return await rendered(build)
 
 
 # --- /trust ----------------------------------------------------------------------------------

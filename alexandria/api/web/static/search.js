@@ -22,13 +22,29 @@
     const url = query();
     const mine = ++generation;
     let html;
+    let landed = null;
     try {
       const r = await fetch(url, { headers: { Accept: "text/html" } });
+      if (r.redirected) landed = new URL(r.url).pathname;
       html = await r.text();
     } catch (e) {
       return; // offline: the form still submits normally
     }
     if (mine !== generation) return; // a newer query is on its way
+    if (landed !== null) {
+      // an id or a unique prefix of one: the server sent its page; offer it, and Enter
+      // (submitting the form) goes there
+      const doc = new DOMParser().parseFromString(html, "text/html");
+      const heading = doc.querySelector("main h1");
+      const p = document.createElement("p");
+      p.className = "found-id";
+      const a = document.createElement("a");
+      a.href = landed;
+      a.textContent = heading ? heading.textContent : landed;
+      p.append("This id names ", a, " — press Enter to open it.");
+      section.replaceChildren(p);
+      return;
+    }
     const doc = new DOMParser().parseFromString(html, "text/html");
     const fresh = doc.querySelector("main section") || doc.querySelector("main");
     if (!fresh) return;

@@ -374,13 +374,13 @@
 
     // 6. leaf: recomputed from the signed record alone, its admission time included
     const leaf = await leafHash(leafData(signed));
-    step("leaf " + sequence + " recomputed from this revision and its admission time", true);
+    step("entry " + sequence + "'s leaf recomputed from this revision and its admission time", true);
 
     // 7. inclusion
     const proof = await getJson("/api/log/proof/inclusion?index=" + (sequence - 1) + "&size=" + cp.size);
     const root = await rootFromInclusion(sequence - 1, cp.size, leaf, proof.proof.map(unhex));
     check(equal(root, cp.root), "the inclusion proof does not lead to the checkpoint's root");
-    step("the inclusion proof leads to the signed root", true);
+    step("the inclusion proof (leaf index " + (sequence - 1) + ") leads to the signed root", true);
 
     if (!signatures) {
       show("bad", "Not verified: " + ed25519 + ". Hashes and the Merkle inclusion check out, but no signature could be checked.");
