@@ -330,7 +330,7 @@ def writer_main(genesis: str, db: str, socket_path: str) -> None:
 
         storage = storage_for(db, load_genesis(genesis))
         await storage.open()
-        server = WriterServer(storage.submit, socket_path)
+        server = WriterServer(storage.submit, socket_path, storage.submit_many)
         await server.start()
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

@@ -4,7 +4,7 @@ operator commands share this object; nothing else holds global state."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,6 +185,20 @@ class Library:
         if self.writer is not None:
             return await self.writer.admit(cand, dry_run)
         return await self.storage.admit(cand, dry_run)
+
+    async def admit_many(
+        self, cands: Sequence[Candidate], dry_run: bool = False,
+    ) -> list[Admitted | DryRun | Exception]:
+        """Admit (or dry-run) prepared envelopes in order, each exactly as ``admit`` would, in
+        one hand-off to the writer and one write transaction; one outcome per candidate (a
+        refusal is that candidate's typed error).  The list is returned once every admission
+        in it is durable."""
+        if not cands:
+            return []
+        await self.check_writable()
+        if self.writer is not None:
+            return await self.writer.admit_many(cands, dry_run)
+        return await self.storage.admit_many(cands, dry_run)
 
 
 def load_genesis(path: str | Path) -> Genesis:
