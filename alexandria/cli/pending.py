@@ -36,7 +36,8 @@ from typing import Any
 import orjson
 
 from alexandria.cli.config import Home
-from alexandria.client import Client, Unreachable, is_definitive
+from alexandria.client import Client, Unreachable, answer_of, is_definitive
+from alexandria.core.canonical import canonical
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import now
 from alexandria.errors import AlexandriaError
@@ -157,6 +158,55 @@ class Outbox:
         else:
             admitted.append((pending, answer.content, signed))
         return Outcome(pending, "admitted", created=answer.status == 201, signed=answer.content)
+
+    def deliver_many(self, pendings: Sequence[Pending], client: Client,
+                     admitted: list[tuple[Pending, bytes, dict[str, Any]]]) -> list[Outcome]:
+        """``deliver`` for envelopes sent together in one ``POST /api/entries/batch``: each
+        line's answer is what ``deliver`` would have heard for its envelope alone, and is
+        recorded the same way (admissions in ``admitted`` for ``settle``).  No answer, or a
+        refusal of the whole request: every envelope stays pending, none is rejected.  A
+        library without the batch route (404, 405, 415) gets them one at a time."""
+        try:
+            answers = client.publish_batch([p.envelope for p in pendings])
+        except Unreachable as exc:
+            return [Outcome(p, "kept", error=exc) for p in pendings]
+        except AlexandriaError as exc:
+            if getattr(exc, "http_status", 0) in (404, 405, 415):
+                return self._deliver_each(pendings, client, admitted)
+            if not is_definitive(exc):
+                raise
+            return [Outcome(p, "kept", error=exc) for p in pendings]
+        out = []
+        for p, (status, body) in zip(pendings, answers, strict=True):
+            if status in (200, 201):
+                content = canonical(body)
+                signed = self._check_answer(p, content, client)
+                admitted.append((p, content, signed))
+                out.append(Outcome(p, "admitted", created=status == 201, signed=content))
+                continue
+            try:
+                answer_of(status, "", orjson.dumps(body), f"POST {client.base_url}/api/entries")
+                raise Unreachable(f"{client.base_url} answered {status} for {p.id}",
+                                  "BAD_RESPONSE", pending=p.id)
+            except Unreachable as exc:
+                out.append(Outcome(p, "kept", error=exc))
+            except AlexandriaError as exc:
+                self._reject(p, exc, status)
+                out.append(Outcome(p, "rejected", error=exc))
+        return out
+
+    def _deliver_each(self, pendings: Sequence[Pending], client: Client,
+                      admitted: list[tuple[Pending, bytes, dict[str, Any]]]) -> list[Outcome]:
+        out: list[Outcome] = []
+        for p in pendings:
+            if out and out[-1].status == "kept":
+                out.append(Outcome(p, "kept", error=out[-1].error))
+                continue
+            try:
+                out.append(self.deliver(p, client, admitted))
+            except AlexandriaError as exc:  # an answer that is not the library's: keep it
+                out.append(Outcome(p, "kept", error=exc))
+        return out
 
     def _check_answer(self, pending: Pending, content: bytes, client: Client) -> dict[str, Any]:
         try:

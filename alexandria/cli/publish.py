@@ -41,7 +41,6 @@ from alexandria.cli.session import (
     read_input,
 )
 from alexandria.cli.terminal import debug, emit_json, emit_raw, note, one_line, say, short
-from alexandria.client import Client
 from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.files import check_name
 
@@ -155,20 +154,21 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return _report_publish(args, outcome, session.home)
 
 
-#: envelopes made durable in pending/ together, then sent together
-CHUNK = 128
-#: connections a batch sends on at once
-SENDERS = 8
+#: envelopes made durable in pending/ together, then sent in one ``POST /api/entries/batch``
+#: (PROTOCOL §4.1: at most 1,000 lines and 8 MiB a request)
+CHUNK = 1000
+CHUNK_BYTES = 8 * 1024 * 1024 - 1024
 
 
 class Batch:
     """``publish FILE…`` / ``--jsonl``: every content is checked and signed, written to
-    pending/ a chunk at a time, sent over one connection in order, and its name recorded as
-    soon as it is admitted.  A content that uses a name defined earlier in the unsent chunk
-    waits for that chunk to be sent, so ``$name`` always resolves to an admitted revision.  A
-    refusal (before signing) or a rejection (by the library) is reported and the rest go on;
-    when the library cannot be reached the batch stops, the chunk stays pending for
-    ``alexandria retry`` and what is not signed yet is not published."""
+    pending/ a chunk at a time, sent in one batch request (its lines admitted in order, each
+    as ``POST /api/entries`` would admit it), and its name recorded as soon as it is admitted.
+    A content that uses a name defined earlier in the unsent chunk waits for that chunk to be
+    sent, so ``$name`` always resolves to an admitted revision.  A refusal (before signing) or
+    a rejection (by the library) is reported and the rest go on; when the library cannot be
+    reached the batch stops, the chunk stays pending for ``alexandria retry`` and what is not
+    signed yet is not published."""
 
     def __init__(self, args: argparse.Namespace, session: Session) -> None:
         self.args = args
@@ -176,13 +176,11 @@ class Batch:
         self.outbox = Outbox(session.home)
         self.refs = parse_refs(args.ref)
         self.chunk: list[tuple[Item, Any, dict[str, Any]]] = []
+        self.chunk_bytes = 0
+        self.chunk_signed = 0
         self.chunk_names: set[str] = set()
         self.results: list[dict[str, Any]] = []
         self.stopped = False
-        import threading  # a batch's senders only: one publish does not pay for it
-
-        self._local = threading.local()
-        self._clients: list[Client] = []
 
     def run(self, items: Iterator[Item]) -> None:
         for item in items:
@@ -205,8 +203,14 @@ class Batch:
                 if self.session.names_path is not None:
                     meta["names_file"] = str(self.session.names_path)
                 self.chunk_names.add(item.name)
+            if self.chunk_bytes + len(signed.envelope) + 1 > CHUNK_BYTES:
+                self.flush()
+                if self.done():
+                    return
             self.chunk.append((item, signed, meta))
-            if len(self.chunk) >= CHUNK:
+            self.chunk_bytes += len(signed.envelope) + 1
+            self.chunk_signed += 1
+            if self.chunk_signed >= CHUNK:
                 self.flush()
             if self.done():
                 return
@@ -216,9 +220,8 @@ class Batch:
         return self.stopped
 
     def flush(self) -> None:
-        """The chunk durable in pending/, then sent over ``SENDERS`` kept-alive connections:
-        its contents do not depend on each other (``run`` cut the chunk where one did), so
-        the library's writer may admit them in one group commit."""
+        """The chunk durable in pending/, then sent in one batch request over the session's
+        kept-alive connection: the library admits its lines in order in one group commit."""
         if not self.chunk:
             return
         pendings = self.outbox.write_many([(s.id, s.envelope, m) for _i, s, m in self.chunk
@@ -228,10 +231,8 @@ class Batch:
             if self.stopped or not pendings:
                 outcomes = [Outcome(p, "kept") for p in pendings]
             else:
-                from concurrent.futures import ThreadPoolExecutor
-
-                with ThreadPoolExecutor(min(SENDERS, len(pendings))) as pool:
-                    outcomes = list(pool.map(lambda p: self._send(p, admitted), pendings))
+                outcomes = self.outbox.deliver_many(pendings, self.session.client, admitted)
+                self.stopped = any(o.status == "kept" for o in outcomes)
         finally:
             self.outbox.settle(admitted)
         sent = iter(outcomes)
@@ -244,30 +245,15 @@ class Batch:
                 self.session.remember(item.name, outcome.pending.id)
             self.results.append(_batch_line(self.args, item.source, outcome, outcome.error))
         self.chunk = []
+        self.chunk_bytes = 0
+        self.chunk_signed = 0
         self.chunk_names = set()
         if self.stopped:
             note("the library cannot be reached: what is signed stays in pending/ for"
                  " `alexandria retry`; the rest is not signed")
 
-    def _send(self, p: Pending,
-              admitted: list[tuple[Pending, bytes, dict[str, Any]]]) -> Outcome:
-        if self.stopped:
-            return Outcome(p, "kept")
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = Client(self.session.library.url)
-            self._clients.append(client)
-        try:
-            outcome = self.outbox.deliver(p, client, admitted)
-        except AlexandriaError as exc:  # an answer that is not the library's: keep it
-            outcome = Outcome(p, "kept", error=exc)
-        if outcome.status == "kept":
-            self.stopped = True
-        return outcome
-
     def close(self) -> None:
-        for client in self._clients:
-            client.close()
+        """Nothing of its own to close: the session's connection is the session's."""
 
     def summary(self) -> int:
         return _batch_summary(self.results, self.session.home)
