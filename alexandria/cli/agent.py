@@ -9,7 +9,10 @@ the worker key and certificate that sign, the pending files.  The read tools are
 - ``publish`` signs it, writes the envelope to ``pending/`` *before* sending, and delivers it
   with ``pending.Outbox`` — the CLI's semantics: admitted → ``published/``; no definitive answer
   → kept, and ``publish`` with ``retry: ID`` resends those exact bytes, never re-signed; a
-  definitive rejection → ``rejected/`` with the library's typed error, never resent;
+  definitive rejection → ``rejected/`` with the library's typed error, never resent.  With
+  ``contributions`` (several contents) every one is signed and made durable in ``pending/``
+  first, then all are sent in one ``POST /api/entries/batch`` and each is answered in its
+  place, as ``publish --jsonl`` does;
 - ``follow``, ``unfollow``, ``save``, ``unsave``, ``lists``: the personal lists, by
   compare-and-set (``cli/personal.py``).
 
@@ -40,7 +43,7 @@ from alexandria.api.mcp.server import build_server
 from alexandria.api.mcp.source import ClientSource
 from alexandria.api.mcp.tools import Reader, library_resources, read_tools
 from alexandria.api.openapi import HEX64, OFFSET
-from alexandria.cli.pending import Outbox, Pending
+from alexandria.cli.pending import Outbox, Outcome, Pending, batch_chunks
 from alexandria.cli.personal import _lists_of, _personal_read, apply_action
 from alexandria.cli.session import Session
 from alexandria.client import Unreachable
@@ -51,6 +54,8 @@ from alexandria.rules.personal import MAX_ROOTS
 
 T = TypeVar("T")
 LISTS_PAGE = 50  # roots per lists call, as the read routes page
+#: contents one publish call takes (its arguments hold at most 2,000 elements in all)
+MAX_CONTRIBUTIONS = 100
 
 
 async def serve_stdio(session: Session, witnesses: WitnessPolicy | None = None) -> None:
@@ -102,9 +107,12 @@ class Agent:
         return answer, text
 
     async def publish(self, args: dict[str, Any]) -> Answer:
-        if ("content" in args) == ("retry" in args):
-            raise BadRequest("publish takes either content or retry", "BAD_ARGUMENT",
-                             allowed=["content", "retry"])
+        given = [k for k in ("content", "contributions", "retry") if k in args]
+        if len(given) != 1:
+            raise BadRequest("publish takes one of content, contributions or retry",
+                             "BAD_ARGUMENT", allowed=["content", "contributions", "retry"])
+        if "contributions" in args:
+            return await self._publish_many(args["contributions"])
 
         def prepare() -> Pending:
             if "retry" in args:
@@ -137,6 +145,63 @@ class Agent:
         verb = "admitted" if outcome.created else "already admitted (an exact retry)"
         return answer, f"publish: {verb} as revision {signed['id']} at log index" \
                        f" {answer['log_index']}."
+
+    async def _publish_many(self, contents: list[dict[str, Any]]) -> Answer:
+        """Each content signed (a content that cannot be is refused in its place), all of
+        them durable in pending/, then sent together in batch requests; one result each, in
+        order."""
+
+        def send() -> list[dict[str, Any]]:
+            results: list[dict[str, Any]] = [{} for _ in contents]
+            signed: list[tuple[int, Any, dict[str, Any]]] = []
+            for i, given in enumerate(contents):
+                content = {"links": [], "previous": "", **given}
+                try:
+                    envelope = self.session.sign(content)
+                except AlexandriaError as exc:
+                    results[i] = {"status": "refused", "error": exc.to_json()}
+                    continue
+                meta = {"kind": content["kind"], "title": content["title"],
+                        "library": self.session.library.url, "via": "mcp"}
+                signed.append((i, envelope, meta))
+            pendings = self.outbox.write_many([(e.id, e.envelope, m) for _i, e, m in signed])
+            admitted: list[tuple[Pending, bytes, dict[str, Any]]] = []
+            outcomes: list[Outcome] = []
+            try:
+                for chunk in batch_chunks(pendings):
+                    if outcomes and outcomes[-1].status == "kept":
+                        outcomes += [Outcome(p, "kept", error=outcomes[-1].error) for p in chunk]
+                        continue
+                    outcomes += self.outbox.deliver_many(chunk, self.session.client, admitted)
+            finally:
+                self.outbox.settle(admitted)
+            for (i, _e, _m), outcome in zip(signed, outcomes, strict=True):
+                results[i] = {"id": outcome.pending.id, "status": outcome.status}
+                if outcome.status == "admitted":
+                    record = orjson.loads(outcome.signed)
+                    results[i].update(created=outcome.created, root=record["root"],
+                                      log_index=record["admission"]["sequence"] - 1)
+                    results[i]["signed"] = record
+                elif outcome.error is not None:
+                    results[i]["error"] = outcome.error.to_json()
+                    if outcome.status == "kept":
+                        results[i]["retry"] = {"retry": outcome.pending.id}
+            return results
+
+        results = await self._sync(send)
+        records = [r.pop("signed") for r in results if "signed" in r]
+        if records:
+            checked = await self.reader.verifier.check(records, with_proof=False)
+            verdicts = iter(checked.verdicts)
+            for r in results:
+                if r.get("status") == "admitted":
+                    r.update(next(verdicts).to_json())
+        counts = {s: sum(1 for r in results if r["status"] == s)
+                  for s in ("admitted", "rejected", "refused", "kept")}
+        text = (f"publish: {counts['admitted']} admitted, {counts['rejected']} rejected by the"
+                f" library, {counts['refused']} refused before signing, {counts['kept']} kept"
+                " pending (resend each with retry=ID).")
+        return {"results": results, **counts}, text
 
     # --- personal lists ---------------------------------------------------------------------
 
@@ -186,6 +251,10 @@ class Agent:
                      "uniqueItems": True,
                      "description": "revision ids; their objects' roots go to the list"}
         retry = {**HEX64, "description": "the id of a pending envelope to resend, byte for byte"}
+        many = {"type": "array", "items": content, "minItems": 1, "maxItems": MAX_CONTRIBUTIONS,
+                "description": "several contents, published in order in one batch (a later one"
+                " may name an earlier one's id, which it has once published: publish them in"
+                " separate calls for that); one result each"}
         write: list[Tool] = [
             Tool("validate", "Dry run: sign the content with your worker key and ask the"
                  " library whether it would admit it (every check, nothing stored). A refusal is"
@@ -199,12 +268,20 @@ class Agent:
                  " envelope is kept as a pending file before sending: if the library's answer"
                  " is uncertain it stays pending and publish with retry=ID resends those exact"
                  " bytes (never re-signed); a definitive refusal is returned as the library's"
-                 " typed error and never resent.",
-                 {"type": "object", "properties": {"content": content, "retry": retry},
+                 " typed error and never resent. With contributions (several contents) they"
+                 " go in one batch and each gets its own result: admitted, rejected (the"
+                 " library's typed error), refused (before signing) or kept.",
+                 {"type": "object",
+                  "properties": {"content": content, "contributions": many, "retry": retry},
                   "additionalProperties": False},
                  self.publish, read_only=False,
                  check_schema={"type": "object",
-                               "properties": {"content": {"type": "object"}, "retry": retry},
+                               "properties": {"content": {"type": "object"},
+                                              "contributions": {
+                                                  "type": "array", "items": {"type": "object"},
+                                                  "minItems": 1,
+                                                  "maxItems": MAX_CONTRIBUTIONS},
+                                              "retry": retry},
                                "additionalProperties": False}),
         ]
         for action, verb in (("follow", "Follow"), ("unfollow", "Stop following"),

@@ -258,6 +258,24 @@ class Outbox:
             self._path(self.home.pending_dir, rev, ".meta.json").unlink(missing_ok=True)
 
 
+#: PROTOCOL §4.1: lines and bytes of one ``POST /api/entries/batch``
+BATCH_LINES = 1000
+BATCH_BYTES = 8 * 1024 * 1024
+
+
+def batch_chunks(pendings: Sequence[Pending]) -> list[list[Pending]]:
+    """``pendings`` in order, cut into runs that each fit one batch request."""
+    chunks: list[list[Pending]] = []
+    size = BATCH_BYTES
+    for p in pendings:
+        if not chunks or len(chunks[-1]) >= BATCH_LINES or size + len(p.envelope) + 1 > BATCH_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(p)
+        size += len(p.envelope) + 1
+    return chunks
+
+
 def sync_all(fds: Sequence[int]) -> None:
     """Every file durable: one ``syncfs`` of their file system on Linux when there are several
     (each ``fsync`` is a wait for the disk; one ``syncfs`` is one wait for all), else

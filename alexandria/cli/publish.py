@@ -30,7 +30,7 @@ from alexandria.cli.participant import (
     names_options,
     session_of,
 )
-from alexandria.cli.pending import KeptPending, Outbox, Outcome, Pending
+from alexandria.cli.pending import BATCH_BYTES, BATCH_LINES, KeptPending, Outbox, Outcome, Pending
 from alexandria.cli.session import (
     Session,
     body_of,
@@ -156,8 +156,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 #: envelopes made durable in pending/ together, then sent in one ``POST /api/entries/batch``
 #: (PROTOCOL §4.1: at most 1,000 lines and 8 MiB a request)
-CHUNK = 1000
-CHUNK_BYTES = 8 * 1024 * 1024 - 1024
+CHUNK = BATCH_LINES
+CHUNK_BYTES = BATCH_BYTES
 
 
 class Batch:
