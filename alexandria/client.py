@@ -265,24 +265,32 @@ class Client:
         """``POST /api/entries``: 201 admitted, 200 already admitted (an exact retry)."""
         return self.post("/api/entries", envelope)
 
-    def publish_batch(self, envelopes: Sequence[bytes]) -> list[tuple[int, Any]]:
-        """``POST /api/entries/batch`` (PROTOCOL §4.1): one ``(status, body)`` per envelope, in
-        order, each what ``POST /api/entries`` would have answered for it alone (the body
-        parsed).  The envelopes are canonical JSON, so none holds a newline.  A whole-request
-        refusal raises as ``request`` does; an answer that does not hold one result per
-        envelope is ``Unreachable`` (nothing can be concluded from it)."""
+    def publish_batch(self, envelopes: Sequence[bytes]) -> list[tuple[int, Any, bytes]]:
+        """``POST /api/entries/batch`` (PROTOCOL §4.1): one ``(status, body, body bytes)`` per
+        envelope, in order, each what ``POST /api/entries`` would have answered for it alone.
+        The body bytes are the signed record as the library stores it (JCS) when the line
+        carries it verbatim, else the JCS of the parsed body.  The envelopes are canonical
+        JSON, so none holds a newline.  A whole-request refusal raises as ``request`` does; an
+        answer that does not hold one result per envelope is ``Unreachable``."""
         answer = self.request("POST", "/api/entries/batch", content=b"\n".join(envelopes),
                               headers={"content-type": "application/x-ndjson",
                                        "accept": "application/x-ndjson"})
-        out: list[tuple[int, Any]] = []
+        out: list[tuple[int, Any, bytes]] = []
         try:
             for line in answer.content.splitlines():
+                if line.startswith(b'{"status":') and line[13:21] == b',"body":' \
+                        and line.endswith(b"}") and line[10:13].isdigit():
+                    raw = line[21:-1]
+                    out.append((int(line[10:13]), orjson.loads(raw), raw))
+                    continue
+                from alexandria.core.canonical import canonical  # another server's layout
+
                 value = orjson.loads(line)
                 status, body = value["status"], value["body"]
                 if not isinstance(status, int):
                     raise TypeError(status)
-                out.append((status, body))
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                out.append((status, body, canonical(body)))
+        except (orjson.JSONDecodeError, AlexandriaError, KeyError, TypeError) as exc:
             raise Unreachable(f"{self.base_url}/api/entries/batch answered something that is"
                               " not a batch result", "BAD_RESPONSE") from exc
         if len(out) != len(envelopes):

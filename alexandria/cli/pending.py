@@ -28,20 +28,21 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from alexandria.cli.config import Home
 from alexandria.client import Client, Unreachable, answer_of, is_definitive
-from alexandria.core.canonical import canonical
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import now
 from alexandria.errors import AlexandriaError
 from alexandria.files import atomic_write, read_json, temporary_beside, write_json
+
+T = TypeVar("T")
 
 
 class KeptPending(Unreachable):
@@ -177,9 +178,8 @@ class Outbox:
                 raise
             return [Outcome(p, "kept", error=exc) for p in pendings]
         out = []
-        for p, (status, body) in zip(pendings, answers, strict=True):
+        for p, (status, body, content) in zip(pendings, answers, strict=True):
             if status in (200, 201):
-                content = canonical(body)
                 signed = self._check_answer(p, content, client)
                 admitted.append((p, content, signed))
                 out.append(Outcome(p, "admitted", created=status == 201, signed=content))
@@ -242,8 +242,8 @@ class Outbox:
                 lines.setdefault(key, []).append((name, signed["id"]))
         for names_file, pairs in lines.items():
             self.home.append_names(pairs, Path(names_file) if names_file else None)
-        for p, _content, _signed in admitted:
-            self._remove(p.id, meta="written_at" in p.meta)
+        in_parallel(lambda p: self._remove(p.id, meta="written_at" in p.meta),
+                    [p for p, _content, _signed in admitted])
 
     def _reject(self, pending: Pending, exc: AlexandriaError, status: int) -> None:
         folder = self.home.rejected_dir
@@ -305,23 +305,56 @@ def _syncfs() -> Any:
     return _SYNCFS[0]
 
 
+#: threads creating, renaming or removing the files of a chunk: each such call waits for the
+#: file system's journal on its own, and several wait together
+FILE_THREADS = 8
+
+
+def in_parallel(fn: Callable[[T], Any], items: Sequence[T]) -> None:
+    """``fn`` on every item, on ``FILE_THREADS`` threads when there are many (file-system calls
+    release the GIL); the first exception is raised once all have run."""
+    if len(items) <= 4:
+        for item in items:
+            fn(item)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(FILE_THREADS) as pool:
+        for _ in pool.map(fn, items):
+            pass
+
+
 def durable_write(files: Sequence[tuple[Path, bytes]]) -> None:
     """Replace each path atomically (temporary file, rename), with one wait for the disk for
     all: every file is written, then every one fsynced, then every one renamed into place."""
     temps: list[tuple[int, str, Path]] = []
+    for folder in {path.parent for path, _data in files}:
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def write(item: tuple[Path, bytes]) -> None:
+        path, data = item
+        fd, tmp = temporary_beside(path, 0o644)
+        temps.append((fd, tmp, path))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+    def replace(temp: tuple[int, str, Path]) -> None:
+        _fd, tmp, path = temp
+        os.replace(tmp, path)
+
     try:
-        for path, data in files:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = temporary_beside(path, 0o644)
-            temps.append((fd, tmp, path))
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+        in_parallel(write, files)
         sync_all([fd for fd, _tmp, _path in temps])
-        for fd, tmp, path in temps:
+        for fd, _tmp, _path in temps:
             os.close(fd)
-            os.replace(tmp, path)
-        temps = []
+        closed, temps = temps, []
+        try:
+            in_parallel(replace, closed)
+        except BaseException:
+            for _fd, tmp, _path in closed:
+                Path(tmp).unlink(missing_ok=True)
+            raise
         for folder in {path.parent for path, _data in files}:
             fd = os.open(folder, os.O_RDONLY)
             try:

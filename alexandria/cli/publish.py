@@ -155,8 +155,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 #: envelopes made durable in pending/ together, then sent in one ``POST /api/entries/batch``
-#: (PROTOCOL §4.1: at most 1,000 lines and 8 MiB a request)
-CHUNK = BATCH_LINES
+#: (PROTOCOL §4.1: at most 1,000 lines and 8 MiB a request); fewer than the limit, so that the
+#: library admits one chunk while the next is signed
+CHUNK = min(250, BATCH_LINES)
 CHUNK_BYTES = BATCH_BYTES
 
 
@@ -164,11 +165,12 @@ class Batch:
     """``publish FILE…`` / ``--jsonl``: every content is checked and signed, written to
     pending/ a chunk at a time, sent in one batch request (its lines admitted in order, each
     as ``POST /api/entries`` would admit it), and its name recorded as soon as it is admitted.
-    A content that uses a name defined earlier in the unsent chunk waits for that chunk to be
-    sent, so ``$name`` always resolves to an admitted revision.  A refusal (before signing) or
-    a rejection (by the library) is reported and the rest go on; when the library cannot be
-    reached the batch stops, the chunk stays pending for ``alexandria retry`` and what is not
-    signed yet is not published."""
+    One chunk is in flight while the next is signed and made durable; its answers are reported
+    (in order) before the next is sent.  A content that uses a name defined in a chunk not
+    answered yet waits for that chunk, so ``$name`` always resolves to an admitted revision.
+    A refusal (before signing) or a rejection (by the library) is reported and the rest go on;
+    when the library cannot be reached the batch stops, what was signed stays pending for
+    ``alexandria retry`` and what is not signed yet is not published."""
 
     def __init__(self, args: argparse.Namespace, session: Session) -> None:
         self.args = args
@@ -181,14 +183,19 @@ class Batch:
         self.chunk_names: set[str] = set()
         self.results: list[dict[str, Any]] = []
         self.stopped = False
+        #: the chunk sent and not answered yet, its names, and the answers to come
+        self.in_flight: tuple[list[tuple[Item, Any, dict[str, Any]]], Any] | None = None
+        self.in_flight_names: set[str] = set()
+        self._sender: Any = None
 
     def run(self, items: Iterator[Item]) -> None:
         for item in items:
             if item.error is not None:  # unreadable: reported in its place
                 self.chunk.append((item, None, {"refused": item.error}))
                 continue
-            if _names_used(item.content) & self.chunk_names:
+            if _names_used(item.content) & (self.chunk_names | self.in_flight_names):
                 self.flush()
+                self.collect()
             if self.done():
                 return
             try:
@@ -202,11 +209,12 @@ class Batch:
                 meta["name"] = item.name
                 if self.session.names_path is not None:
                     meta["names_file"] = str(self.session.names_path)
-                self.chunk_names.add(item.name)
             if self.chunk_bytes + len(signed.envelope) + 1 > CHUNK_BYTES:
                 self.flush()
                 if self.done():
                     return
+            if item.name is not None:
+                self.chunk_names.add(item.name)
             self.chunk.append((item, signed, meta))
             self.chunk_bytes += len(signed.envelope) + 1
             self.chunk_signed += 1
@@ -215,28 +223,54 @@ class Batch:
             if self.done():
                 return
         self.flush()
+        self.collect()
 
     def done(self) -> bool:
         return self.stopped
 
     def flush(self) -> None:
-        """The chunk durable in pending/, then sent in one batch request over the session's
-        kept-alive connection: the library admits its lines in order in one group commit."""
+        """The chunk durable in pending/; then, once the chunk in flight is answered (and
+        reported), sent in one batch request on the session's kept-alive connection, from a
+        sender thread: the library admits its lines in order in one group commit."""
         if not self.chunk:
             return
-        pendings = self.outbox.write_many([(s.id, s.envelope, m) for _i, s, m in self.chunk
+        chunk, names = self.chunk, self.chunk_names
+        self.chunk, self.chunk_names = [], set()
+        self.chunk_bytes = self.chunk_signed = 0
+        pendings = self.outbox.write_many([(s.id, s.envelope, m) for _i, s, m in chunk
                                            if s is not None])
+        self.collect()
+        if self.stopped or not pendings:
+            self._report(chunk, [Outcome(p, "kept") for p in pendings])
+            return
+        if self._sender is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._sender = ThreadPoolExecutor(1, thread_name_prefix="alexandria-publish")
+        self.in_flight = (chunk, self._sender.submit(self._send, pendings))
+        self.in_flight_names = names
+
+    def _send(self, pendings: list[Pending]) -> list[Outcome]:
         admitted: list[tuple[Pending, bytes, dict[str, Any]]] = []
         try:
-            if self.stopped or not pendings:
-                outcomes = [Outcome(p, "kept") for p in pendings]
-            else:
-                outcomes = self.outbox.deliver_many(pendings, self.session.client, admitted)
-                self.stopped = any(o.status == "kept" for o in outcomes)
+            return self.outbox.deliver_many(pendings, self.session.client, admitted)
         finally:
             self.outbox.settle(admitted)
+
+    def collect(self) -> None:
+        """Wait for the chunk in flight and report its lines."""
+        if self.in_flight is None:
+            return
+        chunk, answers = self.in_flight
+        self.in_flight, self.in_flight_names = None, set()
+        outcomes: list[Outcome] = answers.result()
+        self.stopped = self.stopped or any(o.status == "kept" for o in outcomes)
+        self._report(chunk, outcomes)
+
+    def _report(self, chunk: list[tuple[Item, Any, dict[str, Any]]],
+                outcomes: list[Outcome]) -> None:
         sent = iter(outcomes)
-        for item, signed, meta in self.chunk:
+        for item, signed, meta in chunk:
             if signed is None:
                 self.results.append(_batch_line(self.args, item.source, None, meta["refused"]))
                 continue
@@ -244,16 +278,14 @@ class Batch:
             if outcome.status == "admitted" and item.name is not None:
                 self.session.remember(item.name, outcome.pending.id)
             self.results.append(_batch_line(self.args, item.source, outcome, outcome.error))
-        self.chunk = []
-        self.chunk_bytes = 0
-        self.chunk_signed = 0
-        self.chunk_names = set()
-        if self.stopped:
+        if any(o.status == "kept" for o in outcomes):
             note("the library cannot be reached: what is signed stays in pending/ for"
                  " `alexandria retry`; the rest is not signed")
 
     def close(self) -> None:
-        """Nothing of its own to close: the session's connection is the session's."""
+        """Stop the sender thread (after the chunk in flight, whose answers are recorded)."""
+        if self._sender is not None:
+            self._sender.shutdown(wait=True)
 
     def summary(self) -> int:
         return _batch_summary(self.results, self.session.home)
