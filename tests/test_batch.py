@@ -130,6 +130,8 @@ def test_a_refused_line_fails_alone(live: Live) -> None:
         status, body = live.single(lines[i])
         assert (results[i]["status"], results[i]["body"]) == (status, body), i
         assert status in (400, 403), (i, body)
+    assert results[4]["body"]["code"] == "NOT_JSON"  # a blank line: the single route's 400
+    assert results[2]["body"]["code"] == "JSON_TOO_DEEP"
 
 
 def test_a_conflict_in_a_batch_is_the_single_routes_409(live: Live) -> None:
