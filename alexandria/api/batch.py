@@ -33,6 +33,7 @@ from alexandria.errors import (
     ClientGone,
     PayloadTooLarge,
     RequestTimeout,
+    ServiceError,
     UnsupportedMediaType,
 )
 from alexandria.rules.admission import Candidate, prepare
@@ -47,6 +48,10 @@ MAX_BATCH_BYTES = 8 * 1024 * 1024
 MAX_LINE_BYTES = MAX_ENVELOPE_BYTES
 #: 8 MiB at a slow link's 200 kB/s takes 40 s
 BATCH_BODY_TIMEOUT_S = 60.0
+#: request bytes all the batches one HTTP process is reading or admitting may hold together
+#: (their prepared lines take a few times more): beyond it a batch is 503 ``BATCH_BUDGET``,
+#: at once, before its body is read, so that concurrent strangers cannot exhaust memory
+BATCH_BUDGET_BYTES = 32 * 1024 * 1024
 
 Outcome = Admitted | DryRun | BaseException
 
@@ -61,6 +66,28 @@ def check_media_type(request: Request) -> None:
         )
 
 
+class _Budget:
+    """Bytes reserved by the batches in progress in this process (``BATCH_BUDGET_BYTES``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, n: int) -> None:
+        if self.used + n > self.limit:
+            raise ServiceError(
+                "too many batches in progress on this server: retry shortly",
+                "BATCH_BUDGET", limit=self.limit,
+            )
+        self.used += n
+
+    def give(self, n: int) -> None:
+        self.used -= n
+
+
+BUDGET = _Budget(BATCH_BUDGET_BYTES)
+
+
 def _too_many_lines() -> PayloadTooLarge:
     return PayloadTooLarge(f"a batch holds at most {MAX_LINES} lines", "TOO_MANY_LINES",
                            limit=MAX_LINES)
@@ -71,12 +98,14 @@ def _line_too_large(line: int) -> PayloadTooLarge:
                            limit=MAX_LINE_BYTES, line=line)
 
 
-async def read_lines(request: Request) -> list[bytes]:
+async def read_lines(request: Request, reserved: list[int]) -> list[bytes]:
     """The request's lines (a final newline optional), refused with 413 as soon as the body
-    passes a bound, and with 408 when it has not all arrived in ``BATCH_BODY_TIMEOUT_S``."""
+    passes a bound, and with 408 when it has not all arrived in ``BATCH_BODY_TIMEOUT_S``.
+    The bytes read are reserved from ``BUDGET`` as they arrive (their sum in ``reserved``:
+    the caller gives them back)."""
     try:
         async with asyncio.timeout(BATCH_BODY_TIMEOUT_S):
-            data = await _stream_lines(request)
+            data = await _stream_lines(request, reserved)
     except TimeoutError:
         raise RequestTimeout(
             f"the request body did not arrive within {BATCH_BODY_TIMEOUT_S:g} s",
@@ -93,13 +122,16 @@ async def read_lines(request: Request) -> list[bytes]:
     return lines
 
 
-async def _stream_lines(request: Request) -> bytes:
+async def _stream_lines(request: Request, reserved: list[int]) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BATCH_BYTES:
         raise PayloadTooLarge(
             f"request body is {declared} bytes; at most {MAX_BATCH_BYTES}", "BODY_TOO_LARGE",
             limit=MAX_BATCH_BYTES, actual=int(declared),
         )
+    if declared is not None and declared.isdigit():
+        BUDGET.take(int(declared))
+        reserved[0] += int(declared)
     buf = bytearray()
     lines = 0  # complete lines so far
     start = 0  # where the current line starts
@@ -109,6 +141,9 @@ async def _stream_lines(request: Request) -> bytes:
                                   "BODY_TOO_LARGE", limit=MAX_BATCH_BYTES)
         at = len(buf)
         buf += chunk
+        if len(buf) > reserved[0]:
+            BUDGET.take(len(buf) - reserved[0])
+            reserved[0] = len(buf)
         while (end := buf.find(b"\n", at)) >= 0:
             if end - start > MAX_LINE_BYTES:
                 raise _line_too_large(lines + 1)
@@ -162,7 +197,14 @@ async def post_batch(request: Request) -> Response:
     lib: Library = request.app.state.library
     dry_run = bool_param(query_params(request, ("dry_run",)), "dry_run")
     check_media_type(request)
-    lines = await read_lines(request)
+    reserved = [0]
+    try:
+        return await _admit_lines(lib, await read_lines(request, reserved), dry_run)
+    finally:
+        BUDGET.give(reserved[0])
+
+
+async def _admit_lines(lib: Library, lines: list[bytes], dry_run: bool) -> Response:
     prepared = await asyncio.to_thread(prepare_lines, lines, lib.genesis)
     cands = [p for p in prepared if isinstance(p, Candidate)]
     admitted: list[Admitted | DryRun | Exception]

@@ -361,6 +361,8 @@ PATHS: dict[str, Any] = {
                               f" lines (TOO_MANY_LINES), or a line over {MAX_ENVELOPE_BYTES}"
                               " bytes (LINE_TOO_LARGE, details.line)"),
                 "415": _error(f"a body that is not {NDJSON} (UNSUPPORTED_MEDIA_TYPE)"),
+                "503": _error("BATCH_BUDGET: too many batch bytes in progress on this server"
+                              " process; nothing was admitted, retry shortly"),
             },
         }
     },

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,8 +168,16 @@ class Outbox:
         recorded the same way (admissions in ``admitted`` for ``settle``).  No answer, or a
         refusal of the whole request: every envelope stays pending, none is rejected.  A
         library without the batch route (404, 405, 415) gets them one at a time."""
+        envelopes = [p.envelope for p in pendings]
         try:
-            answers = client.publish_batch([p.envelope for p in pendings])
+            for wait in BUSY_WAITS:  # a library busy with other batches: the same bytes again
+                try:
+                    answers = client.publish_batch(envelopes)
+                    break
+                except Unreachable as exc:
+                    if exc.details.get("status") != 503 or wait is None:
+                        raise
+                    time.sleep(wait)
         except Unreachable as exc:
             return [Outcome(p, "kept", error=exc) for p in pendings]
         except AlexandriaError as exc:
@@ -258,6 +267,9 @@ class Outbox:
             self._path(self.home.pending_dir, rev, ".meta.json").unlink(missing_ok=True)
 
 
+#: seconds between the attempts of a batch the library answered 503 as a whole (it had too many
+#: in progress); ``None``: give up, the envelopes stay pending
+BUSY_WAITS = (0.25, 0.5, 1.0, 2.0, None)
 #: PROTOCOL §4.1: lines and bytes of one ``POST /api/entries/batch``
 BATCH_LINES = 1000
 BATCH_BYTES = 8 * 1024 * 1024
