@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from alexandria.api.http import bool_param, query_params
 from alexandria.api.metrics import WRITER_QUEUE, count_admission
-from alexandria.core.records import MAX_ENVELOPE_BYTES
+from alexandria.core.records import MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_ENVELOPE_BYTES, NDJSON
 from alexandria.core.trust import Genesis
 from alexandria.errors import (
     AlexandriaError,
@@ -42,9 +42,7 @@ from alexandria.store.interface import Admitted, DryRun
 
 log = logging.getLogger(__name__)
 
-NDJSON = "application/x-ndjson"
-MAX_LINES = 1000
-MAX_BATCH_BYTES = 8 * 1024 * 1024
+MAX_LINES = MAX_BATCH_LINES
 MAX_LINE_BYTES = MAX_ENVELOPE_BYTES
 #: 8 MiB at a slow link's 200 kB/s takes 40 s
 BATCH_BODY_TIMEOUT_S = 60.0

@@ -10,9 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from alexandria import __version__
-from alexandria.api.batch import MAX_BATCH_BYTES, MAX_LINES, NDJSON
 from alexandria.core.canonical import MAX_JSON_DEPTH
-from alexandria.core.records import MAX_ENVELOPE_BYTES, PERSONAL_KINDS, PUBLIC_KINDS
+from alexandria.core.records import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_LINES,
+    MAX_ENVELOPE_BYTES,
+    NDJSON,
+    PERSONAL_KINDS,
+    PUBLIC_KINDS,
+)
 from alexandria.core.trust import SCOPES
 from alexandria.reads.catalogue import (
     MAX_QUERY_WORDS,
@@ -330,7 +336,7 @@ PATHS: dict[str, Any] = {
                 " fails, delays or changes another. The answer is sent once every admitted line"
                 " is durable: one NDJSON line per request line, in order,"
                 " `{\"status\": S, \"body\": B}` with the single route's status and body."
-                f" At most {MAX_LINES} lines, {MAX_BATCH_BYTES} bytes in all and"
+                f" At most {MAX_BATCH_LINES} lines, {MAX_BATCH_BYTES} bytes in all and"
                 f" {MAX_ENVELOPE_BYTES} bytes a line (the newline not counted); a final newline"
                 " is optional; an empty body is an empty answer."),
             "parameters": [_q("dry_run", {"enum": ["true", "false"], "default": "false"},
@@ -357,7 +363,7 @@ PATHS: dict[str, Any] = {
                 "400": _error("bad query parameter"),
                 "408": _error("the body did not arrive in time (BODY_TIMEOUT)"),
                 "413": _error(f"the whole request, before any line is admitted: over"
-                              f" {MAX_BATCH_BYTES} bytes (BODY_TOO_LARGE), over {MAX_LINES}"
+                              f" {MAX_BATCH_BYTES} bytes (BODY_TOO_LARGE), over {MAX_BATCH_LINES}"
                               f" lines (TOO_MANY_LINES), or a line over {MAX_ENVELOPE_BYTES}"
                               " bytes (LINE_TOO_LARGE, details.line)"),
                 "415": _error(f"a body that is not {NDJSON} (UNSUPPORTED_MEDIA_TYPE)"),

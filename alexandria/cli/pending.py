@@ -39,6 +39,7 @@ import orjson
 from alexandria.cli.config import Home
 from alexandria.client import Client, Unreachable, answer_of, is_definitive
 from alexandria.core.keys import HEX64
+from alexandria.core.records import MAX_BATCH_BYTES, MAX_BATCH_LINES
 from alexandria.core.timestamps import now
 from alexandria.errors import AlexandriaError
 from alexandria.files import atomic_write, read_json, temporary_beside, write_json
@@ -271,8 +272,8 @@ class Outbox:
 #: in progress); ``None``: give up, the envelopes stay pending
 BUSY_WAITS = (0.25, 0.5, 1.0, 2.0, None)
 #: PROTOCOL §4.1: lines and bytes of one ``POST /api/entries/batch``
-BATCH_LINES = 1000
-BATCH_BYTES = 8 * 1024 * 1024
+BATCH_LINES = MAX_BATCH_LINES
+BATCH_BYTES = MAX_BATCH_BYTES
 
 
 def batch_chunks(pendings: Sequence[Pending]) -> list[list[Pending]]:
