@@ -18,7 +18,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -242,7 +242,7 @@ class Client:
         is ``Unreachable`` with code ``ANSWER_TOO_LARGE``, its reading stopped at the cap."""
         headers = {**_HEADERS, **(headers or {})}
         if content is not None:
-            headers["content-type"] = "application/json"
+            headers.setdefault("content-type", "application/json")
         query = f"?{urlencode(params)}" if params else ""
         started = time.perf_counter()
         status, reason, body = self._exchange(method, self._prefix + path + query, content,
@@ -289,6 +289,39 @@ class Client:
     def publish(self, envelope: bytes) -> Answer:
         """``POST /api/entries``: 201 admitted, 200 already admitted (an exact retry)."""
         return self.post("/api/entries", envelope)
+
+    def publish_batch(self, envelopes: Sequence[bytes]) -> list[tuple[int, Any, bytes]]:
+        """``POST /api/entries/batch`` (PROTOCOL §4.1): one ``(status, body, body bytes)`` per
+        envelope, in order, each what ``POST /api/entries`` would have answered for it alone.
+        The body bytes are the signed record as the library stores it (JCS) when the line
+        carries it verbatim, else the JCS of the parsed body.  The envelopes are canonical
+        JSON, so none holds a newline.  A whole-request refusal raises as ``request`` does; an
+        answer that does not hold one result per envelope is ``Unreachable``."""
+        answer = self.request("POST", "/api/entries/batch", content=b"\n".join(envelopes),
+                              headers={"content-type": "application/x-ndjson",
+                                       "accept": "application/x-ndjson"})
+        out: list[tuple[int, Any, bytes]] = []
+        try:
+            for line in answer.content.splitlines():
+                if line.startswith(b'{"status":') and line[13:21] == b',"body":' \
+                        and line.endswith(b"}") and line[10:13].isdigit():
+                    raw = line[21:-1]
+                    out.append((int(line[10:13]), orjson.loads(raw), raw))
+                    continue
+                from alexandria.core.canonical import canonical  # another server's layout
+
+                value = orjson.loads(line)
+                status, body = value["status"], value["body"]
+                if not isinstance(status, int):
+                    raise TypeError(status)
+                out.append((status, body, canonical(body)))
+        except (orjson.JSONDecodeError, AlexandriaError, KeyError, TypeError) as exc:
+            raise Unreachable(f"{self.base_url}/api/entries/batch answered something that is"
+                              " not a batch result", "BAD_RESPONSE") from exc
+        if len(out) != len(envelopes):
+            raise Unreachable(f"{self.base_url}/api/entries/batch answered {len(out)} results"
+                              f" for {len(envelopes)} envelopes", "BAD_RESPONSE")
+        return out
 
     def dry_run(self, envelope: bytes) -> dict[str, Any]:
         value: dict[str, Any] = self._decode(

@@ -86,6 +86,12 @@ class PayloadTooLarge(AlexandriaError):
     default_code = "PAYLOAD_TOO_LARGE"
 
 
+class UnsupportedMediaType(AlexandriaError):
+    """A request body of a content type the route does not take."""
+
+    default_code = "UNSUPPORTED_MEDIA_TYPE"
+
+
 class ClientGone(BadRequest):
     """The client hung up mid-request: the answer goes nowhere, only the log hears of it."""
 
@@ -166,6 +172,7 @@ HTTP_STATUS: dict[type[AlexandriaError], int] = {
     NotFound: 404,
     Conflict: 409,
     PayloadTooLarge: 413,
+    UnsupportedMediaType: 415,
     RequestTimeout: 408,
     Unprocessable: 422,
     UnsafeNumber: 422,

@@ -1,12 +1,15 @@
 """Admissions per second over HTTP, beside the per-envelope floor measured in the same run.
 
     .venv/bin/python -m bench.admission [--envelopes 20000] [--connections 32] [--workers 1]
-        [--front-end granian|uvicorn] [--postgresql]
+        [--front-end granian|uvicorn] [--postgresql] [--batch N [--batch-connections 4]]
 
 The floor is what one envelope costs at the least on one core: JCS of the record, SHA-256,
 Ed25519 verification of the proof, content-schema validation and one SQLite insert (committed
 in groups, as the server does).  The HTTP figure posts pre-signed envelopes from a separate
-process over keep-alive connections to a real ``alexandria serve`` on 127.0.0.1.
+process over keep-alive connections to a real ``alexandria serve`` on 127.0.0.1.  With
+``--batch N`` the envelopes are split in two halves: the first goes to ``POST /api/entries``
+one per request, the second to ``POST /api/entries/batch`` N lines per request (PROTOCOL
+§4.1), in the same run against the same server, each beside the floor.
 """
 
 from __future__ import annotations
@@ -172,12 +175,86 @@ async def _post_all(port: int, bodies: list[bytes], connections: int) -> list[in
     return statuses
 
 
-def client_process(port: int, bodies: list[bytes], connections: int, out: Any) -> None:
+async def _post_batches(port: int, bodies: list[bytes], lines: int,
+                        connections: int) -> list[int]:
+    """Each request ``lines`` envelopes; one status per envelope (its line's)."""
+    statuses: list[int] = []
+    queue = [b"\n".join(bodies[i:i + lines]) for i in range(0, len(bodies), lines)]
+    queue.reverse()
+
+    async def worker() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while queue:
+            body = queue.pop()
+            writer.write(
+                b"POST /api/entries/batch HTTP/1.1\r\nHost: bench\r\n"
+                b"Content-Type: application/x-ndjson\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            answer = await reader.readexactly(length)
+            if status != 200:
+                statuses.append(status)
+                continue
+            statuses.extend(int(line[10:13]) for line in answer.splitlines())  # {"status":S
+        writer.close()
+
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    return statuses
+
+
+def client_process(port: int, bodies: list[bytes], connections: int, out: Any,
+                   batch: int = 0) -> None:
     import uvloop
 
     t, cpu = time.perf_counter(), time.process_time()
-    statuses = uvloop.run(_post_all(port, bodies, connections))
+    if batch:
+        statuses = uvloop.run(_post_batches(port, bodies, batch, connections))
+    else:
+        statuses = uvloop.run(_post_all(port, bodies, connections))
     out.put((time.perf_counter() - t, time.process_time() - cpu, statuses))
+
+
+def run_load(port: int, pid: int, bodies: list[bytes], connections: int, batch: int,
+             wal_path: Path) -> dict[str, Any]:
+    """One load from a separate process: its wall time, CPU on both sides, statuses."""
+    cpu_before = process_cpu(pid)
+    threads_before = thread_cpu(pid)
+    q: Any = multiprocessing.Queue()
+    proc = multiprocessing.Process(target=client_process,
+                                   args=(port, bodies, connections, q, batch))
+    proc.start()
+    wal = WalWatch(wal_path)
+    elapsed, client_cpu, statuses = q.get()
+    wal.stop()
+    proc.join()
+    cpu = process_cpu(pid) - cpu_before
+    threads = {k: v - threads_before.get(k, 0.0) for k, v in thread_cpu(pid).items()}
+    return {"elapsed": elapsed, "client_cpu": client_cpu, "statuses": statuses, "cpu": cpu,
+            "threads": threads, "wal": wal.largest}
+
+
+def report(label: str, load: dict[str, Any], rate_floor: float, postgresql: bool,
+           requests: int) -> None:
+    statuses, elapsed, cpu = load["statuses"], load["elapsed"], load["cpu"]
+    ok = sum(1 for s in statuses if s == 201)
+    rate = ok / elapsed
+    print(f"{label:<21} {rate:8.0f} admissions/s ({ok} of {len(statuses)} admitted, 201;"
+          f" {rate / rate_floor:.2f} of the floor)")
+    print(f"  server CPU          {cpu / max(ok, 1) * 1e6:8.0f} µs per admission"
+          f" ({cpu / elapsed:.2f} cores busy)")
+    print(f"  load generator CPU  {load['client_cpu'] / max(requests, 1) * 1e6:8.0f} µs per"
+          f" request ({load['client_cpu'] / elapsed:.2f} cores busy)")
+    if not postgresql:
+        print(f"  write-ahead log     {load['wal'] / 2**20:8.1f} MiB at most during the run")
+    busiest = sorted(load["threads"].items(), key=lambda kv: -kv[1])[:4]
+    print("  busiest threads     "
+          + ", ".join(f"{pid}/{tid} {t / max(ok, 1) * 1e6:.0f} µs" for (pid, tid), t in busiest))
 
 
 
@@ -191,6 +268,11 @@ def main() -> None:
                     help="serve with a dedicated admission writer process")
     ap.add_argument("--front-end", choices=("granian", "uvicorn"), default="granian",
                     help="the HTTP server in front of the app (uvicorn: for comparison)")
+    ap.add_argument("--batch", type=int, default=0, metavar="N",
+                    help="also admit half of the envelopes through POST /api/entries/batch,"
+                    " N lines a request (at most 1000)")
+    ap.add_argument("--batch-connections", type=int, default=4,
+                    help="connections sending batches at once")
     ap.add_argument("--postgresql", action="store_true",
                     help="store in PostgreSQL: a throwaway durable cluster (fsync on) on a Unix"
                     " socket, started for the run (tests/pgcluster.py)")
@@ -237,50 +319,28 @@ def main() -> None:
             for b in bodies[:4]:
                 r = httpx.post(f"http://127.0.0.1:{port}/api/entries", content=b)
                 assert r.status_code == 201, r.text
-            cpu_before = process_cpu(server.pid)
-            threads_before = thread_cpu(server.pid)
-            q: Any = multiprocessing.Queue()
-            proc = multiprocessing.Process(
-                target=client_process, args=(port, bodies[4:], args.connections, q)
-            )
-            proc.start()
-            wal = WalWatch(tmp / "library.db-wal")
-            elapsed, client_cpu, statuses = q.get()
-            wal.stop()
-            proc.join()
-            cpu = process_cpu(server.pid) - cpu_before
-            threads = {
-                k: v - threads_before.get(k, 0.0) for k, v in thread_cpu(server.pid).items()
-            }
+            rest = bodies[4:]
+            single = rest[: len(rest) // 2] if args.batch else rest
+            loads = [("HTTP admission", run_load(port, server.pid, single, args.connections, 0,
+                                                 tmp / "library.db-wal"), len(single))]
+            if args.batch:
+                batched = rest[len(rest) // 2:]
+                loads.append((f"batch of {args.batch}", run_load(
+                    port, server.pid, batched, args.batch_connections, args.batch,
+                    tmp / "library.db-wal"), -(-len(batched) // args.batch)))
         finally:
             server.terminate()
             server.wait()
-    ok = sum(1 for s in statuses if s == 201)
-    rate = ok / elapsed
-    print(f"storage               {'PostgreSQL' if args.postgresql else 'SQLite'}")
-    print(f"envelopes             {len(statuses)} ({ok} admitted, 201)")
+    processes = (f"{args.workers} HTTP process{'es' if args.workers > 1 else ''}"
+                 f"{' + 1 writer process' if args.workers > 1 or args.writer_process else ''}")
+    print(f"storage               {'PostgreSQL' if args.postgresql else 'SQLite'}, {processes}")
     print(f"floor (1 core)        {rate_floor:8.0f} envelopes/s  ({1e6 / rate_floor:.0f} µs each)")
-    print(
-        f"HTTP admission        {rate:8.0f} admissions/s ({args.connections} connections,"
-        f" {args.workers} HTTP process{'es' if args.workers > 1 else ''}"
-        f"{' + 1 writer process' if args.workers > 1 or args.writer_process else ''})"
-    )
-    print(f"HTTP + rules cost     {rate_floor / rate:8.2f} × the floor")
-    print(
-        f"server CPU            {cpu / max(ok, 1) * 1e6:8.0f} µs per admission"
-        f" ({cpu / elapsed:.2f} cores busy)"
-    )
-    print(
-        f"load generator CPU    {client_cpu / max(len(statuses), 1) * 1e6:8.0f} µs per request"
-        f" ({client_cpu / elapsed:.2f} cores busy)"
-    )
-    if not args.postgresql:
-        print(f"write-ahead log       {wal.largest / 2**20:8.1f} MiB at most during the run")
-    busiest = sorted(threads.items(), key=lambda kv: -kv[1])[:4]
-    print(
-        "  busiest threads     "
-        + ", ".join(f"{pid}/{tid} {t / max(ok, 1) * 1e6:.0f} µs" for (pid, tid), t in busiest)
-    )
+    print(f"single route          {args.connections} connections")
+    if args.batch:
+        print(f"batch route           {args.batch} lines a request,"
+              f" {args.batch_connections} connections")
+    for label, load, requests in loads:
+        report(label, load, rate_floor, args.postgresql, requests)
 
 
 if __name__ == "__main__":

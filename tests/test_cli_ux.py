@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from alexandria.cli.publish import CHUNK
 from tests.cli_support import CLI, ROOT, Library, cli, cli_env, cli_json, write_content
 from tests.liveserver import NewDb, free_port, stop_group
 
@@ -271,6 +272,40 @@ def test_publish_many_files_and_jsonl_with_names(lib: Library, tmp_path: Path) -
     reply = cli_json("get", results[5]["id"], home=home)
     assert reply["record"]["links"][0]["target"] == results[1]["id"]
     assert _files(home / "pending") == []
+
+
+def _batch_requests(url: str) -> float:
+    """``POST /api/entries/batch`` requests the server has timed (its ``/metrics``)."""
+    text = httpx.get(f"{url}/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("alexandria_request_duration_seconds_count")
+               and 'route="/api/entries/batch"' in line)
+
+
+def test_publish_jsonl_sends_batches_of_at_most_1000(lib: Library, tmp_path: Path) -> None:
+    home = lib.homes["owner"]
+    thread = cli_json("get", "thread", home=home)["id"]
+    lines = [_reply(f"bulk {i}", thread) for i in range(1200)]
+    missing = "0" * 64
+    lines[700] = _reply("to nothing", missing)  # the library refuses this one alone
+    jsonl = tmp_path / "bulk.jsonl"
+    jsonl.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    before = _batch_requests(lib.url)
+    r = cli("--json", "publish", "--jsonl", str(jsonl), home=home, expect=3)
+    results = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [x["status"] for x in results] == ["admitted"] * 700 + ["rejected"] + ["admitted"] * 499
+    assert results[700]["error"]["code"] == "LINK_TARGET_MISSING"
+    assert _batch_requests(lib.url) - before == -(-1200 // CHUNK)
+    assert _files(home / "pending") == []
+    rejected = results[700]["id"]
+    assert (home / "rejected" / f"{rejected}.json").exists()
+    # what published/ holds is the library's signed record, byte for byte
+    some = results[1000]["id"]
+    served = httpx.get(f"{lib.url}/api/entries/{some}").content
+    assert (home / "published" / f"{some}.json").read_bytes() == served
+    # publishing the same lines again: new signatures, new revisions (never a silent no-op)
+    again = cli("publish", "--jsonl", str(jsonl), home=home, expect=3)
+    assert len(again.stdout.split()) == 1199
 
 
 def test_batch_keeps_what_it_signed_when_the_library_is_down(lib: Library,

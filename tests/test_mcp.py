@@ -339,3 +339,28 @@ async def test_publish_keeps_retries_and_rejects_like_the_cli(lib: Library) -> N
             "links": [{"relation": "replies_to", "target": "1" * 64}], "previous": ""})
         assert rejected["code"] == "LINK_TARGET_MISSING"
         assert len(list((home / "rejected").glob("*.error.json"))) == 1
+
+
+async def test_publish_several_contributions_in_one_batch(lib: Library) -> None:
+    home = lib.homes["peer"]
+    space = {"kind": "space", "title": "Batch space", "body": {"summary": "many"},
+             "links": [], "previous": ""}
+    dangling = {"kind": "reply", "title": "Dangling", "body": "to nothing",
+                "links": [{"relation": "replies_to", "target": "2" * 64}], "previous": ""}
+    unsigned = {"kind": "space", "title": "", "body": {"summary": "no title"}}
+    other = {**space, "title": "Another batch space"}
+    async with agent(home, lib.url) as client:
+        out = await call(client, "publish", contributions=[space, dangling, unsigned, other])
+        results = out["results"]
+        assert [r["status"] for r in results] == ["admitted", "rejected", "refused", "admitted"]
+        assert (out["admitted"], out["rejected"], out["refused"], out["kept"]) == (2, 1, 1, 0)
+        assert results[1]["error"]["code"] == "LINK_TARGET_MISSING"
+        for r in (results[0], results[3]):
+            assert r["created"] is True and r["signature_chain"] is True
+            assert (home / "published" / f"{r['id']}.json").exists()
+        assert (home / "rejected" / f"{results[1]['id']}.json").exists()
+        assert not list((home / "pending").glob("*.json"))
+        got = await call(client, "get", revision=results[3]["id"])
+        assert results[3]["id"] in str(got)
+        both = await refusal(client, "publish", content=space, contributions=[space])
+        assert both["code"] == "BAD_ARGUMENT"

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from alexandria.api import batch as batch_api
 from alexandria.api import catalogue as catalogue_api
 from alexandria.api import changes as changes_api
 from alexandria.api import contract as contract_api
@@ -74,8 +75,9 @@ def create_app(
 
     # the read tools for agents, at /mcp (docs/mcp.md); with witnesses, their quorum is required
     mcp = McpMount(library.genesis, library.cosigning.policy())
-    routes = [mcp.route, *write_api.routes, *read_api.routes, *personal_api.routes,
-              *changes_api.routes, *log_api.routes, *lookup_api.routes, AUTHORITY,
+    routes = [mcp.route, *write_api.routes, *batch_api.routes, *read_api.routes,
+              *personal_api.routes, *changes_api.routes, *log_api.routes, *lookup_api.routes,
+              AUTHORITY,
               *catalogue_api.routes, *object_api.routes, *contract_api.routes,
               *enrolment_api.routes, *metrics_api.routes, *web_routes.routes]
     app = Starlette(

@@ -2,7 +2,8 @@
 
 Metrics are kept by ``prometheus-client`` under names prefixed ``alexandria_``:
 
-- ``alexandria_admissions_total{outcome}``: ``POST /api/entries`` by outcome — ``created``,
+- ``alexandria_admissions_total{outcome}``: ``POST /api/entries`` (and each line of
+  ``POST /api/entries/batch``) by outcome — ``created``,
   ``retry`` (an exact retry, 200), ``dry_run``, or the refusal's typed error code
   (``BAD_SIGNATURE``, ``STALE_PREVIOUS``…: a fixed set, the codes of ``errors.py`` users);
 - ``alexandria_request_duration_seconds{route,method}``: a latency histogram per route
@@ -93,6 +94,12 @@ def admission_outcome() -> Iterator[list[str]]:
         _admissions("INTERNAL").inc()
         raise
     _admissions(outcome[0] if outcome else "unknown").inc()
+
+
+def count_admission(outcome: str) -> None:
+    """Count one line of ``POST /api/entries/batch`` as ``admission_outcome`` counts one
+    ``POST /api/entries``."""
+    _admissions(outcome).inc()
 
 
 @functools.cache

@@ -11,7 +11,14 @@ from typing import Any
 
 from alexandria import __version__
 from alexandria.core.canonical import MAX_JSON_DEPTH
-from alexandria.core.records import PERSONAL_KINDS, PUBLIC_KINDS
+from alexandria.core.records import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_LINES,
+    MAX_ENVELOPE_BYTES,
+    NDJSON,
+    PERSONAL_KINDS,
+    PUBLIC_KINDS,
+)
 from alexandria.core.trust import SCOPES
 from alexandria.reads.catalogue import (
     MAX_QUERY_WORDS,
@@ -365,6 +372,54 @@ PATHS: dict[str, Any] = {
                     "an exact retry (the stored signed record), or a dry run's verdict"),
                 "201": _json(_ref("SignedRecord"), "admitted: the signed record"),
                 **WRITE_ERRORS,
+            },
+        }
+    },
+    "/api/entries/batch": {
+        "post": {
+            "summary": "Admit many signed envelopes, one per NDJSON line (PROTOCOL §4.1)",
+            "description": (
+                "Each line is admitted exactly as `POST /api/entries` of that line alone would"
+                " be (the same checks, order, statuses, codes, details and exact-retry 200), in"
+                " line order: a later line may name an earlier line's revision as `previous` or"
+                " as a link target. Lines are independent: a refused line (a blank line, a"
+                " line that is not JSON or not UTF-8 included: 400 as on the single route) never"
+                " fails, delays or changes another. The answer is sent once every admitted line"
+                " is durable: one NDJSON line per request line, in order,"
+                " `{\"status\": S, \"body\": B}` with the single route's status and body."
+                f" At most {MAX_BATCH_LINES} lines, {MAX_BATCH_BYTES} bytes in all and"
+                f" {MAX_ENVELOPE_BYTES} bytes a line (the newline not counted); a final newline"
+                " is optional; an empty body is an empty answer."),
+            "parameters": [_q("dry_run", {"enum": ["true", "false"], "default": "false"},
+                              "every line as the single route's dry run: checked against the"
+                              " current state, nothing stored (a later line cannot build on an"
+                              " earlier one)")],
+            "requestBody": {"required": True, "content": {NDJSON: {
+                "schema": {"type": "string", "maxLength": MAX_BATCH_BYTES},
+                "description": "one envelope (as POST /api/entries takes) per line"}}},
+            "responses": {
+                "200": {"description": "one result line per request line, in order",
+                        "content": {NDJSON: {"schema": {
+                            "type": "object", "required": ["status", "body"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "status": {"enum": [200, 201, 400, 403, 409, 422, 500, 503]},
+                                "body": {"oneOf": [_ref("SignedRecord"), _ref("Error"), {
+                                    "type": "object",
+                                    "required": ["dry_run", "id", "root", "already_admitted"],
+                                    "properties": {"dry_run": {"const": True}, "id": HEX64,
+                                                   "root": HEX64,
+                                                   "already_admitted": {"type": "boolean"}}}]},
+                            }}}}},
+                "400": _error("bad query parameter"),
+                "408": _error("the body did not arrive in time (BODY_TIMEOUT)"),
+                "413": _error(f"the whole request, before any line is admitted: over"
+                              f" {MAX_BATCH_BYTES} bytes (BODY_TOO_LARGE), over {MAX_BATCH_LINES}"
+                              f" lines (TOO_MANY_LINES), or a line over {MAX_ENVELOPE_BYTES}"
+                              " bytes (LINE_TOO_LARGE, details.line)"),
+                "415": _error(f"a body that is not {NDJSON} (UNSUPPORTED_MEDIA_TYPE)"),
+                "503": _error("BATCH_BUDGET: too many batch bytes in progress on this server"
+                              " process; nothing was admitted, retry shortly"),
             },
         }
     },

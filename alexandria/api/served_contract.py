@@ -12,7 +12,12 @@ import copy
 from typing import Any
 
 from alexandria.core.contract import contract as read_contract
-from alexandria.core.records import MAX_BODY_CHARACTERS, MAX_ENVELOPE_BYTES
+from alexandria.core.records import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_LINES,
+    MAX_BODY_CHARACTERS,
+    MAX_ENVELOPE_BYTES,
+)
 from alexandria.core.schema import content_schema
 from alexandria.reads import catalogue, changes
 
@@ -49,6 +54,9 @@ def enforced_limits(changes_limits: changes.Limits = changes.DEFAULT_LIMITS) -> 
         "body_characters": MAX_BODY_CHARACTERS,
         "query_characters": catalogue.MAX_QUERY_CHARACTERS,
         "query_words": catalogue.MAX_QUERY_WORDS,
+        # POST /api/entries/batch (PROTOCOL §4.1); each line at most envelope_bytes
+        "batch_lines": MAX_BATCH_LINES,
+        "batch_bytes": MAX_BATCH_BYTES,
     }
 
 

@@ -9,7 +9,10 @@ the worker key and certificate that sign, the pending files.  The read tools are
 - ``publish`` signs it, writes the envelope to ``pending/`` *before* sending, and delivers it
   with ``pending.Outbox`` — the CLI's semantics: admitted → ``published/``; no definitive answer
   → kept, and ``publish`` with ``retry: ID`` resends those exact bytes, never re-signed; a
-  definitive rejection → ``rejected/`` with the library's typed error, never resent;
+  definitive rejection → ``rejected/`` with the library's typed error, never resent.  With
+  ``contributions`` (several contents) every one is signed and made durable in ``pending/``
+  first, then all are sent in one ``POST /api/entries/batch`` and each is answered in its
+  place, as ``publish --jsonl`` does;
 - ``follow``, ``unfollow``, ``save``, ``unsave``, ``lists``: the personal lists, by
   compare-and-set (``cli/personal.py``).
 
@@ -46,7 +49,7 @@ from alexandria.api.openapi import HEX64, OFFSET
 from alexandria.cli.config import Home, SetupRequired
 from alexandria.cli.duplicates import DuplicateContribution, find_duplicate
 from alexandria.cli.idempotency import Keys, content_digest
-from alexandria.cli.pending import Outbox, Pending
+from alexandria.cli.pending import Outbox, Outcome, Pending, batch_chunks
 from alexandria.cli.personal import _lists_of, _personal_read, apply_action
 from alexandria.cli.session import Session
 from alexandria.client import Unreachable
@@ -60,6 +63,8 @@ from alexandria.rules.personal import MAX_ROOTS
 
 T = TypeVar("T")
 LISTS_PAGE = 50  # roots per lists call, as the read routes page
+#: contents one publish call takes (its arguments hold at most 2,000 elements in all)
+MAX_CONTRIBUTIONS = 100
 
 
 async def serve_stdio(session: Session, genesis: Genesis, login: Login,
@@ -322,13 +327,16 @@ class Agent:
                 " sent again.)")
 
     async def publish(self, args: dict[str, Any]) -> Answer:
-        if ("content" in args) == ("retry" in args):
-            raise BadRequest("publish takes either content or retry", "BAD_ARGUMENT",
-                             allowed=["content", "retry"])
-        if "retry" in args and ({"idempotency_key", "allow_duplicate"} & set(args)):
-            raise BadRequest("idempotency_key and allow_duplicate go with content, not retry",
-                             "BAD_ARGUMENT", allowed=["retry"])
+        given = [k for k in ("content", "contributions", "retry") if k in args]
+        if len(given) != 1:
+            raise BadRequest("publish takes one of content, contributions or retry",
+                             "BAD_ARGUMENT", allowed=["content", "contributions", "retry"])
+        if "content" not in args and ({"idempotency_key", "allow_duplicate"} & set(args)):
+            raise BadRequest("idempotency_key and allow_duplicate go with content",
+                             "BAD_ARGUMENT", allowed=given)
         self._signer("publish")
+        if "contributions" in args:
+            return await self._publish_many(args["contributions"])
         key = args.get("idempotency_key")
         if key is not None:
             replayed = await self._sync(self._replayed, key, args["content"])
@@ -403,6 +411,70 @@ class Agent:
         return answer, (f"publish: {verb} as revision {rev}, log entry"
                         f" {int(view['entry'])} (leaf index {int(view['leaf_index'])}).")
 
+    async def _publish_many(self, contents: list[dict[str, Any]]) -> Answer:
+        """Each content signed (a content that cannot be is refused in its place), all of
+        them durable in pending/, then sent together in batch requests; one result each, in
+        order."""
+
+        def send() -> list[dict[str, Any]]:
+            results: list[dict[str, Any]] = [{} for _ in contents]
+            signed: list[tuple[int, Any, dict[str, Any]]] = []
+            for i, given in enumerate(contents):
+                content = {"links": [], "previous": "", **given}
+                try:
+                    envelope = self.session.sign(content)
+                except AlexandriaError as exc:
+                    results[i] = {"status": "refused", "error": exc.to_json()}
+                    continue
+                meta = {"kind": content["kind"], "title": content["title"],
+                        "library": self.session.library.url, "via": "mcp"}
+                signed.append((i, envelope, meta))
+            pendings = self.outbox.write_many([(e.id, e.envelope, m) for _i, e, m in signed])
+            admitted: list[tuple[Pending, bytes, dict[str, Any]]] = []
+            outcomes: list[Outcome] = []
+            try:
+                for chunk in batch_chunks(pendings):
+                    if outcomes and outcomes[-1].status == "kept":
+                        outcomes += [Outcome(p, "kept", error=outcomes[-1].error) for p in chunk]
+                        continue
+                    outcomes += self.outbox.deliver_many(chunk, self.session.client, admitted)
+            finally:
+                self.outbox.settle(admitted)
+            for (i, _e, _m), outcome in zip(signed, outcomes, strict=True):
+                results[i] = {"id": outcome.pending.id, "status": outcome.status}
+                if outcome.status == "admitted":
+                    record = orjson.loads(outcome.signed)
+                    entry = checked.count(
+                        checked.mapping(record.get("admission"), "admission").get("sequence"),
+                        "admission.sequence", 1)
+                    results[i].update(created=outcome.created,
+                                      root=checked.hex64(record.get("root"), "root"),
+                                      entry=entry, leaf_index=entry - 1)
+                    results[i]["signed"] = record
+                elif outcome.error is not None:
+                    error = outcome.error
+                    if checked.is_from_library(error):  # the library's words stay untrusted
+                        error = checked.from_library(error)
+                    results[i]["error"] = error.to_json()
+                    if outcome.status == "kept":
+                        results[i]["retry"] = {"retry": outcome.pending.id}
+            return results
+
+        results = await self._sync(send)
+        records = [r.pop("signed") for r in results if "signed" in r]
+        if records:
+            checked = await self.reader.verifier.check(records, with_proof=False)
+            verdicts = iter(checked.verdicts)
+            for r in results:
+                if r.get("status") == "admitted":
+                    r.update(next(verdicts).to_json())
+        counts = {s: sum(1 for r in results if r["status"] == s)
+                  for s in ("admitted", "rejected", "refused", "kept")}
+        text = (f"publish: {counts['admitted']} admitted, {counts['rejected']} rejected by the"
+                f" library, {counts['refused']} refused before signing, {counts['kept']} kept"
+                " pending (resend each with retry=ID).")
+        return {"results": results, **counts}, text
+
     # --- personal lists ---------------------------------------------------------------------
 
     def _personal(self, action: str, revisions: list[str]) -> dict[str, Any]:
@@ -453,6 +525,9 @@ class Agent:
         content = content_property()
         revisions = {"type": "array", "items": HEX64, "minItems": 1, "maxItems": MAX_ROOTS,
                      "uniqueItems": True}
+        many = {"type": "array", "items": content, "minItems": 1, "maxItems": MAX_CONTRIBUTIONS,
+                "description": "several contents, published in order in one batch; one result"
+                " each"}
         retry = {**HEX64, "description": "a pending id to resend"}
         key = {"type": "string", "minLength": 1, "maxLength": 128,
                "pattern": "^[A-Za-z0-9._:-]+$",
@@ -474,14 +549,21 @@ class Agent:
                  check_schema={"type": "object", "properties": {"content": {"type": "object"}},
                                "required": ["content"], "additionalProperties": False}),
             Tool("publish", "Sign with your worker key and publish. Kept pending first: after an"
-                 " uncertain answer, retry=ID resends the same bytes. Bodies per kind:"
+                 " uncertain answer, retry=ID resends the same bytes. contributions: several"
+                 " in one batch, one result each. Bodies per kind:"
                  f" {WRITE_SCHEMA_URI}. Links, in the write contract's words: {link_rules()}",
                  {"type": "object", "properties": {
-                     "content": content, "retry": retry, "idempotency_key": key,
-                     "allow_duplicate": allow}, "additionalProperties": False},
+                     "content": content, "contributions": many, "retry": retry,
+                     "idempotency_key": key, "allow_duplicate": allow},
+                  "additionalProperties": False},
                  self.publish, read_only=False,
                  check_schema={"type": "object",
-                               "properties": {"content": {"type": "object"}, "retry": retry,
+                               "properties": {"content": {"type": "object"},
+                                              "contributions": {
+                                                  "type": "array", "items": {"type": "object"},
+                                                  "minItems": 1,
+                                                  "maxItems": MAX_CONTRIBUTIONS},
+                                              "retry": retry,
                                               "idempotency_key": key,
                                               "allow_duplicate": {"type": "boolean"}},
                                "additionalProperties": False}),

@@ -28,20 +28,24 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from alexandria.cli import duplicates
 from alexandria.cli.config import Home
-from alexandria.client import Client, Unreachable, is_definitive
+from alexandria.client import Client, Unreachable, answer_of, is_definitive
 from alexandria.core.keys import HEX64
+from alexandria.core.records import MAX_BATCH_BYTES, MAX_BATCH_LINES
 from alexandria.core.timestamps import now
 from alexandria.errors import AlexandriaError
 from alexandria.files import atomic_write, read_json, temporary_beside, write_json
+
+T = TypeVar("T")
 
 
 class KeptPending(Unreachable):
@@ -166,6 +170,62 @@ class Outbox:
             admitted.append((pending, answer.content, signed))
         return Outcome(pending, "admitted", created=answer.status == 201, signed=answer.content)
 
+    def deliver_many(self, pendings: Sequence[Pending], client: Client,
+                     admitted: list[tuple[Pending, bytes, dict[str, Any]]]) -> list[Outcome]:
+        """``deliver`` for envelopes sent together in one ``POST /api/entries/batch``: each
+        line's answer is what ``deliver`` would have heard for its envelope alone, and is
+        recorded the same way (admissions in ``admitted`` for ``settle``).  No answer, or a
+        refusal of the whole request: every envelope stays pending, none is rejected.  A
+        library without the batch route (404, 405, 415) gets them one at a time."""
+        envelopes = [p.envelope for p in pendings]
+        try:
+            for wait in BUSY_WAITS:  # a library busy with other batches: the same bytes again
+                try:
+                    answers = client.publish_batch(envelopes)
+                    break
+                except Unreachable as exc:
+                    if exc.details.get("status") != 503 or wait is None:
+                        raise
+                    time.sleep(wait)
+        except Unreachable as exc:
+            return [Outcome(p, "kept", error=exc) for p in pendings]
+        except AlexandriaError as exc:
+            if getattr(exc, "http_status", 0) in (404, 405, 415):
+                return self._deliver_each(pendings, client, admitted)
+            if not is_definitive(exc):
+                raise
+            return [Outcome(p, "kept", error=exc) for p in pendings]
+        out = []
+        for p, (status, body, content) in zip(pendings, answers, strict=True):
+            if status in (200, 201):
+                signed = self._check_answer(p, content, client)
+                admitted.append((p, content, signed))
+                out.append(Outcome(p, "admitted", created=status == 201, signed=content))
+                continue
+            try:
+                answer_of(status, "", orjson.dumps(body), f"POST {client.base_url}/api/entries")
+                raise Unreachable(f"{client.base_url} answered {status} for {p.id}",
+                                  "BAD_RESPONSE", pending=p.id)
+            except Unreachable as exc:
+                out.append(Outcome(p, "kept", error=exc))
+            except AlexandriaError as exc:
+                self._reject(p, exc, status)
+                out.append(Outcome(p, "rejected", error=exc))
+        return out
+
+    def _deliver_each(self, pendings: Sequence[Pending], client: Client,
+                      admitted: list[tuple[Pending, bytes, dict[str, Any]]]) -> list[Outcome]:
+        out: list[Outcome] = []
+        for p in pendings:
+            if out and out[-1].status == "kept":
+                out.append(Outcome(p, "kept", error=out[-1].error))
+                continue
+            try:
+                out.append(self.deliver(p, client, admitted))
+            except AlexandriaError as exc:  # an answer that is not the library's: keep it
+                out.append(Outcome(p, "kept", error=exc))
+        return out
+
     def _check_answer(self, pending: Pending, content: bytes, client: Client) -> dict[str, Any]:
         try:
             signed: dict[str, Any] = orjson.loads(content)
@@ -200,8 +260,8 @@ class Outbox:
                 lines.setdefault(key, []).append((name, signed["id"]))
         for names_file, pairs in lines.items():
             self.home.append_names(pairs, Path(names_file) if names_file else None)
-        for p, _content, _signed in admitted:
-            self._remove(p.id, meta="written_at" in p.meta)
+        in_parallel(lambda p: self._remove(p.id, meta="written_at" in p.meta),
+                    [p for p, _content, _signed in admitted])
 
     def _reject(self, pending: Pending, exc: AlexandriaError, status: int) -> None:
         folder = self.home.rejected_dir
@@ -214,6 +274,27 @@ class Outbox:
         self._path(self.home.pending_dir, rev).unlink(missing_ok=True)
         if meta:  # only ``write`` and named ``write_many`` entries have one
             self._path(self.home.pending_dir, rev, ".meta.json").unlink(missing_ok=True)
+
+
+#: seconds between the attempts of a batch the library answered 503 as a whole (it had too many
+#: in progress); ``None``: give up, the envelopes stay pending
+BUSY_WAITS = (0.25, 0.5, 1.0, 2.0, None)
+#: PROTOCOL §4.1: lines and bytes of one ``POST /api/entries/batch``
+BATCH_LINES = MAX_BATCH_LINES
+BATCH_BYTES = MAX_BATCH_BYTES
+
+
+def batch_chunks(pendings: Sequence[Pending]) -> list[list[Pending]]:
+    """``pendings`` in order, cut into runs that each fit one batch request."""
+    chunks: list[list[Pending]] = []
+    size = BATCH_BYTES
+    for p in pendings:
+        if not chunks or len(chunks[-1]) >= BATCH_LINES or size + len(p.envelope) + 1 > BATCH_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(p)
+        size += len(p.envelope) + 1
+    return chunks
 
 
 def sync_all(fds: Sequence[int]) -> None:
@@ -245,23 +326,56 @@ def _syncfs() -> Any:
     return _SYNCFS[0]
 
 
+#: threads creating, renaming or removing the files of a chunk: each such call waits for the
+#: file system's journal on its own, and several wait together
+FILE_THREADS = 8
+
+
+def in_parallel(fn: Callable[[T], Any], items: Sequence[T]) -> None:
+    """``fn`` on every item, on ``FILE_THREADS`` threads when there are many (file-system calls
+    release the GIL); the first exception is raised once all have run."""
+    if len(items) <= 4:
+        for item in items:
+            fn(item)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(FILE_THREADS) as pool:
+        for _ in pool.map(fn, items):
+            pass
+
+
 def durable_write(files: Sequence[tuple[Path, bytes]]) -> None:
     """Replace each path atomically (temporary file, rename), with one wait for the disk for
     all: every file is written, then every one fsynced, then every one renamed into place."""
     temps: list[tuple[int, str, Path]] = []
+    for folder in {path.parent for path, _data in files}:
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def write(item: tuple[Path, bytes]) -> None:
+        path, data = item
+        fd, tmp = temporary_beside(path, 0o644)
+        temps.append((fd, tmp, path))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+    def replace(temp: tuple[int, str, Path]) -> None:
+        _fd, tmp, path = temp
+        os.replace(tmp, path)
+
     try:
-        for path, data in files:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = temporary_beside(path, 0o644)
-            temps.append((fd, tmp, path))
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+        in_parallel(write, files)
         sync_all([fd for fd, _tmp, _path in temps])
-        for fd, tmp, path in temps:
+        for fd, _tmp, _path in temps:
             os.close(fd)
-            os.replace(tmp, path)
-        temps = []
+        closed, temps = temps, []
+        try:
+            in_parallel(replace, closed)
+        except BaseException:
+            for _fd, tmp, _path in closed:
+                Path(tmp).unlink(missing_ok=True)
+            raise
         for folder in {path.parent for path, _data in files}:
             fd = os.open(folder, os.O_RDONLY)
             try:

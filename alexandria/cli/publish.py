@@ -31,7 +31,7 @@ from alexandria.cli.participant import (
     names_options,
     session_of,
 )
-from alexandria.cli.pending import KeptPending, Outbox, Outcome, Pending
+from alexandria.cli.pending import BATCH_BYTES, BATCH_LINES, KeptPending, Outbox, Outcome, Pending
 from alexandria.cli.session import (
     ContentRefused,
     Session,
@@ -53,7 +53,6 @@ from alexandria.cli.terminal import (
     say_lines,
     short,
 )
-from alexandria.client import Client
 from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.files import check_name
 
@@ -188,19 +187,22 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return _report_publish(args, outcome, session.home)
 
 
-#: envelopes made durable in pending/ together, then sent together
-CHUNK = 128
-#: connections a batch sends on at once
-SENDERS = 8
+#: envelopes made durable in pending/ together, then sent in one ``POST /api/entries/batch``
+#: (PROTOCOL §4.1: at most 1,000 lines and 8 MiB a request); fewer than the limit, so that the
+#: library admits one chunk while the next is signed
+CHUNK = min(250, BATCH_LINES)
+CHUNK_BYTES = BATCH_BYTES
 
 
 class Batch:
     """``publish FILE…`` / ``--jsonl``: every content is checked and signed, written to
-    pending/ a chunk at a time, sent over one connection in order, and its name recorded as
-    soon as it is admitted.  A content that uses a name defined earlier in the unsent chunk
-    waits for that chunk to be sent, so ``$name`` always resolves to an admitted revision.  A
-    refusal (before signing) or a rejection (by the library) is reported and the rest go on;
-    when the library cannot be reached the batch stops, the chunk stays pending for
+    pending/ a chunk at a time, sent in one batch request (its lines admitted in order, each
+    as ``POST /api/entries`` would admit it), and its name recorded as soon as it is admitted.
+    One chunk is in flight while the next is signed and made durable; its answers are reported
+    (in order) before the next is sent.  A content that uses a name defined in a chunk not
+    answered yet waits for that chunk, so ``$name`` always resolves to an admitted revision.
+    A refusal (before signing) or a rejection (by the library) is reported and the rest go on;
+    when the library cannot be reached the batch stops, what was signed stays pending for
     ``alexandria retry`` and what is not signed yet is not published."""
 
     def __init__(self, args: argparse.Namespace, session: Session) -> None:
@@ -210,21 +212,24 @@ class Batch:
         self.refs = parse_refs(args.ref)
         self.duplicates = _duplicates(args, session)
         self.chunk: list[tuple[Item, Any, dict[str, Any]]] = []
+        self.chunk_bytes = 0
+        self.chunk_signed = 0
         self.chunk_names: set[str] = set()
         self.results: list[dict[str, Any]] = []
         self.stopped = False
-        import threading  # a batch's senders only: one publish does not pay for it
-
-        self._local = threading.local()
-        self._clients: list[Client] = []
+        #: the chunk sent and not answered yet, its names, and the answers to come
+        self.in_flight: tuple[list[tuple[Item, Any, dict[str, Any]]], Any] | None = None
+        self.in_flight_names: set[str] = set()
+        self._sender: Any = None
 
     def run(self, items: Iterator[Item]) -> None:
         for item in items:
             if item.error is not None:  # unreadable: reported in its place
                 self.chunk.append((item, None, {"refused": item.error}))
                 continue
-            if _names_used(item.content) & self.chunk_names:
+            if _names_used(item.content) & (self.chunk_names | self.in_flight_names):
                 self.flush()
+                self.collect()
             if self.done():
                 return
             try:
@@ -243,38 +248,68 @@ class Batch:
                 meta["name"] = item.name
                 if self.session.names_path is not None:
                     meta["names_file"] = str(self.session.names_path)
+            if self.chunk_bytes + len(signed.envelope) + 1 > CHUNK_BYTES:
+                self.flush()
+                if self.done():
+                    return
+            if item.name is not None:
                 self.chunk_names.add(item.name)
             self.chunk.append((item, signed, meta))
-            if len(self.chunk) >= CHUNK:
+            self.chunk_bytes += len(signed.envelope) + 1
+            self.chunk_signed += 1
+            if self.chunk_signed >= CHUNK:
                 self.flush()
             if self.done():
                 return
         self.flush()
+        self.collect()
 
     def done(self) -> bool:
         return self.stopped
 
     def flush(self) -> None:
-        """The chunk durable in pending/, then sent over ``SENDERS`` kept-alive connections:
-        its contents do not depend on each other (``run`` cut the chunk where one did), so
-        the library's writer may admit them in one group commit."""
+        """The chunk durable in pending/; then, once the chunk in flight is answered (and
+        reported), sent in one batch request on the session's kept-alive connection, from a
+        sender thread: the library admits its lines in order in one group commit."""
         if not self.chunk:
             return
-        pendings = self.outbox.write_many([(s.id, s.envelope, m) for _i, s, m in self.chunk
+        chunk, names = self.chunk, self.chunk_names
+        self.chunk, self.chunk_names = [], set()
+        self.chunk_bytes = self.chunk_signed = 0
+        pendings = self.outbox.write_many([(s.id, s.envelope, m) for _i, s, m in chunk
                                            if s is not None])
+        self.collect()
+        if self.stopped or not pendings:
+            self._report(chunk, [Outcome(p, "kept") for p in pendings])
+            return
+        if self._sender is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._sender = ThreadPoolExecutor(1, thread_name_prefix="alexandria-publish")
+        self.in_flight = (chunk, self._sender.submit(self._send, pendings))
+        self.in_flight_names = names
+
+    def _send(self, pendings: list[Pending]) -> list[Outcome]:
         admitted: list[tuple[Pending, bytes, dict[str, Any]]] = []
         try:
-            if self.stopped or not pendings:
-                outcomes = [Outcome(p, "kept") for p in pendings]
-            else:
-                from concurrent.futures import ThreadPoolExecutor
-
-                with ThreadPoolExecutor(min(SENDERS, len(pendings))) as pool:
-                    outcomes = list(pool.map(lambda p: self._send(p, admitted), pendings))
+            return self.outbox.deliver_many(pendings, self.session.client, admitted)
         finally:
             self.outbox.settle(admitted)
+
+    def collect(self) -> None:
+        """Wait for the chunk in flight and report its lines."""
+        if self.in_flight is None:
+            return
+        chunk, answers = self.in_flight
+        self.in_flight, self.in_flight_names = None, set()
+        outcomes: list[Outcome] = answers.result()
+        self.stopped = self.stopped or any(o.status == "kept" for o in outcomes)
+        self._report(chunk, outcomes)
+
+    def _report(self, chunk: list[tuple[Item, Any, dict[str, Any]]],
+                outcomes: list[Outcome]) -> None:
         sent = iter(outcomes)
-        for item, signed, meta in self.chunk:
+        for item, signed, meta in chunk:
             if signed is None:
                 self.results.append(_batch_line(self.args, item.source, None, meta["refused"]))
                 continue
@@ -283,31 +318,14 @@ class Batch:
                 _warn_rebind(self.session, item.name, outcome.pending.id)
                 self.session.remember(item.name, outcome.pending.id)
             self.results.append(_batch_line(self.args, item.source, outcome, outcome.error))
-        self.chunk = []
-        self.chunk_names = set()
-        if self.stopped:
+        if any(o.status == "kept" for o in outcomes):
             note("the library cannot be reached: what is signed stays in pending/ for"
                  " `alexandria retry`; the rest is not signed")
 
-    def _send(self, p: Pending,
-              admitted: list[tuple[Pending, bytes, dict[str, Any]]]) -> Outcome:
-        if self.stopped:
-            return Outcome(p, "kept")
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = Client(self.session.library.url)
-            self._clients.append(client)
-        try:
-            outcome = self.outbox.deliver(p, client, admitted)
-        except AlexandriaError as exc:  # an answer that is not the library's: keep it
-            outcome = Outcome(p, "kept", error=exc)
-        if outcome.status == "kept":
-            self.stopped = True
-        return outcome
-
     def close(self) -> None:
-        for client in self._clients:
-            client.close()
+        """Stop the sender thread (after the chunk in flight, whose answers are recorded)."""
+        if self._sender is not None:
+            self._sender.shutdown(wait=True)
 
     def summary(self) -> int:
         return _batch_summary(self.results, self.session.home)

@@ -42,6 +42,10 @@ OBJECT_KINDS = (
 PUBLIC_KINDS = (*OBJECT_KINDS, "reply", "vote")
 PERSONAL_KINDS = ("personal-read", "personal-state")
 MAX_ENVELOPE_BYTES = 65_536
+#: ``POST /api/entries/batch`` (PROTOCOL §4.1): lines and bytes of one request, its media type
+MAX_BATCH_LINES = 1000
+MAX_BATCH_BYTES = 8 * 1024 * 1024
+NDJSON = "application/x-ndjson"
 MAX_BODY_CHARACTERS = 48_000
 _RELATION = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 

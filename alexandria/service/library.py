@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -458,6 +458,24 @@ class Library:
             self._refused(exc)
             raise
 
+    async def admit_many(
+        self, cands: Sequence[Candidate], dry_run: bool = False,
+    ) -> list[Admitted | DryRun | Exception]:
+        """Admit (or dry-run) prepared envelopes in order, each exactly as ``admit`` would, in
+        one hand-off to the writer and one write transaction; one outcome per candidate (a
+        refusal is that candidate's typed error).  The list is returned once every admission
+        in it is durable."""
+        if not cands:
+            return []
+        await self.check_writable()
+        try:
+            if self.writer is not None:
+                return await self._within_deadline(
+                    asyncio.ensure_future(self.writer.admit_many(cands, dry_run)))
+            return await self._within_deadline(self.storage.submit_many(cands, dry_run))
+        except ServiceError as exc:
+            self._refused(exc)
+            raise
 
 #: seconds a node trusts its last look at the log's state while all was well (the writer
 #: checks inside every write transaction regardless)

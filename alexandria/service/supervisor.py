@@ -395,7 +395,7 @@ def writer_main(config: ServeConfig, socket_path: str, parent: int) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         storage = storage_for(config.db, load_genesis(config.genesis))
         await storage.open()
-        server = WriterServer(storage.submit, socket_path)
+        server = WriterServer(storage.submit, socket_path, storage.submit_many)
         try:
             await server.start()
             await stop.wait()

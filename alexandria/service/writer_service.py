@@ -38,7 +38,7 @@ import logging
 import os
 import pickle
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -212,13 +212,28 @@ class _Frames(asyncio.Protocol):
 # --- the writer's side -----------------------------------------------------------------------
 
 Submit = Callable[[Candidate, bool], "asyncio.Future[Admitted | DryRun]"]
+SubmitMany = Callable[[list[Candidate], bool],
+                      "asyncio.Future[list[Admitted | DryRun | Exception]]"]
+
+
+def _typed(exc: BaseException) -> AlexandriaError:
+    """What a worker may hear of a failure: a typed error as it is, anything else as 500 (the
+    text stays in the writer's log)."""
+    if isinstance(exc, AlexandriaError):
+        return exc
+    log.error("an admission failed unexpectedly", exc_info=exc)
+    return AlexandriaError("internal error", "INTERNAL")
 
 
 class WriterServer:
-    """Answers admission requests with ``submit`` (``LedgerStorage.submit``)."""
+    """Answers admission requests with ``submit`` (``LedgerStorage.submit``), and a batch of
+    them (a frame holding a list of requests: ``POST /api/entries/batch``) with
+    ``submit_many`` (``LedgerStorage.submit_many``: one job, one write transaction)."""
 
-    def __init__(self, submit: Submit, path: str | Path) -> None:
+    def __init__(self, submit: Submit, path: str | Path,
+                 submit_many: SubmitMany | None = None) -> None:
         self._submit = submit
+        self._submit_many = submit_many
         self._decode = RequestDecoder()
         self._path = str(path)
         self._server: asyncio.Server | None = None
@@ -242,8 +257,35 @@ class WriterServer:
 
     def _connection(self) -> _Frames:
         def on_frame(request: int, value: Any) -> None:
+            if isinstance(value, list):
+                decoded = [self._decode(wire) for wire in value]
+                cands = [cand for cand, _dry_run in decoded]
+                dry_run = bool(decoded) and decoded[0][1]
+                if self._submit_many is None:
+                    futures = [self._submit(cand, dry_run) for cand in cands]
+                    gathered = asyncio.gather(*futures, return_exceptions=True)
+                    gathered.add_done_callback(many_replier(request))
+                else:
+                    self._submit_many(cands, dry_run).add_done_callback(many_replier(request))
+                return
             cand, dry_run = self._decode(value)
             self._submit(cand, dry_run).add_done_callback(replier(request))
+
+        def many_replier(request: int) -> Callable[[asyncio.Future[Any]], None]:
+            def reply(fut: asyncio.Future[Any]) -> None:
+                if fut.cancelled():
+                    frames.send(request, encode_answer(WriterUnavailable("the writer is stopping")))
+                    return
+                exc = fut.exception()
+                if exc is not None:
+                    frames.send(request, encode_answer(_typed(exc)))
+                    return
+                frames.send(request, [
+                    encode_answer(_typed(res) if isinstance(res, BaseException) else res)
+                    for res in fut.result()
+                ])
+
+            return reply
 
         def replier(request: int) -> Callable[[asyncio.Future[Admitted | DryRun]], None]:
             def reply(fut: asyncio.Future[Admitted | DryRun]) -> None:
@@ -278,7 +320,7 @@ class WriterClient:
     def __init__(self, path: str | Path) -> None:
         self._path = str(path)
         self._frames: _Frames | None = None
-        self._pending: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
+        self._pending: dict[int, asyncio.Future[Any]] = {}
         self._next = 0
         self._lost: str | None = None
 
@@ -342,3 +384,26 @@ class WriterClient:
         self._pending[request] = fut
         self._frames.send(request, encode_request(cand, dry_run))
         return decode_answer(await fut, cand)
+
+    async def admit_many(
+        self, cands: Sequence[Candidate], dry_run: bool = False,
+    ) -> list[Admitted | DryRun | Exception]:
+        """``LedgerStorage.admit_many`` in the writer process: one frame each way."""
+        if self._lost is not None or self._frames is None:
+            raise WriterUnavailable(f"the writer process is gone: {self._lost}")
+        self._next = (self._next + 1) & 0xFFFFFFFF
+        request = self._next
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request] = fut
+        self._frames.send(request, [encode_request(cand, dry_run) for cand in cands])
+        answer = await fut
+        if isinstance(answer, tuple):  # the whole batch failed (e.g. the writer is stopping)
+            decode_answer(answer, cands[0])  # raises its typed error
+            raise AssertionError("a batch is answered with a list")
+        out: list[Admitted | DryRun | Exception] = []
+        for wire, cand in zip(answer, cands, strict=True):
+            try:
+                out.append(decode_answer(wire, cand))
+            except AlexandriaError as exc:
+                out.append(exc)
+        return out

@@ -526,9 +526,11 @@ class LedgerStorage(Storage):
         return self._enqueue(lambda conn: self._admit(conn, cand, dry_run), checks_first=True,
                              revisions=(cand.record.id,), appends=True)
 
-    async def admit_many(self, cands: Sequence[Candidate]) -> list[Admitted | DryRun | Exception]:
-        """The bulk path (loaders): each candidate exactly as ``admit`` would, in order, all in
-        one write transaction.
+    async def admit_many(
+        self, cands: Sequence[Candidate], dry_run: bool = False,
+    ) -> list[Admitted | DryRun | Exception]:
+        """The bulk path (loaders, ``POST /api/entries/batch``): each candidate exactly as
+        ``admit`` would, in order, all in one write transaction.
 
         As in a batch of ``admit`` calls, a refusal is raised before the admission writes
         anything, so the bulk runs as a ``checks_first`` job, in no savepoint at all: a
@@ -541,6 +543,12 @@ class LedgerStorage(Storage):
         time, gives each candidate a savepoint of its own, so that candidate fails alone.  (The
         failure may surface after the job returned: PostgreSQL's pipeline reports a statement's
         error at the next read or at the commit.)"""
+        return await self.submit_many(cands, dry_run)
+
+    def submit_many(
+        self, cands: Sequence[Candidate], dry_run: bool = False,
+    ) -> asyncio.Future[list[Admitted | DryRun | Exception]]:
+        """``admit_many`` without a coroutine (``writer_service``): one job, one future."""
         runs: list[None] = []
 
         def run(conn: sqlite3.Connection) -> list[Admitted | DryRun | Exception]:
@@ -550,7 +558,7 @@ class LedgerStorage(Storage):
             for cand in cands:
                 if not rerun:
                     try:
-                        out.append(self._admit(conn, cand, False))
+                        out.append(self._admit(conn, cand, dry_run))
                     except AlexandriaError as exc:
                         if isinstance(exc, ServiceError):
                             raise
@@ -558,7 +566,7 @@ class LedgerStorage(Storage):
                     continue
                 conn.execute("SAVEPOINT bulk")
                 try:
-                    out.append(self._admit(conn, cand, False))
+                    out.append(self._admit(conn, cand, dry_run))
                 except Exception as exc:
                     conn.execute("ROLLBACK TO bulk")
                     self._memory.forget()
@@ -566,8 +574,8 @@ class LedgerStorage(Storage):
                 conn.execute("RELEASE bulk")
             return out
 
-        return await self._enqueue(run, checks_first=True,
-                                   revisions=tuple(c.record.id for c in cands), appends=True)
+        return self._enqueue(run, checks_first=True,
+                             revisions=tuple(c.record.id for c in cands), appends=True)
 
     def state_view(self, conn: sqlite3.Connection) -> _StateView:
         """The rules' ``StateView`` over ``conn``, inside a write transaction of this storage."""

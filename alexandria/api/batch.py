@@ -1,0 +1,225 @@
+"""``POST /api/entries/batch`` (PROTOCOL §4.1): many envelopes in one request, each admitted
+exactly as ``POST /api/entries`` would admit it alone, in line order, answered once every
+admitted line is durable.
+
+The request is NDJSON, bounded while it streams in (at most ``MAX_LINES`` lines,
+``MAX_BATCH_BYTES`` in all, ``MAX_LINE_BYTES`` a line: ``413`` for the whole request as soon
+as a bound is passed, before any line is looked at).  The work a single admission pays per
+request is paid here once per batch: one body read, one hand-off of every prepared line to the
+writer (``Library.admit_many``: one job, one write transaction, one commit), one answer.  Each
+line is prepared (parsed, its proof verified, its content checked: ``admission.prepare``) in
+this HTTP worker, off the event loop; with ``serve --workers N`` the batches of different
+clients are prepared by different processes.  A line that cannot be prepared — not JSON, not
+UTF-8, nested too deep, blank — fails alone with the single route's answer; so does a line the
+rules refuse, and the lines after it are admitted as if it had not been sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from alexandria.api.http import bool_param, query_params
+from alexandria.api.metrics import WRITER_QUEUE, count_admission
+from alexandria.core.records import MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_ENVELOPE_BYTES, NDJSON
+from alexandria.core.trust import Genesis
+from alexandria.errors import (
+    AlexandriaError,
+    ClientGone,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceError,
+    UnsupportedMediaType,
+)
+from alexandria.rules.admission import Candidate, prepare
+from alexandria.service.library import Library
+from alexandria.store.interface import Admitted, DryRun
+
+log = logging.getLogger(__name__)
+
+MAX_LINES = MAX_BATCH_LINES
+MAX_LINE_BYTES = MAX_ENVELOPE_BYTES
+#: 8 MiB at a slow link's 200 kB/s takes 40 s
+BATCH_BODY_TIMEOUT_S = 60.0
+#: request bytes all the batches one HTTP process is reading or admitting may hold together
+#: (their prepared lines take a few times more): beyond it a batch is 503 ``BATCH_BUDGET``,
+#: at once, before its body is read, so that concurrent strangers cannot exhaust memory
+BATCH_BUDGET_BYTES = 32 * 1024 * 1024
+
+Outcome = Admitted | DryRun | BaseException
+
+
+def check_media_type(request: Request) -> None:
+    raw = request.headers.get("content-type")
+    media = (raw or "").split(";", 1)[0].strip().lower()
+    if media != NDJSON:
+        raise UnsupportedMediaType(
+            f"a batch is {NDJSON} (one envelope a line), not {raw or 'a body of no type'}",
+            "UNSUPPORTED_MEDIA_TYPE", expected=NDJSON, actual=raw,
+        )
+
+
+class _Budget:
+    """Bytes reserved by the batches in progress in this process (``BATCH_BUDGET_BYTES``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, n: int) -> None:
+        if self.used + n > self.limit:
+            raise ServiceError(
+                "too many batches in progress on this server: retry shortly",
+                "BATCH_BUDGET", limit=self.limit,
+            )
+        self.used += n
+
+    def give(self, n: int) -> None:
+        self.used -= n
+
+
+BUDGET = _Budget(BATCH_BUDGET_BYTES)
+
+
+def _too_many_lines() -> PayloadTooLarge:
+    return PayloadTooLarge(f"a batch holds at most {MAX_LINES} lines", "TOO_MANY_LINES",
+                           limit=MAX_LINES)
+
+
+def _line_too_large(line: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"line {line} exceeds {MAX_LINE_BYTES} bytes", "LINE_TOO_LARGE",
+                           limit=MAX_LINE_BYTES, line=line)
+
+
+async def read_lines(request: Request, reserved: list[int]) -> list[bytes]:
+    """The request's lines (a final newline optional), refused with 413 as soon as the body
+    passes a bound, and with 408 when it has not all arrived in ``BATCH_BODY_TIMEOUT_S``.
+    The bytes read are reserved from ``BUDGET`` as they arrive (their sum in ``reserved``:
+    the caller gives them back)."""
+    try:
+        async with asyncio.timeout(BATCH_BODY_TIMEOUT_S):
+            data = await _stream_lines(request, reserved)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within {BATCH_BODY_TIMEOUT_S:g} s",
+            "BODY_TIMEOUT", limit_seconds=BATCH_BODY_TIMEOUT_S,
+        ) from None
+    except ClientDisconnect:
+        log.warning("client disconnected before sending the whole batch")
+        raise ClientGone("the client disconnected before sending the whole body") from None
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    return lines
+
+
+async def _stream_lines(request: Request, reserved: list[int]) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BATCH_BYTES:
+        raise PayloadTooLarge(
+            f"request body is {declared} bytes; at most {MAX_BATCH_BYTES}", "BODY_TOO_LARGE",
+            limit=MAX_BATCH_BYTES, actual=int(declared),
+        )
+    if declared is not None and declared.isdigit():
+        BUDGET.take(int(declared))
+        reserved[0] += int(declared)
+    buf = bytearray()
+    lines = 0  # complete lines so far
+    start = 0  # where the current line starts
+    async for chunk in request.stream():
+        if len(buf) + len(chunk) > MAX_BATCH_BYTES:
+            raise PayloadTooLarge(f"request body exceeds {MAX_BATCH_BYTES} bytes",
+                                  "BODY_TOO_LARGE", limit=MAX_BATCH_BYTES)
+        at = len(buf)
+        buf += chunk
+        if len(buf) > reserved[0]:
+            BUDGET.take(len(buf) - reserved[0])
+            reserved[0] = len(buf)
+        while (end := buf.find(b"\n", at)) >= 0:
+            if end - start > MAX_LINE_BYTES:
+                raise _line_too_large(lines + 1)
+            lines += 1
+            if lines > MAX_LINES:
+                raise _too_many_lines()
+            start = at = end + 1
+        if len(buf) - start > MAX_LINE_BYTES:
+            raise _line_too_large(lines + 1)
+        if len(buf) > start and lines >= MAX_LINES:
+            raise _too_many_lines()
+    return bytes(buf)
+
+
+def prepare_lines(lines: list[bytes], genesis: Genesis) -> list[Candidate | BaseException]:
+    """Each line as ``POST /api/entries`` prepares its body; a failure is that line's."""
+    out: list[Candidate | BaseException] = []
+    for line in lines:
+        try:
+            out.append(prepare(line, genesis, index_text=True))
+        except Exception as exc:  # a hostile line fails itself, never the batch
+            out.append(exc)
+    return out
+
+
+def result_line(outcome: Outcome) -> bytes:
+    """``{"status": S, "body": B}`` with what the single route answers: the signed record's
+    stored bytes as they are, a dry run's document, or the typed error."""
+    if isinstance(outcome, Admitted):
+        status = b"201" if outcome.created else b"200"
+        return b'{"status":' + status + b',"body":' + outcome.signed + b"}\n"
+    if isinstance(outcome, DryRun):
+        body = {"dry_run": True, "id": outcome.id, "root": outcome.root,
+                "already_admitted": outcome.admitted}
+        return orjson.dumps({"status": 200, "body": body}) + b"\n"
+    if not isinstance(outcome, AlexandriaError):
+        log.error("a batch line failed unexpectedly", exc_info=outcome)
+        outcome = AlexandriaError("internal error", "INTERNAL")
+    return orjson.dumps({"status": outcome.status, "body": outcome.to_json()}) + b"\n"
+
+
+def _counted(outcome: Outcome) -> str:
+    if isinstance(outcome, Admitted):
+        return "created" if outcome.created else "retry"
+    if isinstance(outcome, DryRun):
+        return "dry_run"
+    return outcome.code if isinstance(outcome, AlexandriaError) else "INTERNAL"
+
+
+async def post_batch(request: Request) -> Response:
+    lib: Library = request.app.state.library
+    dry_run = bool_param(query_params(request, ("dry_run",)), "dry_run")
+    check_media_type(request)
+    reserved = [0]
+    try:
+        return await _admit_lines(lib, await read_lines(request, reserved), dry_run)
+    finally:
+        BUDGET.give(reserved[0])
+
+
+async def _admit_lines(lib: Library, lines: list[bytes], dry_run: bool) -> Response:
+    prepared = await asyncio.to_thread(prepare_lines, lines, lib.genesis)
+    cands = [p for p in prepared if isinstance(p, Candidate)]
+    admitted: list[Admitted | DryRun | Exception]
+    try:
+        with WRITER_QUEUE.track_inprogress():
+            admitted = await lib.admit_many(cands, dry_run)
+    except AlexandriaError as exc:  # a mirror, a library catching up, a writer gone: every line
+        admitted = [exc] * len(cands)
+    answers = iter(admitted)
+    out: list[bytes] = []
+    for p in prepared:
+        outcome: Outcome = next(answers) if isinstance(p, Candidate) else p
+        count_admission(_counted(outcome))
+        out.append(result_line(outcome))
+    return Response(b"".join(out), 200, media_type=NDJSON)
+
+
+routes = [
+    Route("/api/entries/batch", post_batch, methods=["POST"]),
+]
