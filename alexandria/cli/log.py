@@ -326,7 +326,8 @@ def _verify_entry(args: argparse.Namespace, policy: WitnessPolicy | None) -> int
     if _json_wanted(args):
         sys.stdout.buffer.write(orjson.dumps(result.to_json()) + b"\n")
         return 0
-    print(f"{result.id} verified: sequence {result.sequence}, included in the checkpoint of"
+    print(f"{result.id} verified: entry {result.sequence} (leaf index {result.sequence - 1}),"
+          " included in the checkpoint of"
           f" size {result.checkpoint_size} (root {result.root}) signed by log key"
           f" {result.log_key}")
     if policy is not None:

@@ -433,7 +433,7 @@ def _report_publish(args: argparse.Namespace, outcome: Outcome, home: Home) -> i
     verb = "admitted" if outcome.created else "already admitted"
     name = f" as ${p.meta['name']}" if "name" in p.meta else ""
     note(f"{verb} {signed['record']['kind']} “{one_line(signed['record']['title'], 60)}”"
-         f" #{signed['admission']['sequence']}{name}")
+         f" as entry {signed['admission']['sequence']}{name}")
     return 0
 
 

@@ -80,7 +80,7 @@ def describe(item: dict[str, Any]) -> str:
     record = item.get("record", item)
     kind, title = record.get("kind", "?"), record.get("title", "")
     seq = item.get("admission", {}).get("sequence")
-    prefix = f"#{seq:<5} " if isinstance(seq, int) else ""
+    prefix = f"entry {seq:<6} " if isinstance(seq, int) else ""
     return f"{prefix}{item.get('id', '?')}  {kind:<12} {one_line(title or '(untitled)', 60)}"
 
 
