@@ -163,7 +163,7 @@ async def home(request: Request) -> Response:
             items=items, total=found.total, query=query, params=params,
             kinds=LISTED_KINDS, views=tuple(VIEWS), sorts=SORTS,
             empty_library=found.total == 0 and not params, names=found.names,
-            pin=_library(request).genesis.pin, base_url=origin_of(request),
+            base_url=origin_of(request),
             candidates=candidates, more_candidates=more_candidates,
             id_typed=typed if lookup.is_prefix(typed) else None,
             first=query.offset + 1, last=end,
