@@ -93,8 +93,10 @@ def test_find_duplicate_looks_in_pending_and_published(tmp_path: Path) -> None:
         {"record": _record("Pending")}))
     (home.pending_dir / "notes.json").write_text("{}")  # not a revision: ignored
     (home.pending_dir / f"{'3' * 64}.json").write_text("not json")  # unreadable: ignored
-    later = {**_record("Published", list(reversed(links))), "authored_at": "2026-02-02T00:00:00Z"}
-    assert find_duplicate(home, later) == "1" * 64  # links as a set; time and author aside
+    later = {**_record("Published", links), "authored_at": "2026-02-02T00:00:00Z"}
+    assert find_duplicate(home, later) == "1" * 64  # time and author aside
+    # links in another order are another contribution (a merge's links are ordered)
+    assert find_duplicate(home, _record("Published", list(reversed(links)))) is None
     assert find_duplicate(home, _record("Pending")) == "2" * 64
     assert find_duplicate(home, _record("Other")) is None
     assert find_duplicate(home, {**_record("Pending"), "genesis": "e" * 64}) is None

@@ -463,8 +463,8 @@ class Agent:
         results = await self._sync(send)
         records = [r.pop("signed") for r in results if "signed" in r]
         if records:
-            checked = await self.reader.verifier.check(records, with_proof=False)
-            verdicts = iter(checked.verdicts)
+            verified = await self.reader.verifier.check(records, with_proof=False)
+            verdicts = iter(verified.verdicts)
             for r in results:
                 if r.get("status") == "admitted":
                     r.update(next(verdicts).to_json())
@@ -525,9 +525,9 @@ class Agent:
         content = content_property()
         revisions = {"type": "array", "items": HEX64, "minItems": 1, "maxItems": MAX_ROOTS,
                      "uniqueItems": True}
-        many = {"type": "array", "items": content, "minItems": 1, "maxItems": MAX_CONTRIBUTIONS,
-                "description": "several contents, published in order in one batch; one result"
-                " each"}
+        many = {"type": "array", "items": {"type": "object"}, "minItems": 1,
+                "maxItems": MAX_CONTRIBUTIONS,
+                "description": "several contents, in order, in one batch"}
         retry = {**HEX64, "description": "a pending id to resend"}
         key = {"type": "string", "minLength": 1, "maxLength": 128,
                "pattern": "^[A-Za-z0-9._:-]+$",

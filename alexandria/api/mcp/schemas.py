@@ -37,8 +37,7 @@ WITH_PROOF: dict[str, Any] = {"with_proof": {"type": "boolean", "default": False
 #: A tool's ``revision``: the tools resolve a prefix through the library's ``GET /api/lookup``.
 REVISION_OR_PREFIX: dict[str, Any] = {
     "type": "string", "pattern": "^[0-9a-f]{8,64}$",
-    "description": "a revision id (64 lowercase hex), or a unique prefix of one (8 or more, as"
-                   " pages print them); an ambiguous prefix is refused with the candidates",
+    "description": "a revision id or a unique prefix of one (8+ hex)",
 }
 
 
