@@ -395,7 +395,8 @@ def test_a_backup_is_one_file(tmp_path: Path, founding: Founding, new_db: Any) -
     restored = tmp_path / "restored"
     restored.mkdir()
     cli("restore", str(backups / "backup.db"), "--db", str(restored / "library.db"))
-    assert sorted(p.name for p in restored.iterdir()) == ["library.db"]
+    # beside it only the lock file every user of the database takes (store/db_lock.py)
+    assert sorted(p.name for p in restored.iterdir()) == ["library.db", "library.db.lock"]
     assert sorted(p.name for p in backups.iterdir()) == ["backup.db"]
 
 
