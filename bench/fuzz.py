@@ -108,8 +108,11 @@ def run(max_examples: int, seed: int, processes: int, log_dir: Path) -> int:
                 command = _st_command(url, i, seed, max_examples, log_dir)
                 (log_dir / f"st-{i}.command").write_text(" ".join(command) + "\n")
                 out = (log_dir / f"st-{i}.log").open("wb")
+                # the NDJSON batch route's bodies (tests/schemathesis_hooks.py)
+                env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
+                       "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
                 runs.append((subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                              cwd=log_dir), out))
+                                              cwd=log_dir, env=env), out))
             codes = [p.wait() for p, _out in runs]
             took = time.monotonic() - t0
         finally:

@@ -303,8 +303,13 @@ def test_publish_jsonl_sends_batches_of_at_most_1000(lib: Library, tmp_path: Pat
     some = results[1000]["id"]
     served = httpx.get(f"{lib.url}/api/entries/{some}").content
     assert (home / "published" / f"{some}.json").read_bytes() == served
-    # publishing the same lines again: new signatures, new revisions (never a silent no-op)
-    again = cli("publish", "--jsonl", str(jsonl), home=home, expect=3)
+    # publishing the same lines again: each one published already is refused as a duplicate
+    # before it is signed (never a silent second copy)...
+    again = cli("publish", "--jsonl", str(jsonl), home=home, expect=None)
+    assert again.returncode != 0 and again.stdout.split() == []
+    assert "1199 refused before signing" in again.stderr, again.stderr
+    # ...unless asked for: new signatures, new revisions
+    again = cli("publish", "--jsonl", str(jsonl), "--allow-duplicate", home=home, expect=3)
     assert len(again.stdout.split()) == 1199
 
 

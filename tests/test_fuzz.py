@@ -4,6 +4,7 @@ runs the same configuration (``schemathesis.toml``) with about 100,000 cases."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ def test_schemathesis_finds_nothing(tmp_path: Path, founding: Founding, new_db: 
              "--checks", "all", "--max-examples", "10", "--seed", "21", "--workers", "1",
              "--suppress-health-check", "all", "--no-color"],
             capture_output=True, text=True, timeout=600, check=False,
+            env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks"}, cwd=ROOT,
         )
     finally:
         _out, err_bytes = stop_group(server.proc)

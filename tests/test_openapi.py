@@ -30,6 +30,8 @@ def mounted(api: Api) -> set[tuple[str, str]]:
             # the HTML pages (docs/pages.md) are for people, not part of the JSON API
             continue
         assert isinstance(route, Route)
+        if not route.include_in_schema:  # a 405 beside a route of another method
+            continue
         for method in route.methods or ():
             if method != "HEAD":
                 out.add((route.path, method.lower()))

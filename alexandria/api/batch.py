@@ -20,6 +20,7 @@ import asyncio
 import logging
 
 import orjson
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -220,6 +221,13 @@ async def _admit_lines(lib: Library, lines: list[bytes], dry_run: bool) -> Respo
     return Response(b"".join(out), 200, media_type=NDJSON)
 
 
+async def other_method(request: Request) -> Response:
+    """``GET`` of the batch route is 405 (``Allow: POST``), as any other method is; without
+    this route it would reach ``GET /api/entries/{revision}``."""
+    raise HTTPException(405, headers={"Allow": "POST"})
+
+
 routes = [
     Route("/api/entries/batch", post_batch, methods=["POST"]),
+    Route("/api/entries/batch", other_method, methods=["GET"], include_in_schema=False),
 ]
