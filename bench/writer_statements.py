@@ -9,8 +9,9 @@ admits ``--extend`` more entries of the loader's mix in batches of ``--batch``, 
 statement the writer's connection runs after the first ``--skip`` batches (the cold start):
 total seconds, calls and microseconds per call of each SQL text, ``COMMIT`` included (the WAL
 frames of every page the batch dirtied, their checksums and the ``fsync``).  Run it on two
-libraries of different sizes to see which statements grow with the library (docs/read-api.md,
-"Feed rows staged").  Each call pays a Python wrapper of about a microsecond.
+libraries of different sizes to see which statements grow with the library
+(bench/results/journal.md, "Feed rows staged").  Each call pays a Python wrapper of about a
+microsecond.
 """
 
 from __future__ import annotations

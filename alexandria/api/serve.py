@@ -118,7 +118,7 @@ def usable_cores() -> int:
 def auto_workers(cores: int | None = None) -> int:
     """``serve``'s default: one HTTP process on one core; with more, one HTTP process per core
     (up to ``MAX_AUTO_WORKERS``) beside the admission writer process — on two cores that is
-    the fastest layout measured (docs/admission.md, ``--workers 2``)."""
+    the fastest layout (bench/results/journal.md, "Admission throughput")."""
     cores = usable_cores() if cores is None else cores
     return 1 if cores <= 1 else min(cores, MAX_AUTO_WORKERS)
 

@@ -294,9 +294,9 @@ _MEMBER_SEQUENCES = (
 )
 
 
-# PostgreSQL does not merge the ranges: it reads every one of them whole and sorts them (5 ms
-# for a root of 10,000 members, whatever the page).  With each arm ordered and cut at the
-# limit it merges at most 4 × limit rows (0.1 ms; its ``feed_recent`` is empty: feed.py).
+# PostgreSQL does not merge the ranges: it reads every one of them whole and sorts them, a
+# cost that grows with the root's members whatever the page.  With each arm ordered and cut
+# at the limit it merges at most 4 × limit rows (its ``feed_recent`` is empty: feed.py).
 _MEMBER_SEQUENCES_PG = (
     "(SELECT created_sequence AS s FROM objects"
     " WHERE created_sequence = :owner AND created_sequence > :after AND created_sequence <= :hi)"

@@ -180,7 +180,7 @@ class AuthorityVerdict:
 def prepare_authority_document(document: Any, genesis: Genesis) -> AuthorityDocument:
     """Every stateless check of a document sent to ``POST /api/authority``, in order; the
     server runs it before the writer, off the event loop, so that signature work never holds
-    the single writer (issue 21).  A key signs at most once (``core.trust.parse_signed``), so
+    the single writer.  A key signs at most once (``core.trust.parse_signed``), so
     a document costs at most one Ed25519 verification per root key, plus one.
 
     1. the document is a signed ``certificate`` or ``revocation`` (else 400 ``BAD_DOCUMENT``;

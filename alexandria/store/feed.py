@@ -29,7 +29,7 @@ The encoding here:
   first revision), in the near lists and as the ``owner`` of ``feed`` and ``deep`` rows, never
   by its 64-hex root.  A ``feed`` row is then ~12 bytes instead of ~75: at 1,000,000 entries
   the table is ~6× smaller, so the rows an admission adds at random owners dirty fewer pages
-  and the writer's cache holds more of them (issue 22), a feed is read from fewer pages, and an
+  and the writer's cache holds more of them, a feed is read from fewer pages, and an
   object's ancestors are probes of ``objects``' integer key.
 * **Conversation positions** (``objects.tree``, ``cdepth``, ``cparent``, ``jump``; zero for
   other kinds): the tree's top (its first sequence), the depth in the tree, the conversation
@@ -48,8 +48,9 @@ The encoding here:
   table of the same shape, and each write transaction moves one range of owners
   (``1/CYCLE`` of the ``objects`` keys, in turn) from it into ``feed`` (``merge_recent``).  The
   rows an admission adds land at scattered owners; written straight into ``feed`` each of them
-  dirtied a page of that table, ~2 pages per admission at 1,000,000 entries, the most of any
-  table (issue 22).  Now they dirty pages of a table of about ``CYCLE`` batches' rows, and
+  would dirty a page of that table, the most of any table once the library outgrows memory
+  (docs/decisions/0003-staged-feed-rows.md).  Staged, they dirty pages of a table of about
+  ``CYCLE`` batches' rows, and
   ``feed`` takes each owner's rows of those ``CYCLE`` batches in one sorted run instead of one
   per batch (how many rows a range holds varies: the first objects, the library's early
   spaces, own most rows).  A root's feed rows are those of both tables (every read takes both

@@ -535,9 +535,9 @@ class LedgerStorage(Storage):
         As in a batch of ``admit`` calls, a refusal is raised before the admission writes
         anything, so the bulk runs as a ``checks_first`` job, in no savepoint at all: a
         savepoint copies every page it is the first to change into SQLite's sub-journal, a
-        temporary file — with one savepoint per candidate, the pages every admission changes
-        (the log's tail, the Merkle nodes, the catalogue) were copied once per candidate, and
-        RELEASE was the loader's largest single cost.  An admission failing in a way it did not
+        temporary file — one savepoint per candidate would copy the pages every admission
+        changes (the log's tail, the Merkle nodes, the catalogue) once per candidate, the
+        largest single cost of a bulk load.  An admission failing in a way it did not
         plan for (a bug) may have written part of its rows: the writer then rolls the batch
         back and runs it again with each job in its own savepoint, and this job, run a second
         time, gives each candidate a savepoint of its own, so that candidate fails alone.  (The

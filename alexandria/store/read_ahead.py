@@ -17,10 +17,8 @@ asked until it takes them (``kept``), so the reader uses them instead of reading
 again one by one (each read a system call, even from the operating system's cache), or the
 read-ahead fetching them a second time.
 
-``THREADS`` is 4: on this two-core machine a page of children read cold with 3 or 4 threads
-took p95 13.4–14.6 ms against 15.4–18.1 with 8 (the threads' hand-offs of the interpreter's lock
-cost more than the disk gains from a deeper queue: 12,300 random 4 KiB reads a second with 4
-in flight, 13,800 with 8; docs/read-api.md).
+``THREADS`` is 4: beyond a few threads, their hand-offs of the interpreter's lock cost more than
+the disk gains from a deeper queue of reads (bench/results/journal.md).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ TREE_LINKS = "('" + "', '".join(FEED_RELATIONS) + "')"
 # ``revisions_id``, an index of the id's first 16 hex digits (64 bits) rather than of all 64
 # (``revision_id``): its entries are ~25 bytes instead of ~75, so at 1,000,000 entries the index
 # every admission writes a leaf of (at a random place: ids are hashes) is ~3x smaller, and
-# holds fewer levels and pages for the writer's cache and a cold lookup to read (issue 22).
+# holds fewer levels and pages for the writer's cache and a cold lookup to read.
 # Ids sharing a prefix are told apart by the whole id, compared in the row: nothing anyone
 # chooses to publish can make a lookup find the wrong revision or refuse one.  (A library of an
 # earlier layout indexed the whole id as ``UNIQUE``: ``index_revision_prefixes``.)
@@ -112,7 +112,7 @@ CREATE INDEX IF NOT EXISTS objects_spaces
 # A link names its target revision by id (``target``, as the record does) and, for the
 # indexes, by integer keys: the target's sequence and its object's ``objects`` key (the
 # sequence of its first revision), never by 64-hex text, so an index row is ~15 bytes instead
-# of ~80 (issue 22: fewer pages dirtied per admission once the library outgrows memory).
+# of ~80: fewer pages dirtied per admission once the library outgrows memory.
 _LINKS = """
 CREATE TABLE IF NOT EXISTS {name}(
     source_sequence INTEGER NOT NULL,
@@ -514,7 +514,7 @@ def check_database(path: str | Path) -> None:
 
 # A head's one-word relevance levels (store/search_index.py): each ``word·score`` token occurs
 # once per head and is only ever matched alone, so the index keeps no positions
-# (``detail=none``): 57% fewer pages at 1,000,000 entries, and fewer written per admission.
+# (``detail=none``): a much smaller index, and fewer pages written per admission.
 CATALOGUE_LEVELS = """
 CREATE VIRTUAL TABLE IF NOT EXISTS catalogue_levels
     USING fts5(levels, content='', tokenize='ascii', detail=none);

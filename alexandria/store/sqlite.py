@@ -37,7 +37,7 @@ from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointe
 T = TypeVar("T")
 
 WRITER_CACHE_KIB = 65_536  # the writer's page cache: the hot B-tree pages of every index
-# The read connections' page caches together (issue 22): a library larger than the host's
+# The read connections' page caches together: a library larger than the host's
 # memory is read mostly from disk, and every lookup first walks the interior pages of its
 # B-trees.  SQLite keeps the pages it read last in each connection's own cache, which the
 # operating system cannot reclaim, so the upper levels of the hot indexes stay in memory and
@@ -121,7 +121,7 @@ class SqliteStorage(LedgerStorage):
         if fresh:
             # every admission dirties a leaf page in each index keyed by a hash (revision ids,
             # roots); the commit writes each whole page to the WAL, so smaller pages mean fewer
-            # bytes written and checkpointed per admission (8 KiB pages cost ~30% more)
+            # bytes written and checkpointed per admission
             conn.execute("PRAGMA page_size = 4096")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")

@@ -27,9 +27,9 @@ batches before a catch-up finds it idle.  Two things keep that cheap and bounded
 
 - the log file is not cut back when the log starts over unless it is longer than
   ``JOURNAL_SIZE_LIMIT``, so later frames overwrite blocks the file already has.  Cut back to a
-  small limit, the file regrew by hundreds of megabytes each time, every new block allocated
-  and zero-filled: a tenth to a fifth of the writer's time in a bulk load at 1,000,000
-  entries (``docs/read-api.md``);
+  small limit, the file would regrow by hundreds of megabytes each time, every new block
+  allocated and zero-filled, a large share of the writer's time in a bulk load
+  (bench/results/journal.md);
 - past ``LIMIT_FRAMES`` the writer waits for this thread's checkpoint to end and finishes it
   itself, so the log starts over at the next transaction: one pause of one checkpoint, and the
   log never outgrows ``LIMIT_FRAMES`` plus one transaction.

@@ -89,7 +89,7 @@ class Checked:
                 "log_key": cp.log_key,
                 # the note is the library's text (its origin line, its signature lines)
                 "untrusted": {"note": cp.note},
-                # witnesses the agent's policy trusts whose cosignatures verified (issue 20);
+                # witnesses the agent's policy trusts whose cosignatures verified;
                 # without a policy none is checked and the list stays empty
                 "cosigned_by": list(cp.cosigners),
                 "witness_quorum": None if policy is None else policy.quorum}

@@ -25,7 +25,7 @@ def _schema_sql() -> str:
     return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
 
 
-#: Version 3 (issue 22, as ``store/schema.py``'s ``RETIRED_INDEXES``): fewer B-trees written
+#: Version 3 (as ``store/schema.py``'s ``RETIRED_INDEXES``): fewer B-trees written
 #: per admission — tree links only in the index by target root (the list is
 #: ``store/schema.TREE_LINKS``; a test compares), none by exact target and relation (reads use
 #: ``links_to_revision``, which also holds the relation) — and the scores page read from one
@@ -44,7 +44,7 @@ CREATE INDEX IF NOT EXISTS vote_values_by_author
     ON vote_values(author_id, head_sequence, target, value, vote_root);
 """
 
-#: Version 4 (issue 22, as ``store/schema.py``'s ``vote_values.target_seq``): each vote row names
+#: Version 4 (as ``store/schema.py``'s ``vote_values.target_seq``): each vote row names
 #: its target object's integer key, so the scores page reaches the targets without the 64-hex
 #: root index; filled from ``objects`` for the votes already there.
 VOTE_TARGET_KEYS = """
@@ -56,15 +56,14 @@ CREATE INDEX IF NOT EXISTS vote_values_by_target_seq
     ON vote_values(author_id, head_sequence, target_seq, value, vote_root);
 """
 
-#: Version 5 (issue 17, read speed): the search postings' primary key also carries the counts
+#: Version 5 (read speed): the search postings' primary key also carries the counts
 #: a query sums, so a word's heads are read from the index alone (an index-only scan: a few
 #: pages for a word in 700 heads, where the table's rows of that word lie on ~700 pages, one
 #: per head, as admissions wrote them).  The key stays ``(term, seq)``: the same uniqueness,
 #: and one B-tree written per posting as before.  And the planner learns that a catalogue
 #: facet implies its kind (``method:…`` only on evidence, ``verdict:…`` only on assessments):
-#: estimating them as independent, it read all 2,700 heads of a facet through a bitmap and
-#: sorted them for a page of 50, where the facet's index read backwards gives the page at once
-#: (3.5 ms → 0.1 ms at 100,000 entries).
+#: estimating them as independent, it would read all of a facet's heads through a bitmap and
+#: sort them for a page of 50, where the facet's index read backwards gives the page at once.
 COVERING_POSTINGS = """
 CREATE UNIQUE INDEX catalogue_postings_cover ON catalogue_postings(term, seq)
     INCLUDE (title_count, body_count);
@@ -76,7 +75,7 @@ CREATE STATISTICS IF NOT EXISTS catalogue_facet_kind (dependencies) ON facet, ki
 ANALYZE catalogue;
 """
 
-#: Version 6 (issue 22, as ``store/schema.py``'s ``feed``, ``deep`` and ``links``): integer
+#: Version 6 (as ``store/schema.py``'s ``feed``, ``deep`` and ``links``): integer
 #: keys where 64-hex roots and revision ids keyed the indexes every admission writes at
 #: scattered places.  ``feed`` and ``deep`` name their owners by ``objects`` key: the tables
 #: of the earlier layout are replaced, empty, and ``feed.ensure_layout`` refills them and
@@ -127,7 +126,7 @@ CREATE TABLE IF NOT EXISTS feed_recent(
 );
 """
 
-#: Version 9 (issue 22, as ``store/schema.py``'s ``tree_heads``): a children page is one range
+#: Version 9 (as ``store/schema.py``'s ``tree_heads``): a children page is one range
 #: of a table that gives each child's head, not one ``objects`` row read per child; it replaces
 #: the index ``links_tree``.  Filled from the links and objects already there.
 TREE_HEADS = f"""
@@ -143,7 +142,7 @@ DROP INDEX IF EXISTS links_tree;
 ANALYZE tree_heads;
 """
 
-#: Version 10 (issue 22, as ``store/schema.py``'s ``vote_values.head`` and ``target_root``): a
+#: Version 10 (as ``store/schema.py``'s ``vote_values.head`` and ``target_root``): a
 #: page of votes takes each vote's head id and its target's root from the index, not from a
 #: ``revisions`` and an ``objects`` row each; filled for the votes already there.
 VOTE_PAGE = """
@@ -157,7 +156,7 @@ CREATE INDEX IF NOT EXISTS vote_values_page ON vote_values(author_id, head_seque
 ANALYZE vote_values;
 """
 
-#: Version 11 (issue 22, as ``store/schema.py``'s ``object_scores``): each voted object's score
+#: Version 11 (as ``store/schema.py``'s ``object_scores``): each voted object's score
 #: by its ``objects`` key, one row per vote of a scores page; filled from the votes there.
 OBJECT_SCORES = f"""
 CREATE TABLE IF NOT EXISTS object_scores(
