@@ -43,19 +43,34 @@ def mirror_of(url: str, db: Path | str, pin: str, *extra: str) -> Command:
 
 def reap(proc: subprocess.Popen[Any], timeout: float) -> tuple[int, float]:
     """Wait for ``proc`` (killing its group after ``timeout``); its exit status and its peak
-    resident memory in MiB (``wait4``'s rusage)."""
+    resident memory in MiB: the largest ``VmHWM`` seen while it ran (the high-water mark of the
+    program it runs; ``wait4``'s ``ru_maxrss`` would also count the test process's own memory,
+    which the child holds between ``fork`` and ``exec``)."""
     deadline = time.monotonic() + timeout
+    peak_kib = 0
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        peak_kib = max(peak_kib, _high_water_kib(proc.pid))
+        pid, status, _usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # anything it left in its group
-            return proc.returncode, usage.ru_maxrss / 1024
+            return proc.returncode, peak_kib / 1024
         if time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL)
             deadline = float("inf")
         time.sleep(0.02)
+
+
+def _high_water_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def stop(command: Server, timeout: float = 30) -> tuple[float, int, float, str]:
