@@ -147,6 +147,16 @@ class WalWatch:
         self._thread.join()
 
 
+async def _read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """One HTTP/1.1 answer of a known length: its status and its body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return int(head.split(b" ", 2)[1]), await reader.readexactly(length)
+
+
 async def _post_all(port: int, bodies: list[bytes], connections: int) -> list[int]:
     """A minimal keep-alive HTTP/1.1 client: the load generator must cost far less than the
     server, on the same 2 cores."""
@@ -161,13 +171,7 @@ async def _post_all(port: int, bodies: list[bytes], connections: int) -> list[in
                 b"POST /api/entries HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
             )
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await reader.readexactly(length)
+            status, _answer = await _read_answer(reader)
             statuses.append(status)
         writer.close()
 
@@ -191,13 +195,7 @@ async def _post_batches(port: int, bodies: list[bytes], lines: int,
                 b"Content-Type: application/x-ndjson\r\n"
                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
             )
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            answer = await reader.readexactly(length)
+            status, answer = await _read_answer(reader)
             if status != 200:
                 statuses.append(status)
                 continue
