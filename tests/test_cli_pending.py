@@ -204,7 +204,11 @@ def test_changes_resync_when_the_library_cannot_honour_the_cursor(lib: Library) 
     r = cli("--json", "changes", "--root", root, home=home)
     assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [later]
     lib.stop()  # restore the older backup: the saved cursor is now beyond its log
-    cli("restore", str(backup), "--db", str(lib.db), "--replace")
+    restored = cli("restore", str(backup), "--db", str(lib.db), "--replace", expect=None)
+    # restored either way; when a checkpoint past the backup was signed meanwhile, the library
+    # says it is behind it (exit 1) and serves reads only until caught up (docs/operations.md)
+    assert restored.returncode == 0 or (
+        restored.returncode == 1 and "CATCH_UP_REQUIRED" in restored.stderr), restored.stderr
     lib.start()
     r = cli("--json", "changes", "--root", root, home=home)
     assert "starting again from the beginning" in r.stderr

@@ -119,6 +119,20 @@ def test_the_address_limit_slides() -> None:
     limiter.check("a", 1001)
 
 
+def test_a_refunded_request_leaves_the_allowance_whole() -> None:
+    """A request the process's rate refused (``ENROLMENTS_BUSY``) after the address's limit
+    counted it is taken back: a client retrying as told does not run out of its allowance."""
+    limiter = AddressLimiter(per_address=2, window_ms=1000)
+    for _ in range(5):
+        limiter.check("a", 0)
+        limiter.refund("a")
+    limiter.check("a", 0)
+    limiter.check("a", 0)
+    with pytest.raises(RateLimited):
+        limiter.check("a", 0)
+    limiter.refund("never-seen")  # nothing counted: nothing to take back
+
+
 def _writes(api: Api, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the transactions handed to the single writer from now on."""
     storage = api.library.storage

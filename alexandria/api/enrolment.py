@@ -31,7 +31,7 @@ from alexandria.core.canonical import parse_json
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms
 from alexandria.core.trust import parse_worker_certificate
-from alexandria.errors import BadRequest, Forbidden, NotFound
+from alexandria.errors import BadRequest, Forbidden, NotFound, RateLimited
 from alexandria.service import enrolment
 from alexandria.service.library import Library
 from alexandria.store import enrolments as store
@@ -94,7 +94,12 @@ async def post_enrolment(request: Request) -> Response:
     body = await read_body(request, enrolment.MAX_REQUEST_BYTES)
     req = enrolment.parse_request(body, lib.genesis.pin)
     limiters.by_key.check(req.worker, now, req.worker[:16] + "…")
-    limiters.kept.take(now)
+    try:
+        limiters.kept.take(now)
+    except RateLimited:  # the server's rate, not the client's: its allowance is not spent
+        limiters.by_address.refund(limit_key)
+        limiters.by_key.refund(req.worker)
+        raise
     await store.precheck_create(lib.storage, req.worker, now, enrolment.MAX_OPEN)
     code = enrolment.new_code()
     expires = await store.create(lib.storage, code, req.worker, req.name, req.scopes, now,

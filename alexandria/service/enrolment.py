@@ -196,6 +196,15 @@ class WindowLimiter:
                 del self._seen[next(iter(self._seen))]
 
 
+    def refund(self, key: str) -> None:
+        """Take back the newest event counted for ``key``: a request refused after it was
+        counted for a reason that is not the client's (the process's rate) costs it nothing."""
+        with self._lock:
+            times = self._seen.get(key)
+            if times:
+                times.pop()
+
+
 class AddressLimiter(WindowLimiter):
     """``PER_ADDRESS`` requests per ``WINDOW_MS`` for each client address."""
 
