@@ -179,3 +179,24 @@ async def api(
 ) -> AsyncIterator[Api]:
     async for a in serve_library(tmp_path, founding, clock, db=db):
         yield a
+
+@pytest.fixture
+async def guarded(tmp_path: Path, founding: Founding, clock: Clock, db: Path | str
+                  ) -> AsyncIterator[Api]:
+    """The app of a library whose log key keeps its published checkpoint
+    (``LOG_KEY.published``), its authorities admitted."""
+    from alexandria.service.published import PublishedCheckpoint, path_for
+
+    storage = storage_for(db, founding.genesis)
+    storage.clock = clock
+    published = PublishedCheckpoint(path_for(tmp_path / "log.key"))
+    library = Library(founding.genesis, storage, founding.log_key, published=published)
+    app = create_app(library)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                          base_url="http://testserver") as client,
+    ):
+        for doc in founding.authority_documents():
+            assert (await client.post("/api/authority", json=doc)).status_code == 201
+        yield Api(client, founding, clock, library)

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import psycopg
 import pytest
 
-from alexandria.api.app import create_app
 from alexandria.core.checkpoint import Checkpoint, sign_checkpoint
 from alexandria.service.bootstrap import Founding
 from alexandria.service.library import Library
@@ -26,21 +23,9 @@ from tests.conftest import Api, Clock
 
 
 @pytest.fixture
-async def node(tmp_path: Path, founding: Founding, clock: Clock, db: Path | str
-               ) -> AsyncIterator[Api]:
-    storage = storage_for(db, founding.genesis)
-    storage.clock = clock
-    published = PublishedCheckpoint(path_for(tmp_path / "log.key"))
-    library = Library(founding.genesis, storage, founding.log_key, published=published)
-    app = create_app(library)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                          base_url="http://testserver") as client,
-    ):
-        for doc in founding.authority_documents():
-            assert (await client.post("/api/authority", json=doc)).status_code == 201
-        yield Api(client, founding, clock, library)
+def node(guarded: Api) -> Api:
+    """A library whose log key keeps ``LOG_KEY.published`` (``tests/conftest.guarded``)."""
+    return guarded
 
 
 def another_node_writes(db: Path | str, sql: str, *params: object) -> None:

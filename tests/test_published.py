@@ -3,39 +3,16 @@ does not extend it, and a database behind it takes no writes (``service/publishe
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import httpx
 import pytest
 
-from alexandria.api.app import create_app
 from alexandria.api.serve import auto_workers
 from alexandria.core.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
 from alexandria.service.bootstrap import Founding
 from alexandria.service.library import Library
-from alexandria.service.published import CatchUpRequired, PublishedCheckpoint, path_for
+from alexandria.service.published import CatchUpRequired
 from alexandria.store.backends import storage_for
 from tests.admission_support import claim, space
-from tests.conftest import Api, Clock
-
-
-@pytest.fixture
-async def guarded(tmp_path: Path, founding: Founding, clock: Clock, db: Path | str
-                  ) -> AsyncIterator[Api]:
-    storage = storage_for(db, founding.genesis)
-    storage.clock = clock
-    published = PublishedCheckpoint(path_for(tmp_path / "log.key"))
-    library = Library(founding.genesis, storage, founding.log_key, published=published)
-    app = create_app(library)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                          base_url="http://testserver") as client,
-    ):
-        for doc in founding.authority_documents():
-            assert (await client.post("/api/authority", json=doc)).status_code == 201
-        yield Api(client, founding, clock, library)
+from tests.conftest import Api
 
 
 async def test_a_served_checkpoint_is_remembered_before_it_is_served(guarded: Api) -> None:
