@@ -157,15 +157,23 @@ def test_postgresql_crash_during_admissions(tmp_path: Path, founding: Founding,
             # checkpoint 503 STORAGE_UNAVAILABLE (Retry-After) and reconnects
             wait_for(lambda: client.get("/api/log/checkpoint").status_code == 200, 30,
                      "a checkpoint once PostgreSQL is back")
-        finally:
+        except BaseException as failure:
             writer.close()
             client.close()
             _out, err = stop_group(server.proc)
+            failure.add_note(f"the server's exit status: {server.proc.returncode}; its stderr:\n"
+                             + err.decode(errors="replace"))
+            raise
+        writer.close()
+        client.close()
+        _out, err = stop_group(server.proc)
         stderr = err.decode(errors="replace")
         assert "Traceback" not in stderr, stderr[-4000:]
-        # one episode in each process that met it first hand, never a line per request
+        # one episode in each process that met it first hand, never a line per request; a
+        # worker whose own write connection (checkpoints) died may still be in its episode
+        # when the server stops, the other having answered the checkpoint
         began, ended = episode_lines(stderr, "writes", "STORAGE_UNAVAILABLE")
-        assert 1 <= began <= workers + (workers > 1) and ended == began, stderr[-4000:]
+        assert 1 <= began <= workers + (workers > 1) and 1 <= ended <= began, stderr[-4000:]
         assert_all_kept(founding, url, writer.acknowledged, tmp_path)
 
 

@@ -45,6 +45,14 @@ _UVICORN: dict[str, Any] = {"log_level": "warning", "server_header": False, "dat
                             "access_log": False, "proxy_headers": False}
 #: uvicorn's worker processes import their app by name: the config travels in the environment
 CONFIG_ENV = "ALEXANDRIA_SERVE_CONFIG"
+#: Granian's own messages (a worker's unexpected exit, its restart) go to standard error with
+#: every other diagnostic of ``serve``; its access log, when asked for, stays on standard output
+_GRANIAN_HANDLERS = {"handlers": {
+    "console": {"formatter": "generic", "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr"},
+    "access": {"formatter": "access", "class": "logging.StreamHandler",
+               "stream": "ext://sys.stdout"},
+}}
 
 
 def raise_file_limit() -> None:
@@ -90,7 +98,8 @@ def run_granian(config: ServeConfig, supervisor: Supervisor) -> None:
         websockets=False, loop=Loops.auto, backlog=BACKLOG, backpressure=MAX_CONNECTIONS,
         http1_settings=HTTP1Settings(header_read_timeout=HEAD_TIMEOUT_MS,
                                      max_buffer_size=HEAD_BUFFER_BYTES),
-        log_level=LogLevels.warning, log_access=config.access_log,
+        log_level=LogLevels.warning, log_dictconfig=_GRANIAN_HANDLERS,
+        log_access=config.access_log,
         respawn_failed_workers=True, workers_kill_timeout=CHILD_STOP_S,
     )
     try:
