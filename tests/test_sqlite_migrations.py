@@ -418,3 +418,23 @@ async def test_a_library_of_the_baseline_layout_without_a_version_is_adopted(
     async for api in serve_library(tmp_path, founding, clock, documents=[]):
         assert await _reads(api, revisions) == before
     assert _version(path) == VERSION
+
+
+async def test_migrate_brings_the_sqlite_file_to_the_latest_version_first(
+    tmp_path: Path, founding: Founding, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``alexandria migrate`` applies the steps a SQLite library lacks before it copies it
+    (under the lock that keeps a server away), as opening it would; a backup being restored
+    into PostgreSQL is never changed: it is refused instead."""
+    path, _revisions = await _library(tmp_path, founding, clock)
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, (VERSION + 1, NEXT_STEP)))
+    before = _state(path)
+    with pytest.raises(SchemaTooOld) as info:
+        migrate(path, "postgresql://127.0.0.1:1/none", replace=True, server_file=False)
+    assert info.value.details == {"found": VERSION, "known": VERSION + 1, "path": str(path)}
+    assert _state(path) == before
+    with pytest.raises(ServiceError) as failed:  # upgraded, then no PostgreSQL to copy into
+        migrate(path, "postgresql://127.0.0.1:1/none")
+    assert failed.value.code == "STORAGE_UNAVAILABLE"
+    assert _version(path) == VERSION + 1
+    assert "objects_label" in _layout(path)

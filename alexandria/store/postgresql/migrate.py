@@ -164,12 +164,13 @@ def _bring_to_current(path: Path, version: int, server_file: bool) -> None:
     version recorded): the migrations opening it would apply, under the lock already held.  A
     backup is not changed: it is restored into a SQLite file first, which opening brings to
     this version."""
+    known = migrations.MIGRATIONS[-1][0]
     if not server_file:
         raise migrations.SchemaTooOld(
-            f"{path} is a library of schema version {version}; this Alexandria's is"
-            f" {migrations.MIGRATIONS[-1][0]}: restore it into a SQLite file (`alexandria restore"
-            f" {path} --db FILE`), serve that once with this version, which migrates it, and"
-            " migrate that file", found=version, known=migrations.MIGRATIONS[-1][0], path=str(path))
+            f"{path} is a library of schema version {version}; this Alexandria's is {known}:"
+            f" restore it into a SQLite file (`alexandria restore {path} --db FILE`), serve that"
+            " once with this version, which migrates it, and migrate that file",
+            found=version, known=known, path=str(path))
     lite = sqlite3.connect(path, isolation_level=None)
     try:
         lite.execute("PRAGMA busy_timeout = 30000")
