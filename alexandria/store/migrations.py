@@ -49,8 +49,9 @@ class SchemaTooNew(ServiceError):
 
 
 class SchemaTooOld(ServiceError):
-    """The database's tables are of a layout from before versions were recorded, which no
-    migration converts."""
+    """The database's layout is older than the operation takes: one from before versions were
+    recorded, which no migration converts, or (a backup ``restore`` copies into PostgreSQL,
+    which it never changes) an earlier version."""
 
     default_code = "SCHEMA_TOO_OLD"
 
