@@ -304,10 +304,12 @@ async def test_rows_per_admission_do_not_grow_with_depth(
 
 
 def _downgrade(db: str | Path) -> int:
-    """Turn a library written with every ancestor near into the first layout: plain lists of
-    ancestor roots, ``feed`` rows keyed by root, links naming their targets' roots (not their
-    integer keys), none of the later columns, tables and index, no layout recorded (and, on
-    PostgreSQL, schema version 1); its ``feed`` rows."""
+    """Turn a library written with every ancestor near into the first feed layout: plain lists
+    of ancestor roots, no layout recorded, leaves without their records' pieces; on PostgreSQL
+    also the first schema (``feed`` rows keyed by root, links naming their targets' roots, not
+    their integer keys, none of the later columns, tables and index: schema version 1; a SQLite
+    file of an earlier schema is refused, tests/test_sqlite_migrations.py); its ``feed``
+    rows."""
     drops = [
         "ALTER TABLE links ADD COLUMN target_root TEXT NOT NULL DEFAULT ''",
         "UPDATE links SET target_root ="
@@ -329,6 +331,9 @@ def _downgrade(db: str | Path) -> int:
     if isinstance(db, Path):
         conn = sqlite3.connect(db)
         mark = "?"
+        drops = ["DELETE FROM meta WHERE key = 'feed_layout'",
+                 "UPDATE log SET id = NULL, root = NULL, record_length = NULL,"
+                 " authority_seq = NULL"]
     else:
         conn = psycopg.connect(db, autocommit=True)
         mark = "%s"
@@ -342,7 +347,8 @@ def _downgrade(db: str | Path) -> int:
             conn.execute(sql)
         if isinstance(conn, sqlite3.Connection):
             conn.commit()
-        return int(conn.execute("SELECT count(*) FROM feed").fetchone()[0])
+        rows = f"{feed.ROWS} AS f" if isinstance(db, Path) else "feed"  # SQLite stages some
+        return int(conn.execute(f"SELECT count(*) FROM {rows}").fetchone()[0])
     finally:
         conn.close()
 
@@ -352,9 +358,10 @@ async def test_a_library_of_the_earlier_layout_is_rebuilt_when_opened(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A library written before this layout (a ``feed`` row per ancestor, plain ancestor
-    lists, none of the new columns and tables) gets them when opened, its feed tables are
-    rebuilt from ``objects`` and its links, and it reads and admits as a new one does (its
-    leaves' records read with their revisions' pieces, the new leaves' with their own)."""
+    lists; on PostgreSQL none of the new columns and tables) gets them when opened, its feed
+    tables are rebuilt from ``objects`` and its links, and it reads and admits as a new one
+    does (its leaves' records read with their revisions' pieces, the new leaves' with their
+    own)."""
     monkeypatch.setattr(feed, "NEAR", 10**6)  # every ancestor near: the earlier layout's rows
     model = Model()
     async for api in serve_library(tmp_path, founding, clock, db=db):

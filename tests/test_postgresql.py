@@ -42,7 +42,6 @@ from tests.conftest import Api, Clock, serve_library
 from tests.liveserver import serving, write_library_files
 from tests.pgcluster import Cluster, cluster, standby
 from tests.test_durability import _admit_authorities, _claim, _post_at
-from tests.test_sqlite_store import _ROOT_KEYED, _reads
 
 pytestmark = pytest.mark.slow
 
@@ -217,6 +216,11 @@ def test_the_schema_matches_sqlites_columns(pg_db: str) -> None:
         "'", "").replace("\n    ", " ")
 
 
+#: indexes of schema versions 1 to 9 that later versions dropped
+_RETIRED_INDEXES = ("links_target", "links_target_root", "links_incoming", "vote_values_author",
+                    "vote_values_by_author", "links_tree", "vote_values_by_target_seq")
+
+
 def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         pg_cluster: Cluster) -> None:
     """Issue 22's index layout, the covering search postings, the feed keyed by objects keys
@@ -243,7 +247,7 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
 
         # vote_values_by_author came with version 3 and went with version 4, links_tree
         # (version 3, on roots) with version 9, vote_values_by_target_seq (version 4) with 10
-        assert set(sqlite_schema.RETIRED_INDEXES) - {
+        assert set(_RETIRED_INDEXES) - {
             "vote_values_by_author", "links_tree", "vote_values_by_target_seq"} <= indexes()
         assert "INCLUDE" not in postings_key()
         assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
@@ -256,7 +260,7 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
             assert [r[0] for r in raw.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
                 " ORDER BY ordinal_position", (table,))] == columns
-        assert not indexes() & set(sqlite_schema.RETIRED_INDEXES)
+        assert not indexes() & set(_RETIRED_INDEXES)
         assert {"links_to_revision", "vote_values_page"} <= indexes()
         assert "links_tree" not in indexes()  # version 9: the table tree_heads instead
         assert raw.execute("SELECT to_regclass('tree_heads')").fetchone() == ("tree_heads",)
@@ -429,26 +433,6 @@ async def test_migrate_keeps_the_root_and_the_same_answers(
     with pytest.raises(BadRequest) as refused:
         migrate(lite, url)
     assert refused.value.code == "TARGET_NOT_EMPTY"
-
-
-async def test_migrate_carries_a_library_of_the_root_keyed_layout(
-    tmp_path: Path, founding: Founding, clock: Clock, pg_cluster: Cluster
-) -> None:
-    """A SQLite library whose links and feed were keyed by 64-hex roots (before issue 22's
-    integer keys) migrates as opening it would carry it over: its links with their targets'
-    integer keys, its feed rebuilt by the first node to open the database; every read the
-    same."""
-    lite = tmp_path / "lib.db"
-    async for api in serve_library(tmp_path, founding, clock, db=lite):
-        revisions = list((await publish_example(api)).values())
-        before = await _reads(api, revisions)
-    conn = sqlite3.connect(lite)
-    conn.executescript(_ROOT_KEYED)
-    conn.close()
-    url = pg_cluster.database()
-    migrate(lite, url)
-    async for api in serve_library(tmp_path, founding, clock, documents=[], db=url):
-        assert await _reads(api, revisions) == before
 
 
 def test_migrate_command(tmp_path: Path, founding: Founding, pg_cluster: Cluster) -> None:

@@ -15,7 +15,7 @@ from alexandria.core import search_text
 from alexandria.core.search_text import human_text, normalise, snippet, words
 from alexandria.reads import catalogue
 from alexandria.reads.catalogue import CatalogueQuery
-from alexandria.store import schema, search_index
+from alexandria.store import search_index
 from alexandria.store.postgresql import is_postgresql
 from tests.catalogue_support import catalogue as get_catalogue
 from tests.catalogue_support import content, document, publish_example, vote
@@ -131,40 +131,6 @@ async def test_a_stale_index_version_is_rebuilt_on_open(api: Api) -> None:
     assert await _tables(api) == live
     version = await storage.meta("catalogue_index")
     assert version == search_index.INDEX_VERSION
-
-
-@pytest.mark.sqlite_only("catalogue_levels is SQLite's (PostgreSQL searches its postings)")
-async def test_levels_of_an_earlier_layout_lose_their_positions_when_opened(api: Api) -> None:
-    """A library whose ``catalogue_levels`` kept positions (before issue 22's fourth round) has
-    it replaced when opened, refilled from ``catalogue_words``: the same terms and counts, the
-    same one-word searches (which read the levels best first)."""
-    await _publish_mix(api)
-    live = await _tables(api)
-    queries = [{"q": w, "offset": o} for w in ("gamma", "words", "claim", "the") for o in (0, 1)]
-    before = [await get_catalogue(api, **q) for q in queries]
-    storage = api.library.storage
-
-    def with_positions(conn: sqlite3.Connection) -> None:
-        conn.execute("DROP TABLE catalogue_level_terms")
-        conn.execute("DROP TABLE catalogue_levels")
-        for statement in schema.CATALOGUE_LEVELS.replace(", detail=none", "").split(";"):
-            if statement.strip():
-                conn.execute(statement)
-        conn.executemany("INSERT INTO catalogue_levels(rowid, levels) VALUES (?, ?)", [
-            (seq, search_text.levels(title, body)) for seq, title, body in
-            conn.execute("SELECT seq, title, body FROM catalogue_words").fetchall()])
-
-    await storage.write(with_positions)
-    await storage.close()
-    await storage.open()
-    assert await _tables(api) == live
-    assert [await get_catalogue(api, **q) for q in queries] == before
-
-    def declared(conn: sqlite3.Connection) -> str:
-        return str(conn.execute(
-            "SELECT sql FROM sqlite_master WHERE name = 'catalogue_levels'").fetchone()[0])
-
-    assert "detail=none" in await storage.read(declared)
 
 
 @pytest.mark.sqlite_only("SQLite's query plans (PostgreSQL plans from its statistics)")

@@ -1,6 +1,6 @@
 """Storage behaviour that the HTTP tests do not pin down.  The tests taking ``api`` or ``db``
-run on both backends; the migration of an earlier SQLite index layout is about SQLite files
-(PostgreSQL's migrations are tested in tests/test_postgresql.py)."""
+run on both backends (SQLite's schema versions are tested in tests/test_sqlite_migrations.py,
+PostgreSQL's in tests/test_postgresql.py)."""
 
 from __future__ import annotations
 
@@ -83,8 +83,6 @@ async def _reads(api: Api, revisions: list[str]) -> list[bytes]:
     return out
 
 
-# A database of an earlier layout holds leaves of the earlier format and is refused when opened
-# (tests/test_leaf_format.py): there is no layout migration left to test, only a reopening.
 async def test_a_library_closed_and_opened_again_reads_the_same(
     tmp_path: Path, founding: Founding, clock: Clock, db: Path | str
 ) -> None:
@@ -124,106 +122,13 @@ async def test_a_library_closed_and_opened_again_reads_the_same(
         assert changes["items"][-1]["id"] == reply["id"]
 
 
-# Every layout before issue 22's sixth round: the scores page read each vote's head id from its
-# revision and its target's root from the target's object row.
-_BEFORE_VOTE_PAGE = """
-DROP TABLE object_scores;
-DROP INDEX vote_values_page;
-ALTER TABLE vote_values DROP COLUMN head;
-ALTER TABLE vote_values DROP COLUMN target_root;
-CREATE INDEX vote_values_by_target_seq ON vote_values(author_id, head_sequence, target_seq, value);
-"""
-# The index layout before issue 22's: every link in two indexes by its target, the scores page
-# read through a narrow index of vote roots, votes naming their targets by root only.
-_EARLIER_INDEXES = """
-DROP INDEX links_tree;
-DROP INDEX links_to_revision;
-CREATE INDEX links_incoming ON links(target, source_sequence) WHERE relation != 'votes_on';
-DROP INDEX vote_values_by_target_seq;
-ALTER TABLE vote_values DROP COLUMN target_seq;
-CREATE INDEX links_target ON links(target, relation);
-CREATE INDEX links_target_root ON links(target_root, relation);
-CREATE INDEX vote_values_author ON vote_values(author_id, head_sequence);
-"""
-# The layout of issue 22's first round: votes still without their targets' integer keys.
-_FIRST_ROUND_INDEXES = """
-DROP INDEX vote_values_by_target_seq;
-ALTER TABLE vote_values DROP COLUMN target_seq;
-CREATE INDEX vote_values_by_author ON vote_values(author_id, head_sequence, target, value);
-"""
-
-
-# Every layout before issue 22's fourth round keyed links, ``feed`` and ``deep`` by 64-hex
-# roots and revision ids (its near lists too, which the rebuild rewrites whatever they hold).
-_ROOT_KEYED = f"""
-ALTER TABLE links ADD COLUMN target_root TEXT NOT NULL DEFAULT '';
-UPDATE links SET target_root =
-    (SELECT root FROM objects WHERE created_sequence = links.target_owner);
-DROP TABLE tree_heads;
-DROP INDEX links_related;
-DROP INDEX links_to_revision;
-DROP INDEX links_relationships;
-ALTER TABLE links DROP COLUMN target_seq;
-ALTER TABLE links DROP COLUMN target_owner;
-CREATE INDEX links_tree ON links(target_root, relation) WHERE relation IN {schema.TREE_LINKS};
-CREATE INDEX links_related ON links(target_root, source_sequence)
-    WHERE relation NOT IN {schema.NOT_RELATED};
-CREATE INDEX links_to_revision ON links(target, source_sequence, position, relation)
-    WHERE relation != 'votes_on';
-CREATE INDEX links_relationships ON links(target_root, source_sequence)
-    WHERE relation IN ('relates_from', 'relates_to');
-CREATE TABLE feed_by_root AS SELECT o.root AS root, f.sequence AS sequence FROM {feed.ROWS} f
-    JOIN objects o ON o.created_sequence = f.owner;
-DROP TABLE feed;
-DROP TABLE feed_recent;
-ALTER TABLE feed_by_root RENAME TO feed;
-UPDATE meta SET value = 'near-conversation-1/64' WHERE key = 'feed_layout';
-"""
-
-# Every layout before issue 22's third round indexed the objects by root (``UNIQUE``), beside
-# the index of revision ids that finds them now (``schema.object_row``).
-_ROOT_INDEXED = (
-    schema._OBJECTS.format(name="objects_earlier").replace("root TEXT NOT NULL,",
-                                                           "root TEXT NOT NULL UNIQUE,")
-    + "INSERT INTO objects_earlier SELECT * FROM objects;\n"
-    + "DROP TABLE objects;\nALTER TABLE objects_earlier RENAME TO objects;\n"
-    + schema._OBJECT_INDEXES
-)
-
-# revisions found through an index of whole ids (UNIQUE), before ``revisions_id``
-_ID_INDEXED = (
-    schema._REVISIONS.format(name="revisions_earlier").replace("id TEXT NOT NULL,",
-                                                               "id TEXT NOT NULL UNIQUE,")
-    + "INSERT INTO revisions_earlier SELECT * FROM revisions;\n"
-    + "DROP TABLE revisions;\nALTER TABLE revisions_earlier RENAME TO revisions;\n"
-    + "CREATE INDEX revisions_tree ON revisions(tree, sequence) WHERE tree != 0;\n"
-    + "CREATE INDEX revisions_later ON revisions(root, sequence) WHERE id != root;\n"
-)
-
-
-def _objects(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
-    """Every ``objects`` row, its near list as a set (the rebuild of the feed layout may list
-    an object's ancestors in another order)."""
-    at = schema.OBJECT_COLUMNS.index("ancestors")
-    return [(*row[:at], frozenset(row[at].split()), *row[at + 1:]) for row in conn.execute(
-        f"SELECT {', '.join(schema.OBJECT_COLUMNS)} FROM objects ORDER BY created_sequence")]
-
-
-@pytest.mark.parametrize("earlier", [_EARLIER_INDEXES, _FIRST_ROUND_INDEXES, ""],
-                         ids=["before-issue-22", "issue-22-first-round", "issue-22-second-round"])
-async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
-    tmp_path: Path, founding: Founding, clock: Clock, earlier: str
+async def test_votes_and_children_are_read_through_their_indexes(
+    tmp_path: Path, founding: Founding, clock: Clock
 ) -> None:
-    actors = [founding.participants[name].actor for name in ("owner", "peer")]
-
-    async def reads(api: Api, revisions: list[str]) -> list[bytes]:
-        out = await _reads(api, revisions)
-        for actor in actors:
-            for offset in ("0", "1"):
-                r = await api.client.get("/api/scores", params={"author": actor, "offset": offset})
-                out.append(r.content)
-        return out
-
+    """What admission writes beside the links and votes — each vote's target key, head id and
+    target root, each voted object's score, each first revision's tree links with its object's
+    head — is what the tables derive from (``schema.DERIVED_TABLES``), and the scores and
+    children pages read it through their indexes."""
     async for api in serve_library(tmp_path, founding, clock):
         names = await publish_example(api)
         for i, (voter, target, value) in enumerate([
@@ -232,51 +137,22 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
         ]):
             signed = await api.publish(voter, vote(names[target], value))
             names[f"vote {i}"] = signed["id"]
-        changed = await api.publish("peer", vote(names["claim"], "-1", previous=names["vote 0"]))
-        revisions = [*names.values(), changed["id"]]
-        before = await reads(api, revisions)
+        await api.publish("peer", vote(names["claim"], "-1", previous=names["vote 0"]))
     conn = sqlite3.connect(tmp_path / "lib.db")
-    objects = _objects(conn)
-    revision_rows = conn.execute("SELECT * FROM revisions ORDER BY sequence").fetchall()
-    conn.executescript(_BEFORE_VOTE_PAGE + _ROOT_KEYED + earlier + _ROOT_INDEXED + _ID_INDEXED)
-    assert earlier == "" or "target_seq" not in {
-        r[1] for r in conn.execute("PRAGMA table_info(vote_values)")}
-    for table in ("objects", "revisions"):
-        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE"
-                            f" 'sqlite_autoindex_{table}_%'").fetchone()[0] == 1
-    conn.close()
-
-    async for api in serve_library(tmp_path, founding, clock, documents=[]):
-        assert await reads(api, revisions) == before
-        conn = sqlite3.connect(tmp_path / "lib.db")
-        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
-        assert not indexes & set(schema.RETIRED_INDEXES)
-        # the objects, rebuilt without their index of roots, each row as it was
-        assert not any(name.startswith("sqlite_autoindex_objects") for name in indexes)
-        assert {"objects_head_sequence", "objects_contents", "objects_spaces"} <= indexes
-        assert _objects(conn)[:len(objects)] == objects
-        assert {"links_to_revision", "vote_values_page"} <= indexes
-        # the revisions, rebuilt without their index of whole ids, found by their prefixes
-        assert not any(name.startswith("sqlite_autoindex_revisions") for name in indexes)
-        assert {"revisions_id", "revisions_tree", "revisions_later"} <= indexes
-        assert conn.execute("SELECT * FROM revisions ORDER BY sequence").fetchall()[
-            :len(revision_rows)] == revision_rows
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        # links keyed by integers, each naming its target's sequence and object
-        columns = tuple(r[1] for r in conn.execute("PRAGMA table_info(links)"))
-        assert columns == schema.LINK_COLUMNS
-        assert conn.execute(
-            "SELECT count(*) FROM links l JOIN revisions t ON t.sequence = l.target_seq"
-            " JOIN revisions o ON o.sequence = l.target_owner"
-            " WHERE t.id != l.target OR o.id != t.root").fetchone()[0] == 0
-        assert conn.execute("SELECT value FROM meta WHERE key = 'feed_layout'").fetchone()[0] \
-            == feed.layout()
-        # every vote names its target's integer key, filled when the column was added
+    try:
         votes = conn.execute("SELECT count(*) FROM vote_values").fetchone()[0]
         assert votes == 5
         assert conn.execute(
-            "SELECT count(*) FROM vote_values v JOIN objects o"
-            " ON o.created_sequence = v.target_seq AND o.root = v.target").fetchone()[0] == votes
+            "SELECT count(*) FROM vote_values v JOIN revisions h ON h.sequence = v.head_sequence"
+            " JOIN objects o ON o.created_sequence = v.target_seq"
+            " WHERE v.head = h.id AND v.target_root = o.root AND o.root = v.target"
+        ).fetchone()[0] == votes
+        assert conn.execute("SELECT * FROM object_scores ORDER BY 1").fetchall() == [
+            tuple(r) for r in conn.execute(schema.OBJECT_SCORES_ROWS)]
+        assert len(conn.execute("SELECT * FROM object_scores").fetchall()) == 4
+        assert conn.execute("SELECT * FROM tree_heads ORDER BY 1, 2, 3").fetchall() == [
+            tuple(r) for r in conn.execute(schema.TREE_HEADS_ROWS)]
+        assert conn.execute("SELECT count(*) FROM tree_heads").fetchone()[0] > 0
         scores = " ".join(str(r[3]) for r in conn.execute(
             "EXPLAIN QUERY PLAN SELECT v.vote_root, v.head, v.target_root FROM vote_values v"
             " INDEXED BY vote_values_page JOIN objects o"
@@ -284,30 +160,15 @@ async def test_a_library_of_the_earlier_index_layout_is_migrated_when_opened(
             " ORDER BY v.head_sequence DESC"))
         assert "USING INTEGER PRIMARY KEY" in scores and "root" not in scores
         assert "COVERING INDEX vote_values_page" in scores
-        # and each its head's id and its target's root, filled when the columns were added
-        assert conn.execute(
-            "SELECT count(*) FROM vote_values v JOIN revisions h ON h.sequence = v.head_sequence"
-            " JOIN objects o ON o.created_sequence = v.target_seq"
-            " WHERE v.head = h.id AND v.target_root = o.root").fetchone()[0] == votes
-        # and each voted object's score, summed from them when the table was added
-        assert conn.execute("SELECT * FROM object_scores ORDER BY 1").fetchall() == [
-            tuple(r) for r in conn.execute(schema.OBJECT_SCORES_ROWS)]
-        assert len(conn.execute("SELECT * FROM object_scores").fetchall()) == 4
-        # the reads take the new indexes: SQLite uses a partial index only when the query
-        # repeats its condition
+        # SQLite uses a partial index only when the query repeats its condition
         children = " ".join(str(r[3]) for r in conn.execute(
             "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", False, heads=True),
             {"owner": 1}))
         assert children == "SEARCH tree_heads USING PRIMARY KEY (target_owner=? AND relation=?)"
-        # tree_heads filled from the links and objects: each first revision's tree links,
-        # with its object's head (the revision of the claim and the votes' changes included)
-        assert conn.execute("SELECT * FROM tree_heads ORDER BY 1, 2, 3").fetchall() == [
-            tuple(r) for r in conn.execute(schema.TREE_HEADS_ROWS)]
-        assert conn.execute("SELECT count(*) FROM tree_heads").fetchone()[0] > 0
         exact = " ".join(str(r[3]) for r in conn.execute(
-            "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", True),
-            {"seq": 1}))
+            "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", True), {"seq": 1}))
         assert "links_to_revision" in exact
+    finally:
         conn.close()
 
 

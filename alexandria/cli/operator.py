@@ -120,9 +120,10 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
     check_port_free(args.host, args.port)  # before anything is created or announced
     origin = Origin(public_url(args.public_url) if args.public_url else None,
                     args.trust_proxy_headers, listen_url(args.host, args.port))
-    from alexandria.store.schema import check_database
+    from alexandria.store.migrations import check_database
 
-    check_database(args.db or DataDir(Path(args.data_dir)).db)  # an old leaf format: refused
+    # a newer or earlier layout, an old leaf format: refused before anything is served
+    check_database(args.db or DataDir(Path(args.data_dir)).db)
     if args.read_db and not args.genesis:
         raise BadRequest("--read-db goes with --genesis and --db postgresql://…", "USAGE")
     if args.genesis:

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from alexandria.errors import BadRequest, ServiceError
-from alexandria.store import db_lock, log_floor
+from alexandria.store import db_lock, log_floor, migrations
 from alexandria.store.backends import display, has_library, open_readonly
 from alexandria.store.log_floor import Published
 from alexandria.store.merkle_nodes import tree_size
@@ -185,6 +185,7 @@ def restore(backup_path: str | Path, db: str | Path, replace: bool = False,
     no writes until caught up with it (``store/log_floor.py``); a backup that forks it is
     refused and nothing is changed."""
     backup_path = Path(backup_path)
+    migrations.check_database(backup_path)  # a layout this version cannot serve: nothing replaced
     snapshot = describe(backup_path)
     if is_database_url(db):
         return _restore_postgresql(backup_path, snapshot, str(db), replace, floors)

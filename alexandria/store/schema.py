@@ -1,19 +1,17 @@
-"""Every table of a library's SQLite database, and how an older layout becomes this one.
+"""Every table of a library's SQLite database.
 
 The store owns its tables (as Tessera's drivers own ``schema.sql``): the ledger (log, Merkle
 nodes, revisions, objects, links, votes, authorities, revocations, feed), the log's signed
 checkpoints, personal lists and the catalogue's derived indexes are all declared here, and
-nothing above the store declares or alters a table.  ``TABLES`` is idempotent
-(``CREATE … IF NOT EXISTS``).  A database of an earlier layout holds leaves of the earlier
-format (before leaves committed to their admission times, PROTOCOL §7): ``check_database``
-refuses it before anything writes to it — there were no deployments to carry over.
+nothing above the store declares or alters a table.  ``TABLES`` is the baseline layout, version
+1 of ``store/migrations.py``, which creates it in a new database and records its version.  A
+database of an earlier leaf format (before leaves committed to their admission times, PROTOCOL
+§7) is refused (``check_leaf_format``) — there were no deployments to carry over.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 from alexandria.core.leaf import LEAF_FORMAT
@@ -35,8 +33,7 @@ TREE_LINKS = "('" + "', '".join(FEED_RELATIONS) + "')"
 # every admission writes a leaf of (at a random place: ids are hashes) is ~3x smaller, and
 # holds fewer levels and pages for the writer's cache and a cold lookup to read.
 # Ids sharing a prefix are told apart by the whole id, compared in the row: nothing anyone
-# chooses to publish can make a lookup find the wrong revision or refuse one.  (A library of an
-# earlier layout indexed the whole id as ``UNIQUE``: ``index_revision_prefixes``.)
+# chooses to publish can make a lookup find the wrong revision or refuse one.
 _REVISIONS = """
 CREATE TABLE IF NOT EXISTS {name}(
     sequence INTEGER PRIMARY KEY,
@@ -127,15 +124,6 @@ CREATE TABLE IF NOT EXISTS {name}(
 #: The columns of ``links``, in the order ``_LINKS`` declares them.
 LINK_COLUMNS = ("source_sequence", "position", "relation", "target", "target_seq",
                 "target_owner")
-#: The links of a library of an earlier layout (named by ``target`` and ``target_root``), as
-#: ``LINK_COLUMNS``: the integer keys found through ``revisions``, NULL where a target is not
-#: there (``key_links_by_integers`` when it is opened, ``alexandria migrate`` when it is copied).
-ROOT_KEYED_LINKS = (
-    "SELECT l.source_sequence, l.position, l.relation, l.target,"
-    " t.sequence AS target_seq, o.sequence AS target_owner"
-    f" FROM links l LEFT JOIN revisions t ON {revision_id('l.target', 't.id')}"
-    f" LEFT JOIN revisions o ON {revision_id('l.target_root', 'o.id')}"
-)
 
 # Children, discussions, knowledge (``reads/objects._tree_arm``): one row per tree link of an
 # object (its first revision's: tree links never change across revisions), by the target's
@@ -156,9 +144,8 @@ CREATE TABLE IF NOT EXISTS {name}(
     PRIMARY KEY(target_owner, relation, created_sequence)
 ) WITHOUT ROWID;
 """
-#: ``tree_heads``' rows, from ``links`` and ``objects`` (a library of an earlier layout when
-#: opened, a copy made by ``alexandria migrate`` or ``backup``): every tree link of a first
-#: revision, with its object's head.
+#: ``tree_heads``' rows, from ``links`` and ``objects`` (a copy made by ``alexandria migrate``
+#: or ``backup``): every tree link of a first revision, with its object's head.
 TREE_HEADS_ROWS = (
     "SELECT l.target_owner, l.relation, o.created_sequence, o.head_sequence FROM links l"
     " JOIN objects o ON o.created_sequence = l.source_sequence"
@@ -175,7 +162,7 @@ CREATE TABLE IF NOT EXISTS object_scores(
     created_sequence INTEGER PRIMARY KEY, score INTEGER NOT NULL
 );
 """
-#: ``object_scores``' rows, from the votes (``search_index.rebuild``, an earlier layout opened)
+#: ``object_scores``' rows, from the votes (``search_index.rebuild``)
 OBJECT_SCORES_ROWS = (
     "SELECT target_seq, sum(value) FROM vote_values GROUP BY target_seq ORDER BY target_seq"
 )
@@ -298,171 +285,16 @@ CREATE TABLE IF NOT EXISTS deep(
 CREATE INDEX IF NOT EXISTS deep_tree ON deep(tree, hang);
 """
 
-#: Columns added since the first layout, as ``ALTER TABLE`` adds them (at the end, with their
-#: defaults) to a library created before; ``add_columns`` runs before ``TABLES``.
-ADDED_COLUMNS = (
-    ("revisions", "tree", "INTEGER NOT NULL DEFAULT 0"),
-    ("objects", "tree", "INTEGER NOT NULL DEFAULT 0"),
-    ("objects", "cdepth", "INTEGER NOT NULL DEFAULT 0"),
-    ("objects", "cparent", "INTEGER NOT NULL DEFAULT 0"),
-    ("objects", "jump", "INTEGER NOT NULL DEFAULT 0"),
-    ("vote_values", "target_seq", "INTEGER NOT NULL DEFAULT 0"),
-    ("vote_values", "head", "TEXT NOT NULL DEFAULT ''"),
-    ("vote_values", "target_root", "TEXT NOT NULL DEFAULT ''"),
-    # left NULL in the leaves admitted before: _SIGNED_FROM reads theirs from ``revisions``
-    ("log", "id", "TEXT"),
-    ("log", "root", "TEXT"),
-    ("log", "record_length", "INTEGER"),
-    ("log", "authority_seq", "INTEGER"),
-)
-
-#: Added columns whose values ``add_columns`` fills itself, in the transaction that adds them:
-#: they are derived from rows already there (not rebuilt by ``feed.ensure_layout``).
-FILLED_COLUMNS = {
-    ("vote_values", "target_seq"): "UPDATE vote_values SET target_seq ="
-    f" (SELECT sequence FROM revisions WHERE {revision_id('vote_values.target')})",
-    ("vote_values", "head"): "UPDATE vote_values SET head ="
-    " (SELECT id FROM revisions WHERE sequence = vote_values.head_sequence)",
-    ("vote_values", "target_root"): "UPDATE vote_values SET target_root ="
-    f" (SELECT root FROM revisions WHERE {revision_id('vote_values.target')})",
-}
+#: Tables whose rows derive from other tables' rows, with the query that gives them: filled
+#: where a copy brings the rows they derive from (``alexandria migrate``, ``backup``) and when
+#: the catalogue is rebuilt (``search_index.rebuild``).
+DERIVED_TABLES = {"tree_heads": TREE_HEADS_ROWS, "object_scores": OBJECT_SCORES_ROWS}
 
 
-@contextlib.contextmanager
-def _one_transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """A layout change made whole or not at all: ``BEGIN IMMEDIATE``, then ``COMMIT``, or
-    ``ROLLBACK`` when the body raises (a crash leaves the earlier layout)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-#: Tables added since the first layout whose rows derive from rows already there, each with
-#: the table it derives from: (name, source, CREATE statement, rows).  ``TABLES`` would create
-#: them empty, so ``add_tables`` creates and fills them first.
-ADDED_TABLES = (
-    # retires links_tree (``RETIRE``)
-    ("tree_heads", "links", _TREE_HEADS.format(name="tree_heads"), TREE_HEADS_ROWS),
-    ("object_scores", "vote_values", OBJECT_SCORES, OBJECT_SCORES_ROWS),
-)
-
-
-def fill_added_table(conn: sqlite3.Connection, name: str) -> None:
-    """Fill the empty table ``name`` of ``ADDED_TABLES`` from the rows it derives from (a
-    duplicate adds none): when an earlier layout opens, in a copy (``alexandria migrate``,
-    ``backup``), in a rebuild of the catalogue."""
-    rows = next(rows for table, _source, _create, rows in ADDED_TABLES if table == name)
-    conn.execute(f"INSERT OR IGNORE INTO {name} {rows}")
-
-
-def add_tables(conn: sqlite3.Connection) -> None:
-    """Give a library of an earlier layout (a source table of ``ADDED_TABLES`` without its
-    derived table) each derived table, filled, in one transaction each (a crash leaves no
-    table, and the next opening does it again).  ``tree_heads``: one pass over the links,
-    probing each first revision's object in order, 7 s for the 680,000 rows of a library of
-    1,000,000 entries on this host (its pages in memory); ``object_scores``: one pass over the
-    votes."""
-    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    for name, source, create, _rows in ADDED_TABLES:
-        if source in have and name not in have:
-            with _one_transaction(conn):
-                conn.execute(create)
-                fill_added_table(conn, name)
-
-
-def add_columns(conn: sqlite3.Connection) -> None:
-    """Give the tables of a library of an earlier layout this layout's columns (their values
-    are filled by ``store/feed.ensure_layout`` once the library is open, or here, in the same
-    transaction, for ``FILLED_COLUMNS``: a crash leaves the column either absent or filled)."""
-    for table, column, declaration in ADDED_COLUMNS:
-        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-        if have and column not in have:
-            fill = FILLED_COLUMNS.get((table, column))
-            with _one_transaction(conn):
-                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-                if fill is not None:
-                    conn.execute(fill)
-
-
-def _rebuild_without_unique(
-    conn: sqlite3.Connection, table: str, create: str, columns: tuple[str, ...]
-) -> None:
-    """Rebuild ``table`` of a library of an earlier layout, which had a ``UNIQUE`` column (an
-    index SQLite cannot drop on its own), as ``create`` (a template of ``{name}``) declares it,
-    without that index, in one transaction (a crash leaves either table whole), its rows in the
-    order of their key, ``columns[0]``; ``TABLES`` then creates its indexes again.  Nothing when
-    the table has no such index."""
-    old = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
-        " AND name LIKE 'sqlite_autoindex_' || ? || '_%'", (table, table),
-    ).fetchone()
-    if old is None:
-        return
-    names = ", ".join(columns)
-    with _one_transaction(conn):
-        conn.execute(f"DROP TABLE IF EXISTS {table}_rebuilt")
-        conn.execute(create.format(name=f"{table}_rebuilt"))
-        conn.execute(f"INSERT INTO {table}_rebuilt({names}) SELECT {names} FROM {table}"
-                     f" ORDER BY {columns[0]}")
-        conn.execute(f"DROP TABLE {table}")
-        conn.execute(f"ALTER TABLE {table}_rebuilt RENAME TO {table}")
-
-
-def drop_object_root_index(conn: sqlite3.Connection) -> None:
-    """The ``objects`` of an earlier layout, whose roots were ``UNIQUE``, without that index.
-    One pass over the table: 22 s for the 889,000 objects of a library of 1,000,000 entries."""
-    _rebuild_without_unique(conn, "objects", _OBJECTS, OBJECT_COLUMNS)
-
-
-def index_revision_prefixes(conn: sqlite3.Connection) -> None:
-    """The ``revisions`` of an earlier layout, whose ids were ``UNIQUE`` (an index of whole
-    ids), without that index; ``TABLES`` then creates ``revisions_id`` (the ids' prefixes).
-    15 s for a library of 1,000,000 entries."""
-    _rebuild_without_unique(conn, "revisions", _REVISIONS, REVISION_COLUMNS)
-
-
-def drop_root_keyed_feed(conn: sqlite3.Connection) -> None:
-    """Drop the ``feed`` and ``deep`` tables of a library of an earlier layout, keyed by 64-hex
-    roots, and forget their layout, in one transaction: ``TABLES`` creates them again keyed by
-    ``objects`` keys, and ``feed.ensure_layout`` refills them (and rewrites the near lists) in
-    the writer's first transaction.  A crash in between leaves empty tables and no recorded
-    layout, which the next opening rebuilds the same way."""
-    columns = {r[1] for r in conn.execute("PRAGMA table_info(feed)")}
-    if "root" not in columns:
-        return
-    with _one_transaction(conn):
-        conn.execute("DROP TABLE feed")
-        conn.execute("DROP TABLE IF EXISTS deep")
-        conn.execute("DELETE FROM meta WHERE key = 'feed_layout'")
-
-
-def key_links_by_integers(conn: sqlite3.Connection) -> None:
-    """Rebuild the ``links`` table of a library of an earlier layout, whose indexes were keyed
-    by the 64-hex ``target`` and ``target_root``, with integer keys instead (``target_seq``,
-    ``target_owner``), in one transaction (a crash leaves either table whole); ``TABLES`` then
-    creates its indexes on them."""
-    columns = {r[1] for r in conn.execute("PRAGMA table_info(links)")}
-    if "target_root" not in columns:
-        return
-    with _one_transaction(conn):
-        conn.execute("DROP TABLE IF EXISTS links_rebuilt")
-        conn.execute(_LINKS.format(name="links_rebuilt"))
-        conn.execute(
-            f"INSERT INTO links_rebuilt({', '.join(LINK_COLUMNS)}) SELECT * FROM"
-            f" ({ROOT_KEYED_LINKS}) WHERE target_seq IS NOT NULL AND target_owner IS NOT NULL"
-            " ORDER BY source_sequence, position"
-        )
-        kept, had = (conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                     for t in ("links_rebuilt", "links"))
-        if kept != had:  # every target was admitted before the link: a link lost is damage
-            raise ServiceError(f"{had - kept} links name a revision the library does not hold",
-                               "STORAGE_CORRUPT")
-        conn.execute("DROP TABLE links")
-        conn.execute("ALTER TABLE links_rebuilt RENAME TO links")
+def fill_derived_table(conn: sqlite3.Connection, name: str) -> None:
+    """Fill the table ``name`` of ``DERIVED_TABLES`` from the rows it derives from (a row
+    already there is kept)."""
+    conn.execute(f"INSERT OR IGNORE INTO {name} {DERIVED_TABLES[name]}")
 
 
 class OldLeafFormat(ServiceError):
@@ -491,25 +323,6 @@ def check_leaf_format(conn: sqlite3.Connection, path: str | Path) -> bool:
         " the embedded default library, remove its alexandria-data/ directory",
         found=None if row is None else row[0], expected=LEAF_FORMAT, path=str(path),
     )
-
-
-def check_database(path: str | Path) -> None:
-    """Refuse an existing database of an earlier leaf format before anything serves it (the
-    ``serve`` command calls this first, so the operator reads one clear line)."""
-    if not Path(path).exists():
-        return
-    conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
-    try:
-        has_tables = conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'log')"
-        ).fetchone()[0] == 2
-        if has_tables:
-            check_leaf_format(conn, path)
-    except sqlite3.DatabaseError as exc:
-        raise ServiceError(f"{path} is not an Alexandria database: {exc}",
-                           "NOT_A_LIBRARY") from exc
-    finally:
-        conn.close()
 
 
 # A head's one-word relevance levels (store/search_index.py): each ``word·score`` token occurs
@@ -643,21 +456,9 @@ CREATE INDEX IF NOT EXISTS enrolment_requests_expires ON enrolment_requests(expi
 CREATE INDEX IF NOT EXISTS enrolment_requests_worker ON enrolment_requests(worker);
 """
 
-#: Indexes of earlier layouts that this one replaced, dropped when a library is opened
-#: (``TABLES`` creates their replacements): each was a B-tree every admission wrote a page of.
-#: ``links_target`` (exact targets: ``links_to_revision`` serves those reads),
-#: ``links_incoming`` (now ``links_to_revision``, which holds each link's relation: an exact
-#: children page filters on it without reading the link's row),
-#: ``links_target_root`` (every link, votes included: now ``links_tree``, tree links only),
-#: ``vote_values_author`` (then ``vote_values_by_author``, covering the scores page by the
-#: targets' roots; then ``vote_values_by_target_seq``, by their integer keys; now
-#: ``vote_values_page``, with the votes' head ids and targets' roots).
-#: ``links_tree`` (tree links by target object and relation: now the ``tree_heads`` table,
-#: first revisions only, with their objects' heads).
-RETIRED_INDEXES = ("links_target", "links_target_root", "links_incoming", "vote_values_author",
-                   "vote_values_by_author", "links_tree", "vote_values_by_target_seq")
-RETIRE = "".join(f"DROP INDEX IF EXISTS {name};\n" for name in RETIRED_INDEXES)
-
+#: The baseline: version 1 of ``store/migrations.MIGRATIONS``, the layout a database of no
+#: recorded version must have to be adopted.  A later layout is a step appended there, never an
+#: edit of these statements (databases of version 1 hold what they created).
 TABLES = SCHEMA + CHECKPOINTS + COSIGNATURES + PERSONAL + CATALOGUE + ENROLMENT
 
 # A witness's own database (``alexandria witness serve``), not a library's: per log origin, the

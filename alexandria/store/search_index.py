@@ -39,8 +39,7 @@ from alexandria.core.search_text import IndexText, levels, text_of
 from alexandria.rules.view import Verdict
 from alexandria.store.postgresql import is_postgresql, postings
 from alexandria.store.schema import (
-    CATALOGUE_LEVELS,
-    fill_added_table,
+    fill_derived_table,
     object_row,
     revision_id,
 )
@@ -58,8 +57,8 @@ _DERIVED = (
 
 
 def ensure(conn: sqlite3.Connection) -> None:
-    """Create the tables; rebuild them from the ledger when they are missing or stale."""
-    drop_level_positions(conn)
+    """Rebuild the catalogue's tables from the ledger when they were never filled or are
+    stale (``INDEX_VERSION`` changed)."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'catalogue_index'").fetchone()
     if row is not None and row[0] == INDEX_VERSION:
         return
@@ -69,38 +68,6 @@ def ensure(conn: sqlite3.Connection) -> None:
         " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         (INDEX_VERSION,),
     )
-
-
-def drop_level_positions(conn: sqlite3.Connection) -> None:
-    """Give a SQLite library of an earlier layout the ``catalogue_levels`` of this one, which
-    keeps no positions (``schema.CATALOGUE_LEVELS``), inside the caller's write transaction:
-    the table is created again and refilled from ``catalogue_words`` (the words each head was
-    indexed with), a page of heads at a time.  20 s for the 680,000 heads of a library of
-    1,000,000 entries."""
-    if is_postgresql(conn):
-        return
-    row = conn.execute(
-        "SELECT sql FROM sqlite_master WHERE name = 'catalogue_levels'").fetchone()
-    if row is None or "detail=none" in row[0]:
-        return
-    conn.execute("DROP TABLE IF EXISTS catalogue_level_terms")
-    conn.execute("DROP TABLE catalogue_levels")
-    for statement in CATALOGUE_LEVELS.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-    last = -1
-    while True:
-        heads = conn.execute(
-            "SELECT seq, title, body FROM catalogue_words WHERE seq > ? ORDER BY seq LIMIT 5000",
-            (last,),
-        ).fetchall()
-        if not heads:
-            break
-        conn.executemany(
-            "INSERT INTO catalogue_levels(rowid, levels) VALUES (?, ?)",
-            [(seq, levels(unpadded(title), unpadded(body))) for seq, title, body in heads],
-        )
-        last = int(heads[-1][0])
 
 
 def rebuild(conn: sqlite3.Connection) -> None:
@@ -131,7 +98,7 @@ def rebuild(conn: sqlite3.Connection) -> None:
         " JOIN objects o ON o.created_sequence = f.sequence"
         " GROUP BY o.head_sequence) AS t WHERE catalogue.seq = t.seq"
     )
-    fill_added_table(conn, "object_scores")
+    fill_derived_table(conn, "object_scores")
 
 
 def on_admitted(

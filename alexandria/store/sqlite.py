@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from alexandria.core.trust import Genesis
 from alexandria.errors import ServiceError
 from alexandria.files import create_private
-from alexandria.store import feed, query_budget, schema
+from alexandria.store import feed, migrations, query_budget
 from alexandria.store.db_lock import SharedLock
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage
 from alexandria.store.read_ahead import Key, ReadAhead
@@ -111,7 +111,8 @@ class SqliteStorage(LedgerStorage):
         # held until close: ``restore --replace`` and ``migrate`` refuse meanwhile (db_lock)
         self._lock.acquire()
         fresh = not Path(self.path).exists()
-        schema.check_database(self.path)  # before anything below writes to an old library
+        # before anything below writes to it: a newer or earlier layout, an old leaf format
+        migrations.check_database(self.path)
         if fresh:
             # 0600 in a 0700 directory if new: it holds every actor's private lists and the
             # cursor secret; SQLite gives the -wal and -shm files the database file's mode
@@ -126,14 +127,11 @@ class SqliteStorage(LedgerStorage):
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA busy_timeout = 30000")  # opening; _begin waits for writes
-        schema.add_columns(conn)  # a library of an earlier layout: before TABLES' indexes
-        schema.drop_object_root_index(conn)
-        schema.drop_root_keyed_feed(conn)
-        schema.key_links_by_integers(conn)
-        schema.add_tables(conn)
-        schema.index_revision_prefixes(conn)
-        conn.executescript(schema.TABLES)
-        conn.executescript(schema.RETIRE)  # an earlier layout's indexes, once replaced
+        try:
+            migrations.apply(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
         conn.execute("PRAGMA busy_timeout = 0")  # from now on _begin does the waiting
         conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         conn.execute("PRAGMA wal_autocheckpoint = 0")  # see wal_checkpointer

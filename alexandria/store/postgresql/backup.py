@@ -26,7 +26,7 @@ import psycopg
 from alexandria.core import merkle
 from alexandria.errors import ServiceError
 from alexandria.files import create_private
-from alexandria.store import schema, search_index
+from alexandria.store import migrations, schema, search_index
 from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader, tree_size
 from alexandria.store.postgresql import connection
 from alexandria.store.postgresql.connection import Dialect, PgConnection
@@ -74,11 +74,11 @@ def to_sqlite(url: str, target: Path, name: str) -> None:
         lite = sqlite3.connect(target, isolation_level=None)
         try:
             lite.execute("PRAGMA page_size = 4096")  # as a new library's (store/sqlite.py)
-            lite.executescript(schema.TABLES)
+            migrations.apply(lite, target)  # the layout and version of a new library
             lite.execute("BEGIN")
             for table in COPIED:
                 _copy_table(raw, lite, table)
-            schema.fill_added_table(lite, "tree_heads")  # migrate.DERIVED
+            schema.fill_derived_table(lite, "tree_heads")  # migrate.DERIVED
             search_index.ensure(lite)
             lite.execute("COMMIT")
             copied_size, copied_root = log_root(lite.execute(LEAVES))

@@ -1,6 +1,8 @@
 """``alexandria migrate``: a SQLite library copied into an empty PostgreSQL database.
 
-1. the SQLite file is opened read-only and must be a library of this leaf format;
+1. the SQLite file must be a library of this leaf format and of a layout this version knows
+   (``store/migrations.py``): one of an earlier schema version is first brought to this one,
+   as opening it would, under the lock that keeps a server away; then it is opened read-only;
 2. the PostgreSQL schema is applied and the database must hold no log yet (``restore`` into
    PostgreSQL passes ``replace``: a log of the same library is replaced), nor another
    library's genesis;
@@ -38,18 +40,13 @@ import psycopg
 
 from alexandria.core import merkle
 from alexandria.errors import BadRequest, ServiceError
-from alexandria.store import db_lock, log_floor, search_index
+from alexandria.store import db_lock, log_floor, migrations, search_index
 from alexandria.store.log_floor import Published
 from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader, tree_size
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
 from alexandria.store.postgresql.storage import redacted
-from alexandria.store.schema import (
-    LINK_COLUMNS,
-    ROOT_KEYED_LINKS,
-    check_database,
-    fill_added_table,
-)
+from alexandria.store.schema import fill_derived_table
 
 #: tables copied as they are, in this order (the catalogue's are rebuilt instead)
 COPIED = (
@@ -57,13 +54,8 @@ COPIED = (
     "revocations", "feed", "deep", "checkpoints", "checkpoint_cosignatures", "personal_state",
     "personal_requests", "enrolment_requests",
 )
-#: tables derived from the copied ones, filled in the copy from them (``schema.fill_added_table``:
-#: a library of an earlier layout has none)
+#: tables derived from the copied ones, filled in the copy from them (``schema.fill_derived_table``)
 DERIVED = ("tree_heads",)
-#: tables that a library of an earlier layout keyed by roots (``store/feed.py``): not copied
-#: from such a library; the copy's recorded ``feed_layout`` is the earlier one, so the first
-#: node to open the database rebuilds them
-ROOT_KEYED = ("feed", "deep")
 #: ``meta`` keys that describe the SQLite copy, not the library
 NOT_COPIED_META = ("catalogue_index",)
 BATCH = 2000
@@ -97,12 +89,7 @@ def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
     where = (" WHERE key NOT IN (" + ",".join("?" * len(NOT_COPIED_META)) + ")"
              if table == "meta" else "")
     select = f"SELECT {', '.join(cols)} FROM {table}{where}"
-    if table == "links" and "target_root" in cols:
-        # a library of an earlier layout names link targets by root only: their integer keys,
-        # as opening it would give them (``schema.key_links_by_integers``); a target missing
-        # from ``revisions`` leaves a NULL, which PostgreSQL refuses
-        cols, select = list(LINK_COLUMNS), ROOT_KEYED_LINKS
-    if table == "feed" and _columns(lite, "feed_recent"):
+    if table == "feed":
         # the rows SQLite had not yet moved from feed_recent (store/feed.py) go to feed, which
         # PostgreSQL writes directly
         select += " UNION ALL SELECT owner, sequence FROM feed_recent"
@@ -155,16 +142,41 @@ def migrate(source: str | Path, url: str,
     path = Path(source)
     if not path.exists():
         raise BadRequest(f"{source}: no such database", "NO_DATABASE")
-    check_database(path)  # 1.
+    version = migrations.check_database(path)  # 1.
+    if version == 0:
+        raise BadRequest(f"{source} is not an Alexandria database: it has no tables",
+                         "NOT_A_LIBRARY")
     with contextlib.ExitStack() as stack:
         if server_file:
             stack.enter_context(db_lock.exclusive(path, "migrating it"))
+        if version != migrations.MIGRATIONS[-1][0]:
+            _bring_to_current(path, version, server_file)
         lite = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True,
                                isolation_level=None)
         stack.callback(lite.close)
         lite.execute("BEGIN")  # one snapshot for every table, as a backup is
         return _migrate(lite, source, url, progress, replace, floors)
     raise AssertionError("unreachable")
+
+
+def _bring_to_current(path: Path, version: int, server_file: bool) -> None:
+    """Step 1 for a library of an earlier schema version (or of the baseline's layout with no
+    version recorded): the migrations opening it would apply, under the lock already held.  A
+    backup is not changed: it is restored into a SQLite file first, which opening brings to
+    this version."""
+    known = migrations.MIGRATIONS[-1][0]
+    if not server_file:
+        raise migrations.SchemaTooOld(
+            f"{path} is a library of schema version {version}; this Alexandria's is {known}:"
+            f" restore it into a SQLite file (`alexandria restore {path} --db FILE`), serve that"
+            " once with this version, which migrates it, and migrate that file",
+            found=version, known=known, path=str(path))
+    lite = sqlite3.connect(path, isolation_level=None)
+    try:
+        lite.execute("PRAGMA busy_timeout = 30000")
+        migrations.apply(lite, path)
+    finally:
+        lite.close()
 
 
 def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
@@ -204,11 +216,9 @@ def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
             carried = [*log_floor.read_floor(pg), *floors] if replace else []
             raw.execute(f"TRUNCATE {', '.join((*COPIED, *DERIVED))}")
             for table in COPIED:
-                if table in ROOT_KEYED and "root" in _columns(lite, table):
-                    continue  # an earlier layout's: feed.ensure_layout rebuilds them
                 rows += _copy(lite, raw, table, progress)
             # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
-            fill_added_table(pg, "tree_heads")
+            fill_derived_table(pg, "tree_heads")
             search_index.rebuild(pg)
             conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('catalogue_index', ?)"

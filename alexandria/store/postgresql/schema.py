@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from alexandria.errors import ServiceError
+from alexandria.store.migrations import SchemaTooNew
 from alexandria.store.schema import OBJECT_SCORES_ROWS, TREE_HEADS_COLUMNS, TREE_HEADS_ROWS
 
 #: ``pg_advisory_xact_lock`` key of schema changes (the text "alexschm" as a 64-bit integer)
@@ -25,11 +25,10 @@ def _schema_sql() -> str:
     return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
 
 
-#: Version 3 (as ``store/schema.py``'s ``RETIRED_INDEXES``): fewer B-trees written
-#: per admission — tree links only in the index by target root (the list is
-#: ``store/schema.TREE_LINKS``; a test compares), none by exact target and relation (reads use
-#: ``links_to_revision``, which also holds the relation) — and the scores page read from one
-#: covering index.
+#: Version 3: fewer B-trees written per admission — tree links only in the index by target
+#: root (the list is ``store/schema.TREE_LINKS``; a test compares), none by exact target and
+#: relation (reads use ``links_to_revision``, which also holds the relation) — and the scores
+#: page read from one covering index.
 TREE_LINKS_AND_COVERING_VOTES = """
 DROP INDEX IF EXISTS links_target;
 DROP INDEX IF EXISTS links_target_root;
@@ -202,12 +201,6 @@ ALTER TABLE log ADD COLUMN IF NOT EXISTS authority_seq BIGINT;
     (11, OBJECT_SCORES),
 )
 VERSION = MIGRATIONS[-1][0]
-
-
-class SchemaTooNew(ServiceError):
-    """The database was migrated by a newer version of Alexandria."""
-
-    default_code = "SCHEMA_TOO_NEW"
 
 
 def apply(raw: psycopg.Connection[Any]) -> list[int]:
