@@ -11,7 +11,8 @@ from typing import Any
 
 from alexandria.core.canonical import MAX_JSON_DEPTH
 from alexandria.service.bootstrap import found_library
-from alexandria.store.ledger_storage import READERS, LedgerStorage
+from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.protocol import READERS
 from tests.admission_support import proposal
 from tests.conftest import T0, Api
 

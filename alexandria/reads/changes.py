@@ -48,11 +48,11 @@ import sqlite3
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from alexandria.core import merkle
 from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
 from alexandria.reads import members
+from alexandria.store.interface import Records
 from alexandria.store.merkle_nodes import read_together
 from alexandria.store.postgresql import is_postgresql
 from alexandria.store.schema import revision_id
@@ -260,12 +260,6 @@ def render(page: Page, cursor: str) -> bytes:
 # --- reading the database --------------------------------------------------------------------
 
 
-class SignedSource(Protocol):
-    def _signed_sync(self, conn: sqlite3.Connection, sequence: int) -> bytes | None: ...
-
-    def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]: ...
-
-
 def _meta(conn: sqlite3.Connection, key: str) -> str:
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
     if row is None:
@@ -325,7 +319,7 @@ def _followable(conn: sqlite3.Connection, root: str) -> int:
 
 
 def read_changes(
-    conn: sqlite3.Connection, source: SignedSource, root: str, cursor_text: str | None,
+    conn: sqlite3.Connection, source: Records, root: str, cursor_text: str | None,
     limit: int, limits: Limits = DEFAULT_LIMITS,
 ) -> bytes:
     """One ``/api/changes`` call inside one read transaction on ``conn``; the response body."""
@@ -339,7 +333,7 @@ def read_changes(
         owner = _followable(conn, root)
 
         def fetch(seq: int) -> bytes:
-            data = source._signed_sync(conn, seq)
+            data = source.signed(conn, seq)
             if data is None:
                 raise ServiceError(f"feed entry {seq} has no revision", "STORAGE_CORRUPT")
             return data
@@ -365,7 +359,7 @@ def read_changes(
         conn.execute("COMMIT")
 
 
-def _read_together(conn: sqlite3.Connection, source: SignedSource, sequences: list[int],
+def _read_together(conn: sqlite3.Connection, source: Records, sequences: list[int],
                    fetch: Callable[[int], bytes]) -> Callable[[int], bytes]:
     """``fetch`` with the records of ``sequences`` read by one statement beforehand
     (``signed_many``), for PostgreSQL, where each statement is a round trip to the server: a

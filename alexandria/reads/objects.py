@@ -31,7 +31,7 @@ from alexandria.reads import members
 from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store import feed
-from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.interface import Records
 from alexandria.store.postgresql import is_postgresql
 from alexandria.store.schema import NOT_RELATED, revision_id
 
@@ -289,7 +289,7 @@ def _next(offset: int, count: int, more: bool) -> int | None:
 
 @snapshot
 def object_view(
-    conn: sqlite3.Connection, store: LedgerStorage, rev: str, section: str, offset: int,
+    conn: sqlite3.Connection, store: Records, rev: str, section: str, offset: int,
     exact: bool,
 ) -> ObjectView | None:
     subj = subject(conn, rev)
@@ -695,7 +695,7 @@ def _conversation_arms(subj: Subject) -> list[str]:
 
 @snapshot
 def discussion(
-    conn: sqlite3.Connection, store: LedgerStorage, rev: str, sort: str, offset: int
+    conn: sqlite3.Connection, store: Records, rev: str, sort: str, offset: int
 ) -> Discussion | None:
     subj = subject(conn, rev)
     if subj is None:
@@ -737,7 +737,7 @@ def _top(
 
 
 def _deep_discussion(
-    conn: sqlite3.Connection, store: LedgerStorage, subj: Subject,
+    conn: sqlite3.Connection, store: Records, subj: Subject,
     trees: dict[int, list[members.Hang]], sort: str, offset: int,
 ) -> Discussion:
     """The conversation below a deep discussion or reply, in the orders of ``discussion``:
