@@ -52,9 +52,9 @@ from dataclasses import dataclass
 from alexandria.core import merkle
 from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
 from alexandria.reads import members
+from alexandria.store import read_sql
 from alexandria.store.interface import Records
 from alexandria.store.merkle_nodes import read_together
-from alexandria.store.postgresql import is_postgresql
 from alexandria.store.schema import revision_id
 
 CURSOR_VERSION = 1
@@ -271,40 +271,6 @@ def _log_root(conn: sqlite3.Connection, size: int) -> bytes:
     return read_together(conn, lambda get: merkle.root_hash(size, get))
 
 
-# The items of a root in (after, hi], in admission order: the object's first revision (its
-# objects key, :owner), its later revisions (revisions_later) and every revision of every
-# member below it (feed and feed_recent, by the owner's key), four ordered index ranges that
-# SQLite merges, stopping at the limit.
-_MEMBER_SEQUENCES = (
-    "SELECT created_sequence AS s FROM objects"
-    " WHERE created_sequence = :owner AND created_sequence > :after AND created_sequence <= :hi"
-    " UNION ALL SELECT sequence FROM revisions"
-    " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
-    " UNION ALL SELECT sequence FROM feed"
-    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi"
-    " UNION ALL SELECT sequence FROM feed_recent"
-    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi"
-    " ORDER BY s LIMIT :n"
-)
-
-
-# PostgreSQL does not merge the ranges: it reads every one of them whole and sorts them, a
-# cost that grows with the root's members whatever the page.  With each arm ordered and cut
-# at the limit it merges at most 4 × limit rows (its ``feed_recent`` is empty: feed.py).
-_MEMBER_SEQUENCES_PG = (
-    "(SELECT created_sequence AS s FROM objects"
-    " WHERE created_sequence = :owner AND created_sequence > :after AND created_sequence <= :hi)"
-    " UNION ALL (SELECT sequence FROM revisions"
-    " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
-    " ORDER BY sequence LIMIT :n)"
-    " UNION ALL (SELECT sequence FROM feed"
-    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi ORDER BY sequence LIMIT :n)"
-    " UNION ALL (SELECT sequence FROM feed_recent"
-    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi ORDER BY sequence LIMIT :n)"
-    " ORDER BY s LIMIT :n"
-)
-
-
 def _followable(conn: sqlite3.Connection, root: str) -> int:
     """The ``objects`` key of the object ``root`` (the sequence of its first revision, the one
     revision whose id is its root), or the error naming what ``root`` is instead."""
@@ -344,13 +310,13 @@ def read_changes(
         else:
             scanned = [
                 int(r[0]) for r in conn.execute(
-                    _MEMBER_SEQUENCES_PG if is_postgresql(conn) else _MEMBER_SEQUENCES,
+                    read_sql.member_sequences(conn),
                     {"root": root, "owner": owner, "after": win.after, "hi": win.hi,
                      "n": scan_count(limit, limits)},
                 )
             ]
             reader = _read_together(conn, source, scanned[:limit], fetch) \
-                if is_postgresql(conn) else fetch
+                if read_sql.asks_together(conn) else fetch
             page = fill_page(win, scanned, reader, limit, limits)
         anchor = win.anchor if win.anchor is not None else anchor_of(_log_root(conn, win.hi))
         next_cursor = Cursor(epoch, root, page.hi, page.after, anchor)
@@ -395,7 +361,7 @@ def _deep_page(
 
     def near(after: int, n: int) -> list[tuple[int, int, int]]:
         return [(int(r[0]), 0, 0) for r in conn.execute(
-            _MEMBER_SEQUENCES,
+            read_sql.MEMBER_SEQUENCES,
             {"root": root, "owner": owner, "after": after, "hi": win.hi, "n": n})]
 
     def tree_range(tree: int) -> members.Fetch:
