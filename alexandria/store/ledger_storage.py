@@ -198,10 +198,11 @@ class LedgerStorage(Storage):
         sequences and admission times, through the same code as an admission
         (``admission.replay_one``).  Stops at the first entry the rules refuse and returns how
         many were stored (they are committed) and that refusal; a failure that is not the
-        entry's is raised."""
+        entry's is raised.  Not refused on a log behind its published checkpoint: catching up
+        is how such a log gets there."""
         return await self._writer.submit(
             lambda conn, e: admission.replay_one(conn, self.ledger, e), entries, _replayed,
-            checks_first=True, stops=True, appends=True,
+            checks_first=True, stops=True,
             revisions=tuple(e.candidate.record.id for e in entries if e.candidate is not None))
 
     async def store_checkpoint(self, size: int, root: bytes, note: str, key: str,
