@@ -41,7 +41,7 @@ import orjson
 from alexandria.reads import changes
 from alexandria.service.library import load_genesis
 from alexandria.store import feed, schema
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import sqlite_storage
 from bench.serving import free_port, process_cpu, wait_ready
 
 
@@ -122,7 +122,7 @@ def follow_http(port: int, root: str, server_pid: int) -> tuple[Sync, int]:
 
 def follow_in_process(db: Path, genesis: Path, root: str) -> list[float]:
     """The same pages through ``changes.read_changes`` on a plain connection: no HTTP."""
-    storage = SqliteStorage(db, load_genesis(genesis))  # only its record assembly is used
+    storage = sqlite_storage(db, load_genesis(genesis))  # only its record assembly is used
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
     cursor: str | None = None
     out: list[float] = []

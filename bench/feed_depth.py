@@ -4,7 +4,7 @@ to read.
 
     .venv/bin/python -m bench.feed_depth [--depths 10,100,1000,10000] [--fanout 1000]
 
-A fresh library on disk (``SqliteStorage``, the server's own write path: ``prepare`` then the
+A fresh library on disk (``LedgerStorage``, the server's own write path: ``prepare`` then the
 writer), one discussion and a chain of replies, each replying to the one before.  At each depth
 asked for, the next reply's admission is measured alone (its time: the median of ``--samples``
 admissions from that depth): the rows it added to ``feed`` (one per
@@ -43,7 +43,8 @@ from alexandria.reads.changes import read_changes
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import found_library
 from alexandria.store import feed
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.sqlite import sqlite_storage
 
 
 def _feed(db: Path) -> tuple[int, int, int]:
@@ -60,7 +61,7 @@ def _feed(db: Path) -> tuple[int, int, int]:
         return rows, int(size or 0), deep
 
 
-async def _sync(storage: SqliteStorage, root: str) -> tuple[int, list[float], float]:
+async def _sync(storage: LedgerStorage, root: str) -> tuple[int, list[float], float]:
     """Every page of ``root``'s feed: items, per-page milliseconds, seconds in all."""
     cursor: str | None = None
     items = 0
@@ -85,7 +86,7 @@ async def measure(depths: list[int], fanout: int, samples: int, tmp: Path
     f = found_library(seed=b"bench-feed-depth", created_at="2026-01-01T00:00:00.000Z")
     p = f.enroll("replier")
     db = tmp / "library.db"
-    storage = SqliteStorage(db, f.genesis)
+    storage = sqlite_storage(db, f.genesis)
     await storage.open()
     out: list[tuple[int, int, int, int, int, int, float]] = []
     reads: list[tuple[str, int, list[float], float]] = []

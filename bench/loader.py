@@ -16,7 +16,7 @@ prints the follow root's id.  Every 25 batches it prints the load's rate so far;
 Every contribution goes through the same rules as ``POST /api/entries``: worker processes sign
 each record and run ``admission.prepare`` on the envelope's bytes (JSON parsing, JCS, SHA-256,
 Ed25519, the content schema); the main process admits the candidates in order with
-``SqliteStorage.admit_many`` — ``decide`` with every state rule, the log leaf and Merkle nodes,
+``LedgerStorage.admit_many`` — ``decide`` with every state rule, the log leaf and Merkle nodes,
 the feed, the catalogue indexes — in large group-commit transactions.  Any refusal stops the
 load with the typed error.
 
@@ -71,8 +71,9 @@ from alexandria.files import write_json
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.service.bootstrap import Founding, Participant, found_library
 from alexandria.store.interface import Admitted
+from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.schema import revision_id
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import sqlite_storage
 
 CREATED_AT = "2026-01-01T00:00:00.000Z"
 START = "2026-01-02T00:00:00.000Z"  # first authored_at; then 10 ms apart
@@ -401,7 +402,7 @@ async def _signed(pool: Pool, batches: Iterator[list[tuple[int, dict[str, Any]]]
         yield await asyncio.get_running_loop().run_in_executor(None, pending.popleft().get)
 
 
-async def _admit_all(storage: SqliteStorage, cands: list[Candidate]) -> None:
+async def _admit_all(storage: LedgerStorage, cands: list[Candidate]) -> None:
     """Admit a batch; any candidate not newly admitted stops the load."""
     results = await storage.admit_many(cands)
     for cand, res in zip(cands, results, strict=True):
@@ -430,7 +431,7 @@ async def load(directory: Path, entries: int, seed: int, workers: int, follow_me
     # the pool forks before the storage starts its threads
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers, initializer=_init_worker, initargs=(seed_bytes,)) as pool:
-        storage = SqliteStorage(db, founding.genesis)
+        storage = sqlite_storage(db, founding.genesis)
         await storage.open()
         # a bulk load touches every index page: give the writer a large page cache
         await storage.write(lambda conn: conn.execute("PRAGMA cache_size = -524288"))
@@ -585,7 +586,7 @@ async def extend(directory: Path, more: int, batch: int, workers: int, cache_mib
     ctx = multiprocessing.get_context("fork")
     steps_out: list[dict[str, Any]] = []
     with ctx.Pool(workers, initializer=_init_worker, initargs=(seed_bytes,)) as pool:
-        storage = SqliteStorage(db, founding.genesis)
+        storage = sqlite_storage(db, founding.genesis)
         await storage.open()
         try:
             last_id = sha256_hex(canonical(last))

@@ -34,13 +34,13 @@ from alexandria.audit import verify
 from alexandria.audit.follow import catch_up
 from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.service.library import load_genesis
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import sqlite_storage
 from bench.verify_export import build
 from tests.liveserver import free_port
 
 
 async def _follow(genesis_path: Path, db: Path, source: str) -> int:
-    storage = SqliteStorage(db, load_genesis(genesis_path))
+    storage = sqlite_storage(db, load_genesis(genesis_path))
     await storage.open()
     try:
         follower = await catch_up(storage, source)

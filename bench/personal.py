@@ -27,7 +27,7 @@ from alexandria.core.timestamps import now
 from alexandria.rules.personal import MAX_ROOTS
 from alexandria.service.bootstrap import Participant, found_library
 from alexandria.service.library import Library
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import sqlite_storage
 
 
 def _personal(f: Any, p: Participant, kind: str, body: Any, previous: str = "") -> bytes:
@@ -39,7 +39,7 @@ def _personal(f: Any, p: Participant, kind: str, body: Any, previous: str = "") 
 async def run(requests: int, concurrency: int, tmp: Path) -> None:
     f = found_library(seed=b"bench-personal")
     people = [f.enroll(f"p{i}") for i in range(concurrency)]
-    storage = SqliteStorage(tmp / "lib.db", f.genesis)
+    storage = sqlite_storage(tmp / "lib.db", f.genesis)
     app = create_app(Library(f.genesis, storage, f.log_key))
     transport = httpx.ASGITransport(app=app)
     async with (app.router.lifespan_context(app),

@@ -41,7 +41,7 @@ from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding, Participant, found_library
 from alexandria.service.checkpoint_signer import sign_checkpoint_now
 from alexandria.service.library import load_genesis
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import sqlite_storage
 
 SEED = b"bench-verify-export"
 T0 = "2026-01-01T00:00:00.000Z"
@@ -167,7 +167,7 @@ class Generator:
 async def _build(directory: Path, entries: int) -> None:
     founding = found_library(seed=SEED, created_at=T0)
     gen = Generator(founding, random.Random(7))
-    storage = SqliteStorage(directory / "library.db", founding.genesis)
+    storage = sqlite_storage(directory / "library.db", founding.genesis)
     clock = [parse_ms("2026-02-01T00:00:00.000Z") or 0]
     storage.clock = lambda: clock[0]
     await storage.open()
@@ -226,7 +226,7 @@ def build_with_loader(directory: Path, entries: int, seed: int) -> Path:
 
 
 async def _sign_final(directory: Path) -> None:
-    storage = SqliteStorage(directory / "library.db", load_genesis(directory / "genesis.json"))
+    storage = sqlite_storage(directory / "library.db", load_genesis(directory / "genesis.json"))
     key = SigningKey.load(directory / "log.key")
     await storage.open()
     try:

@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from alexandria.store.ledger_storage import LedgerStorage
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import SqliteBackend
+from alexandria.store.writer import Writer
 from bench import loader
 
 
@@ -65,14 +65,14 @@ def measure(source: Path, directory: Path, more: int, batch: int, skip: int
             ) -> tuple[dict[str, list[float]], dict[str, Any]]:
     """Statement figures ``{sql: [calls, seconds]}`` and ``bench.loader.extend``'s summary."""
     stats: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    connect = SqliteStorage._connect_writer
-    run_batch = LedgerStorage._run_batch
+    connect = SqliteBackend.connect_writer
+    run_batch = Writer._run_batch
     batches = [0]
 
-    def timed_connect(self: SqliteStorage) -> sqlite3.Connection:
+    def timed_connect(self: SqliteBackend) -> sqlite3.Connection:
         return _Timed(connect(self), stats)  # type: ignore[return-value]
 
-    def counted_batch(self: LedgerStorage, conn: Any, jobs: Any) -> list[Any]:
+    def counted_batch(self: Writer, conn: Any, jobs: Any) -> list[Any]:
         batches[0] += 1
         conn.on = batches[0] > skip
         try:
@@ -80,14 +80,14 @@ def measure(source: Path, directory: Path, more: int, batch: int, skip: int
         finally:
             conn.on = False
 
-    SqliteStorage._connect_writer = timed_connect  # type: ignore[method-assign]
-    LedgerStorage._run_batch = counted_batch  # type: ignore[method-assign,assignment]
+    SqliteBackend.connect_writer = timed_connect  # type: ignore[method-assign]
+    Writer._run_batch = counted_batch  # type: ignore[method-assign,assignment]
     try:
         loader.copy_library(source, directory)
         summary = asyncio.run(loader.extend(directory, more, batch, 2, 512, False))
     finally:
-        SqliteStorage._connect_writer = connect  # type: ignore[method-assign]
-        LedgerStorage._run_batch = run_batch  # type: ignore[method-assign]
+        SqliteBackend.connect_writer = connect  # type: ignore[method-assign]
+        Writer._run_batch = run_batch  # type: ignore[method-assign]
     return stats, summary
 
 

@@ -83,7 +83,7 @@ def test_a_key_signing_twice_is_refused_and_nothing_is_admitted(
 
 class _WriteLock:
     """Another connection's write transaction on the server's database: the server's writer
-    waits for it (``SqliteStorage._begin``; on PostgreSQL the row lock of ``ledger_writes``
+    waits for it (``SqliteBackend.begin``; on PostgreSQL the row lock of ``ledger_writes``
     every writer takes first), reads do not."""
 
     def __init__(self, db: Path | str) -> None:

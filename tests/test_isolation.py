@@ -9,9 +9,15 @@ import sqlite3
 import threading
 from typing import Any
 
+import pytest
+
 from alexandria.core.canonical import MAX_JSON_DEPTH
+from alexandria.rules.admission import Candidate, prepare
 from alexandria.service.bootstrap import found_library
-from alexandria.store.ledger_storage import READERS, LedgerStorage
+from alexandria.store import admission
+from alexandria.store.interface import Admitted
+from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.protocol import READERS
 from tests.admission_support import proposal
 from tests.conftest import T0, Api
 
@@ -112,6 +118,39 @@ async def test_a_job_failing_unexpectedly_fails_alone(api: Api) -> None:
         return conn.execute("SELECT value FROM meta WHERE key = 'half-written'").fetchone()
 
     assert await storage.write(half_written) is None
+
+
+async def test_a_candidate_failing_unexpectedly_in_a_bulk_fails_alone(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in one candidate of ``admit_many`` after its leaf was written: the batch is rolled
+    back and run again, each candidate in its own savepoint (the writer's one rerun policy), so
+    that candidate alone is answered with the error and leaves nothing behind; the others are
+    admitted, in order, at consecutive sequences."""
+    storage = api.library.storage
+    before = await storage.log_size()
+
+    def candidate(title: str) -> Candidate:
+        return prepare(json.dumps(api.envelope("owner", _claim(title))).encode(),
+                       api.founding.genesis)
+
+    cands = [candidate("Before"), candidate("Broken"), candidate("After")]
+    broken_id = cands[1].record.id
+    real = admission.store_contribution
+
+    def store(conn: sqlite3.Connection, memory: Any, cand: Candidate, v: Any, seq: int) -> None:
+        if v.id == broken_id:
+            raise RuntimeError("a bug")
+        real(conn, memory, cand, v, seq)
+
+    monkeypatch.setattr(admission, "store_contribution", store)
+    first, failed, last = await storage.admit_many(cands)
+    assert isinstance(failed, RuntimeError) and str(failed) == "a bug"
+    assert isinstance(first, Admitted) and isinstance(last, Admitted)
+    assert (first.sequence, last.sequence) == (before + 1, before + 2)
+    assert await storage.log_size() == before + 2
+    assert await storage.entry(broken_id) is None
+    assert await storage.entry(last.id) == last.signed
 
 
 async def test_slow_reads_do_not_hold_up_other_reads(api: Api) -> None:

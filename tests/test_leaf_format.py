@@ -18,12 +18,12 @@ from alexandria.audit import export
 from alexandria.core.leaf import LEAF_FORMAT
 from alexandria.service.bootstrap import Founding
 from alexandria.store.schema import OldLeafFormat
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import sqlite_storage
 from tests.liveserver import write_library_files
 
 
 async def _library(path: Path, founding: Founding, admit: bool = True) -> None:
-    storage = SqliteStorage(path, founding.genesis)
+    storage = sqlite_storage(path, founding.genesis)
     await storage.open()
     try:
         if admit:
@@ -83,7 +83,7 @@ async def test_a_library_of_the_old_leaf_format_is_refused(
     db = tmp_path / "old.db"
     await _library(db, founding)
     _make_old(db)
-    storage = SqliteStorage(db, founding.genesis)
+    storage = sqlite_storage(db, founding.genesis)
     with pytest.raises(OldLeafFormat) as info:
         await storage.open()
     await storage.close()
@@ -129,7 +129,7 @@ async def test_an_old_library_is_refused_before_anything_is_written_to_it(
     _make_old(db)
     before = _schema_and_meta(db)
     assert any(row[1] == "log_document_hash" for row in before)
-    storage = SqliteStorage(db, founding.genesis)
+    storage = sqlite_storage(db, founding.genesis)
     with pytest.raises(OldLeafFormat):
         await storage.open()
     await storage.close()

@@ -1,7 +1,7 @@
 """PostgreSQL's write path (``store/postgresql/connection.PgConnection.pipelined``): inside the
 writer's pipelined transaction a plain insert's rows are held back and sent as one multi-row
 statement per table, before anything that could see them; and what a batch of admissions
-asks the database once instead of once per admission (``PostgresStorage._absent``)."""
+asks the database once instead of once per admission (``PostgresBackend.absent``)."""
 
 from __future__ import annotations
 

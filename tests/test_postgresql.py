@@ -28,13 +28,14 @@ from alexandria.errors import BadRequest
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.store import feed
 from alexandria.store import schema as sqlite_schema
+from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader
 from alexandria.store.postgresql import is_database_url
 from alexandria.store.postgresql import schema as pg_schema
 from alexandria.store.postgresql.connection import PgConnection, translate
 from alexandria.store.postgresql.migrate import MigrationFailed, migrate
 from alexandria.store.postgresql.schema import _schema_sql
-from alexandria.store.postgresql.storage import PostgresStorage
+from alexandria.store.postgresql.storage import PostgresBackend
 from tests import objects_support
 from tests.catalogue_support import document, publish_example, vote
 from tests.cli_support import cli, cli_json
@@ -334,9 +335,9 @@ async def test_reads_run_without_jit_and_read_pages_in_few_statements(api: Api) 
     cost more than these reads.  A changes page, an inclusion proof and a page of summaries
     each read their records or Merkle nodes with one statement, not one per item (each
     statement is a round trip to the server)."""
-    if not isinstance(api.library.storage, PostgresStorage):
-        pytest.skip("PostgreSQL's connections")
     storage = api.library.storage
+    if not isinstance(storage, LedgerStorage) or not isinstance(storage.backend, PostgresBackend):
+        pytest.skip("PostgreSQL's connections")
     assert await storage.read(lambda conn: conn.execute("SHOW jit").fetchone()[0]) == "off"
     root = (await api.publish("owner", objects_support.space("Orchard")))["id"]
     for i in range(12):

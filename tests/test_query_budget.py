@@ -16,7 +16,7 @@ import pytest
 from alexandria.errors import QueryTimeout, status_of
 from alexandria.service.bootstrap import Founding
 from alexandria.store.backends import storage_for
-from alexandria.store.ledger_storage import READERS
+from alexandria.store.protocol import READERS
 from tests.liveserver import NewDb, serving, write_library_files
 
 #: a read that runs for minutes on either backend unless it is stopped

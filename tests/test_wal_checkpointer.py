@@ -18,7 +18,8 @@ import pytest
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding
 from alexandria.store import wal_checkpointer
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.sqlite import sqlite_storage
 from tests.conftest import Clock
 
 
@@ -30,9 +31,9 @@ def _claim(i: int) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def _library(db: Path, founding: Founding, clock: Clock) -> AsyncIterator[SqliteStorage]:
+async def _library(db: Path, founding: Founding, clock: Clock) -> AsyncIterator[LedgerStorage]:
     """An open storage with the founding's authority documents admitted."""
-    storage = SqliteStorage(db, founding.genesis)
+    storage = sqlite_storage(db, founding.genesis)
     storage.clock = clock
     await storage.open()
     try:

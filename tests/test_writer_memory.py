@@ -19,8 +19,8 @@ from alexandria.service.bootstrap import Founding
 from alexandria.store import search_index
 from alexandria.store.backends import open_readonly, storage_for
 from alexandria.store.interface import Admitted
+from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.merkle_nodes import node_reader
-from alexandria.store.sqlite import SqliteStorage
 from alexandria.store.writer_memory import LIMIT
 from tests.conftest import Clock
 
@@ -35,7 +35,7 @@ def _claim(title: str, previous: str = "") -> dict[str, Any]:
 class Two:
     """Two storages on one database: two connections, as two server processes (or nodes)."""
 
-    def __init__(self, founding: Founding, clock: Clock, a: SqliteStorage, b: SqliteStorage,
+    def __init__(self, founding: Founding, clock: Clock, a: LedgerStorage, b: LedgerStorage,
                  db: Path | str):
         self.founding, self.clock, self.a, self.b, self.db = founding, clock, a, b, db
 
@@ -45,7 +45,7 @@ class Two:
         )
         return prepare(json.dumps(env).encode(), self.founding.genesis)
 
-    async def admit(self, storage: SqliteStorage, content: dict[str, Any]) -> Admitted:
+    async def admit(self, storage: LedgerStorage, content: dict[str, Any]) -> Admitted:
         result = await storage.admit(self.candidate("owner", content))
         assert isinstance(result, Admitted)
         return result

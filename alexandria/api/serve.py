@@ -27,7 +27,7 @@ from alexandria.service.library import Library
 from alexandria.service.operator_dir import OperatorDir
 from alexandria.service.supervisor import ServeConfig as ServeConfig
 from alexandria.service.writer_service import WriterClient
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import sqlite_storage
 
 DEFAULT_DIR = Path("alexandria-data")
 
@@ -69,7 +69,7 @@ def create_data_dir(data: DataDir, library: str = "alexandria-local",
     write_json(data.certificate("log"), founding.log_certificate)
 
     async def admit() -> None:
-        storage = SqliteStorage(data.db, founding.genesis)
+        storage = sqlite_storage(data.db, founding.genesis)
         await storage.open()
         try:
             for doc in founding.authority_documents():

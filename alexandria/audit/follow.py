@@ -51,8 +51,7 @@ from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.errors import AlexandriaError, BadRequest, ServiceError
 from alexandria.reads import log
 from alexandria.reads.log import latest_checkpoint
-from alexandria.store.interface import Replayed
-from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.interface import Replayed, Storage
 
 BATCH = 1024  # entries verified and stored per call of ``Follower.entries``
 BATCH_BYTES = 8 * 1024 * 1024  # or fewer, when they hold this many bytes
@@ -76,7 +75,7 @@ class Verified:
 class Follower:
     """Verifies and stores the entries and checkpoints of another copy of ``storage``'s log."""
 
-    def __init__(self, storage: LedgerStorage, progress: Progress | None = None) -> None:
+    def __init__(self, storage: Storage, progress: Progress | None = None) -> None:
         self.storage = storage
         self.genesis = storage.genesis
         self.size = 0
@@ -485,7 +484,7 @@ def is_url(source: str) -> bool:
     return source.startswith(("http://", "https://"))
 
 
-async def catch_up(storage: LedgerStorage, source: str,
+async def catch_up(storage: Storage, source: str,
                    progress: Progress | None = None) -> Follower:
     """Verify and store what ``source`` (the URL of a mirror or of the origin, or an export
     file) holds beyond ``storage``'s log; ``storage`` is open.  Returns the follower, whose

@@ -5,7 +5,7 @@ certificates, revocations: exactly the facts the rules ask about — plus the RF
 nodes and the record bytes in a temporary SQLite file, so memory stays small.  Admission runs
 the server's own functions (``admission.decide`` for contributions,
 ``authority.check_authority_document`` for authority documents); what is stored afterwards
-mirrors ``LedgerStorage._store_contribution`` and ``_admit_authority`` for those facts only.
+mirrors ``store/admission.store_contribution`` and ``admit_authority`` for those facts only.
 The server's write path also maintains projections the rules never read (feeds, ancestors,
 links, search and score indexes) and costs about a millisecond per entry.
 """
@@ -76,7 +76,7 @@ class Ledger(MemoryLedger):
         return self._frontier.pop((level, idx))
 
     def admit_contribution(self, cand: Candidate, leaf: bytes, now: int) -> None:
-        """``LedgerStorage._admit`` for the entry ``leaf`` admitted at ``now``: the rules
+        """``store/admission.admit`` for the entry ``leaf`` admitted at ``now``: the rules
         (``admission.decide``), then the facts the rules will ask about later.  An exact
         retry, which the server answers without a new leaf, is refused here."""
         v = decide(self, cand, now)
@@ -85,7 +85,7 @@ class Ledger(MemoryLedger):
         self.store_contribution(v, cand.record, self._append(leaf, now))
 
     def admit_authority(self, document: Any, leaf: bytes, now: int) -> str:
-        """``LedgerStorage._admit_authority`` for the entry ``leaf`` (``JCS(document)``)
+        """``store/admission.admit_authority`` for the entry ``leaf`` (``JCS(document)``)
         admitted at ``now``: the document's type once admitted."""
         v = check_authority_document(self, document, self.genesis, now)
         if v.retry_of is not None:

@@ -27,7 +27,7 @@ from alexandria.core.leaf import record_sql
 from alexandria.core.records import OBJECT_KINDS
 from alexandria.core.search_text import LEVEL_MARK, snippet, words
 from alexandria.errors import BadRequest
-from alexandria.store.postgresql import is_postgresql, postings
+from alexandria.store import read_sql
 from alexandria.store.read_ahead import Key
 from alexandria.store.search_index import LISTED_KINDS, actor_id
 
@@ -160,17 +160,18 @@ def _list(
     facet = query.facet
     # the index that yields rows in order with the fewest skipped
     if author is not None:
-        index = "INDEXED BY catalogue_author_score" if top else "INDEXED BY catalogue_author"
+        index = read_sql.indexed_by(conn, "catalogue_author_score" if top else "catalogue_author")
     elif facet is not None:
-        index = "INDEXED BY catalogue_facet_score" if top else "INDEXED BY catalogue_facet"
+        index = read_sql.indexed_by(conn, "catalogue_facet_score" if top else "catalogue_facet")
     elif len(kinds) == 1:
-        index = "INDEXED BY catalogue_kind_score" if top else "INDEXED BY catalogue_kind"
+        index = read_sql.indexed_by(conn, "catalogue_kind_score" if top else "catalogue_kind")
     else:
-        index = "INDEXED BY catalogue_score" if top else "NOT INDEXED"
+        index = (read_sql.indexed_by(conn, "catalogue_score") if top
+                 else read_sql.not_indexed(conn))
     where, params = _filters(kinds, facet, author)
     order = "score DESC, seq DESC" if top else "seq DESC"
     sql = (
-        f"SELECT seq FROM catalogue {index}"
+        f"SELECT seq FROM catalogue{index}"
         f"{' WHERE ' + ' AND '.join(where) if where else ''}"
         f" ORDER BY {order} LIMIT ? OFFSET ?"
     )
@@ -191,22 +192,13 @@ def _search(
         "new": "h.seq DESC",
         "top": "c.score DESC, h.seq DESC",
     }[query.sort]
-    hits: tuple[Any, ...]
-    if is_postgresql(conn):  # the postings table: store/postgresql/postings.py
-        hits = postings.hits(ws)
-    elif query.sort == "relevance" and len(ws) == 1 and not where and LEVELS:
-        return _levels(conn, ws[0], query.offset)
-    elif query.sort == "relevance":
-        found = _relevance(conn, ws, warm)
-        if found is None:
+    hits = read_sql.posting_hits(conn, ws)  # PostgreSQL's postings table; else FTS5's
+    if hits is None:
+        if query.sort == "relevance" and len(ws) == 1 and not where and LEVELS:
+            return _levels(conn, ws[0], query.offset)
+        hits = _fts_hits(conn, ws, query.sort == "relevance", warm)
+        if hits is None:
             return Page([], 0)
-        hits = found
-    else:
-        # membership only: the full-text index intersects the words' document lists
-        hits = (
-            "WITH h(seq) AS (SELECT rowid FROM catalogue_text WHERE catalogue_text MATCH ?)",
-            " AND ".join(f'"{w}"' for w in ws),
-        )
     tail = f"FROM h{join}{' WHERE ' + ' AND '.join(where) if where else ''}"
     rows = conn.execute(
         f"{hits[0]} SELECT h.seq, count(*) OVER () {tail} ORDER BY {order} LIMIT ? OFFSET ?",
@@ -218,6 +210,19 @@ def _search(
         return Page([], 0)
     total = conn.execute(f"{hits[0]} SELECT count(*) {tail}", (*hits[1:], *params)).fetchone()
     return Page([], int(total[0]))
+
+
+def _fts_hits(conn: sqlite3.Connection, ws: list[str], relevance: bool, warm: Warm | None,
+              ) -> tuple[Any, ...] | None:
+    """SQLite's ``h`` CTE of the heads holding every word of ``ws`` and its parameters, with
+    their relevance if asked (None: no head holds them all)."""
+    if relevance:
+        return _relevance(conn, ws, warm)
+    # membership only: the full-text index intersects the words' document lists
+    return (
+        "WITH h(seq) AS (SELECT rowid FROM catalogue_text WHERE catalogue_text MATCH ?)",
+        " AND ".join(f'"{w}"' for w in ws),
+    )
 
 
 # Relevance is counted one of two ways, whichever reads less: from the index's term instances
@@ -383,7 +388,7 @@ def summaries(conn: sqlite3.Connection, sequences: list[int]) -> list[dict[str, 
     select = (f"SELECT r.id, r.root, {record_sql('l.leaf', 'r.record_length')}, r.sequence"
               " FROM revisions r JOIN log l ON l.sequence = r.sequence WHERE r.sequence")
     rows: dict[int, Any] = {}
-    if is_postgresql(conn) and sequences:  # one round trip for the page, not one per head
+    if read_sql.asks_together(conn) and sequences:  # one statement for the page
         marks = ",".join("?" * len(sequences))
         rows = {int(r[3]): r for r in conn.execute(f"{select} IN ({marks})", sequences)}
     out = []

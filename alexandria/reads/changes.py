@@ -48,13 +48,13 @@ import sqlite3
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from alexandria.core import merkle
 from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
 from alexandria.reads import members
+from alexandria.store import read_sql
+from alexandria.store.interface import Records
 from alexandria.store.merkle_nodes import read_together
-from alexandria.store.postgresql import is_postgresql
 from alexandria.store.schema import revision_id
 
 CURSOR_VERSION = 1
@@ -260,12 +260,6 @@ def render(page: Page, cursor: str) -> bytes:
 # --- reading the database --------------------------------------------------------------------
 
 
-class SignedSource(Protocol):
-    def _signed_sync(self, conn: sqlite3.Connection, sequence: int) -> bytes | None: ...
-
-    def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]: ...
-
-
 def _meta(conn: sqlite3.Connection, key: str) -> str:
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
     if row is None:
@@ -275,40 +269,6 @@ def _meta(conn: sqlite3.Connection, key: str) -> str:
 
 def _log_root(conn: sqlite3.Connection, size: int) -> bytes:
     return read_together(conn, lambda get: merkle.root_hash(size, get))
-
-
-# The items of a root in (after, hi], in admission order: the object's first revision (its
-# objects key, :owner), its later revisions (revisions_later) and every revision of every
-# member below it (feed and feed_recent, by the owner's key), four ordered index ranges that
-# SQLite merges, stopping at the limit.
-_MEMBER_SEQUENCES = (
-    "SELECT created_sequence AS s FROM objects"
-    " WHERE created_sequence = :owner AND created_sequence > :after AND created_sequence <= :hi"
-    " UNION ALL SELECT sequence FROM revisions"
-    " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
-    " UNION ALL SELECT sequence FROM feed"
-    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi"
-    " UNION ALL SELECT sequence FROM feed_recent"
-    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi"
-    " ORDER BY s LIMIT :n"
-)
-
-
-# PostgreSQL does not merge the ranges: it reads every one of them whole and sorts them, a
-# cost that grows with the root's members whatever the page.  With each arm ordered and cut
-# at the limit it merges at most 4 × limit rows (its ``feed_recent`` is empty: feed.py).
-_MEMBER_SEQUENCES_PG = (
-    "(SELECT created_sequence AS s FROM objects"
-    " WHERE created_sequence = :owner AND created_sequence > :after AND created_sequence <= :hi)"
-    " UNION ALL (SELECT sequence FROM revisions"
-    " WHERE root = :root AND id != root AND sequence > :after AND sequence <= :hi"
-    " ORDER BY sequence LIMIT :n)"
-    " UNION ALL (SELECT sequence FROM feed"
-    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi ORDER BY sequence LIMIT :n)"
-    " UNION ALL (SELECT sequence FROM feed_recent"
-    " WHERE owner = :owner AND sequence > :after AND sequence <= :hi ORDER BY sequence LIMIT :n)"
-    " ORDER BY s LIMIT :n"
-)
 
 
 def _followable(conn: sqlite3.Connection, root: str) -> int:
@@ -325,7 +285,7 @@ def _followable(conn: sqlite3.Connection, root: str) -> int:
 
 
 def read_changes(
-    conn: sqlite3.Connection, source: SignedSource, root: str, cursor_text: str | None,
+    conn: sqlite3.Connection, source: Records, root: str, cursor_text: str | None,
     limit: int, limits: Limits = DEFAULT_LIMITS,
 ) -> bytes:
     """One ``/api/changes`` call inside one read transaction on ``conn``; the response body."""
@@ -339,7 +299,7 @@ def read_changes(
         owner = _followable(conn, root)
 
         def fetch(seq: int) -> bytes:
-            data = source._signed_sync(conn, seq)
+            data = source.signed(conn, seq)
             if data is None:
                 raise ServiceError(f"feed entry {seq} has no revision", "STORAGE_CORRUPT")
             return data
@@ -350,13 +310,13 @@ def read_changes(
         else:
             scanned = [
                 int(r[0]) for r in conn.execute(
-                    _MEMBER_SEQUENCES_PG if is_postgresql(conn) else _MEMBER_SEQUENCES,
+                    read_sql.member_sequences(conn),
                     {"root": root, "owner": owner, "after": win.after, "hi": win.hi,
                      "n": scan_count(limit, limits)},
                 )
             ]
             reader = _read_together(conn, source, scanned[:limit], fetch) \
-                if is_postgresql(conn) else fetch
+                if read_sql.asks_together(conn) else fetch
             page = fill_page(win, scanned, reader, limit, limits)
         anchor = win.anchor if win.anchor is not None else anchor_of(_log_root(conn, win.hi))
         next_cursor = Cursor(epoch, root, page.hi, page.after, anchor)
@@ -365,7 +325,7 @@ def read_changes(
         conn.execute("COMMIT")
 
 
-def _read_together(conn: sqlite3.Connection, source: SignedSource, sequences: list[int],
+def _read_together(conn: sqlite3.Connection, source: Records, sequences: list[int],
                    fetch: Callable[[int], bytes]) -> Callable[[int], bytes]:
     """``fetch`` with the records of ``sequences`` read by one statement beforehand
     (``signed_many``), for PostgreSQL, where each statement is a round trip to the server: a
@@ -401,7 +361,7 @@ def _deep_page(
 
     def near(after: int, n: int) -> list[tuple[int, int, int]]:
         return [(int(r[0]), 0, 0) for r in conn.execute(
-            _MEMBER_SEQUENCES,
+            read_sql.MEMBER_SEQUENCES,
             {"root": root, "owner": owner, "after": after, "hi": win.hi, "n": n})]
 
     def tree_range(tree: int) -> members.Fetch:

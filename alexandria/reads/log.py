@@ -1,7 +1,7 @@
 """The verifiable log (PROTOCOL §7): tree heads, proofs, entry pages and signed checkpoints.
 
 Leaves and perfect Merkle nodes are written by the admission transaction
-(``LedgerStorage._append_leaf``); this module only reads them, plus its own ``checkpoints``
+(``store/admission.append_leaf``); this module only reads them, plus its own ``checkpoints``
 table.  Every tree head and proof is computed from stored perfect nodes with ``O(log n)`` reads
 (``merkle.subtree_hash``).
 

@@ -30,9 +30,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from alexandria.reads import members
 from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
-from alexandria.store import feed
-from alexandria.store.ledger_storage import LedgerStorage
-from alexandria.store.postgresql import is_postgresql
+from alexandria.store import feed, read_sql
+from alexandria.store.interface import Records
 from alexandria.store.schema import NOT_RELATED, revision_id
 
 PAGE_SIZE = 50
@@ -240,7 +239,7 @@ def _heads(
     several at once by ``warm`` (``catalogue.Warm``) when given."""
     if warm is not None:
         warm("object_records", first_sequences)  # the rows and their heads' records at once
-    if is_postgresql(conn) and first_sequences:  # one round trip, not one per object
+    if read_sql.asks_together(conn) and first_sequences:  # one statement, not one per object
         heads = dict(_by_key(conn, "SELECT created_sequence, head_sequence FROM objects"
                                    " WHERE created_sequence", first_sequences))
         return [heads[seq] for seq in first_sequences]
@@ -289,7 +288,7 @@ def _next(offset: int, count: int, more: bool) -> int | None:
 
 @snapshot
 def object_view(
-    conn: sqlite3.Connection, store: LedgerStorage, rev: str, section: str, offset: int,
+    conn: sqlite3.Connection, store: Records, rev: str, section: str, offset: int,
     exact: bool,
 ) -> ObjectView | None:
     subj = subject(conn, rev)
@@ -346,8 +345,8 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
     # statement, PostgreSQL 65,535); the spaces found are few (containment stops at 64 levels)
     spaces: list[tuple[int, int, int]] = []
     # SQLite would rather probe each row by its key (a page of its own, read cold) than the
-    # small covering index of spaces; PostgreSQL has no such index (and no INDEXED BY)
-    spaces_only = "" if is_postgresql(conn) else " INDEXED BY objects_spaces"
+    # small covering index of spaces
+    spaces_only = read_sql.indexed_by(conn, "objects_spaces")
     for at in range(0, len(keys), ANCESTOR_CHUNK):
         chunk = keys[at:at + ANCESTOR_CHUNK]
         spaces += conn.execute(
@@ -611,8 +610,9 @@ def _section_graph(
     )
     if not exact:
         endpoints.append("SELECT :owner")
+    by_endpoint = read_sql.indexed_by(conn, "links_relationships")
     arms = [
-        "SELECT l.source_sequence AS seq FROM links l INDEXED BY links_relationships"
+        f"SELECT l.source_sequence AS seq FROM links l{by_endpoint}"
         f" WHERE l.relation IN {RELATIONSHIP_LINKS}"
         f" AND l.target_owner IN ({' UNION ALL '.join(endpoints)})"
     ]
@@ -695,7 +695,7 @@ def _conversation_arms(subj: Subject) -> list[str]:
 
 @snapshot
 def discussion(
-    conn: sqlite3.Connection, store: LedgerStorage, rev: str, sort: str, offset: int
+    conn: sqlite3.Connection, store: Records, rev: str, sort: str, offset: int
 ) -> Discussion | None:
     subj = subject(conn, rev)
     if subj is None:
@@ -737,7 +737,7 @@ def _top(
 
 
 def _deep_discussion(
-    conn: sqlite3.Connection, store: LedgerStorage, subj: Subject,
+    conn: sqlite3.Connection, store: Records, subj: Subject,
     trees: dict[int, list[members.Hang]], sort: str, offset: int,
 ) -> Discussion:
     """The conversation below a deep discussion or reply, in the orders of ``discussion``:

@@ -18,7 +18,7 @@ import orjson
 from alexandria.core.keys import HEX64
 from alexandria.reads import catalogue, log, objects, scores
 from alexandria.store import enrolments
-from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.interface import Records
 from alexandria.store.merkle_nodes import tree_size
 from alexandria.store.schema import revision_id
 
@@ -109,7 +109,7 @@ def referenced_ids(raws: Sequence[bytes]) -> list[str]:
     return list(out)
 
 
-def link_targets(conn: sqlite3.Connection, store: LedgerStorage, revs: Sequence[str]
+def link_targets(conn: sqlite3.Connection, store: Records, revs: Sequence[str]
             ) -> dict[str, Target]:
     """Each known revision of the first ``MAX_TARGETS`` of ``revs`` as a ``Target``: one
     subject lookup and one count per id, and the records of the revisions and their heads."""
@@ -169,7 +169,7 @@ class ObjectPage:
 
 @objects.snapshot
 def object_page(
-    conn: sqlite3.Connection, store: LedgerStorage, rev: str, section: str | None, offset: int
+    conn: sqlite3.Connection, store: Records, rev: str, section: str | None, offset: int
 ) -> ObjectPage | None:
     """An object's page: its head, its ancestors, the sections of its kind (``section`` paged
     at ``offset``, the others at their first page), its history and, for a discussion or reply,
@@ -250,7 +250,7 @@ class CataloguePage:
 
 @objects.snapshot
 def catalogue_page(
-    conn: sqlite3.Connection, store: LedgerStorage, query: catalogue.CatalogueQuery
+    conn: sqlite3.Connection, store: Records, query: catalogue.CatalogueQuery
 ) -> CataloguePage:
     """A page of ``GET /api/catalogue``'s full projection: the listed heads' signed records."""
     found = catalogue.find(conn, query)
@@ -269,7 +269,7 @@ class RevisionPage:
 
 @objects.snapshot
 def revision_page(
-    conn: sqlite3.Connection, store: LedgerStorage, rev: str
+    conn: sqlite3.Connection, store: Records, rev: str
 ) -> RevisionPage | None:
     subj = objects.subject(conn, rev)
     if subj is None:
@@ -301,7 +301,7 @@ class NotOfObject(ValueError):
 
 @objects.snapshot
 def compare_page(
-    conn: sqlite3.Connection, store: LedgerStorage, root: str, old: str, new: str
+    conn: sqlite3.Connection, store: Records, root: str, old: str, new: str
 ) -> ComparePage | None:
     """Two revisions of the object ``root`` (any of its revision ids), for their diff; ``None``
     when ``root`` is unknown; ``NotOfObject`` when one of them is not a revision of it."""
@@ -333,7 +333,7 @@ class AuthorPage:
 
 @objects.snapshot
 def author_page(
-    conn: sqlite3.Connection, store: LedgerStorage, actor: str, offset: int
+    conn: sqlite3.Connection, store: Records, actor: str, offset: int
 ) -> AuthorPage:
     """An actor's listed contributions (current heads of what they created, newest first),
     their host-projected scores with the first page of the votes they hold, and the name

@@ -12,6 +12,7 @@ import sqlite3
 from typing import Any
 
 from alexandria.reads.catalogue import PAGE_SIZE, Warm
+from alexandria.store import read_sql
 from alexandria.store.search_index import actor_id
 
 
@@ -20,7 +21,7 @@ def _read_ahead(conn: sqlite3.Connection, aid: int, offset: int, warm: Warm) -> 
     several at once (``catalogue.Warm``); the votes themselves, with their head ids and
     targets' roots, come from one range of the covering index ``vote_values_page``."""
     rows = conn.execute(
-        "SELECT target_seq FROM vote_values INDEXED BY vote_values_page"
+        f"SELECT target_seq FROM vote_values{read_sql.indexed_by(conn, 'vote_values_page')}"
         " WHERE author_id = ? ORDER BY head_sequence DESC LIMIT ? OFFSET ?",
         (aid, PAGE_SIZE, offset),
     ).fetchall()
@@ -48,7 +49,7 @@ def scores(
         # target's integer key (one row of object_scores)
         rows = conn.execute(
             "SELECT v.vote_root, v.target_root, v.value, v.head, s.score"
-            " FROM vote_values v INDEXED BY vote_values_page"
+            f" FROM vote_values v{read_sql.indexed_by(conn, 'vote_values_page')}"
             " LEFT JOIN object_scores s ON s.created_sequence = v.target_seq"
             " WHERE v.author_id = ? ORDER BY v.head_sequence DESC LIMIT ? OFFSET ?",
             (aid, PAGE_SIZE, offset),

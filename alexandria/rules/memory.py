@@ -4,7 +4,7 @@
 It keeps exactly the facts the rules ask about — revisions, objects and their heads, votes,
 authority certificates, revocations, the leaves of admitted authority documents — and updates
 them from the rules' verdicts, as the server's storage does in its tables
-(``store.ledger_storage.LedgerStorage._store_contribution`` and ``_admit_authority``).  Record bytes
+(``store/admission.store_contribution`` and ``admit_authority``).  Record bytes
 are kept in ``records`` (``sequence → JCS(record)``); a subclass may move them elsewhere and
 override :meth:`record_bytes`.
 """

@@ -1,6 +1,6 @@
 """What the admission rules may ask of a ledger, and what they answer.
 
-Every checker of the rules — the server's storage (``store.ledger_storage._StateView``, inside its
+Every checker of the rules — the server's storage (``store.admission.WriteView``, inside its
 write transaction), the offline replay (``audit.replay.Ledger``), the in-memory
 ``rules.memory.MemoryLedger`` — implements ``StateView``; the rules (``admission``,
 ``authority``, ``state``) read nothing else, so they reach the same verdict on the same facts.

@@ -38,7 +38,7 @@ from alexandria.reads.log import StoredCheckpoint, latest_checkpoint
 from alexandria.rules.authority import LOG_ROLE, LogUnavailable, check_log_key
 from alexandria.service.published import Published, PublishedCheckpoint
 from alexandria.store import log_floor
-from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.interface import Storage
 from alexandria.store.merkle_nodes import LogCorrupt, node_reader, tree_size
 
 SIGN_INTERVAL_MS = 1000
@@ -49,7 +49,7 @@ _log = logging.getLogger("alexandria.log")
 class SigningLibrary(Protocol):
     """What the signer needs of a running library (``service.library.Library``)."""
 
-    storage: LedgerStorage
+    storage: Storage
     log_key: SigningKey | None
     published: PublishedCheckpoint | None  # the largest checkpoint served, outside the db
 
@@ -62,7 +62,7 @@ class SigningLibrary(Protocol):
 
 
 def sign_checkpoint_now(
-    conn: sqlite3.Connection, storage: LedgerStorage, key: SigningKey | None,
+    conn: sqlite3.Connection, storage: Storage, key: SigningKey | None,
     min_interval_ms: int = 0, published: Published | None = None,
 ) -> StoredCheckpoint:
     """Steps 1–5 of the module docstring, inside the caller's write transaction;

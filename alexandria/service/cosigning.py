@@ -40,7 +40,7 @@ from alexandria.core.tlog_witness import format_add_checkpoint, parse_size_body
 from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.reads.log import StoredCheckpoint, latest_checkpoint
 from alexandria.store import cosignatures
-from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.interface import Storage
 from alexandria.store.merkle_nodes import node_reader
 
 _log = logging.getLogger("alexandria.witnesses")
@@ -75,7 +75,7 @@ class WitnessSaw:
 
 
 class CosigningLibrary(Protocol):
-    storage: LedgerStorage
+    storage: Storage
 
 
 class WitnessRefused(Exception):
@@ -87,7 +87,7 @@ class WitnessRefused(Exception):
 class WitnessTask:
     """The loop of one witness (steps 1-3 of the module docstring)."""
 
-    def __init__(self, storage: LedgerStorage, witness: WitnessEndpoint,
+    def __init__(self, storage: Storage, witness: WitnessEndpoint,
                  client: httpx.AsyncClient, wake: asyncio.Event,
                  seen: dict[str, WitnessSaw] | None = None) -> None:
         self.storage = storage
@@ -228,7 +228,7 @@ class Cosigning:
             wake.set()
 
     @contextlib.asynccontextmanager
-    async def running(self, storage: LedgerStorage) -> AsyncIterator[None]:
+    async def running(self, storage: Storage) -> AsyncIterator[None]:
         if not self.witnesses:
             yield
             return

@@ -29,8 +29,7 @@ from alexandria.service.published import PublishedCheckpoint, path_for
 from alexandria.service.writer_service import WriterClient
 from alexandria.store import log_floor
 from alexandria.store.backends import storage_for
-from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun
-from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Storage
 from alexandria.store.merkle_nodes import tree_size
 from alexandria.store.outage import describe, outage_of
 
@@ -132,7 +131,7 @@ class Status:
 @dataclass
 class Library:
     genesis: Genesis
-    storage: LedgerStorage
+    storage: Storage
     log_key: SigningKey | None = None
     writer: WriterClient | None = None  # the writer process of a multi-process server
     #: ``/api/changes`` page bounds (PROTOCOL §5); tests set smaller ones

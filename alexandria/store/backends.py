@@ -18,7 +18,7 @@ from alexandria.core.trust import Genesis
 from alexandria.errors import BadRequest, ServiceError
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.postgresql import is_database_url
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import sqlite_storage
 
 
 def storage_for(db: str | Path, genesis: Genesis, read_db: str | None = None) -> LedgerStorage:
@@ -26,15 +26,15 @@ def storage_for(db: str | Path, genesis: Genesis, read_db: str | None = None) ->
     replica ``read_db`` if given (PostgreSQL only).  PostgreSQL's driver is imported only when
     a URL asks for it."""
     if is_database_url(db):
-        from alexandria.store.postgresql.storage import PostgresStorage
+        from alexandria.store.postgresql.storage import postgres_storage
 
         if read_db is not None and not is_database_url(read_db):
             raise BadRequest(f"--read-db {read_db!r} is not a postgresql:// URL", "USAGE")
-        return PostgresStorage(str(db), genesis, read_db)
+        return postgres_storage(str(db), genesis, read_db)
     if read_db is not None:
         raise BadRequest("--read-db (a streaming replica for reads) needs --db postgresql://…",
                          "USAGE")
-    return SqliteStorage(db, genesis)
+    return sqlite_storage(db, genesis)
 
 
 def display(db: str | Path) -> str:

@@ -18,7 +18,7 @@ import orjson
 
 from alexandria.core.trust import AuthorityCertificate, Genesis, WorkerCertificate
 from alexandria.errors import Conflict, Forbidden, NotFound, RateLimited
-from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.interface import Storage
 
 _COLUMNS = "code, worker, name, scopes, requested_ms, expires_ms, certificate"
 
@@ -77,13 +77,13 @@ def _check_room(conn: sqlite3.Connection, now_ms: int, max_open: int, worker: st
                       limit=max_open)
 
 
-async def precheck_create(storage: LedgerStorage, worker: str, now_ms: int,
+async def precheck_create(storage: Storage, worker: str, now_ms: int,
                           max_open: int) -> None:
     """Refuse a new request when the library keeps ``max_open`` already (a read)."""
     await storage.read(lambda conn: _check_room(conn, now_ms, max_open, worker))
 
 
-async def create(storage: LedgerStorage, code: str, worker: str, name: str,
+async def create(storage: Storage, code: str, worker: str, name: str,
                  scopes: tuple[str, ...], now_ms: int, ttl_ms: int, max_open: int) -> int:
     """Store a new request; its expiry.  A worker key has one open request: asking again
     replaces it (a new code).  Raises ``RateLimited`` when ``max_open`` are open."""
@@ -107,7 +107,7 @@ def _get(conn: sqlite3.Connection, code: str, now_ms: int) -> dict[str, Any] | N
     return _row(row) if row else None
 
 
-async def get(storage: LedgerStorage, code: str, now_ms: int) -> dict[str, Any] | None:
+async def get(storage: Storage, code: str, now_ms: int) -> dict[str, Any] | None:
     """The request ``code`` (by its primary key), unless expired."""
     return await storage.read(lambda conn: _get(conn, code, now_ms))
 
@@ -127,11 +127,11 @@ def _check_authority(conn: sqlite3.Connection, genesis: Genesis, key: str,
                     " library", "AUTHORITY_UNKNOWN", authority=key)
 
 
-async def check_authority(storage: LedgerStorage, key: str, now_ms: int) -> None:
+async def check_authority(storage: Storage, key: str, now_ms: int) -> None:
     await storage.read(lambda conn: _check_authority(conn, storage.genesis, key, now_ms))
 
 
-async def open_requests(storage: LedgerStorage, now_ms: int, limit: int, authority: str
+async def open_requests(storage: Storage, now_ms: int, limit: int, authority: str
                         ) -> tuple[list[dict[str, Any]], int]:
     """Up to ``limit`` requests not approved yet and not expired, oldest first, and how many
     there are, for ``authority`` (the key that signed the question: it must be certified and
@@ -149,7 +149,7 @@ async def open_requests(storage: LedgerStorage, now_ms: int, limit: int, authori
     return await storage.read(fn)
 
 
-async def request(storage: LedgerStorage, code: str, now_ms: int, authority: str
+async def request(storage: Storage, code: str, now_ms: int, authority: str
                   ) -> dict[str, Any]:
     """The open request ``code`` for ``authority`` (as ``open_requests``), however many wait;
     ``NotFound`` when expired or never made."""
@@ -183,7 +183,7 @@ def _check_approval(conn: sqlite3.Connection, genesis: Genesis, code: str,
         raise Forbidden("the certificate is not valid now", "CERTIFICATE_NOT_VALID")
 
 
-async def approve(storage: LedgerStorage, code: str, cert: WorkerCertificate, now_ms: int
+async def approve(storage: Storage, code: str, cert: WorkerCertificate, now_ms: int
                   ) -> None:
     """Attach a worker certificate to the open request ``code``: once.  The certificate must be
     for the requesting key, valid now, and issued by a certified, unrevoked native-application

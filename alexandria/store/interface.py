@@ -1,20 +1,28 @@
-"""The storage interface the rest of the package relies on.
+"""The storage interface the rest of the package relies on: ``Storage`` (the service, the API),
+``Records`` (the read models), and the values they return.
 
-The rules never see storage: they get a ``rules.view.StateView``.  A backend provides that view
-*inside* its write transaction, serialises admissions (exactly one of two concurrent revisions of
-the same head wins, also across processes), and makes every acknowledged admission durable.
-SQLite (``store/sqlite.py``) is the embedded default; a PostgreSQL backend implements the same
-class with ``SELECT … FOR UPDATE`` / serialisable transactions and leaves the rules untouched.
+The rules never see storage: they get a ``rules.view.StateView``, which the storage provides
+*inside* its write transaction.  ``store/ledger_storage.LedgerStorage`` is the one
+implementation, composed of a backend (``store/protocol.py``: SQLite, PostgreSQL), the
+group-commit writer (``store/writer.py``) and the admission functions (``store/admission.py``).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+import asyncio
+import sqlite3
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from alexandria.core.trust import Genesis
+from alexandria.core.trust import AuthorityCertificate, Genesis
+from alexandria.errors import ServiceError
 from alexandria.rules.admission import Candidate
+from alexandria.rules.view import StateView
+from alexandria.store.outage import Outages
+from alexandria.store.read_ahead import Key
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -67,31 +75,101 @@ class Replayed:
     document: Any = field(default=None, repr=False)
 
 
-class Storage(ABC):
-    genesis: Genesis
+class Records(Protocol):
+    """What the read models need of a storage beside a read connection: signed records
+    assembled on it (``store/signed_records.py``) and the read-ahead of a page's rows."""
 
-    @abstractmethod
+    def signed(self, conn: sqlite3.Connection, sequence: int) -> bytes | None:
+        """``JCS(signed record)`` of the revision at ``sequence``, None if there is none."""
+
+    def signed_many(self, conn: sqlite3.Connection, sequences: Sequence[int]) -> list[bytes]:
+        """Those of several, in the given order (a sequence with no revision left out)."""
+
+    def read_ahead(self, what: str, sequences: Sequence[Key]) -> None:
+        """Bring the rows ``what`` at ``sequences`` into memory several at once, before a
+        read connection reads them one by one (nothing where the backend has no read-ahead)."""
+
+
+class Storage(Records, Protocol):
+    """A library's storage, as the service, the API and the read models use it
+    (``store/ledger_storage.LedgerStorage`` over a backend of ``store/protocol.py``).
+
+    Promises: a write's or an admission's future resolves only once its transaction is
+    durable; with several processes or nodes on one database, exactly one of two concurrent
+    revisions of the same head wins; reads see committed state only, each stopped past
+    ``query_timeout_s``; a failure of the database is a typed 503 (``store/outage.py``),
+    reported once per episode in ``outages``."""
+
+    path: str  # names the library in messages: never holds a password
+    genesis: Genesis
+    outages: Outages
+    query_timeout_s: float | None
+    clock: Callable[[], int]
+
     async def open(self) -> None: ...
 
-    @abstractmethod
     async def close(self) -> None: ...
 
-    @abstractmethod
+    @property
+    def writing(self) -> bool:
+        """False once the writer thread has ended, or before the storage was opened."""
+
+    def replaced(self) -> ServiceError | None:
+        """Why the database is no longer the one opened (a SQLite file replaced), or None."""
+
+    def free_bytes(self) -> int | None: ...
+
+    async def probe_write(self) -> None: ...
+
+    async def meta(self, key: str) -> str | None: ...
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a synchronous read function on a read connection, on its thread."""
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T], checks_first: bool = False) -> T:
+        """Run ``fn`` inside the next group-commit write transaction (``store/writer.py``)."""
+
+    def state_view(self, conn: sqlite3.Connection) -> StateView:
+        """The rules' view over ``conn``, inside a write transaction of this storage."""
+
     async def admit(self, cand: Candidate, dry_run: bool = False) -> Admitted | DryRun: ...
 
-    @abstractmethod
+    def submit(self, cand: Candidate, dry_run: bool = False) -> asyncio.Future[Admitted | DryRun]:
+        """``admit`` without a coroutine: the future resolves once the admission is durable."""
+
+    async def admit_many(self, cands: Sequence[Candidate], dry_run: bool = False,
+                         ) -> list[Admitted | DryRun | Exception]: ...
+
+    def submit_many(self, cands: Sequence[Candidate], dry_run: bool = False,
+                    ) -> asyncio.Future[list[Admitted | DryRun | Exception]]: ...
+
     async def admit_authority(self, document: Any) -> AuthorityAdmitted: ...
 
-    @abstractmethod
     async def authority_documents(self) -> list[dict[str, Any]]: ...
 
-    @abstractmethod
+    async def replay(self, entries: Sequence[Replayed]) -> tuple[int, Exception | None]:
+        """Append the next entries of another copy of this log; how many were stored and why
+        it stopped."""
+
+    async def store_checkpoint(self, size: int, root: bytes, note: str, key: str,
+                               received_at: str) -> None: ...
+
+    async def key_authorities(
+        self, key: str, upto: int
+    ) -> tuple[list[tuple[int, AuthorityCertificate]], bool]: ...
+
+    async def authority_keys(self, upto: int) -> list[str]: ...
+
+    async def tail(self) -> tuple[int, str]: ...
+
+    async def admitted_ms(self, sequence: int) -> int: ...
+
+    async def root_at(self, size: int) -> bytes: ...
+
     async def entry(self, rev: str) -> bytes | None:
         """``JCS(signed record)`` of a revision."""
 
-    @abstractmethod
     async def head_entry(self, rev: str) -> bytes | None:
         """``JCS(signed record)`` of the current head of the object ``rev`` belongs to."""
 
-    @abstractmethod
     async def log_size(self) -> int: ...

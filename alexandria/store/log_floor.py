@@ -18,7 +18,7 @@ one.  So every place that knows of a published checkpoint feeds it here:
 :func:`log_problem` compares a tree with each: fewer leaves is ``CATCH_UP_REQUIRED`` (the tail
 is replayed from a mirror or an export), another root at that size is ``LOG_FORKED``.  The
 writer checks it inside each write transaction that appends to the log whenever the database
-may have changed under it (``LedgerStorage._log_refusal``), so a node never acknowledges a
+may have changed under it (``Writer._log_refusal``), so a node never acknowledges a
 write it could not sign.
 """
 

@@ -1,6 +1,6 @@
 """The log's stored perfect Merkle nodes and its size, read inside any transaction.
 
-The admission transaction writes each leaf's new perfect nodes (``store/ledger_storage.py``);
+The admission transaction writes each leaf's new perfect nodes (``store/admission.py``);
 the tree heads, proofs and checkpoints of ``reads/log.py``, the writer's memory and the offline
 replay all read them through :func:`node_reader`, which ``core/merkle.py``'s pure functions take
 as their ``GetNode``.  A copy of the log (``migrate``, a backup) is checked against the leaves

@@ -17,7 +17,7 @@ from alexandria.rules.view import StateView
 from alexandria.store.schema import revision_id
 
 if TYPE_CHECKING:
-    from alexandria.store.ledger_storage import LedgerStorage
+    from alexandria.store.interface import Storage
 
 # Rows of personal_requests are needed only while a request can still pass the time window;
 # the extra day keeps a server clock that steps back from reopening a pruned nonce.
@@ -73,7 +73,7 @@ def _apply(conn: sqlite3.Connection, view: StateView, now: int, cand: Candidate)
     return decision
 
 
-async def submit(storage: LedgerStorage, cand: Candidate) -> Decision:
+async def submit(storage: Storage, cand: Candidate) -> Decision:
     """Decide and persist a personal request in the next write transaction."""
     return await storage.write(
         lambda conn: _apply(conn, storage.state_view(conn), storage.clock(), cand)

@@ -35,7 +35,7 @@ THREADS = 4  # requests in flight at once
 CACHE_KIB = 2_048  # each connection's page cache: the upper levels of log and revisions
 MINIMUM = 8  # fewer rows than this are read by the reader alone: the hand-offs cost more
 
-# What is read ahead, by name: everything ``LedgerStorage.signed_many`` reads for a sequence
+# What is read ahead, by name: everything ``SignedRecords.signed_many`` reads for a sequence
 # (the leaf itself, so that a leaf spilling onto overflow pages brings them too); a head's
 # stored words (``reads/catalogue._relevance`` counts in them); an object's row, by its first
 # sequence; an object's row with its head's record, by its first sequence, in one round

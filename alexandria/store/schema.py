@@ -169,7 +169,7 @@ OBJECT_SCORES_ROWS = (
 
 
 
-#: The columns a signed record is assembled from (``LedgerStorage._assemble``): the leaf ``l``
+#: The columns a signed record is assembled from (``SignedRecords.assemble``): the leaf ``l``
 #: and, beside it, the revision's id, root, record length and authority, which a contribution's
 #: ``log`` row carries itself since this layout, so a record is one row of one table (one page
 #: read cold, not two); a leaf admitted before it takes them from its ``revisions`` row ``r``,

@@ -1,11 +1,13 @@
-"""SQLite storage: one database file in WAL mode, one writer thread and a few reader threads.
+"""The SQLite backend: one database file in WAL mode, one writer thread and a few reader threads.
 
-The writer, its group commit and the admission transaction are ``LedgerStorage``'s
-(``store/ledger_storage.py``).  What SQLite changes: the writer's transaction is a ``BEGIN
-IMMEDIATE`` that waits for another process's write with short sleeps; ``synchronous=FULL``, so
-a job's future is resolved only after its transaction is durable; the WAL is checkpointed by a
-thread of its own after commits (``store/wal_checkpointer.py``); and what the writer
-remembers is forgotten when ``PRAGMA data_version`` says another connection committed.
+``SqliteBackend`` implements ``store/protocol.Backend``; ``sqlite_storage`` composes it into a
+``LedgerStorage`` (the writer, its group commit and the admission transaction are written once,
+in ``store/writer.py`` and ``store/admission.py``).  What SQLite changes: the writer's
+transaction is a ``BEGIN IMMEDIATE`` that waits for another process's write with short sleeps;
+``synchronous=FULL``, so a job's future is resolved only after its transaction is durable; the
+WAL is checkpointed by a thread of its own after commits (``store/wal_checkpointer.py``); and
+what the writer remembers is forgotten when ``PRAGMA data_version`` says another connection
+committed.
 
 The storage owns its threads and their ``sqlite3`` connections: the writer thread holds the one
 write connection for as long as the storage is open, and ``READERS`` read-only connections each
@@ -16,11 +18,13 @@ of them, never an unrelated read nor the writer.  Reads see committed state only
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,10 +33,13 @@ from alexandria.errors import ServiceError
 from alexandria.files import create_private
 from alexandria.store import feed, migrations, query_budget
 from alexandria.store.db_lock import SharedLock
-from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage
+from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.outage import Outages
+from alexandria.store.protocol import BUSY_TIMEOUT_S, READERS
 from alexandria.store.read_ahead import Key, ReadAhead
 from alexandria.store.read_connections import ThreadConnections
 from alexandria.store.wal_checkpointer import JOURNAL_SIZE_LIMIT, WalCheckpointer
+from alexandria.store.writer_memory import WriterMemory
 
 T = TypeVar("T")
 
@@ -87,13 +94,20 @@ def _identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-class SqliteStorage(LedgerStorage):
-    """The ``LedgerStorage`` of a library in one SQLite file: what SQLite changes is how the
-    writer connects and waits for another process's write, the WAL's checkpoints after
-    commits, and the read connections (with their read-ahead)."""
+def sqlite_storage(path: str | Path, genesis: Genesis) -> LedgerStorage:
+    """The storage of the library in the SQLite file ``path`` (not yet opened)."""
+    return LedgerStorage(SqliteBackend(path), genesis)
 
-    def __init__(self, path: str | Path, genesis: Genesis) -> None:
-        super().__init__(path, genesis)
+
+class SqliteBackend:
+    """A library in one SQLite file (``store/protocol.Backend``): how the writer connects and
+    waits for another process's write, the WAL's checkpoints after commits, and the read
+    connections (with their read-ahead)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        #: forgets when ``PRAGMA data_version`` says another connection committed
+        self.memory = WriterMemory()
         self._readers: _Readers | None = None
         self._ahead: ReadAhead | None = None
         self._checkpointer: WalCheckpointer | None = None
@@ -103,11 +117,11 @@ class SqliteStorage(LedgerStorage):
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    async def _open_readers(self) -> None:
+    async def open_readers(self, outages: Outages) -> None:
         self._readers = _Readers(self.path, READERS)
         self._ahead = ReadAhead(self.path)
 
-    def _connect_writer(self) -> sqlite3.Connection:
+    def connect_writer(self) -> sqlite3.Connection:
         # held until close: ``restore --replace`` and ``migrate`` refuse meanwhile (db_lock)
         self._lock.acquire()
         fresh = not Path(self.path).exists()
@@ -151,13 +165,10 @@ class SqliteStorage(LedgerStorage):
             " a copy behind its back): it takes no writes; restart it to serve the file now"
             " at that path (docs/operations.md)", "DATABASE_REPLACED", path=self.path)
 
-    async def close(self) -> None:
-        try:
-            await super().close()
-        finally:
-            self._lock.release()
+    def close(self) -> None:
+        self._lock.release()
 
-    async def _close_readers(self) -> None:
+    async def close_readers(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
@@ -168,7 +179,7 @@ class SqliteStorage(LedgerStorage):
             await asyncio.to_thread(self._ahead.close)
             self._ahead = None
 
-    def _begin(self, conn: sqlite3.Connection) -> None:
+    def begin(self, conn: sqlite3.Connection) -> None:
         """``BEGIN IMMEDIATE``, waiting for another process's write transaction with short
         sleeps: SQLite's own busy handler backs off to 100 ms sleeps, which starves a
         multi-process server of throughput."""
@@ -193,23 +204,32 @@ class SqliteStorage(LedgerStorage):
             return None
         return found.f_bavail * found.f_frsize
 
-    def _before_commit(self, conn: sqlite3.Connection) -> None:
-        # any start is right (a rolled-back move leaves the rows where they were), so the
-        # start is not forgotten with the writer's memory
-        self._feed_start = feed.merge_recent(conn, self._feed_start, self._memory.tail(conn)[0])
+    def absent(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> set[str]:
+        """Nothing learnt ahead: each ``StateView.admitted`` question is one index lookup in
+        this process."""
+        return set()
 
-    def _committed(self, conn: sqlite3.Connection) -> None:
+    def attempt(self, conn: sqlite3.Connection, isolate: bool) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def before_commit(self, conn: sqlite3.Connection) -> None:
+        """The move of recent feed rows (``feed.merge_recent``).  Any start is right (a
+        rolled-back move leaves the rows where they were), so the start is not forgotten with
+        the writer's memory."""
+        self._feed_start = feed.merge_recent(conn, self._feed_start, self.memory.tail(conn)[0])
+
+    def committed(self, conn: sqlite3.Connection) -> None:
         if self._checkpointer is not None:
             self._checkpointer.kick()
 
-    def _between_batches(self, conn: sqlite3.Connection) -> None:
+    def between_batches(self, conn: sqlite3.Connection) -> None:
         if self._checkpointer is not None and self._checkpointer.catch_up:
             self._checkpointer.catch_up_on(conn)  # after the answers: see wal_checkpointer
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def read(self, fn: Callable[[sqlite3.Connection], T], budget_s: float | None) -> T:
         readers = self._readers
         assert readers is not None, "storage is not open"
-        return await readers.read(fn, self.query_timeout_s)
+        return await readers.read(fn, budget_s)
 
     def read_ahead(self, what: str, sequences: Sequence[Key]) -> None:
         """Bring the pages of the rows ``what`` (``"records"``: revisions and their leaves, by
@@ -219,12 +239,12 @@ class SqliteStorage(LedgerStorage):
         if self._ahead is not None:
             self._ahead.rows(what, sequences)
 
-    def _fetch_ahead(self, sql: str, keys: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+    def fetch_ahead(self, sql: str, keys: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         if self._ahead is None:
             return {}
         return self._ahead.fetch(sql, keys)
 
-    def _kept_ahead(self, sequences: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+    def kept_ahead(self, sequences: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         if self._ahead is None:
             return {}
         return self._ahead.kept(sequences)

@@ -15,7 +15,7 @@ looked", so it forgets everything when that may no longer be true:
   connection (another server process, an operator command) committed in between;
 - whenever a transaction or savepoint of this connection is rolled back, since facts learnt or
   written inside it may never have been committed, and after every write job that is not an
-  admission, since it may change what is remembered (``LedgerStorage`` calls ``forget``).
+  admission, since it may change what is remembered (``store/writer.py`` calls ``forget``).
 
 Caches of unbounded key sets are ``core.cache.Bounded`` to ``LIMIT`` entries each, simply
 emptied when full: the hot entries (the spaces and discussions everyone links to) come back at
@@ -57,7 +57,7 @@ class WriterMemory:
         self.objects: Bounded[str, ObjectFacts] = Bounded(LIMIT)
         self.feed = FeedCache(LIMIT)
         #: revision ids known not to be admitted, valid inside the current write transaction
-        #: only (``LedgerStorage._absent``; an admission discards its own)
+        #: only (the backend's ``absent``; an admission discards its own)
         self.absent: set[str] = set()
 
     def begin(self, conn: sqlite3.Connection) -> None:

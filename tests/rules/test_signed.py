@@ -22,7 +22,8 @@ from alexandria.rules.admission import prepare
 from alexandria.rules.signed import check_signed_record
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.store.interface import Admitted
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.sqlite import sqlite_storage
 from tests.admission_support import claim, reply
 from tests.conftest import SEED, T0, Clock
 
@@ -39,7 +40,7 @@ def founding() -> Founding:
 
 
 class Server:
-    def __init__(self, storage: SqliteStorage, founding: Founding, clock: Clock) -> None:
+    def __init__(self, storage: LedgerStorage, founding: Founding, clock: Clock) -> None:
         self.storage, self.founding, self.clock = storage, founding, clock
 
     def envelope(self, who: str, content: dict[str, Any]) -> dict[str, Any]:
@@ -68,7 +69,7 @@ class Server:
 @pytest.fixture
 async def server(tmp_path: Path, founding: Founding) -> AsyncIterator[Server]:
     clock = Clock()
-    storage = SqliteStorage(tmp_path / "lib.db", founding.genesis)
+    storage = sqlite_storage(tmp_path / "lib.db", founding.genesis)
     storage.clock = clock
     await storage.open()
     try:

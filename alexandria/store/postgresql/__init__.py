@@ -1,6 +1,6 @@
 """The PostgreSQL backend: several stateless ``alexandria serve`` nodes on one database.
 
-``storage`` (``PostgresStorage``), ``connection`` (the connection protocol the read models use,
+``storage`` (``PostgresBackend``), ``connection`` (the connection protocol the read models use,
 over psycopg 3), ``schema`` (``schema.sql`` beside it, applied when a node starts),
 ``postings`` (the catalogue's full-text index), ``migrate`` (a SQLite library copied in).
 

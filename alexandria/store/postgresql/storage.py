@@ -1,9 +1,10 @@
-"""PostgreSQL storage: any number of stateless nodes on one database.
+"""The PostgreSQL backend: any number of stateless nodes on one database.
 
-The admission path is ``LedgerStorage``'s, shared with SQLite (``store/ledger_storage.py``: the
-group-commit writer thread, the rules' ``StateView`` inside the write transaction, the leaf, its
-Merkle nodes and every projection in the same transaction), run over a ``PgConnection``.  What
-PostgreSQL changes:
+``PostgresBackend`` implements ``store/protocol.Backend``; ``postgres_storage`` composes it into
+a ``LedgerStorage``, so the admission path is shared with SQLite (the group-commit writer
+thread of ``store/writer.py``, the rules' ``StateView`` inside the write transaction, the leaf,
+its Merkle nodes and every projection in the same transaction: ``store/admission.py``), run
+over a ``PgConnection``.  What PostgreSQL changes:
 
 - **serialisation across nodes**: each write transaction begins by incrementing the one row of
   ``ledger_writes`` (``_PgWriterMemory.begin``); its row lock queues every writer of every node
@@ -35,7 +36,7 @@ import re
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -45,10 +46,13 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from alexandria.core.trust import Genesis
 from alexandria.errors import ResyncRequired, ServiceError, StorageUnavailable
 from alexandria.store import db_lock, query_budget
-from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage, _BatchAborted
+from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.outage import Outages, outage_of
 from alexandria.store.postgresql import connection, schema
 from alexandria.store.postgresql.connection import Dialect, PgConnection
+from alexandria.store.protocol import BUSY_TIMEOUT_S, READERS
+from alexandria.store.read_ahead import Key
+from alexandria.store.writer import BatchAborted
 from alexandria.store.writer_memory import WriterMemory
 
 T = TypeVar("T")
@@ -60,7 +64,7 @@ READ_WAIT_S = 5.0
 #: primary read connections of a node whose reads go to a replica (``--read-db``): the reads
 #: the replica cannot answer yet
 PRIMARY_READERS = 2
-#: the first attempt of each write batch in pipeline mode (``PostgresStorage._try_batch``)
+#: the first attempt of each write batch in pipeline mode (``PostgresBackend.attempt``)
 pipelined_writes = True
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
@@ -213,14 +217,19 @@ class _ReplicaReads:
         self.primary.close()
 
 
-class PostgresStorage(LedgerStorage):
-    """The ``LedgerStorage`` of a library in PostgreSQL (``alexandria serve --db
-    postgresql://…``), its reads optionally from a streaming replica (``read_url``: ``serve
-    --read-db``)."""
+def postgres_storage(url: str, genesis: Genesis, read_url: str | None = None) -> LedgerStorage:
+    """The storage of the library in the PostgreSQL database ``url`` (not yet opened), its
+    reads optionally from a streaming replica (``read_url``: ``serve --read-db``)."""
+    return LedgerStorage(PostgresBackend(url, read_url), genesis)
 
-    def __init__(self, url: str, genesis: Genesis, read_url: str | None = None) -> None:
-        # ``path`` names the library in messages
-        super().__init__(redacted(url), genesis, _PgWriterMemory())
+
+class PostgresBackend:
+    """A library in PostgreSQL (``alexandria serve --db postgresql://…``;
+    ``store/protocol.Backend``), its reads optionally from a streaming replica (``read_url``)."""
+
+    def __init__(self, url: str, read_url: str | None = None) -> None:
+        self.path = redacted(url)  # names the library in messages
+        self.memory: WriterMemory = _PgWriterMemory()
         self.url = url
         self.read_url = read_url
         self.dialect = Dialect()
@@ -228,13 +237,13 @@ class PostgresStorage(LedgerStorage):
         self._replica: _ReplicaReads | None = None
         self._reconnect_lock = threading.Lock()
 
-    async def _open_readers(self) -> None:
+    async def open_readers(self, outages: Outages) -> None:
         if self.read_url is None:
             self._readers = await asyncio.to_thread(_PgReaders, self.url, READERS, self.dialect,
-                                                    self.outages)
+                                                    outages)
             return
         primary = await asyncio.to_thread(_PgReaders, self.url, PRIMARY_READERS, self.dialect,
-                                          self.outages)
+                                          outages)
         try:
             # the primary answers what the replica cannot: a replica outage is its own
             replica = await asyncio.to_thread(
@@ -245,12 +254,40 @@ class PostgresStorage(LedgerStorage):
             raise
         self._replica = self._readers = _ReplicaReads(replica, primary)
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def read(self, fn: Callable[[sqlite3.Connection], T], budget_s: float | None) -> T:
         readers = self._readers
         assert readers is not None, "storage is not open"
-        return await readers.read(fn, self.query_timeout_s)
+        return await readers.read(fn, budget_s)
 
-    async def _close_readers(self) -> None:
+    def read_ahead(self, what: str, sequences: Sequence[Key]) -> None:
+        """None: the server reads ahead of the pages by itself."""
+
+    def fetch_ahead(self, sql: str, keys: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        return {}
+
+    def kept_ahead(self, sequences: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        return {}
+
+    def free_bytes(self) -> int | None:
+        """None: the disk is the database server's."""
+        return None
+
+    def replaced(self) -> ServiceError | None:
+        return None
+
+    def close(self) -> None:
+        """Nothing held beyond the connections: the shared lock ends with the writer's."""
+
+    def before_commit(self, conn: sqlite3.Connection) -> None:
+        pass
+
+    def committed(self, conn: sqlite3.Connection) -> None:
+        pass
+
+    def between_batches(self, conn: sqlite3.Connection) -> None:
+        pass
+
+    async def close_readers(self) -> None:
         if self._readers is not None:
             await asyncio.to_thread(self._readers.close)
             self._readers = None
@@ -264,7 +301,7 @@ class PostgresStorage(LedgerStorage):
         row = (cur or conn.execute("SELECT pg_current_wal_lsn()::text")).fetchone()
         self._replica.floor = max(self._replica.floor, _lsn(row[0]))
 
-    def _connect_writer(self) -> Any:
+    def connect_writer(self) -> Any:
         try:
             raw = connection.connect(self.url)
         except psycopg.Error as exc:
@@ -282,7 +319,7 @@ class PostgresStorage(LedgerStorage):
             raise
         return PgConnection(raw, self.dialect)
 
-    def _begin(self, conn: Any) -> None:
+    def begin(self, conn: Any) -> None:
         """``BEGIN`` (read committed: after the write lock every statement sees the latest
         commits); the lock itself is ``_PgWriterMemory.begin``.  A connection the server
         dropped is replaced first, so a database restart costs the batch in flight only; one
@@ -310,13 +347,13 @@ class PostgresStorage(LedgerStorage):
             conn.raw = raw
             conn.raw.execute(f"SET lock_timeout = '{int(BUSY_TIMEOUT_S * 1000)}ms'")
         # the database may have been restored meanwhile: the log is checked again
-        self._memory.forget()
+        self.memory.forget()
 
-    def _absent(self, conn: Any, batch: list[Any]) -> set[str]:
+    def absent(self, conn: Any, revisions: Sequence[str]) -> set[str]:
         """One statement for the whole batch instead of one ``StateView.admitted`` question
         per admission: in pipeline mode each question waited for the server to run every
         statement queued before it (a round trip per admission)."""
-        ids = list(dict.fromkeys(r for job in batch for r in job.revisions))
+        ids = list(revisions)
         if not ids:
             return set()
         # never prepared: a generic plan chosen while the table was small scans all of it
@@ -324,32 +361,32 @@ class PostgresStorage(LedgerStorage):
                              prepare=False).fetchall()
         return set(ids).difference(row[0] for row in found)
 
-    def _try_batch(self, conn: Any, batch: list[Any], isolate: bool) -> list[Any]:
+    @contextlib.contextmanager
+    def attempt(self, conn: Any, isolate: bool) -> Iterator[None]:
         """A batch's first attempt runs in pipeline mode (``PgConnection.pipelined``): the
         rows an admission writes go out without a round trip each.  Any failure — one the
         pipeline reports late included — rolls the transaction back and aborts the attempt,
-        and ``_run_batch`` runs the batch again, each job in its own savepoint, without the
-        pipeline, so a failing job is told its own error (as on SQLite)."""
+        and the writer runs the batch again, each item in its own savepoint, without the
+        pipeline, so a failing item is told its own error (as on SQLite)."""
         if isolate or not pipelined_writes or conn.broken:
-            results = super()._try_batch(conn, batch, isolate)
+            yield
             self._note_written(conn, None)
-            return results
+            return
         try:
             with conn.pipelined():
-                results = super()._try_batch(conn, batch, isolate)
+                yield
                 # after the COMMIT, in the same round trip
                 lsn = (conn.execute("SELECT pg_current_wal_lsn()::text")
                        if self._replica is not None else None)
             if conn.pipeline_failed:  # a job caught the error: the COMMIT was a rollback
-                raise _BatchAborted()
+                raise BatchAborted()
             self._note_written(conn, lsn)
-            return results
-        except (psycopg.Error, sqlite3.Error, _BatchAborted) as exc:
-            self._memory.forget()
+        except (psycopg.Error, sqlite3.Error, BatchAborted) as exc:
+            self.memory.forget()
             if not conn.broken and conn.in_transaction:
                 with contextlib.suppress(psycopg.Error):
                     conn.raw.execute("ROLLBACK")
-            cause = exc.__cause__ if isinstance(exc, _BatchAborted) else exc
-            raise _BatchAborted() from cause
+            cause = exc.__cause__ if isinstance(exc, BatchAborted) else exc
+            raise BatchAborted() from cause
 
 
