@@ -70,14 +70,21 @@ def redacted(url: str) -> str:
     return _PASSWORD.sub(r"\1***@", url)
 
 
+#: the write lock: every node's write transaction changes the one row of ``ledger_writes``
+_LOCK = "UPDATE ledger_writes SET version = version + 1 WHERE id = 1 RETURNING version"
+
+
 class _PgWriterMemory(WriterMemory):
     """``WriterMemory`` whose ``begin`` takes the write lock and learns whether another node
     wrote since this one's last transaction."""
 
+    #: the lock's statement when ``PostgresStorage._begin`` sent it already (its answer comes
+    #: in the same round trip as the batch's first question)
+    locking: Any = None
+
     def begin(self, conn: Any) -> None:
-        row = conn.execute(
-            "UPDATE ledger_writes SET version = version + 1 WHERE id = 1 RETURNING version"
-        ).fetchone()
+        cur, self.locking = self.locking, None
+        row = (cur or conn.execute(_LOCK)).fetchone()
         if row is None:
             raise ServiceError("the database has no ledger_writes row", "STORAGE_CORRUPT")
         version = int(row[0])
@@ -220,13 +227,18 @@ class PostgresStorage(LedgerStorage):
 
     def __init__(self, url: str, genesis: Genesis, read_url: str | None = None) -> None:
         # ``path`` names the library in messages
-        super().__init__(redacted(url), genesis, _PgWriterMemory())
+        self._pg_memory = _PgWriterMemory()
+        super().__init__(redacted(url), genesis, self._pg_memory)
         self.url = url
         self.read_url = read_url
         self.dialect = Dialect()
         self._readers: _PgReaders | _ReplicaReads | None = None
         self._replica: _ReplicaReads | None = None
         self._reconnect_lock = threading.Lock()
+        #: the batch whose transaction ``_begin`` begins (``_try_batch``), and the answer to
+        #: its question sent with the lock (``_absent``)
+        self._beginning: list[Any] | None = None
+        self._asked: tuple[list[str], Any] | None = None
 
     async def _open_readers(self) -> None:
         if self.read_url is None:
@@ -296,6 +308,15 @@ class PostgresStorage(LedgerStorage):
                 raise
             self._replace_if_broken(conn)
             conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        # in pipeline mode the lock and the batch's question (``_absent``; it runs after the
+        # lock, so it sees every commit before it) go out with ``BEGIN``: one round trip
+        batch, self._beginning = self._beginning, None
+        self._asked = None
+        if batch is not None:
+            self._pg_memory.locking = conn.execute(_LOCK)
+            ids = list(dict.fromkeys(r for job in batch for r in job.revisions))
+            if ids:
+                self._asked = ids, self._ask_absent(conn, ids)
 
     def _replace_if_broken(self, conn: Any) -> None:
         if not conn.broken:
@@ -316,13 +337,19 @@ class PostgresStorage(LedgerStorage):
         """One statement for the whole batch instead of one ``StateView.admitted`` question
         per admission: in pipeline mode each question waited for the server to run every
         statement queued before it (a round trip per admission)."""
-        ids = list(dict.fromkeys(r for job in batch for r in job.revisions))
-        if not ids:
-            return set()
+        asked, self._asked = self._asked, None
+        if asked is None:
+            ids = list(dict.fromkeys(r for job in batch for r in job.revisions))
+            if not ids:
+                return set()
+            asked = ids, self._ask_absent(conn, ids)
+        ids, cur = asked
+        return set(ids).difference(row[0] for row in cur.fetchall())
+
+    @staticmethod
+    def _ask_absent(conn: Any, ids: list[str]) -> Any:
         # never prepared: a generic plan chosen while the table was small scans all of it
-        found = conn.execute("SELECT id FROM revisions WHERE id = ANY(?)", (ids,),
-                             prepare=False).fetchall()
-        return set(ids).difference(row[0] for row in found)
+        return conn.execute("SELECT id FROM revisions WHERE id = ANY(?)", (ids,), prepare=False)
 
     def _try_batch(self, conn: Any, batch: list[Any], isolate: bool) -> list[Any]:
         """A batch's first attempt runs in pipeline mode (``PgConnection.pipelined``): the
@@ -336,7 +363,13 @@ class PostgresStorage(LedgerStorage):
             return results
         try:
             with conn.pipelined():
-                results = super()._try_batch(conn, batch, isolate)
+                self._beginning = batch
+                try:
+                    results = super()._try_batch(conn, batch, isolate)
+                finally:
+                    self._beginning = None
+                    self._pg_memory.locking = None
+                    self._asked = None
                 # after the COMMIT, in the same round trip
                 lsn = (conn.execute("SELECT pg_current_wal_lsn()::text")
                        if self._replica is not None else None)
