@@ -33,6 +33,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 from psycopg.adapt import Buffer, Dumper, Loader
+from psycopg.types.numeric import IntDumper
 
 from alexandria.core.cache import Bounded
 from alexandria.store.postgresql import DIALECT
@@ -186,11 +187,11 @@ class Dialect:
         key = (head, row, rows, tail)
         found = self._many.get(key)
         if found is None:
-            pieces = row.split("%s")
-            width = len(pieces) - 1
+            width = row.count("%s")
+            numbered = row.replace("%", "%%").replace("%%s", "$%d")  # one ``%`` per row
             found = self._many[key] = head + ", ".join(
-                pieces[0] + "".join(f"${i * width + j}{pieces[j]}" for j in range(1, width + 1))
-                for i in range(rows)) + tail
+                [numbered % tuple(range(i * width + 1, i * width + width + 1))
+                 for i in range(rows)]) + tail
         return found
 
     def holdable(self, translated: str) -> Holdable | None:
@@ -411,10 +412,14 @@ class PgConnection:
 
     def _insert_many(self, holdable: Holdable, rows: Sequence[Sequence[Any]]) -> None:
         """``rows`` as multi-row inserts of at most ``MANY_ROWS`` rows each."""
+        cur = psycopg.RawCursor(self.raw)
+        # each value goes to a column of the table: an integer may be typed (psycopg's own
+        # dumper, in C, where ``_UntypedInt`` is Python: a batch's rows hold tens of thousands)
+        cur.adapters.register_dumper(int, IntDumper)
         for i in range(0, len(rows), MANY_ROWS):
             chunk = rows[i:i + MANY_ROWS]
             # texts vary with the number of rows: never prepared
-            psycopg.RawCursor(self.raw).execute(
+            cur.execute(
                 self._dialect.many_rows(holdable.head, holdable.row, len(chunk), holdable.tail),
                 [value for row in chunk for value in row], prepare=False)
 
