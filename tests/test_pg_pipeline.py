@@ -22,6 +22,7 @@ from alexandria.store.postgresql.connection import (
     Dialect,
     Holdable,
     PgConnection,
+    _Held,
     translate,
 )
 from alexandria.store.postgresql.storage import PostgresStorage
@@ -246,6 +247,17 @@ def test_held_upserts_end_as_one_at_a_time_would(
         totals = other.execute("SELECT author_id, up FROM vote_totals ORDER BY 1").fetchall()
     assert counts == [("", 0, 8), ("", 1, 2), ("", 2, 1), ("x", 0, 6), ("x", 1, 4), ("x", 2, 2)]
     assert totals == [(0, 10), (1, 11), (2, 12)]  # the first row of each key
+
+
+def test_held_upsert_rows_with_a_null_key_stay_apart() -> None:
+    """A NULL never conflicts: rows whose key holds one are not summed."""
+    holdable = Dialect().holdable(translate(
+        "INSERT INTO t(a, b, n) VALUES (?, ?, ?) ON CONFLICT(a, b) DO UPDATE SET n = t.n"
+        " + excluded.n"))
+    assert holdable is not None
+    held = _Held(holdable)
+    held.add([("x", None, 1), ("x", 1, 1), ("x", None, 1), ("x", 1, 2)])
+    assert [tuple(r) for r in held.rows] == [("x", None, 1), ("x", 1, 3), ("x", None, 1)]
 
 
 def test_another_insert_into_a_held_table_sends_the_held_rows_first(

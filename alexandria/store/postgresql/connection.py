@@ -154,6 +154,9 @@ class _Held:
             return
         for row in rows:
             key = tuple(row[k] for k in keys)
+            if None in key:  # NULLs never conflict: the row is its own
+                self.rows.append(row)
+                continue
             found = self._by_key.get(key)
             if found is None:
                 self._by_key[key] = found = list(row)
