@@ -8,21 +8,26 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from alexandria.rules.admission import Candidate, prepare
+from alexandria.service.bootstrap import Founding
 from alexandria.store.postgresql import connection
 from alexandria.store.postgresql.connection import (
     FOREIGN_KEYS,
     Dialect,
+    Holdable,
     PgConnection,
+    _Held,
     translate,
 )
+from alexandria.store.postgresql.storage import postgres_storage
 from tests.catalogue_support import document
-from tests.conftest import Api
+from tests.conftest import Api, Clock
 from tests.pgcluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -35,9 +40,9 @@ class _Sent:
         self.inserts: list[tuple[str, int]] = []
         real = conn._insert_many
 
-        def insert_many(head: str, width: int, rows: Sequence[Sequence[Any]]) -> None:
-            self.inserts.append((head.split()[2].split("(")[0], len(rows)))
-            real(head, width, rows)
+        def insert_many(holdable: Holdable, rows: Sequence[Sequence[Any]]) -> None:
+            self.inserts.append((holdable.table, len(rows)))
+            real(holdable, rows)
 
         monkeypatch.setattr(conn, "_insert_many", insert_many)
 
@@ -179,3 +184,153 @@ async def test_a_batch_asks_once_which_revisions_are_new(
         # the batch's question, then the repeated envelope's own (its id left the set)
         assert [s.split(" WHERE")[0] for s in asked] == ["SELECT id FROM revisions",
                                                          "SELECT sequence FROM revisions"]
+
+
+@pytest.mark.parametrize(("sql", "held"), [
+    ("INSERT INTO feed(owner, sequence) VALUES (?, ?)", ("(%s, %s)", "", None, ())),
+    ("INSERT INTO objects(root, revisions, depth) VALUES (?, 1, ?)", ("(%s, 1, %s)", "", None, ())),
+    ("INSERT OR IGNORE INTO vote_totals(author_id) VALUES (?)",
+     ("(%s)", " ON CONFLICT DO NOTHING", None, ())),
+    ("INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, ?, ?)"
+     " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = catalogue_counts.n + excluded.n",
+     ("(%s, %s, %s, %s)", " ON CONFLICT(kind, facet, author_id) DO UPDATE SET"
+      " n = catalogue_counts.n + excluded.n", (0, 1, 2), (3,))),
+    # not additive: a later row of a key must replace, not add to, an earlier one
+    ("INSERT INTO checkpoint_cosignatures(size, witness, line) VALUES (?, ?, ?)"
+     " ON CONFLICT(size, witness) DO UPDATE SET line = excluded.line", None),
+    # the added column must be the row's parameter, the key its parameters
+    ("INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, ?, 1)"
+     " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = catalogue_counts.n + excluded.n",
+     None),
+    ("INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, 0, ?)"
+     " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = catalogue_counts.n + excluded.n",
+     None),
+    ("INSERT INTO catalogue_actors(actor) VALUES (?) RETURNING id", None),
+    ("INSERT INTO feed(owner, sequence) SELECT owner, sequence FROM feed_recent", None),
+    ("INSERT INTO meta(key, value) VALUES ('a,b', ?)", None),
+])
+def test_which_inserts_are_held_back(
+    sql: str, held: tuple[str, str, tuple[int, ...] | None, tuple[int, ...]] | None
+) -> None:
+    found = Dialect().holdable(translate(sql))
+    if held is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert (found.row, found.tail, found.keys, found.sums) == held
+
+
+def test_held_upserts_end_as_one_at_a_time_would(
+    pg: tuple[PgConnection, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ON CONFLICT DO NOTHING`` rows repeating a key, and additive upserts of one key, held
+    back and sent as one statement each, leave what sending each row at once leaves."""
+    conn, url = pg
+    upsert = ("INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, ?, ?)"
+              " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = catalogue_counts.n"
+              " + excluded.n")
+    ignore = "INSERT OR IGNORE INTO vote_totals(author_id, up) VALUES (?, ?)"
+    conn.execute(upsert, ("claim", "", 0, 5))  # stored before: the upsert adds to it
+    sent = _Sent(conn, monkeypatch)
+    conn.execute("BEGIN")
+    with conn.pipelined():
+        for author in (0, 1, 0, 2, 1, 0):
+            conn.executemany(upsert, [("claim", "", author, 1), ("claim", "x", author, 2)])
+            conn.execute(ignore, (author, author + 10))
+        assert sent.inserts == []
+        conn.execute("COMMIT")
+    assert not conn.pipeline_failed
+    assert sorted(sent.inserts) == [("catalogue_counts", 6), ("vote_totals", 6)]
+    with psycopg.connect(url) as other:
+        counts = other.execute("SELECT facet, author_id, n FROM catalogue_counts"
+                               " ORDER BY 1, 2").fetchall()
+        totals = other.execute("SELECT author_id, up FROM vote_totals ORDER BY 1").fetchall()
+    assert counts == [("", 0, 8), ("", 1, 2), ("", 2, 1), ("x", 0, 6), ("x", 1, 4), ("x", 2, 2)]
+    assert totals == [(0, 10), (1, 11), (2, 12)]  # the first row of each key
+
+
+def test_held_upsert_rows_with_a_null_key_stay_apart() -> None:
+    """A NULL never conflicts: rows whose key holds one are not summed."""
+    holdable = Dialect().holdable(translate(
+        "INSERT INTO t(a, b, n) VALUES (?, ?, ?) ON CONFLICT(a, b) DO UPDATE SET n = t.n"
+        " + excluded.n"))
+    assert holdable is not None
+    held = _Held(holdable)
+    held.add([("x", None, 1), ("x", 1, 1), ("x", None, 1), ("x", 1, 2)])
+    assert [tuple(r) for r in held.rows] == [("x", None, 1), ("x", 1, 3), ("x", None, 1)]
+
+
+def test_another_insert_into_a_held_table_sends_the_held_rows_first(
+    pg: tuple[PgConnection, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain insert after an ``INSERT OR IGNORE`` of the same key fails, as it would had
+    the first been sent at once (held rows of two statements are not reordered)."""
+    conn, _ = pg
+    sent = _Sent(conn, monkeypatch)
+    conn.execute("BEGIN")
+    with pytest.raises(sqlite3.IntegrityError), conn.pipelined():
+        conn.execute("INSERT OR IGNORE INTO vote_totals(author_id) VALUES (?)", (7,))
+        conn.execute("INSERT INTO vote_totals(author_id, up) VALUES (?, ?)", (7, 1))
+        assert sent.inserts == [("vote_totals", 1)]
+        conn.execute("SELECT 1 FROM vote_totals").fetchone()
+    conn.raw.execute("ROLLBACK")
+
+
+class _Trips:
+    """The messages the writer's connection sends, from libpq's trace: each ``Sync`` is a
+    round trip (the client waits for the server's ``ReadyForQuery``), each ``Bind`` or
+    ``Query`` a statement run."""
+
+    def __init__(self, raw: psycopg.Connection[Any], path: Path) -> None:
+        self.raw, self.path = raw, path
+        self.file = open(path, "w")  # noqa: SIM115 - closed by stop()
+
+    def __enter__(self) -> _Trips:
+        self.raw.pgconn.trace(self.file.fileno())
+        self.raw.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.raw.pgconn.untrace()
+        self.file.close()
+        lines = [line.split("\t") for line in self.path.read_text().splitlines()]
+        sent = [fields[2].strip() for fields in lines if len(fields) > 2 and fields[0] == "F"]
+        self.round_trips = sent.count("Sync") + sent.count("Query")
+        self.statements = sent.count("Bind") + sent.count("Query")
+
+
+def _document(founding: Founding, clock: Clock, i: int) -> Candidate:
+    envelope = founding.participants["owner"].envelope(
+        founding.genesis, document(f"Title {i}", f"text {i}"), clock.tick())
+    return prepare(json.dumps(envelope).encode(), founding.genesis, index_text=True)
+
+
+async def test_a_group_costs_two_round_trips_whatever_its_size(
+    pg_cluster: Cluster, founding: Founding, clock: Clock, tmp_path: Path
+) -> None:
+    """The PostgreSQL writer's round trips and statements per group commit do not grow with
+    its admissions: ``BEGIN``, the write lock and the batch's question in one round trip,
+    every admission's rows sent without waiting, then the ``COMMIT``'s; each table's rows in
+    one statement.  (The storage alone: no library's background writes.)"""
+    url = pg_cluster.database()
+    storage = postgres_storage(url, founding.genesis)
+    storage.clock = clock
+    try:
+        await storage.open()
+        for doc in founding.authority_documents():
+            await storage.admit_authority(doc)
+        # the writer's memory learns the log's tail and the Merkle nodes it appends to
+        await storage.admit_many([_document(founding, clock, i) for i in range(8)])
+        trips = []
+        for start, n in ((8, 4), (12, 40)):
+            raw = storage._writer.conn.raw  # type: ignore[union-attr]
+            with _Trips(raw, tmp_path / f"trace{n}") as trace:
+                results = await storage.admit_many(
+                    [_document(founding, clock, start + i) for i in range(n)])
+            assert [getattr(r, "created", None) for r in results] == [True] * n
+            trips.append(trace)
+        assert [t.round_trips for t in trips] == [2, 2]
+        assert trips[0].statements == trips[1].statements
+    finally:
+        await storage.close()
+        pg_cluster.drop(url)

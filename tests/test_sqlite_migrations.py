@@ -23,7 +23,7 @@ from alexandria.store.backup import restore
 from alexandria.store.migrations import MIGRATIONS, VERSION, SchemaTooNew, SchemaTooOld
 from alexandria.store.postgresql import schema as pg_schema
 from alexandria.store.postgresql.migrate import migrate
-from alexandria.store.sqlite import SqliteStorage
+from alexandria.store.sqlite import sqlite_storage
 from tests.catalogue_support import vote
 from tests.conftest import Clock, serve_library
 from tests.liveserver import serving, write_library_files
@@ -171,7 +171,7 @@ def _state(path: Path) -> list[object]:
 
 
 async def _opened(path: Path, founding: Founding) -> None:
-    storage = SqliteStorage(path, founding.genesis)
+    storage = sqlite_storage(path, founding.genesis)
     try:
         await storage.open()
     finally:

@@ -34,7 +34,7 @@ class _Backend:
         conn.execute("CREATE TABLE rows(item TEXT)")
         return conn
 
-    def begin(self, conn: sqlite3.Connection) -> None:
+    def begin(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> None:
         conn.execute("BEGIN IMMEDIATE")
 
     def absent(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> set[str]:

@@ -34,6 +34,7 @@ class WriteBackend(Protocol):
       process, another node) runs beside until it commits or rolls back, so the rules' checks
       and the inserts are atomic; it raises ``sqlite3.Error`` when it cannot (the batch is a
       503 ``STORAGE_BUSY`` or an outage) or a ``ServiceError`` the batch is answered with;
+      ``revisions`` are the ids ``absent`` will be asked about, which a backend may ask ahead;
     - a ``COMMIT`` that returned is durable: a job's future is resolved only after it;
     - ``memory.begin``, called first inside each write transaction, forgets what the writer
       remembers when another connection wrote since this one's last transaction;
@@ -52,7 +53,7 @@ class WriteBackend(Protocol):
 
     def connect_writer(self) -> sqlite3.Connection: ...
 
-    def begin(self, conn: sqlite3.Connection) -> None: ...
+    def begin(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> None: ...
 
     def absent(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> set[str]: ...
 

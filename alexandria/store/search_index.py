@@ -195,12 +195,15 @@ def _admit(
         (sequence, padded(text.title), padded(text.text)),
     )
     if not previous:  # a revision keeps its kind, author and (immutable kinds) facet
-        keys = [(kind, "", 0), (kind, "", author)]
+        keys = [(kind, "", 0, 1), (kind, "", author, 1)]
         if facet is not None:
-            keys += [(kind, facet, 0), (kind, facet, author)]
+            keys += [(kind, facet, 0, 1), (kind, facet, author, 1)]
+        # an additive upsert (``n`` plus the row's): PostgreSQL's writer sends a batch's
+        # counts as one statement, the rows of one key summed (``postgresql/connection``)
         conn.executemany(
-            "INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, ?, 1)"
-            " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = catalogue_counts.n + 1",
+            "INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = catalogue_counts.n"
+            " + excluded.n",
             keys,
         )
 

@@ -179,7 +179,7 @@ class SqliteBackend:
             await asyncio.to_thread(self._ahead.close)
             self._ahead = None
 
-    def begin(self, conn: sqlite3.Connection) -> None:
+    def begin(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> None:
         """``BEGIN IMMEDIATE``, waiting for another process's write transaction with short
         sleeps: SQLite's own busy handler backs off to 100 ms sleeps, which starves a
         multi-process server of throughput."""

@@ -191,8 +191,9 @@ class Writer:
         replaced = backend.replaced()
         if replaced is not None:
             return [replaced] * len(batch)
+        revisions = list(dict.fromkeys(r for job in batch for r in job.revisions))
         try:
-            backend.begin(conn)
+            backend.begin(conn, revisions)
         except ServiceError as exc:  # e.g. a reconnect that may not take its lock
             return [exc] * len(batch)
         except sqlite3.Error as exc:
@@ -205,8 +206,7 @@ class Writer:
         try:
             memory.begin(conn)
             refusal = self._log_refusal(conn) if any(j.appends for j in batch) else None
-            memory.absent = backend.absent(
-                conn, list(dict.fromkeys(r for job in batch for r in job.revisions)))
+            memory.absent = backend.absent(conn, revisions)
             for job in batch:
                 if refusal is not None and job.appends:
                     results.append(refusal)

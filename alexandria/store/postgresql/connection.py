@@ -26,12 +26,14 @@ import contextlib
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 from psycopg import pq
 from psycopg.adapt import Buffer, Dumper, Loader
+from psycopg.types.numeric import IntDumper
 
 from alexandria.core.cache import Bounded
 from alexandria.store.postgresql import DIALECT
@@ -42,10 +44,19 @@ MANY_ROWS = 1000  # rows of one multi-row INSERT (``executemany``), far below 65
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)|%")
 _HINTS = re.compile(r"\s+(?:INDEXED BY \w+|NOT INDEXED)\b")
 _OR_IGNORE = re.compile(r"^\s*INSERT OR IGNORE INTO", re.IGNORECASE)
-#: a translated plain ``INSERT INTO t(…) VALUES (%s, …)``: nothing after its one row of
-#: parameters (no ``ON CONFLICT``: a multi-row upsert may not touch one row twice)
-_VALUES = re.compile(r"^(\s*INSERT INTO\s+(\w+)\s*\([\w\s,]+\)\s*VALUES\s*)"
-                     r"(\((?:\s*%s\s*,)*\s*%s\s*\))\s*$", re.IGNORECASE)
+#: a translated ``INSERT INTO t(…) VALUES (…)`` whose rows ``PgConnection.pipelined`` may hold
+#: back: one row of parameters and plain literals (``1``, ``'x'``), then nothing, ``ON CONFLICT
+#: DO NOTHING``, or an additive upsert ``ON CONFLICT(keys) DO UPDATE SET c = t.c + excluded.c,
+#: …`` (rows of one key are then summed into one: a multi-row upsert may not touch one row
+#: twice)
+_LITERAL = r"(?:%s|-?\d+|'[^'%,]*')"
+_HOLDABLE = re.compile(
+    r"^(\s*INSERT INTO\s+(\w+)\s*\(([\w\s,]+)\)\s*VALUES\s*)"
+    rf"(\((?:\s*{_LITERAL}\s*,)*\s*{_LITERAL}\s*\))"
+    r"(\s+ON CONFLICT\s*(?:\(([\w\s,]+)\)\s*)?DO\s+(?:NOTHING|UPDATE\s+SET\s+([\w\s,.=+]+)))?"
+    r"\s*$", re.IGNORECASE)
+_ADDITIVE = re.compile(r"^\s*(\w+)\s*=\s*(\w+)\.(\w+)\s*\+\s*excluded\.(\w+)\s*$",
+                       re.IGNORECASE)
 #: statements that touch only the tables they name (not ``COMMIT``, ``SAVEPOINT``, …)
 _DML = re.compile(r"^\s*(?:SELECT|INSERT|UPDATE|DELETE|WITH)\b", re.IGNORECASE)
 #: a change of one table (``_DML`` and no subquery: then the only table it touches, with
@@ -79,6 +90,82 @@ def translate(sql: str) -> str:
     return sql + " ON CONFLICT DO NOTHING" if ignore else sql
 
 
+@dataclass(frozen=True)
+class Holdable:
+    """A statement whose rows may be held back and sent as one multi-row ``INSERT``:
+    ``head`` (``INSERT INTO t(…) VALUES``), ``row`` (its one row, ``(%s, 1, %s)``), ``tail``
+    (its ``ON CONFLICT`` clause, or ``""``) and ``table``.  For an additive upsert, ``keys``
+    are the parameters (indexes into a row's parameters) naming the conflicting row and
+    ``sums`` those added to it: held rows of one key become one row, their ``sums`` added."""
+
+    head: str
+    row: str
+    tail: str
+    table: str
+    keys: tuple[int, ...] | None = None
+    sums: tuple[int, ...] = ()
+
+
+def _holdable(translated: str) -> Holdable | None:
+    found = _HOLDABLE.match(translated)
+    if found is None:
+        return None
+    head, table, columns, row, tail, conflict, assignments = found.groups()
+    held = Holdable(head, row, tail or "", table.lower())
+    if assignments is None:
+        return held
+    # an additive upsert: each column it sets is a parameter of the row, added to the stored
+    # value, and each column of the conflict key a parameter too
+    names = [c.strip().lower() for c in columns.split(",")]
+    values = [v.strip() for v in row.strip()[1:-1].split(",")]
+    if conflict is None or len(names) != len(values):
+        return None
+    params = {name: sum(1 for v in values[:i] if v == "%s")
+              for i, (name, v) in enumerate(zip(names, values, strict=True)) if v == "%s"}
+    sums = []
+    for assignment in assignments.split(","):
+        add = _ADDITIVE.match(assignment)
+        if add is None:
+            return None
+        column, owner, stored, excluded = (g.lower() for g in add.groups())
+        if not (column == stored == excluded and owner == held.table and column in params):
+            return None
+        sums.append(params[column])
+    keys = [params.get(c.strip().lower()) for c in conflict.split(",")]
+    if any(k is None for k in keys):
+        return None
+    return Holdable(held.head, row, held.tail, held.table,
+                    tuple(k for k in keys if k is not None), tuple(sums))
+
+
+class _Held:
+    """The rows of one ``Holdable`` statement held back: a list, or for an additive upsert
+    one row per key, in the order each key was first held."""
+
+    def __init__(self, holdable: Holdable) -> None:
+        self.holdable = holdable
+        self.rows: list[Sequence[Any]] = []
+        self._by_key: dict[tuple[Any, ...], list[Any]] = {}
+
+    def add(self, rows: Sequence[Sequence[Any]]) -> None:
+        keys = self.holdable.keys
+        if keys is None:
+            self.rows.extend(rows)
+            return
+        for row in rows:
+            key = tuple(row[k] for k in keys)
+            if None in key:  # NULLs never conflict: the row is its own
+                self.rows.append(row)
+                continue
+            found = self._by_key.get(key)
+            if found is None:
+                self._by_key[key] = found = list(row)
+                self.rows.append(found)
+            else:
+                for i in self.holdable.sums:
+                    found[i] += row[i]
+
+
 class Dialect:
     """The translated statements of one storage, and what ``PgConnection.pipelined`` needs to
     know of each (bounded)."""
@@ -86,7 +173,8 @@ class Dialect:
     def __init__(self) -> None:
         self._statements: Bounded[str, str] = Bounded(STATEMENTS)
         self._touched: Bounded[str, frozenset[str] | None] = Bounded(STATEMENTS)
-        self._many: Bounded[tuple[str, int, int], str] = Bounded(STATEMENTS)
+        self._many: Bounded[tuple[str, str, int, str], str] = Bounded(STATEMENTS)
+        self._holdable: Bounded[str, Holdable | None] = Bounded(STATEMENTS)
 
     def statement(self, sql: str) -> str:
         found = self._statements.get(sql)
@@ -94,16 +182,27 @@ class Dialect:
             found = self._statements[sql] = translate(sql)
         return found
 
-    def many_rows(self, head: str, width: int, rows: int) -> str:
-        """``head`` (``INSERT INTO t(…) VALUES``) and ``rows`` rows of ``width`` numbered
-        parameters (``($1, $2), ($3, $4)``): psycopg's ``RawCursor`` sends it as it is,
-        where a long ``%s`` text would be parsed again, in Python, at every execution."""
-        key = (head, width, rows)
+    def many_rows(self, head: str, row: str, rows: int, tail: str = "") -> str:
+        """``head`` (``INSERT INTO t(…) VALUES``), ``rows`` copies of ``row`` (``(%s, 1, %s)``)
+        with numbered parameters (``($1, 1, $2), ($3, 1, $4)``), then ``tail`` (an ``ON
+        CONFLICT`` clause): psycopg's ``RawCursor`` sends it as it is, where a long ``%s``
+        text would be parsed again, in Python, at every execution."""
+        key = (head, row, rows, tail)
         found = self._many.get(key)
         if found is None:
+            width = row.count("%s")
+            numbered = row.replace("%", "%%").replace("%%s", "$%d")  # one ``%`` per row
             found = self._many[key] = head + ", ".join(
-                "(" + ", ".join(f"${i * width + j}" for j in range(1, width + 1)) + ")"
-                for i in range(rows))
+                [numbered % tuple(range(i * width + 1, i * width + width + 1))
+                 for i in range(rows)]) + tail
+        return found
+
+    def holdable(self, translated: str) -> Holdable | None:
+        """What ``PgConnection.pipelined`` needs to hold back a statement's rows, or None if
+        it may not (``_HOLDABLE``)."""
+        if translated in self._holdable:
+            return self._holdable[translated]
+        self._holdable[translated] = found = _holdable(translated)
         return found
 
     def touched(self, translated: str) -> frozenset[str] | None:
@@ -246,9 +345,8 @@ class PgConnection:
         #: a statement failed inside the pipeline: the transaction is aborted, whatever a
         #: caller did with the error (a ``COMMIT`` would quietly roll it back)
         self.pipeline_failed = False
-        #: inside ``pipelined``: the rows of plain inserts not sent yet, by statement:
-        #: (``INSERT INTO t(…) VALUES``, parameters per row, ``t``, rows)
-        self._deferred: dict[str, tuple[str, int, str, list[Sequence[Any]]]] | None = None
+        #: inside ``pipelined``: the rows of holdable inserts not sent yet, by statement
+        self._deferred: dict[str, _Held] | None = None
 
     @contextlib.contextmanager
     def pipelined(self) -> Iterator[None]:
@@ -259,14 +357,16 @@ class PgConnection:
         result nobody read is raised at the next read or when the block ends (psycopg's
         ``Pipeline`` exit); the caller then rolls back.
 
-        Inside, the rows of a plain ``INSERT INTO t(…) VALUES (?, …)`` are also held back
-        and sent together, as one multi-row ``INSERT`` per statement (``_flush``), before the
-        first statement that names ``t`` (a read or change of it), before any statement that
-        is not a plain ``SELECT``/``INSERT``/``UPDATE``/``DELETE`` (``COMMIT``,
-        ``SAVEPOINT``, …), and when the block ends: what every statement sees is exactly what
-        it would see had each insert been sent at once, and a batch of admissions sends one
-        statement per table instead of one per admission and table.  An insert's error is
-        then raised by a later statement of the same transaction, as the pipeline's are."""
+        Inside, the rows of an ``INSERT INTO t(…) VALUES (?, …)`` (plain, ``ON CONFLICT DO
+        NOTHING`` or an additive upsert: ``Holdable``) are also held back and sent together,
+        as one multi-row ``INSERT`` per statement (``_flush``), before the first other
+        statement that names ``t`` (a read or change of it, another insert into it), before
+        any statement that is not a plain ``SELECT``/``INSERT``/``UPDATE``/``DELETE``
+        (``COMMIT``, ``SAVEPOINT``, …), and when the block ends: what every statement sees is
+        exactly what it would see had each insert been sent at once, and a batch of
+        admissions sends one statement per table instead of one per admission and table.  An
+        insert's error is then raised by a later statement of the same transaction, as the
+        pipeline's are."""
         self.pipeline_failed = False
         with self.raw.pipeline() as pipeline:
             self._pipeline = pipeline
@@ -279,23 +379,23 @@ class PgConnection:
                 self._deferred = None
 
     def _defer(self, translated: str, rows: Sequence[Sequence[Any]]) -> bool:
-        """Hold ``rows`` back if ``translated`` is a plain insert (inside ``pipelined``);
-        else send what was held back that the statement could see."""
+        """Hold ``rows`` back if ``translated`` is a holdable insert (inside ``pipelined``),
+        after sending what was held back that it could see, if it is not already held."""
         deferred = self._deferred
         if deferred is None:
             return False
-        entry = deferred.get(translated)
-        if entry is None:
-            values = _VALUES.match(translated)
-            if values is None:
-                if deferred:
-                    touched = self._dialect.touched(translated)
-                    if touched is None or any(t in touched for _, _, t, _ in deferred.values()):
-                        self._flush()
+        held = deferred.get(translated)
+        if held is None:
+            if deferred:
+                touched = self._dialect.touched(translated)
+                if touched is None or any(h.holdable.table in touched
+                                          for h in deferred.values()):
+                    self._flush()
+            holdable = self._dialect.holdable(translated)
+            if holdable is None:
                 return False
-            entry = deferred[translated] = (values.group(1), values.group(3).count("%s"),
-                                            values.group(2).lower(), [])
-        entry[3].extend(rows)
+            held = deferred[translated] = _Held(holdable)
+        held.add(rows)
         return True
 
     def _flush(self) -> None:
@@ -304,21 +404,26 @@ class PgConnection:
         deferred = self._deferred
         if not deferred:
             return
-        self._deferred = {}
+        sending = list(deferred.values())
+        deferred.clear()
         try:
-            for head, width, _, rows in deferred.values():
-                self._insert_many(head, width, rows)
+            for held in sending:
+                self._insert_many(held.holdable, held.rows)
         except psycopg.Error as exc:
             self.pipeline_failed = True
             raise _as_sqlite_error(exc) from exc
 
-    def _insert_many(self, head: str, width: int, rows: Sequence[Sequence[Any]]) -> None:
+    def _insert_many(self, holdable: Holdable, rows: Sequence[Sequence[Any]]) -> None:
         """``rows`` as multi-row inserts of at most ``MANY_ROWS`` rows each."""
+        cur = psycopg.RawCursor(self.raw)
+        # each value goes to a column of the table: an integer may be typed (psycopg's own
+        # dumper, in C, where ``_UntypedInt`` is Python: a batch's rows hold tens of thousands)
+        cur.adapters.register_dumper(int, IntDumper)
         for i in range(0, len(rows), MANY_ROWS):
             chunk = rows[i:i + MANY_ROWS]
             # texts vary with the number of rows: never prepared
-            psycopg.RawCursor(self.raw).execute(
-                self._dialect.many_rows(head, width, len(chunk)),
+            cur.execute(
+                self._dialect.many_rows(holdable.head, holdable.row, len(chunk), holdable.tail),
                 [value for row in chunk for value in row], prepare=False)
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = (),
@@ -337,9 +442,10 @@ class PgConnection:
             raise _as_sqlite_error(exc) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        """A plain ``INSERT … VALUES (?, …)`` is sent as one statement of many rows (at most
-        ``MANY_ROWS`` each): the server runs one statement instead of one per row, and psycopg
-        pays its per-statement cost once.  Any other statement runs once per row."""
+        """A holdable ``INSERT … VALUES (?, …)`` (``Holdable``) is sent as one statement of
+        many rows (at most ``MANY_ROWS`` each): the server runs one statement instead of one
+        per row, and psycopg pays its per-statement cost once.  Any other statement runs once
+        per row."""
         rows = list(rows)
         if not rows:
             return
@@ -347,12 +453,14 @@ class PgConnection:
         if self._defer(translated, rows):
             return
         try:
-            values = _VALUES.match(translated) if len(rows) > 1 else None
-            if values is None:
+            holdable = self._dialect.holdable(translated) if len(rows) > 1 else None
+            if holdable is None:
                 with self.raw.cursor() as cur:
                     cur.executemany(translated, rows)
                 return
-            self._insert_many(values.group(1), values.group(3).count("%s"), rows)
+            held = _Held(holdable)
+            held.add(rows)
+            self._insert_many(holdable, held.rows)
         except psycopg.Error as exc:
             if self._pipeline is not None:
                 self.pipeline_failed = True

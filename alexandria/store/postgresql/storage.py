@@ -74,14 +74,21 @@ def redacted(url: str) -> str:
     return _PASSWORD.sub(r"\1***@", url)
 
 
+#: the write lock: every node's write transaction changes the one row of ``ledger_writes``
+_LOCK = "UPDATE ledger_writes SET version = version + 1 WHERE id = 1 RETURNING version"
+
+
 class _PgWriterMemory(WriterMemory):
     """``WriterMemory`` whose ``begin`` takes the write lock and learns whether another node
     wrote since this one's last transaction."""
 
+    #: the lock's statement when ``PostgresBackend.begin`` sent it already (its answer comes
+    #: in the same round trip as the batch's first question)
+    locking: Any = None
+
     def begin(self, conn: Any) -> None:
-        row = conn.execute(
-            "UPDATE ledger_writes SET version = version + 1 WHERE id = 1 RETURNING version"
-        ).fetchone()
+        cur, self.locking = self.locking, None
+        row = (cur or conn.execute(_LOCK)).fetchone()
         if row is None:
             raise ServiceError("the database has no ledger_writes row", "STORAGE_CORRUPT")
         version = int(row[0])
@@ -229,13 +236,18 @@ class PostgresBackend:
 
     def __init__(self, url: str, read_url: str | None = None) -> None:
         self.path = redacted(url)  # names the library in messages
-        self.memory: WriterMemory = _PgWriterMemory()
+        self._pg_memory = _PgWriterMemory()
+        self.memory: WriterMemory = self._pg_memory
         self.url = url
         self.read_url = read_url
         self.dialect = Dialect()
         self._readers: _PgReaders | _ReplicaReads | None = None
         self._replica: _ReplicaReads | None = None
         self._reconnect_lock = threading.Lock()
+        #: whether the attempt under way is pipelined (``attempt``), and the batch's question
+        #: sent with the lock (``begin``) whose answer ``absent`` reads
+        self._pipelining = False
+        self._asked: tuple[list[str], Any] | None = None
 
     async def open_readers(self, outages: Outages) -> None:
         if self.read_url is None:
@@ -319,7 +331,7 @@ class PostgresBackend:
             raise
         return PgConnection(raw, self.dialect)
 
-    def begin(self, conn: Any) -> None:
+    def begin(self, conn: Any, revisions: Sequence[str]) -> None:
         """``BEGIN`` (read committed: after the write lock every statement sees the latest
         commits); the lock itself is ``_PgWriterMemory.begin``.  A connection the server
         dropped is replaced first, so a database restart costs the batch in flight only; one
@@ -333,6 +345,14 @@ class PostgresBackend:
                 raise
             self._replace_if_broken(conn)
             conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        # in pipeline mode the lock and the batch's question (``absent``; it runs after the
+        # lock, so it sees every commit before it) go out with ``BEGIN``: one round trip
+        self._asked = None
+        if self._pipelining:
+            self._pg_memory.locking = conn.execute(_LOCK)
+            ids = list(revisions)
+            if ids:
+                self._asked = ids, self._ask_absent(conn, ids)
 
     def _replace_if_broken(self, conn: Any) -> None:
         if not conn.broken:
@@ -353,13 +373,19 @@ class PostgresBackend:
         """One statement for the whole batch instead of one ``StateView.admitted`` question
         per admission: in pipeline mode each question waited for the server to run every
         statement queued before it (a round trip per admission)."""
-        ids = list(revisions)
-        if not ids:
-            return set()
+        asked, self._asked = self._asked, None
+        if asked is None:
+            ids = list(revisions)
+            if not ids:
+                return set()
+            asked = ids, self._ask_absent(conn, ids)
+        ids, cur = asked
+        return set(ids).difference(row[0] for row in cur.fetchall())
+
+    @staticmethod
+    def _ask_absent(conn: Any, ids: list[str]) -> Any:
         # never prepared: a generic plan chosen while the table was small scans all of it
-        found = conn.execute("SELECT id FROM revisions WHERE id = ANY(?)", (ids,),
-                             prepare=False).fetchall()
-        return set(ids).difference(row[0] for row in found)
+        return conn.execute("SELECT id FROM revisions WHERE id = ANY(?)", (ids,), prepare=False)
 
     @contextlib.contextmanager
     def attempt(self, conn: Any, isolate: bool) -> Iterator[None]:
@@ -374,7 +400,13 @@ class PostgresBackend:
             return
         try:
             with conn.pipelined():
-                yield
+                self._pipelining = True
+                try:
+                    yield
+                finally:
+                    self._pipelining = False
+                    self._pg_memory.locking = None
+                    self._asked = None
                 # after the COMMIT, in the same round trip
                 lsn = (conn.execute("SELECT pg_current_wal_lsn()::text")
                        if self._replica is not None else None)
