@@ -2,8 +2,9 @@
 PostgreSQL's (``store/postgresql/schema.py``).
 
 ``MIGRATIONS`` lists the versions in order; version 1, the baseline, is ``schema.TABLES``.
-Opening a library (``SqliteBackend.connect_writer``) applies, in one ``BEGIN IMMEDIATE`` transaction (a
-process opening the file at the same time waits, then finds it current), every version the
+Opening a library (``SqliteBackend.connect_writer``) applies, in one ``BEGIN IMMEDIATE``
+transaction (a process opening the file at the same time waits, then finds it current), every
+version the
 file has not recorded, and records the last; a crash leaves the file at its earlier version,
 whole.  A file of a newer version than this code knows is refused (``SCHEMA_TOO_NEW``, as on
 PostgreSQL: an older Alexandria must not write to a newer layout).
