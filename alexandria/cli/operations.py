@@ -14,7 +14,7 @@ import asyncio
 import signal
 from typing import TYPE_CHECKING
 
-from alexandria.cli import EXIT_INTERRUPTED
+from alexandria.cli.commands import EXIT_INTERRUPTED
 from alexandria.cli.participant import command
 from alexandria.cli.terminal import emit_json, note, say
 from alexandria.errors import BadRequest
