@@ -1,12 +1,12 @@
 """``alexandria`` (and ``python cli.py``): the participant and operator command line.
 
 Startup cost is the whole cost of a short command, so nothing is imported up front:
-``cli/commands.COMMANDS`` names each command's module, group and summary; ``main`` finds the
+``cli/command_table.COMMANDS`` names each command's module, group and summary; ``main`` finds the
 command word, imports only that module and lets it ``register(subparsers)`` its commands
 (``cli/parser.py``).  ``alexandria --version`` imports nothing but this module and the command
 table, and the top-level help no command module at all.  Every ``AlexandriaError`` becomes one
 clear message on stderr (with ``--json``, the typed error document on stdout) and the exit
-status of ``cli/commands.EXIT_CODES`` (documented in docs/cli.md).
+status of ``cli/command_table.EXIT_CODES`` (documented in docs/cli.md).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import sys
 
 from alexandria import __version__
-from alexandria.cli.commands import (
+from alexandria.cli.command_table import (
     COMMANDS,
     EXIT_CODES,
     EXIT_FAILURE,

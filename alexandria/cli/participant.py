@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from alexandria.cli.commands import EXIT_PENDING, EXIT_REFUSED
+from alexandria.cli.command_table import EXIT_PENDING, EXIT_REFUSED
 from alexandria.cli.config import DEFAULT_LIBRARY, Home, LibraryConfig
 from alexandria.cli.parser import Formatter
 from alexandria.cli.pending import Outbox, Outcome, Pending

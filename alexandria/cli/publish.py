@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from alexandria.cli.commands import EXIT_PENDING, EXIT_REFUSED
+from alexandria.cli.command_table import EXIT_PENDING, EXIT_REFUSED
 from alexandria.cli.config import Home
 from alexandria.cli.duplicates import DuplicateIndex
 from alexandria.cli.participant import (
