@@ -7,9 +7,10 @@ revisions and votes, a checkpoint every 1,000 entries), then on the same log:
 
 1. ``verify``: the offline verifier on its export, one thread (``verify_export(workers=0)``);
 2. ``mirror``: a fresh mirror database following the library served by ``alexandria serve
-   --workers 1`` on 127.0.0.1 — exactly the mirror's follower (``audit/follow.sync_from_server``:
-   pages of ``/api/log/entries``, checkpoints, consistency proofs; every entry verified and
-   stored through the admission code, every projection written);
+   --workers 1`` on 127.0.0.1 — exactly the mirror's follower
+   (``service/follow.sync_from_server``: pages of ``/api/log/entries``, checkpoints,
+   consistency proofs; every entry verified and stored through the admission code, every
+   projection written);
 3. ``catch-up from an export``: the same into a fresh database from the export file
    (``restore --catch-up EXPORT``).
 
@@ -31,8 +32,8 @@ import httpx
 import orjson
 
 from alexandria.audit import verify
-from alexandria.audit.follow import catch_up
 from alexandria.core.canonical import canonical, sha256_hex
+from alexandria.service.follow import catch_up
 from alexandria.service.library import load_genesis
 from alexandria.store.sqlite import sqlite_storage
 from bench.verify_export import build

@@ -31,12 +31,13 @@ from typing import Any
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from alexandria.audit import export, verify
+from alexandria.audit import verify
 from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.core.keys import SigningKey
+from alexandria.core.log_wire import ENTRY_HEAD
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.files import write_json
-from alexandria.reads import log
+from alexandria.reads import export as db_export
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding, Participant, found_library
 from alexandria.service.checkpoint_signer import sign_checkpoint_now
@@ -238,7 +239,7 @@ async def _sign_final(directory: Path) -> None:
 def _export(db: Path, out: Path) -> Path:
     tmp = out.with_suffix(".part")
     with tmp.open("wb") as fh:
-        for line in export.iter_db(db):
+        for line in db_export.iter_db(db):
             fh.write(line)
     os.replace(tmp, out)
     return out
@@ -265,7 +266,7 @@ def proofs(path: Path, limit: int = 20_000) -> list[tuple[Ed25519PublicKey, byte
     with path.open("rb") as fh:
         next(fh)
         for line in fh:
-            if not line.startswith(log.ENTRY_HEAD) or b'"type":"contribution"' not in line:
+            if not line.startswith(ENTRY_HEAD) or b'"type":"contribution"' not in line:
                 continue
             env = orjson.loads(line)["leaf"]["document"]
             key = env["signature"]["certificate"]["certificate"]["worker"]

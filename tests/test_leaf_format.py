@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from alexandria.audit import export
 from alexandria.core.leaf import LEAF_FORMAT
+from alexandria.reads import export
 from alexandria.service.bootstrap import Founding
 from alexandria.store.schema import OldLeafFormat
 from alexandria.store.sqlite import sqlite_storage

@@ -18,13 +18,14 @@ import orjson
 import pytest
 
 from alexandria.api.app import create_app
-from alexandria.audit import export, replay, verify
+from alexandria.audit import replay, verify
 from alexandria.audit.verify import VerificationFailed, verify_export
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import Checkpoint, parse_checkpoint, sign_checkpoint
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import make_revocation
+from alexandria.reads import export
 from alexandria.service.bootstrap import Founding, found_library, resolve_refs
 from alexandria.service.library import Library
 from alexandria.store.backends import storage_for
@@ -206,7 +207,7 @@ async def test_the_replay_ends_in_the_servers_state(exported_on: Exported) -> No
     exported = exported_on
     genesis, _size = verify.read_header(exported.lines[0].rstrip(b"\n"), exported.pin)
     with tempfile.TemporaryDirectory() as tmp:
-        ledger = replay.Ledger(genesis, Path(tmp) / "r.db")
+        ledger = replay.Ledger(genesis, Path(tmp))
         steps = verify._Replay(ledger)
         position = 0
         for line in exported.lines[1:]:

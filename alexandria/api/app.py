@@ -19,7 +19,6 @@ from alexandria.api import enrolment as enrolment_api
 from alexandria.api import log as log_api
 from alexandria.api import lookup as lookup_api
 from alexandria.api import metrics as metrics_api
-from alexandria.api import mirror as mirror_api
 from alexandria.api import objects as object_api
 from alexandria.api import personal as personal_api
 from alexandria.api import read as read_api
@@ -28,6 +27,7 @@ from alexandria.api.http import EXCEPTION_HANDLERS
 from alexandria.api.mcp.http import McpMount
 from alexandria.api.origin import Origin
 from alexandria.api.web import routes as web_routes
+from alexandria.service import mirror
 from alexandria.service.checkpoint_signer import background_signer
 from alexandria.service.library import Library
 from alexandria.store import query_budget
@@ -64,7 +64,7 @@ def create_app(
                 background_signer(library),
                 library.cosigning.running(library.storage),
                 mcp.running(app),
-                mirror_api.following(library),
+                mirror.following(library),
                 library.monitoring(),
             ):
                 yield

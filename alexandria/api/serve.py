@@ -18,6 +18,7 @@ from alexandria.api.origin import Origin, listen_url
 from alexandria.core.timestamps import now
 from alexandria.errors import BadRequest
 from alexandria.files import private_dir, write_json
+from alexandria.service import front_end as front
 from alexandria.service import supervisor
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.service.cosigning import Cosigning, WitnessEndpoint
@@ -127,7 +128,7 @@ def run(config: ServeConfig, front_end: str = "granian",
         watcher: supervisor.Supervisor | None = None) -> None:
     """Serve until stopped (``service/supervisor.py``): N HTTP worker processes, sharing one
     admission writer process with several workers or ``config.dedicated_writer``."""
-    supervisor.serve(config, front_end, watcher)
+    supervisor.serve(config, front.runner(front_end), watcher)
 
 
 def app_for(config: ServeConfig) -> object:

@@ -1,8 +1,8 @@
 """The most bytes a copy of the log may answer per route (PROTOCOL §7), derived from the
-constants the server pages by: what a follower (a mirror, a restore's catch-up, an export or a
-verification of a URL) reads of one answer before it stops reading and refuses it
-(``ANSWER_TOO_LARGE``).  A copy that keeps to the protocol never comes near them; a hostile one
-cannot make a follower hold more than a few MiB.
+constants the server pages by (``core/log_wire.py``): what a follower (a mirror, a restore's
+catch-up, an export or a verification of a URL) reads of one answer before it stops reading
+and refuses it (``ANSWER_TOO_LARGE``).  A copy that keeps to the protocol never comes near
+them; a hostile one cannot make a follower hold more than a few MiB.
 
 Every cap is one page's largest items plus the JSON around them (``FRAME_BYTES``: keys,
 brackets, a ``next`` of up to 20 digits).
@@ -11,8 +11,8 @@ brackets, a ``next`` of up to 20 digits).
 from __future__ import annotations
 
 from alexandria.core.checkpoint import MAX_NOTE_BYTES
+from alexandria.core.log_wire import PAGE_BYTES, PAGE_CHECKPOINTS, PAGE_ENTRIES
 from alexandria.core.records import MAX_ENVELOPE_BYTES
-from alexandria.reads import log
 
 #: the JSON around a page's items, or around a proof's hashes, at most
 FRAME_BYTES = 256
@@ -22,7 +22,7 @@ FRAME_BYTES = 256
 MAX_ENTRY_BYTES = MAX_ENVELOPE_BYTES + FRAME_BYTES
 #: ``/api/log/entries``: at most ``PAGE_ENTRIES`` entries or ``PAGE_BYTES`` bytes of them (one
 #: entry when a single one is larger), with a comma between two
-ENTRIES_PAGE_BYTES = max(log.PAGE_BYTES, MAX_ENTRY_BYTES) + log.PAGE_ENTRIES + FRAME_BYTES
+ENTRIES_PAGE_BYTES = max(PAGE_BYTES, MAX_ENTRY_BYTES) + PAGE_ENTRIES + FRAME_BYTES
 #: ``/api/log/checkpoint``: one signed note (``core.note`` refuses larger ones)
 CHECKPOINT_BYTES = MAX_NOTE_BYTES
 #: one checkpoint of ``/api/log/checkpoints`` as JSON: a note's bytes at most doubled by
@@ -30,7 +30,7 @@ CHECKPOINT_BYTES = MAX_NOTE_BYTES
 MAX_CHECKPOINT_ITEM_BYTES = 2 * MAX_NOTE_BYTES + FRAME_BYTES
 #: ``/api/log/checkpoints``: at most ``PAGE_CHECKPOINTS`` or ``PAGE_BYTES`` bytes of them (one
 #: when a single one is larger)
-CHECKPOINTS_PAGE_BYTES = (max(log.PAGE_BYTES, MAX_CHECKPOINT_ITEM_BYTES) + log.PAGE_CHECKPOINTS
+CHECKPOINTS_PAGE_BYTES = (max(PAGE_BYTES, MAX_CHECKPOINT_ITEM_BYTES) + PAGE_CHECKPOINTS
                           + FRAME_BYTES)
 #: a proof of a tree of at most 2**64 leaves: at most 2 * 64 hashes (RFC 9162 §2.1.3-2.1.4),
 #: each 64 hex digits, quoted, with a comma

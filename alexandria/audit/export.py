@@ -9,87 +9,26 @@ Each line is the RFC 8785 canonical form of one JSON object, then a newline:
 3. right after the leaf with ``sequence == S``, the checkpoint of size ``S`` if one was signed:
    ``{"checkpoint": SIGNED_NOTE}``.
 
-An export is a stream: from a database it reads a bounded window at a time, from a server one
-page at a time, and the same log gives the same bytes either way.
+An export is a stream: from a server (here) one page at a time, from a database
+(``reads/export.py``) a bounded window at a time, and the same log gives the same bytes either
+way (the lines are made by ``core/log_wire.py``).
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 import orjson
 
 from alexandria.audit.answer_caps import answer_cap
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import parse_checkpoint
+from alexandria.core.log_wire import checkpoint_line, header_line
 from alexandria.errors import ServiceError
-from alexandria.reads import log
-from alexandria.store.backends import display, open_readonly
-from alexandria.store.merkle_nodes import tree_size
-from alexandria.store.schema import check_leaf_format
-
-EXPORT_FORMAT = "alexandria.log-export/1"
-_DB_WINDOW = 1000
 
 Fetch = Callable[[str], bytes]
 """``fetch(path_and_query) -> response body`` of a server; raises on a non-200 answer."""
-
-
-def header_line(genesis_document: Any, size: int) -> bytes:
-    return canonical({"format": EXPORT_FORMAT, "genesis": genesis_document, "size": size}) + b"\n"
-
-
-def checkpoint_line(note: str) -> bytes:
-    return canonical({"checkpoint": note}) + b"\n"
-
-
-def iter_db(path: str | Path) -> Iterator[bytes]:
-    """The export of the database at ``path`` (a SQLite file or a PostgreSQL URL, opened
-    read-only; a server may keep writing): every leaf admitted when the export starts and every
-    checkpoint up to that size."""
-    with open_readonly(path) as conn:
-        try:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise ServiceError(f"{display(path)} is not an Alexandria database",
-                               "NOT_A_LIBRARY") from exc
-        if row is None:
-            raise ServiceError(f"{display(path)} is not an Alexandria database",
-                               "NOT_A_LIBRARY")
-        check_leaf_format(conn, display(path))
-        size = tree_size(conn)
-        yield header_line(orjson.loads(row[0]), size)
-        checkpoints = _db_checkpoints(conn, size)
-        pending = next(checkpoints, None)
-        done = 0
-        while done < size:
-            rows = conn.execute(
-                "SELECT sequence, type, leaf FROM log WHERE sequence > ?"
-                " AND sequence <= ? ORDER BY sequence LIMIT ?",
-                (done, size, _DB_WINDOW),
-            ).fetchall()
-            if not rows:
-                raise ServiceError(f"leaf {done + 1} is missing", "LOG_CORRUPT")
-            for seq, kind, leaf in rows:
-                yield log.entry_bytes(seq, kind, bytes(leaf)) + b"\n"
-                while pending is not None and pending.size == seq:
-                    yield checkpoint_line(pending.note)
-                    pending = next(checkpoints, None)
-                done = seq
-
-
-def _db_checkpoints(conn: sqlite3.Connection, upto: int) -> Iterator[log.StoredCheckpoint]:
-    after = 0
-    while True:
-        page = log.checkpoints_after(conn, after, upto, cosigned=True)
-        yield from page
-        if len(page) < log.PAGE_CHECKPOINTS:
-            return
-        after = page[-1].size
 
 
 def iter_server(fetch: Fetch) -> Iterator[bytes]:

@@ -2,7 +2,7 @@
 
 It is a ``rules.memory.MemoryLedger`` — revisions, objects and their heads, votes, authority
 certificates, revocations: exactly the facts the rules ask about — plus the RFC 6962 perfect
-nodes and the record bytes in a temporary SQLite file, so memory stays small.  Admission runs
+nodes and the record bytes in anonymous temporary files, so memory stays small.  Admission runs
 the server's own functions (``admission.decide`` for contributions,
 ``authority.check_authority_document`` for authority documents); what is stored afterwards
 mirrors ``store/admission.store_contribution`` and ``admit_authority`` for those facts only.
@@ -12,7 +12,9 @@ links, search and score indexes) and costs about a millisecond per entry.
 
 from __future__ import annotations
 
-import sqlite3
+import os
+import struct
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,8 @@ from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.authority import LOG_ROLE, check_authority_document
 from alexandria.rules.memory import MemoryLedger
 from alexandria.rules.view import Retry
-from alexandria.store.merkle_nodes import node_reader
+
+_INDEX = struct.Struct("<QI")  # a record's offset and length, at (sequence - 1) * _INDEX.size
 
 
 class Ledger(MemoryLedger):
@@ -31,22 +34,25 @@ class Ledger(MemoryLedger):
     ends in the same objects, heads and votes as the server's tables, and
     ``tests/rules/test_differential.py`` that it reaches the server's verdicts."""
 
-    def __init__(self, genesis: Genesis, path: Path) -> None:
+    def __init__(self, genesis: Genesis, directory: Path | None = None) -> None:
+        """``directory``: where the scratch files are made (already unlinked: nothing is left
+        behind, whatever happens); the system's temporary directory by default."""
         super().__init__()
         self.genesis = genesis
         self.size = 0
         self.last_ms = 0
         self._frontier: dict[tuple[int, int], bytes] = {}
         self._nodes: list[merkle.Node] = []
-        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self.db.executescript(
-            "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;"
-            " CREATE TABLE records(sequence INTEGER PRIMARY KEY, record BLOB NOT NULL);"
-            " CREATE TABLE merkle_nodes(position INTEGER PRIMARY KEY, hash BLOB NOT NULL);"
-        )
+        # the records, one after another; where each one is, by sequence; each perfect node's
+        # hash at its position (``merkle.position``) times 32.  Closed by ``close``.
+        self._files = [tempfile.TemporaryFile(dir=directory, buffering=0)  # noqa: SIM115
+                       for _ in range(3)]
+        self._records_fd, self._index_fd, self._hashes_fd = (f.fileno() for f in self._files)
+        self._records_end = 0
 
     def close(self) -> None:
-        self.db.close()
+        for f in self._files:
+            f.close()
 
     def log_keys(self) -> list[str]:
         return self.authority_keys(LOG_ROLE)
@@ -54,11 +60,14 @@ class Ledger(MemoryLedger):
     # admission
 
     def record_bytes(self, seq: int) -> bytes:
-        """Records of the current batch from memory, older ones from the temporary file."""
+        """Records of the current batch from memory, older ones from the scratch file."""
         data = self.records.get(seq)
         if data is None:
-            data = bytes(self.db.execute(
-                "SELECT record FROM records WHERE sequence = ?", (seq,)).fetchone()[0])
+            where = os.pread(self._index_fd, _INDEX.size, (seq - 1) * _INDEX.size)
+            offset, length = _INDEX.unpack(where) if len(where) == _INDEX.size else (0, 0)
+            if not length:
+                raise KeyError(seq)
+            data = os.pread(self._records_fd, length, offset)
         return data
 
     def _append(self, leaf: bytes, admitted_ms: int) -> int:
@@ -97,19 +106,54 @@ class Ledger(MemoryLedger):
 
     def flush(self) -> None:
         """Write the pending nodes and records (once per batch)."""
-        self.db.execute("BEGIN")
-        self.db.executemany("INSERT INTO merkle_nodes(position, hash) VALUES (?, ?)",
-                            [(merkle.position(lv, i), h) for lv, i, h in self._nodes])
-        self.db.executemany("INSERT INTO records(sequence, record) VALUES (?, ?)",
-                            self.records.items())
-        self.db.execute("COMMIT")
+        if self.records:
+            seqs = sorted(self.records)
+            first = seqs[0]
+            index = bytearray(_INDEX.size * (seqs[-1] - first + 1))  # no record: zeros
+            chunks = []
+            end = self._records_end
+            for seq in seqs:
+                data = self.records[seq]
+                _INDEX.pack_into(index, (seq - first) * _INDEX.size, end, len(data))
+                end += len(data)
+                chunks.append(data)
+            _write(self._records_fd, b"".join(chunks), self._records_end)
+            _write(self._index_fd, index, (first - 1) * _INDEX.size)
+            self._records_end = end
+        # a batch's nodes fill runs of consecutive positions: one write per run
+        run: list[bytes] = []
+        start = 0
+        for pos, digest in sorted((merkle.position(lv, i), h) for lv, i, h in self._nodes):
+            if run and pos != start + len(run):
+                _write(self._hashes_fd, b"".join(run), start * merkle.HASH_SIZE)
+                run = []
+            if not run:
+                start = pos
+            run.append(digest)
+        if run:
+            _write(self._hashes_fd, b"".join(run), start * merkle.HASH_SIZE)
         self._nodes.clear()
         self.records.clear()
 
     def nodes(self) -> merkle.GetNode:
         """``get(level, index)`` over the recomputed perfect nodes."""
         self.flush()
-        return node_reader(self.db)
+        fd = self._hashes_fd
+
+        def get(level: int, idx: int) -> bytes:
+            digest = os.pread(fd, merkle.HASH_SIZE, merkle.position(level, idx) * merkle.HASH_SIZE)
+            if len(digest) != merkle.HASH_SIZE or not any(digest):
+                raise LookupError(f"merkle node ({level}, {idx}) is not in the replayed tree")
+            return digest
+
+        return get
+
+
+def _write(fd: int, data: bytes | bytearray, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, offset)
+        view, offset = view[done:], offset + done
 
 
 class AlreadyAdmitted(AlexandriaError):

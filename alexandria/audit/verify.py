@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import gc
 import re
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -60,17 +59,17 @@ from typing import Any, Protocol
 
 import orjson
 
-from alexandria.audit.export import EXPORT_FORMAT, Fetch
+from alexandria.audit.export import Fetch
 from alexandria.audit.replay import Ledger
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical, parse_json
 from alexandria.core.checkpoint import CheckpointError, key_id, parse_checkpoint, verify_checkpoint
 from alexandria.core.leaf import LeafMalformed, leaf_bytes, split_leaf
+from alexandria.core.log_wire import ENTRY_HEAD, EXPORT_FORMAT
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis, parse_revocation
 from alexandria.core.witness_policy import NotWitnessed, WitnessPolicy
 from alexandria.errors import AlexandriaError
-from alexandria.reads.log import ENTRY_HEAD
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.rules.authority import LOG_ROLE, check_log_key
 from alexandria.rules.signed import check_signed_record
@@ -399,7 +398,7 @@ def checkpoint_signer(note: str, at: int, origin: str, keys: KeyFacts, last_ms: 
     """Step 3b for a checkpoint of size ``at`` whose last leaf was admitted at ``last_ms``:
     the key among ``keys`` that signed it, holding a ``log`` certificate valid then and not
     revoked (``authority.check_log_key``, as the server checks before signing).  Shared by
-    ``verify_export`` and a mirror's follower (``audit/follow.py``)."""
+    ``verify_export`` and a mirror's follower (``service/follow.py``)."""
     _cp, sigs = parse_checkpoint(note)
     ids = {kid for kid, _sig in sigs}
     for key, (certificates, revoked) in keys.items():
@@ -444,24 +443,23 @@ def verify_export(
     if first is None:
         raise HeaderInvalid(0, "1", "the export is empty")
     genesis, size = read_header(first, pin)
-    with tempfile.TemporaryDirectory(prefix="alexandria-verify-", dir=workdir) as tmp:
-        ledger = Ledger(genesis, Path(tmp) / "replay.db")
-        replay = _Replay(ledger, witnesses)
-        collecting = gc.isenabled()
-        gc.disable()  # millions of live facts, no cycles: full collections only cost time
-        try:
-            if workers:
-                with ThreadPoolExecutor(workers, thread_name_prefix="verify") as pool:
-                    _drive(lines, genesis, size, pool, replay, progress)
-            else:
-                _drive(lines, genesis, size, None, replay, progress)
-            summary = replay.summary
-            summary.size = ledger.size
-            summary.root = merkle.root_hash(ledger.size, ledger.nodes()).hex()
-        finally:
-            ledger.close()
-            if collecting:
-                gc.enable()
+    ledger = Ledger(genesis, Path(workdir) if workdir else None)
+    replay = _Replay(ledger, witnesses)
+    collecting = gc.isenabled()
+    gc.disable()  # millions of live facts, no cycles: full collections only cost time
+    try:
+        if workers:
+            with ThreadPoolExecutor(workers, thread_name_prefix="verify") as pool:
+                _drive(lines, genesis, size, pool, replay, progress)
+        else:
+            _drive(lines, genesis, size, None, replay, progress)
+        summary = replay.summary
+        summary.size = ledger.size
+        summary.root = merkle.root_hash(ledger.size, ledger.nodes()).hex()
+    finally:
+        ledger.close()
+        if collecting:
+            gc.enable()
     summary.checkpoints = replay.checkpoint.count
     summary.checkpoint_size = replay.checkpoint.size
     summary.log_keys = sorted(replay.checkpoint.keys)

@@ -160,7 +160,9 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from alexandria.audit import export  # imported here: every other command starts without it
+    # imported here: every other command starts without them
+    from alexandria.audit import export
+    from alexandria.reads import export as db_export
 
     url = _chosen_library(args)
     if args.db and url and getattr(args, "global_library", None):
@@ -175,7 +177,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         stack.callback(bar.close)
         if args.db:
-            lines = export.iter_db(args.db)
+            lines = db_export.iter_db(args.db)
         else:
             assert url is not None
             warn_plain_http(url)

@@ -3,8 +3,8 @@
 SQLite file or a PostgreSQL database (a backup is always a SQLite library file).
 
 docs/operations.md says when to use which; the code that does the work is in
-``store/backup.py`` (SQLite's online backup API), ``audit/follow.py`` (verify and store another
-copy's entries) and ``api/mirror.py`` (the mirror's follower beside its read API).
+``store/backup.py`` (SQLite's online backup API), ``service/follow.py`` (verify and store
+another copy's entries) and ``service/mirror.py`` (the mirror's follower beside its read API).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import signal
 from typing import TYPE_CHECKING
 
-from alexandria.cli import EXIT_INTERRUPTED
+from alexandria.cli.command_table import EXIT_INTERRUPTED
 from alexandria.cli.participant import command
 from alexandria.cli.terminal import emit_json, note, say
 from alexandria.errors import BadRequest
@@ -176,8 +176,8 @@ async def _catch_up(db: str, source: str) -> tuple[int, int, str | None]:
     """``(size before, size after, the signal that stopped it or None)``: SIGTERM or SIGINT
     cancels the catch-up (a request to a slow source is aborted); what was verified and
     stored before stays."""
-    from alexandria.audit.follow import Follower, catch_up
     from alexandria.core.trust import Genesis
+    from alexandria.service.follow import Follower, catch_up
     from alexandria.store.backends import storage_for
     from alexandria.store.backup import stored_genesis
 
@@ -247,10 +247,12 @@ def _published_state(db: str, kept: list[Published]) -> int | None:
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
-    from alexandria.api.mirror import run_mirror
+    from alexandria.api.app import create_app
+    from alexandria.api.origin import Origin, listen_url
     from alexandria.audit.export import http_fetcher
     from alexandria.core.trust import Genesis
     from alexandria.service.library import Library, MirrorState, load_genesis
+    from alexandria.service.mirror import run_mirror
     from alexandria.store.backends import display, has_library, storage_for
     from alexandria.store.backup import stored_genesis
 
@@ -280,7 +282,8 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     library = Library(genesis, storage_for(args.db, genesis), mirror=state)
     say(f"genesis pin {genesis.pin}")
     say(f"mirroring {genesis.library} from {origin} on http://{args.host}:{args.port}")
-    stopped_by = run_mirror(library, args.host, args.port)
+    app = create_app(library, origin=Origin(listen=listen_url(args.host, args.port)))
+    stopped_by = run_mirror(library, app, args.host, args.port)
     if state.failure is not None:
         raise state.failure
     if stopped_by is not None:

@@ -1,5 +1,5 @@
 """The ``alexandria`` argument parser: did-you-mean, command groups in the help, and only the
-module of the command being run (``cli/__init__.COMMANDS``) imported and registered."""
+module of the command being run (``cli/command_table.COMMANDS``) imported and registered."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from typing import Any, NoReturn
 
 from alexandria import __version__
-from alexandria.cli import COMMANDS, EXAMPLES, EXIT_USAGE, GROUPS
+from alexandria.cli.command_table import COMMANDS, EXAMPLES, EXIT_USAGE, GROUPS
 
 
 def terminal_columns() -> int:

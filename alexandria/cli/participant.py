@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from alexandria.cli.command_table import EXIT_PENDING, EXIT_REFUSED
 from alexandria.cli.config import DEFAULT_LIBRARY, Home, LibraryConfig
 from alexandria.cli.parser import Formatter
 from alexandria.cli.pending import Outbox, Outcome, Pending
@@ -38,8 +39,6 @@ from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.core.trust import parse_worker_certificate
 from alexandria.errors import BadRequest, Forbidden
-
-EXIT_REFUSED, EXIT_PENDING = 3, 5  # as alexandria.cli.EXIT_CODES (docs/cli.md)
 
 
 class UsageError(BadRequest):

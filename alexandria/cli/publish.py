@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from alexandria.cli.command_table import EXIT_PENDING, EXIT_REFUSED
 from alexandria.cli.config import Home
 from alexandria.cli.duplicates import DuplicateIndex
 from alexandria.cli.participant import (
-    EXIT_PENDING,
-    EXIT_REFUSED,
     UsageError,
     command,
     names_file_option,

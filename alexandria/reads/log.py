@@ -18,13 +18,10 @@ from dataclasses import dataclass, replace
 
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
+from alexandria.core.log_wire import PAGE_BYTES, PAGE_CHECKPOINTS, PAGE_ENTRIES, entry_bytes
 from alexandria.errors import BadRequest
 from alexandria.store import cosignatures
 from alexandria.store.merkle_nodes import read_together, tree_size
-
-PAGE_ENTRIES = 50
-PAGE_BYTES = 393_216
-PAGE_CHECKPOINTS = 1000
 
 _log = logging.getLogger("alexandria.reads.log")
 
@@ -68,24 +65,6 @@ def consistency_proof(conn: sqlite3.Connection, old: int, new: int) -> list[byte
 
 
 # --- entries ---------------------------------------------------------------------------------
-
-
-ENTRY_HEAD = b'{"leaf":'
-"""Every entry object (and export line) starts with these bytes, then the leaf."""
-
-
-def entry_bytes(sequence: int, kind: str, leaf: bytes) -> bytes:
-    """``JCS({"leaf", "sequence", "type"})`` with the stored leaf spliced in.
-
-    The leaf is ``JCS({"admitted_at", "document"})`` (``core.leaf``), so the result is
-    canonical and the leaf's bytes are a verbatim slice of it: re-canonicalising the parsed
-    ``leaf`` gives back exactly the bytes that were hashed.  The admission time is inside the
-    leaf only, so no second copy can disagree with it.
-    """
-    return b"".join((
-        ENTRY_HEAD, leaf, b',"sequence":', str(sequence).encode(), b',"type":"', kind.encode(),
-        b'"}',
-    ))
 
 
 def entries_page(conn: sqlite3.Connection, start: int, end: int) -> bytes:

@@ -25,6 +25,7 @@ import orjson
 
 from alexandria.service.supervisor import (
     CHILD_STOP_S,
+    FrontEnd,
     ServeConfig,
     Supervisor,
     die_with_parent,
@@ -123,6 +124,14 @@ def run_uvicorn(config: ServeConfig) -> None:
                     workers=config.workers, host=config.host, port=config.port, **options)
     else:
         uvicorn.run(load_app(config), host=config.host, port=config.port, **options)
+
+
+def runner(name: str) -> FrontEnd:
+    """The front end ``name`` (``granian``, or ``uvicorn`` for bench/) as
+    ``supervisor.serve`` runs it."""
+    if name == "granian":
+        return run_granian
+    return lambda config, _supervisor: run_uvicorn(config)
 
 
 def app_from_env() -> Any:

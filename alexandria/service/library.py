@@ -73,7 +73,7 @@ ORIGIN_STALE_AFTER_S = 30.0
 
 @dataclass
 class MirrorState:
-    """What a mirror's follower last saw (``api/mirror.py`` keeps it up to date)."""
+    """What a mirror's follower last saw (``service/mirror.py`` keeps it up to date)."""
 
     origin: str
     origin_size: int = 0  # the largest size the origin signed, as last seen

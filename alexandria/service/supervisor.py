@@ -422,13 +422,15 @@ def _run_loop(main: Callable[[], Any]) -> None:
 
 # --- serving ---------------------------------------------------------------------------------
 
-def serve(config: ServeConfig, front_end: str = "granian",
+FrontEnd = Callable[[ServeConfig, Supervisor], None]
+"""Runs the HTTP processes of a configuration until a stop (``front_end.run_granian``)."""
+
+
+def serve(config: ServeConfig, front_end: FrontEnd,
           supervisor: Supervisor | None = None) -> None:
     """Run the server until a stop signal (returns) or an unexpected stop of one of its
     processes (raises ``ServerProcessDied``).  ``supervisor``: one whose signal handlers the
     caller installed earlier, from the start of its own start-up."""
-    from alexandria.service import front_end as front
-
     if supervisor is None:
         supervisor = Supervisor()
         supervisor.install_signal_handlers()
@@ -449,10 +451,7 @@ def serve(config: ServeConfig, front_end: str = "granian",
                 # and hands the lock over less often (docs/deployment.md)
                 socket_path = stack.enter_context(supervisor.writer(config, run_dir))
                 config = replace(config, writer_socket=socket_path)
-            if front_end == "granian":
-                front.run_granian(config, supervisor)
-            else:
-                front.run_uvicorn(config)
+            front_end(config, supervisor)
             supervisor.quiet_signals()
     except Stopped:
         supervisor.quiet_signals()

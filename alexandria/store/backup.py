@@ -17,7 +17,7 @@ the restore refuses while it is not (``store/db_lock.py``): the database's old w
 is removed first (SQLite would otherwise replay its frames into the restored file).  The
 largest checkpoint the replaced database had published is carried into the restored one
 (``store/log_floor.py``): what the backup lacks — everything admitted after it — is then
-replayed by ``--catch-up`` (``audit/follow.py``), and until then the library refuses writes and
+replayed by ``--catch-up`` (``service/follow.py``), and until then the library refuses writes and
 checkpoints; a backup that forks that checkpoint is refused.
 """
 

@@ -251,7 +251,7 @@ async def _run(program: list[tuple[str, int, int]], db: Path | str, tmp: Path) -
     clock = Clock()
     storage = storage_for(db, FOUNDING.genesis)
     storage.clock = clock
-    ledger = Ledger(FOUNDING.genesis, tmp / "replay.db")
+    ledger = Ledger(FOUNDING.genesis, tmp)
     world = World()
     inputs: list[tuple[str, Any]] = [
         ("authority", doc) for doc in FOUNDING.authority_documents()

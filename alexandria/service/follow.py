@@ -47,6 +47,7 @@ from alexandria.audit.verify import (
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
+from alexandria.core.log_wire import PAGE_CHECKPOINTS, PAGE_ENTRIES
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.errors import AlexandriaError, BadRequest, ServiceError
 from alexandria.reads import log
@@ -220,7 +221,7 @@ class Follower:
         """The first sequence whose entry differs from the stored one, given the source's
         ``(sequence, canonical entry line)`` in order; None when every one agrees.  Entry
         lines, not leaf hashes, are compared: both sides make them with the same code
-        (``reads.log.entry_bytes``), whatever the leaf format."""
+        (``core.log_wire.entry_bytes``), whatever the leaf format."""
         mine: dict[int, bytes] = {}
         for seq, line in theirs:
             if seq > self.size:
@@ -295,11 +296,11 @@ async def _entries_page(fetch: Fetch, start: int, end: int) -> list[dict[str, An
     entries, following = await _page(fetch, path, "entries", start + 1)
     n = len(entries)
     expected = None if start + n >= end else start + n
-    if not 0 < n <= min(log.PAGE_ENTRIES, end - start) or following != expected \
+    if not 0 < n <= min(PAGE_ENTRIES, end - start) or following != expected \
             or not all(isinstance(e, dict) for e in entries):
         raise BadPage(start + 1, "2a", f"the source's page of entries {start}..{end} holds"
                       f" {n} entries and names next {str(following)[:40]} (a page holds 1 to"
-                      f" {log.PAGE_ENTRIES} of the range asked for, and next is where the rest"
+                      f" {PAGE_ENTRIES} of the range asked for, and next is where the rest"
                       " starts)", path=path, entries=n)
     return entries
 
@@ -313,7 +314,7 @@ async def _checkpoints_page(fetch: Fetch, after: int, at: int,
     items, following = await _page(fetch, path, "checkpoints", at)
     out: list[tuple[int, str]] = []
     last = after
-    for c in items if len(items) <= log.PAGE_CHECKPOINTS else ():
+    for c in items if len(items) <= PAGE_CHECKPOINTS else ():
         size = c.get("size") if isinstance(c, dict) else None
         note = c.get("note") if isinstance(c, dict) else None
         if type(size) is not int or size <= last or not isinstance(note, str):

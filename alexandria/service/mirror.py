@@ -1,7 +1,7 @@
 """``alexandria mirror``: a read-only replica that follows its origin's log.
 
-The app is the library's own (same read API, same storage); beside it runs the follower
-(``audit/follow.py``): once a second it asks the origin for its checkpoint, checks the
+The app is the library's own (same read API, same storage: ``api/app.create_app``); beside it
+runs the follower (``follow.py``): once a second it asks the origin for its checkpoint, checks the
 origin's consistency proof from the last checkpoint it verified, fetches the new entries,
 verifies each with the code of ``alexandria verify`` and stores it with the code of an
 admission, then checks and keeps the origin's signed checkpoints.  It resumes from its
@@ -29,12 +29,16 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from alexandria.audit.export import Fetch, HttpSource, http_fetcher
-from alexandria.audit.follow import Follower, sync_from_server
 from alexandria.audit.verify import VerificationFailed
 from alexandria.errors import AlexandriaError
+from alexandria.service.follow import Follower, sync_from_server
 from alexandria.service.library import Library
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 FOLLOW_INTERVAL_S = 1.0
 PROGRESS_INTERVAL_S = 2.0
@@ -153,14 +157,12 @@ async def following(library: Library) -> AsyncIterator[None]:
         close()
 
 
-def run_mirror(library: Library, host: str, port: int) -> str | None:
-    """Serve the mirror's read API with its follower until stopped, or until the follower
-    stops at something that does not verify (``library.mirror.failure`` then says what).
-    Returns the name of the signal that stopped it (None when the follower did)."""
+def run_mirror(library: Library, app: ASGIApp, host: str, port: int) -> str | None:
+    """Serve ``app``, the mirror's read API (whose lifespan runs ``following``), until stopped,
+    or until the follower stops at something that does not verify (``library.mirror.failure``
+    then says what).  Returns the name of the signal that stopped it (None when the follower
+    did)."""
     import uvicorn
-
-    from alexandria.api.app import create_app
-    from alexandria.api.origin import Origin, listen_url
 
     class Server(uvicorn.Server):
         """uvicorn's server, stopped by SIGTERM or SIGINT without raising the signal again
@@ -189,8 +191,7 @@ def run_mirror(library: Library, host: str, port: int) -> str | None:
     state = library.mirror
     assert state is not None
     server = Server(uvicorn.Config(
-        create_app(library, origin=Origin(listen=listen_url(host, port))), host=host, port=port,
-        log_level="warning", server_header=False,
+        app, host=host, port=port, log_level="warning", server_header=False,
         access_log=False, proxy_headers=False, timeout_graceful_shutdown=STOP_GRACE_S,
     ))
 
