@@ -19,6 +19,7 @@ from alexandria.errors import (
     Malformed,
     NotFound,
     NotPermitted,
+    QueryTimeout,
     RateLimited,
     ServerBusy,
     StorageUnavailable,
@@ -50,6 +51,7 @@ HTTP: dict[type[AlexandriaError], Answer] = {
     ClientBusy: Answer(429),
     # failed: the service could not do its part
     Failed: Answer(503),
+    QueryTimeout: Answer(503),
     ServerBusy: Answer(503),
     StorageUnavailable: Answer(503, retry_after=5),
     DiskFull: Answer(503, retry_after=30),

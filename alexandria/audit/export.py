@@ -26,7 +26,7 @@ import orjson
 from alexandria.audit.answer_caps import answer_cap
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import parse_checkpoint
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.reads import log
 from alexandria.store.backends import display, open_readonly
 from alexandria.store.merkle_nodes import tree_size
@@ -55,11 +55,11 @@ def iter_db(path: str | Path) -> Iterator[bytes]:
         try:
             row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
         except sqlite3.DatabaseError as exc:
-            raise ServiceError(f"{display(path)} is not an Alexandria database",
-                               "NOT_A_LIBRARY") from exc
+            raise Failed(f"{display(path)} is not an Alexandria database",
+                         "NOT_A_LIBRARY") from exc
         if row is None:
-            raise ServiceError(f"{display(path)} is not an Alexandria database",
-                               "NOT_A_LIBRARY")
+            raise Failed(f"{display(path)} is not an Alexandria database",
+                         "NOT_A_LIBRARY")
         check_leaf_format(conn, display(path))
         size = tree_size(conn)
         yield header_line(orjson.loads(row[0]), size)
@@ -73,7 +73,7 @@ def iter_db(path: str | Path) -> Iterator[bytes]:
                 (done, size, _DB_WINDOW),
             ).fetchall()
             if not rows:
-                raise ServiceError(f"leaf {done + 1} is missing", "LOG_CORRUPT")
+                raise Failed(f"leaf {done + 1} is missing", "LOG_CORRUPT")
             for seq, kind, leaf in rows:
                 yield log.entry_bytes(seq, kind, bytes(leaf)) + b"\n"
                 while pending is not None and pending.size == seq:
@@ -106,7 +106,7 @@ def iter_server(fetch: Fetch) -> Iterator[bytes]:
         page = orjson.loads(fetch(f"/api/log/entries?start={start}&end={size}"))
         entries = page["entries"]
         if not entries:
-            raise ServiceError("the server returned an empty page of entries", "BAD_PAGE")
+            raise Failed("the server returned an empty page of entries", "BAD_PAGE")
         for entry in entries:
             yield canonical(entry) + b"\n"
             seq = entry.get("sequence") if isinstance(entry, dict) else None
@@ -127,9 +127,9 @@ def _server_checkpoints(fetch: Fetch, upto: int) -> Iterator[tuple[int, str]]:
             yield c["size"], c["note"]
         following = page["next"]
         if following is not None and (type(following) is not int or following <= after):
-            raise ServiceError(f"the server's page of checkpoints after {after} names next"
-                               f" {str(following)[:40]}: it does not advance", "BAD_PAGE",
-                               after=after)
+            raise Failed(f"the server's page of checkpoints after {after} names next"
+                         f" {str(following)[:40]}: it does not advance", "BAD_PAGE",
+                         after=after)
         after = following
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 from alexandria.store import cosignatures
 from alexandria.store.merkle_nodes import read_together, tree_size
 
@@ -31,7 +31,7 @@ _log = logging.getLogger("alexandria.reads.log")
 
 
 
-class LogRange(BadRequest):
+class LogRange(Malformed):
     default_code = "LOG_RANGE"
 
 

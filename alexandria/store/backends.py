@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import cast
 
 from alexandria.core.trust import Genesis
-from alexandria.errors import BadRequest, ServiceError
+from alexandria.errors import Failed, Malformed
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.postgresql import is_database_url
 from alexandria.store.sqlite import SqliteStorage
@@ -29,11 +29,11 @@ def storage_for(db: str | Path, genesis: Genesis, read_db: str | None = None) ->
         from alexandria.store.postgresql.storage import PostgresStorage
 
         if read_db is not None and not is_database_url(read_db):
-            raise BadRequest(f"--read-db {read_db!r} is not a postgresql:// URL", "USAGE")
+            raise Malformed(f"--read-db {read_db!r} is not a postgresql:// URL", "USAGE")
         return PostgresStorage(str(db), genesis, read_db)
     if read_db is not None:
-        raise BadRequest("--read-db (a streaming replica for reads) needs --db postgresql://…",
-                         "USAGE")
+        raise Malformed("--read-db (a streaming replica for reads) needs --db postgresql://…",
+                        "USAGE")
     return SqliteStorage(db, genesis)
 
 
@@ -59,8 +59,8 @@ def open_readonly(db: str | Path) -> Iterator[sqlite3.Connection]:
         try:
             raw = connection.connect(str(db), read_only=True)
         except psycopg.Error as exc:
-            raise ServiceError(f"cannot connect to {display(db)}: {exc}".strip(),
-                               "STORAGE_UNAVAILABLE", db=display(db)) from exc
+            raise Failed(f"cannot connect to {display(db)}: {exc}".strip(),
+                         "STORAGE_UNAVAILABLE", db=display(db)) from exc
         try:
             # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
             yield cast(sqlite3.Connection,
@@ -70,7 +70,7 @@ def open_readonly(db: str | Path) -> Iterator[sqlite3.Connection]:
         return
     path = Path(db)
     if not path.is_file():
-        raise BadRequest(f"{path}: no such database", "NO_DATABASE", path=str(path))
+        raise Malformed(f"{path}: no such database", "NO_DATABASE", path=str(path))
     conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
     try:
         yield conn

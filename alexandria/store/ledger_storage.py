@@ -42,7 +42,7 @@ from alexandria.core.leaf import LEAF_FORMAT, document_of, leaf_bytes, record_sq
 from alexandria.core.records import admission_bytes, signed_record_bytes
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis, document_name
-from alexandria.errors import AlexandriaError, BadRequest, ServiceError
+from alexandria.errors import AlexandriaError, Failed, Malformed, Refused
 from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.authority import (
     AuthorityDocument,
@@ -174,9 +174,9 @@ class _StateView:
 
 @dataclass
 class _Job:
-    """``checks_first``: ``fn`` raises its refusals (typed errors other than ServiceError)
-    before it writes anything, so it needs no savepoint; any other failure of such a job aborts
-    the whole batch (nothing in it was acknowledged, so nothing is lost)."""
+    """``checks_first``: ``fn`` raises its refusals (``Refused``) before it writes anything, so
+    it needs no savepoint; any other failure of such a job aborts the whole batch (nothing in it
+    was acknowledged, so nothing is lost)."""
 
     fn: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
@@ -225,7 +225,7 @@ class LedgerStorage(Storage):
         #: each read's time budget in seconds, None for none (``store/query_budget.py``)
         self.query_timeout_s: float | None = None
         self._floor_checked = -1  # the memory generation ``_floor_problem`` was learnt in
-        self._floor_problem: ServiceError | None = None
+        self._floor_problem: Failed | None = None
         #: the outages in progress (``store/outage.py``): what ``/healthz`` reports
         self.outages = Outages(self.path)
 
@@ -274,7 +274,7 @@ class LedgerStorage(Storage):
                 ],
             )
         elif row[0] != self.genesis.pin:
-            raise ServiceError(
+            raise Failed(
                 f"{self.path} belongs to the library with genesis {row[0]}, not {self.genesis.pin}",
                 "GENESIS_MISMATCH",
             )
@@ -424,7 +424,7 @@ class LedgerStorage(Storage):
                 return [self._failed(again.__cause__)] * len(batch)
         return results
 
-    def _failed(self, cause: BaseException | None) -> ServiceError:
+    def _failed(self, cause: BaseException | None) -> Failed:
         """What a client hears when a write transaction failed (``outage.classify``); the
         cause goes to the log once per episode (``outage.Outages``), not to them."""
         error = classify(cause)
@@ -438,13 +438,13 @@ class LedgerStorage(Storage):
             return [replaced] * len(batch)
         try:
             self._begin(conn)
-        except ServiceError as exc:  # e.g. a reconnect that may not take its lock
+        except Failed as exc:  # e.g. a reconnect that may not take its lock
             return [exc] * len(batch)
         except sqlite3.Error as exc:
             if outage_of(exc) is not None:
                 return [self._failed(exc)] * len(batch)
             log.warning("database is busy: %s", exc)
-            return [ServiceError("database is busy", "STORAGE_BUSY")] * len(batch)
+            return [Failed("database is busy", "STORAGE_BUSY")] * len(batch)
         try:
             self._memory.begin(conn)
             refusal = self._log_refusal(conn) if any(j.appends for j in batch) else None
@@ -456,9 +456,7 @@ class LedgerStorage(Storage):
                 if job.checks_first and not isolate:
                     try:
                         results.append(job.fn(conn))
-                    except AlexandriaError as exc:
-                        if isinstance(exc, ServiceError):
-                            raise _BatchAborted() from exc
+                    except Refused as exc:
                         results.append(exc)
                     except Exception as exc:
                         raise _BatchAborted() from exc
@@ -491,7 +489,7 @@ class LedgerStorage(Storage):
         self.outages.ok("writes")
         return results
 
-    def _log_refusal(self, conn: sqlite3.Connection) -> ServiceError | None:
+    def _log_refusal(self, conn: sqlite3.Connection) -> Failed | None:
         """Why no admission may be appended to the log in ``conn`` now: it is behind or a fork
         of the largest checkpoint published (``store/log_floor.py``).  Looked up again whenever
         the writer's memory was forgotten — another connection committed (``data_version``;
@@ -505,7 +503,7 @@ class LedgerStorage(Storage):
             self._floor_checked = generation
         return self._floor_problem
 
-    def replaced(self) -> ServiceError | None:
+    def replaced(self) -> Failed | None:
         """Why this node's database is no longer the one it opened (a SQLite file replaced
         behind its back), or None."""
         return None
@@ -559,9 +557,7 @@ class LedgerStorage(Storage):
                 if not rerun:
                     try:
                         out.append(self._admit(conn, cand, dry_run))
-                    except AlexandriaError as exc:
-                        if isinstance(exc, ServiceError):
-                            raise
+                    except Refused as exc:
                         out.append(exc)  # refused before writing
                     continue
                 conn.execute("SAVEPOINT bulk")
@@ -788,9 +784,7 @@ class LedgerStorage(Storage):
             for entry in entries:
                 try:
                     self._replay_one(conn, entry)
-                except AlexandriaError as exc:
-                    if isinstance(exc, ServiceError):
-                        raise
+                except Refused as exc:
                     return done, exc
                 done += 1
             return done, None
@@ -801,30 +795,30 @@ class LedgerStorage(Storage):
     def _replay_one(self, conn: sqlite3.Connection, e: Replayed) -> None:
         size, last_ms = self._memory.tail(conn)
         if e.sequence != size + 1:
-            raise ServiceError(f"entry {e.sequence} does not follow the log's {size} leaves",
-                               "REPLAY_OUT_OF_ORDER", sequence=e.sequence, tree_size=size)
+            raise Failed(f"entry {e.sequence} does not follow the log's {size} leaves",
+                         "REPLAY_OUT_OF_ORDER", sequence=e.sequence, tree_size=size)
         if e.admitted_ms < last_ms:
-            raise ServiceError("admitted_at is before the previous entry's", "ADMITTED_AT_ORDER")
+            raise Failed("admitted_at is before the previous entry's", "ADMITTED_AT_ORDER")
         if e.candidate is not None:
             cand = e.candidate
             if e.kind != "contribution":
-                raise BadRequest(f"a contribution recorded as a {e.kind}", "TYPE_MISMATCH")
+                raise Malformed(f"a contribution recorded as a {e.kind}", "TYPE_MISMATCH")
             verdict = decide(self.state_view(conn), cand, e.admitted_ms)
             if isinstance(verdict, Retry):  # the server answers a retry without a new leaf
-                raise BadRequest("the same contribution was already admitted",
-                                 "DUPLICATE_ENTRY", first=verdict.sequence)
+                raise Malformed("the same contribution was already admitted",
+                                "DUPLICATE_ENTRY", first=verdict.sequence)
             sequence, _ = self._append_leaf(conn, "contribution", cand.document, e.admitted_ms,
                                             _record_pieces(cand, verdict))
             self._store_contribution(conn, cand, verdict, sequence)
             return
         name = document_name(e.document)
         if name != e.kind:
-            raise BadRequest(f"a {name} recorded as a {e.kind}", "TYPE_MISMATCH")
+            raise Malformed(f"a {name} recorded as a {e.kind}", "TYPE_MISMATCH")
         prepared = prepare_authority_document(e.document, self.genesis)
         result = self._admit_authority(conn, prepared, e.admitted_ms)
         if not result.created:
-            raise BadRequest(f"the same document was already admitted at {result.sequence}",
-                             "DUPLICATE_ENTRY")
+            raise Malformed(f"the same document was already admitted at {result.sequence}",
+                            "DUPLICATE_ENTRY")
 
     async def store_checkpoint(self, size: int, root: bytes, note: str, key: str,
                                received_at: str) -> None:
@@ -836,8 +830,8 @@ class LedgerStorage(Storage):
             if size <= latest:
                 return
             if size > tree_size(conn) or merkle.root_hash(size, node_reader(conn)) != root:
-                raise ServiceError(f"checkpoint {size} is not the root of the stored tree",
-                                   "LOG_INCONSISTENT")
+                raise Failed(f"checkpoint {size} is not the root of the stored tree",
+                             "LOG_INCONSISTENT")
             conn.execute(
                 "INSERT INTO checkpoints(size, root, note, key, signed_at) VALUES (?, ?, ?, ?, ?)",
                 (size, root, note, key, received_at),
@@ -883,7 +877,7 @@ class LedgerStorage(Storage):
             "SELECT admitted_at FROM log WHERE sequence = ?", (sequence,)).fetchone())
         ms = parse_ms(row[0]) if row is not None else None
         if ms is None:
-            raise ServiceError(f"leaf {sequence} is missing", "LOG_CORRUPT")
+            raise Failed(f"leaf {sequence} is missing", "LOG_CORRUPT")
         return ms
 
     async def root_at(self, size: int) -> bytes:
@@ -899,7 +893,7 @@ class LedgerStorage(Storage):
                 "SELECT document FROM authorities WHERE sequence = ?", (seq,)
             ).fetchone()
             if row is None:
-                raise ServiceError(f"authority certificate {seq} is missing", "LOG_CORRUPT")
+                raise Failed(f"authority certificate {seq} is missing", "LOG_CORRUPT")
             data = self._authority_bytes[seq] = bytes(row[0])
         return data
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from alexandria.core.leaf import LEAF_FORMAT
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.rules.state import FEED_RELATIONS
 
 #: Relations of an object's ``related`` section: anything but tree links and votes.  The same
@@ -459,13 +459,13 @@ def key_links_by_integers(conn: sqlite3.Connection) -> None:
         kept, had = (conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
                      for t in ("links_rebuilt", "links"))
         if kept != had:  # every target was admitted before the link: a link lost is damage
-            raise ServiceError(f"{had - kept} links name a revision the library does not hold",
-                               "STORAGE_CORRUPT")
+            raise Failed(f"{had - kept} links name a revision the library does not hold",
+                         "STORAGE_CORRUPT")
         conn.execute("DROP TABLE links")
         conn.execute("ALTER TABLE links_rebuilt RENAME TO links")
 
 
-class OldLeafFormat(ServiceError):
+class OldLeafFormat(Failed):
     """The database holds a log whose leaves are of an earlier format (PROTOCOL §7)."""
 
     default_code = "OLD_LEAF_FORMAT"
@@ -506,8 +506,8 @@ def check_database(path: str | Path) -> None:
         if has_tables:
             check_leaf_format(conn, path)
     except sqlite3.DatabaseError as exc:
-        raise ServiceError(f"{path} is not an Alexandria database: {exc}",
-                           "NOT_A_LIBRARY") from exc
+        raise Failed(f"{path} is not an Alexandria database: {exc}",
+                     "NOT_A_LIBRARY") from exc
     finally:
         conn.close()
 

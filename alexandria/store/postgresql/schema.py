@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.store.schema import OBJECT_SCORES_ROWS, TREE_HEADS_COLUMNS, TREE_HEADS_ROWS
 
 #: ``pg_advisory_xact_lock`` key of schema changes (the text "alexschm" as a 64-bit integer)
@@ -204,7 +204,7 @@ ALTER TABLE log ADD COLUMN IF NOT EXISTS authority_seq BIGINT;
 VERSION = MIGRATIONS[-1][0]
 
 
-class SchemaTooNew(ServiceError):
+class SchemaTooNew(Failed):
     """The database was migrated by a newer version of Alexandria."""
 
     default_code = "SCHEMA_TOO_NEW"

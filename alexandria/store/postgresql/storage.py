@@ -43,7 +43,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from alexandria.core.trust import Genesis
-from alexandria.errors import ResyncRequired, ServiceError, StorageUnavailable
+from alexandria.errors import Failed, ResyncRequired, StorageUnavailable
 from alexandria.store import db_lock, query_budget
 from alexandria.store.ledger_storage import BUSY_TIMEOUT_S, READERS, LedgerStorage, _BatchAborted
 from alexandria.store.outage import Outages, outage_of
@@ -79,7 +79,7 @@ class _PgWriterMemory(WriterMemory):
             "UPDATE ledger_writes SET version = version + 1 WHERE id = 1 RETURNING version"
         ).fetchone()
         if row is None:
-            raise ServiceError("the database has no ledger_writes row", "STORAGE_CORRUPT")
+            raise Failed("the database has no ledger_writes row", "STORAGE_CORRUPT")
         version = int(row[0])
         if self._version is None or version != self._version + 1:
             self.forget()
@@ -203,7 +203,7 @@ class _ReplicaReads:
         except ResyncRequired as exc:
             if exc.code != "CURSOR_BEYOND_LOG":
                 raise
-        except ServiceError as exc:
+        except Failed as exc:
             if exc.code != "STORAGE_UNAVAILABLE":
                 raise
         return await self.primary.read(fn, budget_s)
