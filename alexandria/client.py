@@ -7,7 +7,7 @@ Two kinds of failure, because the pending-file rule depends on the difference:
   and may resend exactly the same bytes.
 - a definitive rejection: any other 4xx with the library's typed error body
   ``{"error", "code", "details"}`` (PROTOCOL §6).  It is raised as the matching ``errors`` class
-  (``BadRequest`` for 400, ``Forbidden`` for 403, ``ResyncRequired`` for a 409 with
+  (``Malformed`` for 400, ``NotPermitted`` for 403, ``ResyncRequired`` for a 409 with
   ``resync_required``…) whose ``to_json()`` is the server's document, verbatim.
 """
 
@@ -27,14 +27,15 @@ import orjson
 
 from alexandria.errors import (
     AlexandriaError,
-    BadRequest,
     Conflict,
-    Forbidden,
+    Failed,
+    Invalid,
+    Malformed,
     NotFound,
-    PayloadTooLarge,
+    NotPermitted,
+    Refused,
     ResyncRequired,
-    ServiceError,
-    Unprocessable,
+    TooLarge,
 )
 from alexandria.http1 import AnswerTooLarge, ClosedBeforeAnswer, Connection, ProtocolError
 
@@ -51,19 +52,19 @@ def timeout_seconds() -> float:
     try:
         value = float(raw) if raw else TIMEOUT_SECONDS
     except ValueError:
-        raise BadRequest("ALEXANDRIA_TIMEOUT is a number of seconds", "BAD_TIMEOUT") from None
+        raise Malformed("ALEXANDRIA_TIMEOUT is a number of seconds", "BAD_TIMEOUT") from None
     if not 0 < value <= 3600:
-        raise BadRequest("ALEXANDRIA_TIMEOUT is 0..3600 seconds", "BAD_TIMEOUT")
+        raise Malformed("ALEXANDRIA_TIMEOUT is 0..3600 seconds", "BAD_TIMEOUT")
     return value
 
 
-class Unreachable(ServiceError):
+class Unreachable(Failed):
     """No definitive answer: whatever was sent may or may not have been acted on."""
 
     default_code = "UNREACHABLE"
 
 
-class ServerError(AlexandriaError):
+class ServerError(Refused):
     """A definitive rejection by the library; ``to_json()`` is its error document verbatim."""
 
     http_status: int = 0
@@ -74,18 +75,18 @@ class ServerError(AlexandriaError):
 
 
 _BY_STATUS: dict[int, type[AlexandriaError]] = {
-    400: BadRequest, 403: Forbidden, 404: NotFound, 409: Conflict, 413: PayloadTooLarge,
-    422: Unprocessable,
+    400: Malformed, 403: NotPermitted, 404: NotFound, 409: Conflict, 413: TooLarge,
+    422: Invalid,
 }
 _SERVER_CLASSES: dict[type[AlexandriaError], type[ServerError]] = {
     base: type(f"Server{base.__name__}", (ServerError, base), {})
-    for base in (*_BY_STATUS.values(), ResyncRequired, AlexandriaError)
+    for base in (*_BY_STATUS.values(), ResyncRequired, Refused)
 }
 
 
 def rejection(status: int, document: dict[str, Any]) -> ServerError:
     """The typed error of a library's 4xx answer."""
-    base = _BY_STATUS.get(status, AlexandriaError)
+    base = _BY_STATUS.get(status, Refused)
     if status == 409 and document.get("resync_required") is True:
         base = ResyncRequired
     message = document.get("error")
@@ -155,8 +156,8 @@ def check_library_url(url: str) -> str:
     (``…/api``, ``…/api/``), which every request path already starts with, is taken as the
     library's own: a URL copied from a browser's ``/api/…`` address works."""
     if has_credentials(url):
-        raise BadRequest(f"{redact_url(url)}: a library URL carries no user name or password",
-                         "CREDENTIALS_IN_URL", url=redact_url(url))
+        raise Malformed(f"{redact_url(url)}: a library URL carries no user name or password",
+                        "CREDENTIALS_IN_URL", url=redact_url(url))
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises ValueError on a bad port)
@@ -164,8 +165,8 @@ def check_library_url(url: str) -> str:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
             or parts.query or parts.fragment:
-        raise BadRequest(f"{url[:200]!r} is not a library URL (http://HOST[:PORT])", "BAD_URL",
-                         url=url[:200])
+        raise Malformed(f"{url[:200]!r} is not a library URL (http://HOST[:PORT])", "BAD_URL",
+                        url=url[:200])
     base = url.rstrip("/")
     return base.removesuffix("/api") if parts.path.rstrip("/").endswith("/api") else base
 
@@ -212,7 +213,7 @@ class Client:
                 response = self._conn.request(method, target, headers, content, max_bytes)
                 return response.status, response.reason, response.body
             except ValueError as exc:
-                raise BadRequest(f"{where[:200]}: {exc}", "BAD_REQUEST_TARGET") from exc
+                raise Malformed(f"{where[:200]}: {exc}", "BAD_REQUEST_TARGET") from exc
             except TimeoutError as exc:
                 raise Unreachable(f"{where}: no answer in {self.timeout:g} s", "TIMEOUT",
                                   url=self.base_url) from exc

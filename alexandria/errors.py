@@ -1,7 +1,41 @@
-"""One exception root and its typed subclasses; ``HTTP_STATUS`` is the one table that maps them
-to status codes (PROTOCOL §6).  Every error carries a stable UPPER_SNAKE ``code`` and ``details``
-that tell a client how to recover (the failing JSON pointer, the allowed values, the current head,
-the limit exceeded).
+"""One exception root, two branches by meaning, and the typed errors under them.
+
+Every error carries a stable UPPER_SNAKE ``code``, a sentence and ``details`` that tell a client
+how to recover (the failing JSON pointer, the allowed values, the current head, the limit
+exceeded): PROTOCOL §6.  The classes say what happened, not how HTTP spells it; the one table
+that maps them to status codes (and ``Retry-After``) is ``alexandria.api.status.HTTP``, at the
+HTTP edge.
+
+``Refused``: the input, the caller or the ledger's state says no.  Nothing was stored; the same
+request gets the same answer until the input or the state changes, so retrying it as it is is
+pointless.
+
+- ``Malformed``: not in the expected form (not JSON, not an envelope or document shape, a
+  malformed parameter, revision or cursor).  ``NotCanonical``: bytes that are not strict JSON
+  or a value with no canonical form.  ``ClientGone``: the client hung up mid-request.
+- ``Invalid``: well-formed but breaking a rule: record shape or format, content schema, a state
+  rule, a timestamp rule.  ``UnsafeNumber``: a float or an integer beyond ±(2^53-1) in signed
+  data.
+- ``NotPermitted``: a certificate, authority, revocation, validity window, proof or scope
+  does not allow it.
+- ``NotFound``: no such revision, log or resource.
+- ``Conflict``: conflicts with the current state: a compare-and-set lost (previous is not the
+  head, second vote, stale base).  ``ResyncRequired``: a changes cursor that cannot be honoured.
+- ``TooLarge``: over a size limit; ``WrongContentType``: a body of a type the route does not
+  take; ``TooSlow``: the body did not arrive in time.
+- ``RateLimited``: too many requests of one kind from this client; ``ClientBusy``: this client
+  already runs as many costly requests as one client may.
+
+``Failed``: the service could not do its part; the input is not at fault and the same request
+may succeed later.
+
+- ``StorageUnavailable``, ``DiskFull``: the database cannot be reached, or its disk is full.
+- ``QueryTimeout``, ``AdmissionTimeout``: a read or an admission ran past its deadline.
+- ``ServerBusy``: the server already runs as many costly requests as it takes at once.
+- ``Internal``: an unexpected error, logged; the answer says no more.
+
+The writer and the replay tell a refusal (the job's own answer) from a failure (which aborts the
+batch) by these two branches alone.
 """
 
 from __future__ import annotations
@@ -10,7 +44,8 @@ from typing import Any, ClassVar
 
 
 class AlexandriaError(Exception):
-    """Root of every error this package raises on purpose."""
+    """Root of every error this package raises on purpose; every error is a ``Refused`` or a
+    ``Failed``."""
 
     default_code: ClassVar[str] = "ERROR"
 
@@ -23,49 +58,60 @@ class AlexandriaError(Exception):
     def to_json(self) -> dict[str, Any]:
         return {"error": self.message, "code": self.code, "details": self.details}
 
-    def http_headers(self) -> dict[str, str]:
-        """Headers the HTTP answer carries beside the body: ``Retry-After`` (seconds) when the
-        error says when to try again (``details.retry_after``, a 429 or a 503), else when its
-        class has a wait (``RETRY_AFTER_S``: an outage a client should wait out)."""
-        retry = self.details.get("retry_after")
-        if not (isinstance(retry, int) and not isinstance(retry, bool) and retry >= 0):
-            retry = retry_after(self)
-        return {} if retry is None else {"Retry-After": str(retry)}
 
-    @property
-    def status(self) -> int:
-        return status_of(self)
+# --- refused: the input, the caller or the ledger's state says no ----------------------------
 
 
-class BadRequest(AlexandriaError):
+class Refused(AlexandriaError):
+    """The input, the caller or the ledger's state says no; nothing was stored."""
+
+    default_code = "REFUSED"
+
+
+class Malformed(Refused):
     """The request is not JSON, not an envelope or document, or a parameter is malformed."""
 
     default_code = "BAD_REQUEST"
 
 
-class NotCanonical(BadRequest):
+class NotCanonical(Malformed):
     """Bytes that are not strict JSON, or a value with no canonical form."""
 
     default_code = "NOT_JSON"
 
 
-class UnsafeNumber(AlexandriaError):
+class ClientGone(Malformed):
+    """The client hung up mid-request: the answer goes nowhere, only the log hears of it."""
+
+    default_code = "CLIENT_DISCONNECTED"
+
+
+class Invalid(Refused):
+    """Well-formed but breaking a rule: record shape or format, content schema, a state rule or
+    a timestamp rule."""
+
+    default_code = "UNPROCESSABLE"
+
+
+class UnsafeNumber(Refused):
     """A float or an integer beyond ±(2^53-1) in signed data."""
 
     default_code = "FLOAT_NOT_ALLOWED"
 
 
-class Forbidden(AlexandriaError):
+class NotPermitted(Refused):
     """Certificate, authority, revocation, validity window, proof or scope failure."""
 
     default_code = "FORBIDDEN"
 
 
-class NotFound(AlexandriaError):
+class NotFound(Refused):
+    """No such revision, log or resource."""
+
     default_code = "NOT_FOUND"
 
 
-class Conflict(AlexandriaError):
+class Conflict(Refused):
     """A compare-and-set lost: previous is not the current head, second vote, stale base."""
 
     default_code = "CONFLICT"
@@ -82,83 +128,69 @@ class ResyncRequired(Conflict):
         return out
 
 
-class PayloadTooLarge(AlexandriaError):
+class TooLarge(Refused):
+    """A request body, a line or a batch over its size limit."""
+
     default_code = "PAYLOAD_TOO_LARGE"
 
 
-class UnsupportedMediaType(AlexandriaError):
+class WrongContentType(Refused):
     """A request body of a content type the route does not take."""
 
     default_code = "UNSUPPORTED_MEDIA_TYPE"
 
 
-class ClientGone(BadRequest):
-    """The client hung up mid-request: the answer goes nowhere, only the log hears of it."""
-
-    default_code = "CLIENT_DISCONNECTED"
-
-
-class RequestTimeout(AlexandriaError):
+class TooSlow(Refused):
     """The request body did not arrive in time: a slow client holds no server resource long."""
 
     default_code = "BODY_TIMEOUT"
 
 
-class Unprocessable(AlexandriaError):
-    """Record shape or format, content schema, state rule or timestamp rule."""
-
-    default_code = "UNPROCESSABLE"
-
-
-class RateLimited(AlexandriaError):
+class RateLimited(Refused):
     """Too many requests of one kind (enrolment requests): try again later; ``details``
-    carries ``retry_after`` (seconds), also sent as the ``Retry-After`` header."""
+    carries ``retry_after`` (seconds)."""
 
     default_code = "RATE_LIMITED"
 
 
-class ClientBusy(AlexandriaError):
+class ClientBusy(Refused):
     """This client already has as many costly requests running as one client may: retry
-    after the ``Retry-After`` seconds."""
+    after ``details.retry_after`` seconds."""
 
     default_code = "CLIENT_BUSY"
 
 
-class ServerBusy(AlexandriaError):
-    """The server already runs as many costly requests as it takes at once: retry after the
-    ``Retry-After`` seconds."""
-
-    default_code = "SERVER_BUSY"
+# --- failed: the service could not do its part -----------------------------------------------
 
 
-class ServiceError(AlexandriaError):
+class Failed(AlexandriaError):
     """The server could not do its part (storage unavailable, corrupted state)."""
 
     default_code = "SERVICE_ERROR"
 
 
-class QueryTimeout(ServiceError):
+class QueryTimeout(Failed):
     """A read ran past the server's per-query time budget and was stopped: the reader it held
     is free again; ``details.retry_after`` says when to try again (seconds)."""
 
     default_code = "QUERY_TIMEOUT"
 
 
-class StorageUnavailable(ServiceError):
+class StorageUnavailable(Failed):
     """The database cannot be reached (PostgreSQL stopped, restarting, its connections
     killed): nothing was stored; the same request succeeds once it is back."""
 
     default_code = "STORAGE_UNAVAILABLE"
 
 
-class DiskFull(ServiceError):
+class DiskFull(Failed):
     """The file system holding the database (or the log key's published checkpoint) is full:
     nothing was stored; the same request succeeds once the operator has freed space."""
 
     default_code = "DISK_FULL"
 
 
-class AdmissionTimeout(ServiceError):
+class AdmissionTimeout(Failed):
     """The writer did not answer within the admission deadline.  The outcome is unknown: the
     admission may still be committed.  Retry the very same bytes: an exact retry of a stored
     contribution is answered 200 with it, never stored twice."""
@@ -166,43 +198,14 @@ class AdmissionTimeout(ServiceError):
     default_code = "ADMISSION_TIMEOUT"
 
 
-HTTP_STATUS: dict[type[AlexandriaError], int] = {
-    BadRequest: 400,
-    Forbidden: 403,
-    NotFound: 404,
-    Conflict: 409,
-    PayloadTooLarge: 413,
-    UnsupportedMediaType: 415,
-    RequestTimeout: 408,
-    Unprocessable: 422,
-    UnsafeNumber: 422,
-    RateLimited: 429,
-    ClientBusy: 429,
-    QueryTimeout: 503,
-    ServiceError: 503,
-    ServerBusy: 503,
-    AlexandriaError: 500,
-}
+class ServerBusy(Failed):
+    """The server already runs as many costly requests as it takes at once: retry after
+    ``details.retry_after`` seconds."""
+
+    default_code = "SERVER_BUSY"
 
 
-#: seconds a client should wait before retrying (the ``Retry-After`` header of the answer)
-RETRY_AFTER_S: dict[type[AlexandriaError], int] = {
-    StorageUnavailable: 5,
-    DiskFull: 30,
-    AdmissionTimeout: 5,
-}
+class Internal(Failed):
+    """An unexpected error: logged where it happened; the answer says no more."""
 
-
-def retry_after(exc: AlexandriaError) -> int | None:
-    """The ``Retry-After`` seconds of ``exc``'s class, or None when it has none."""
-    for cls in type(exc).__mro__:
-        if cls in RETRY_AFTER_S:
-            return RETRY_AFTER_S[cls]
-    return None
-
-
-def status_of(exc: AlexandriaError) -> int:
-    for cls in type(exc).__mro__:
-        if cls in HTTP_STATUS:
-            return HTTP_STATUS[cls]
-    return 500
+    default_code = "INTERNAL"

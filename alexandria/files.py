@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import orjson
 
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 
 #: a participant, key or revision name: what ``publish --name`` and the operator's directory use
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -96,8 +96,8 @@ def append_line(path: Path, line: str) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
     except OSError as exc:
-        raise BadRequest(f"cannot append to {path}: {exc.strerror}", "UNSAFE_FILE",
-                         path=str(path)) from exc
+        raise Malformed(f"cannot append to {path}: {exc.strerror}", "UNSAFE_FILE",
+                        path=str(path)) from exc
     try:
         os.write(fd, line.encode())
         os.fsync(fd)
@@ -121,13 +121,13 @@ def read_json(path: Path) -> Any:
     try:
         return orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"{path} is not valid JSON: {exc}", "BAD_CONFIG_FILE",
-                         path=str(path)) from exc
+        raise Malformed(f"{path} is not valid JSON: {exc}", "BAD_CONFIG_FILE",
+                        path=str(path)) from exc
 
 
 def check_name(name: str) -> str:
     if not NAME.match(name):
-        raise BadRequest(
+        raise Malformed(
             f"{name!r} is not a name: letters, digits, _ . - (at most 64)", "BAD_NAME", name=name
         )
     return name

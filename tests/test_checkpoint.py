@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from alexandria.api.status import status_of
 from alexandria.core.checkpoint import (
     MAX_SIGNATURES,
     Checkpoint,
@@ -42,7 +43,7 @@ def reject(text: str | bytes, origin: str = ORIGIN, key: SigningKey = KEY) -> Ch
     with pytest.raises(CheckpointError) as info:
         verify_checkpoint(text, origin, key.public_hex)
     assert info.value.code == "CHECKPOINT_INVALID"
-    assert info.value.status == 422
+    assert status_of(info.value) == 422
     return info.value
 
 

@@ -13,7 +13,7 @@ import pytest
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import format_ms
 from alexandria.core.trust import make_worker_certificate
-from alexandria.errors import BadRequest, RateLimited
+from alexandria.errors import Malformed, RateLimited
 from alexandria.service import enrolment
 from alexandria.service.enrolment import (
     LIST_HEADER,
@@ -102,9 +102,9 @@ async def test_only_an_authority_of_the_library_lists_requests(api: Api) -> None
 def test_codes_are_forgiving_to_type() -> None:
     assert normalize_code(" k7qf2xmb ") == "K7QF-2XMB"
     assert normalize_code("o0il-1111") == "0011-1111"
-    with pytest.raises(BadRequest):
+    with pytest.raises(Malformed):
         normalize_code("K7QF-2XM")
-    with pytest.raises(BadRequest):
+    with pytest.raises(Malformed):
         normalize_code("K7QF-2XMU")  # U is not in the alphabet
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from alexandria.core.trust import Genesis
-from alexandria.errors import Forbidden
+from alexandria.errors import NotPermitted
 from alexandria.service.library import load_genesis
 
 GENESIS_DIR = Path(__file__).resolve().parents[1] / "genesis"
@@ -32,7 +32,7 @@ def test_genesis_needs_threshold_signatures() -> None:
     doc = json.loads((GENESIS_DIR / "dev-genesis.json").read_text())
     one = copy.deepcopy(doc)
     one["signatures"] = one["signatures"][:1]
-    with pytest.raises(Forbidden) as info:
+    with pytest.raises(NotPermitted) as info:
         Genesis.from_document(one)
     assert info.value.code == "GENESIS_SIGNATURES"
     assert "1/2" in info.value.message
@@ -43,15 +43,15 @@ def test_genesis_needs_threshold_signatures() -> None:
 
 def test_genesis_pin_mismatch_and_tampering() -> None:
     doc = json.loads((GENESIS_DIR / "dev-genesis.json").read_text())
-    with pytest.raises(Forbidden) as info:
+    with pytest.raises(NotPermitted) as info:
         Genesis.from_document(doc, pin="0" * 64)
     assert info.value.code == "GENESIS_PIN_MISMATCH"
     tampered = copy.deepcopy(doc)
     tampered["genesis"]["library"] = "someone-else"
-    with pytest.raises(Forbidden):
+    with pytest.raises(NotPermitted):
         Genesis.from_document(tampered)
     extra = copy.deepcopy(doc)
     extra["genesis"]["extra"] = 1
-    with pytest.raises(Forbidden) as info:
+    with pytest.raises(NotPermitted) as info:
         Genesis.from_document(extra)
     assert info.value.code == "CERTIFICATE_FIELDS"

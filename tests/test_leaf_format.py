@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from alexandria.api.status import status_of
 from alexandria.core.leaf import LEAF_FORMAT
 from alexandria.reads import export
 from alexandria.service.bootstrap import Founding
@@ -88,7 +89,7 @@ async def test_a_library_of_the_old_leaf_format_is_refused(
         await storage.open()
     await storage.close()
     err = info.value
-    assert err.code == "OLD_LEAF_FORMAT" and err.status == 503
+    assert err.code == "OLD_LEAF_FORMAT" and status_of(err) == 503
     assert "JCS(document), without its admission time" in err.message
     assert "create the library afresh" in err.message
     assert err.details == {"found": None, "expected": LEAF_FORMAT, "path": str(db)}

@@ -18,8 +18,9 @@ from alexandria.api.mcp.cursor import ChangesCursor
 from alexandria.api.mcp.inputs import MAX_ELEMENTS, ArgumentChecker, count_elements
 from alexandria.api.mcp.schemas import route_schema
 from alexandria.api.served_contract import read_contract
+from alexandria.api.status import status_of
 from alexandria.client import rejection
-from alexandria.errors import BadRequest, ClientBusy, ServerBusy
+from alexandria.errors import ClientBusy, Malformed, ServerBusy
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10, 10) | st.text(max_size=5),
@@ -52,13 +53,13 @@ def test_count_elements_survives_deep_nesting_and_stops_early() -> None:
 
 def test_argument_checker_order_and_codes() -> None:
     checker = ArgumentChecker("search", route_schema("/api/catalogue"))
-    with pytest.raises(BadRequest) as exc:
+    with pytest.raises(Malformed) as exc:
         checker.check({"q": ["x"] * MAX_ELEMENTS, "kind": "claim"})
     assert exc.value.code == "TOO_MANY_ELEMENTS"  # before the schema, before unknown names
-    with pytest.raises(BadRequest) as exc:
+    with pytest.raises(Malformed) as exc:
         checker.check({"q": "x", "sortt": "new"})
     assert exc.value.code == "UNKNOWN_ARGUMENT" and exc.value.details["unknown"] == ["sortt"]
-    with pytest.raises(BadRequest) as exc:
+    with pytest.raises(Malformed) as exc:
         checker.check({"offset": -1})
     assert exc.value.code == "BAD_ARGUMENT" and exc.value.details["pointer"] == "/offset"
     assert checker.check({"q": "x", "sort": "top"}) == {"q": "x", "sort": "top"}
@@ -108,18 +109,18 @@ def test_changes_cursor_round_trips(cursor: str | None, skip: int) -> None:
     "mcp1." + orjson.dumps({"c": None, "r": "c" * 64, "s": 51}).hex(),
 ])
 def test_changes_cursor_refuses_what_it_did_not_make(text: str) -> None:
-    with pytest.raises(BadRequest) as exc:
+    with pytest.raises(Malformed) as exc:
         ChangesCursor.parse(text, "c" * 64)
     assert exc.value.code == "BAD_CURSOR"
 
 
 def test_changes_cursor_of_another_root_is_refused() -> None:
     encoded = ChangesCursor("d" * 64, None, 0).encode()
-    with pytest.raises(BadRequest) as exc:
+    with pytest.raises(Malformed) as exc:
         ChangesCursor.parse(encoded, "c" * 64)
     assert exc.value.code == "BAD_CURSOR" and exc.value.details["cursor_root"] == "d" * 64
     skip_too_far = ChangesCursor("c" * 64, "x", 51).encode()
-    with pytest.raises(BadRequest):
+    with pytest.raises(Malformed):
         ChangesCursor.parse(skip_too_far, "c" * 64)
 
 
@@ -180,11 +181,11 @@ def test_call_limits_per_client_at_once_and_share_of_time(
     with limits.place("a"):
         with pytest.raises(ClientBusy) as busy:
             limits.place("a").__enter__()
-        assert busy.value.status == 429 and busy.value.details["retry_after"] == 1
+        assert status_of(busy.value) == 429 and busy.value.details["retry_after"] == 1
         with limits.place("b"):
             with pytest.raises(ServerBusy) as full:
                 limits.place("c").__enter__()
-            assert full.value.status == 503 and full.value.details["limit"] == 2
+            assert status_of(full.value) == 503 and full.value.details["limit"] == 2
             now[0] += 1.5  # two calls of 1.5 s each: 3 s charged against a 1 s budget
     with pytest.raises(ServerBusy) as spent:
         limits.place("c").__enter__()

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from alexandria.api.status import status_of
 from alexandria.core import merkle
 from alexandria.core.merkle import (
     EMPTY_ROOT,
@@ -30,7 +31,7 @@ from alexandria.core.merkle import (
     verify_consistency,
     verify_inclusion,
 )
-from alexandria.errors import BadRequest, Unprocessable
+from alexandria.errors import Invalid, Malformed
 
 # transparency-dev/merkle's vectors, copied with their licence (testdata/merkle/README.md)
 VECTOR_DIR = Path(__file__).resolve().parent / "testdata" / "merkle"
@@ -125,7 +126,7 @@ def test_vector(path: Path) -> None:
         with pytest.raises(MerkleError) as info:
             check_vector(vector)
         assert info.value.code == "MERKLE_PROOF_INVALID"
-        assert info.value.status == 422
+        assert status_of(info.value) == 422
         assert info.value.reason
     else:
         check_vector(vector)
@@ -246,8 +247,8 @@ def test_ranges_are_refused() -> None:
         root_hash(-1, get)
     assert consistency_proof(0, 0, get) == []
     assert consistency_proof(4, 4, get) == []
-    assert issubclass(MerkleRangeError, BadRequest)
-    assert issubclass(MerkleError, Unprocessable)
+    assert issubclass(MerkleRangeError, Malformed)
+    assert issubclass(MerkleError, Invalid)
 
 
 def test_verify_edge_cases() -> None:

@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from psycopg_pool import PoolTimeout
 
-from alexandria.errors import DiskFull, ServiceError, StorageUnavailable, retry_after
+from alexandria.api.status import retry_after, status_of
+from alexandria.errors import DiskFull, Failed, StorageUnavailable
 from alexandria.store.outage import Outages, classify
 from tests.admission_support import space
 from tests.conftest import Api
@@ -54,7 +55,7 @@ def _sqlite_full() -> sqlite3.Error:
 ])
 def test_classify(cause: BaseException | None, code: str) -> None:
     error = classify(cause)
-    assert error.code == code and error.status == 503
+    assert error.code == code and status_of(error) == 503
     assert (retry_after(error) is not None) == (code != "STORAGE_FAILED")
     if code == "DISK_FULL":
         assert isinstance(error, DiskFull)
@@ -85,7 +86,7 @@ def test_another_kind_of_failure_is_another_episode(caplog: pytest.LogCaptureFix
     caplog.set_level(logging.WARNING, "alexandria.storage")
     outages.failed("reads", StorageUnavailable("down"), None)
     outages.failed("reads", DiskFull("full"), None)
-    outages.failed("writes", ServiceError("storage failed", "STORAGE_FAILED"),
+    outages.failed("writes", Failed("storage failed", "STORAGE_FAILED"),
                    sqlite3.OperationalError("disk I/O error"))
     assert [r.getMessage().split(": ", 1)[1][:22] for r in caplog.records] == [
         "reads failing (STORAGE", "reads failing (DISK_FU", "writes failing (STORAG"]

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from alexandria.api.status import status_of
 from alexandria.api.web import diffs, present
 from alexandria.api.web.diffs import (
     DIFF_CONTEXT,
@@ -35,7 +36,7 @@ from alexandria.api.web.diffs import (
 )
 from alexandria.api.web.gate import RETRY_AFTER_S, PageGate
 from alexandria.core.timestamps import format_ms, now_ms
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.reads.pages import HISTORY_PAGE_SIZE
 from alexandria.service.bootstrap import Founding
 from tests.conftest import Api
@@ -331,9 +332,9 @@ async def test_pages_take_turns_within_their_share_and_wait_a_bounded_while() ->
     second = asyncio.create_task(gate.run(quick))
     await _until(lambda: gate.waiting == 1)
     assert gate.waiting == 1 and "quick" not in times  # the turn is taken: it waits
-    with pytest.raises(ServiceError) as busy:  # and no more than one may wait
+    with pytest.raises(Failed) as busy:  # and no more than one may wait
         await gate.run(quick)
-    assert busy.value.code == "PAGES_BUSY" and busy.value.status == 503
+    assert busy.value.code == "PAGES_BUSY" and status_of(busy.value) == 503
     assert busy.value.details == {"retry_after": RETRY_AFTER_S}
     release.set()
     assert await first == "slow" and await second == "quick"
@@ -346,7 +347,7 @@ async def test_pages_take_turns_within_their_share_and_wait_a_bounded_while() ->
     holder = asyncio.create_task(impatient.run(held.wait))
     await _until(lambda: impatient._turn.locked())
     t0 = time.monotonic()
-    with pytest.raises(ServiceError) as late:
+    with pytest.raises(Failed) as late:
         await impatient.run(quick)
     assert late.value.code == "PAGES_BUSY" and time.monotonic() - t0 >= 0.05
     held.set()

@@ -24,7 +24,7 @@ import pytest
 from alexandria.core import merkle
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.timestamps import format_ms, now_ms
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.store import feed
 from alexandria.store import schema as sqlite_schema
@@ -431,7 +431,7 @@ async def test_migrate_keeps_the_root_and_the_same_answers(
         # a cursor issued by the SQLite library is honoured after the move
         r = await api.client.get("/api/changes", params={"root": top, "cursor": page["cursor"]})
         assert r.status_code == 200, r.text
-    with pytest.raises(BadRequest) as refused:
+    with pytest.raises(Malformed) as refused:
         migrate(lite, url)
     assert refused.value.code == "TARGET_NOT_EMPTY"
 

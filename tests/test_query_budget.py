@@ -13,7 +13,8 @@ import httpx
 import psycopg
 import pytest
 
-from alexandria.errors import QueryTimeout, status_of
+from alexandria.api.status import status_of
+from alexandria.errors import QueryTimeout
 from alexandria.service.bootstrap import Founding
 from alexandria.store.backends import storage_for
 from alexandria.store.protocol import READERS

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from alexandria.api.status import status_of
 from alexandria.core.schema import (
     SchemaViolation,
     content_schema,
@@ -147,7 +148,7 @@ def test_violations_name_the_failing_pointer() -> None:
     with pytest.raises(SchemaViolation) as err:
         validate_content({"kind": "space", "title": "S", "body": {"summary": " "}, "links": [],
                           "previous": ""})
-    assert err.value.status == 422 and err.value.code == "SCHEMA_VIOLATION"
+    assert status_of(err.value) == 422 and err.value.code == "SCHEMA_VIOLATION"
     assert err.value.details["pointer"] == "/body/summary"
 
 

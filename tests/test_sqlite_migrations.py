@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from alexandria.errors import ServiceError
+from alexandria.api.status import status_of
+from alexandria.errors import Failed
 from alexandria.service.bootstrap import Founding
 from alexandria.store import feed, migrations, schema
 from alexandria.store.backup import restore
@@ -295,7 +296,7 @@ async def test_a_library_of_a_newer_version_is_refused(
     with pytest.raises(SchemaTooNew) as info:
         await _opened(path, founding)
     err = info.value
-    assert err.code == "SCHEMA_TOO_NEW" and err.status == 503
+    assert err.code == "SCHEMA_TOO_NEW" and status_of(err) == 503
     assert err.details == {"current": VERSION + 1, "known": VERSION, "path": str(path)}
     assert "upgrade Alexandria" in err.message
     with pytest.raises(SchemaTooNew):
@@ -316,7 +317,7 @@ async def test_a_library_of_an_earlier_layout_is_refused(
     with pytest.raises(SchemaTooOld) as info:
         await _opened(path, founding)
     err = info.value
-    assert err.code == "SCHEMA_TOO_OLD" and err.status == 503
+    assert err.code == "SCHEMA_TOO_OLD" and status_of(err) == 503
     assert f"alexandria export --db {path}" in err.message and "--catch-up" in err.message
     named = err.details["missing"] + err.details["unexpected"] + err.details["changed"]
     assert named and all(name in err.message for name in named)
@@ -330,7 +331,7 @@ async def test_a_library_of_an_earlier_layout_is_refused(
 async def test_a_file_of_other_tables_is_not_a_library(tmp_path: Path, founding: Founding) -> None:
     path = tmp_path / "other.db"
     _script(path, "CREATE TABLE notes(body TEXT);")
-    with pytest.raises(ServiceError) as info:
+    with pytest.raises(Failed) as info:
         await _opened(path, founding)
     assert info.value.code == "NOT_A_LIBRARY"
     assert _layout(path) == {"notes": "CREATE TABLE notes(body TEXT)"}
@@ -433,7 +434,7 @@ async def test_migrate_brings_the_sqlite_file_to_the_latest_version_first(
         migrate(path, "postgresql://127.0.0.1:1/none", replace=True, server_file=False)
     assert info.value.details == {"found": VERSION, "known": VERSION + 1, "path": str(path)}
     assert _state(path) == before
-    with pytest.raises(ServiceError) as failed:  # upgraded, then no PostgreSQL to copy into
+    with pytest.raises(Failed) as failed:  # upgraded, then no PostgreSQL to copy into
         migrate(path, "postgresql://127.0.0.1:1/none")
     assert failed.value.code == "STORAGE_UNAVAILABLE"
     assert _version(path) == VERSION + 1

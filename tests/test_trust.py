@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from alexandria.api.status import status_of
 from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.core.keys import SigningKey
 from alexandria.core.records import make_envelope, make_record
@@ -72,7 +73,7 @@ def test_genesis_pin_is_the_hash_of_the_canonical_payload() -> None:
     assert Genesis.from_document(f.genesis_document, pin=f.genesis.pin) == f.genesis
     with pytest.raises(AlexandriaError) as err:
         Genesis.from_document(f.genesis_document, pin="0" * 64)
-    assert err.value.code == "GENESIS_PIN_MISMATCH" and err.value.status == 403
+    assert err.value.code == "GENESIS_PIN_MISMATCH" and status_of(err.value) == 403
 
 
 def test_genesis_needs_threshold_distinct_root_signatures() -> None:

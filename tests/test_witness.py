@@ -233,7 +233,7 @@ def test_witness_options_parse_and_refuse() -> None:
         parse_witness_endpoint,
         parse_witness_option,
     )
-    from alexandria.errors import BadRequest
+    from alexandria.errors import Malformed
 
     v = note.Verifier("w.example/a+b".replace("+", "-"), note.COSIGNATURE_V1, bytes(range(32)))
     url, got = parse_witness_endpoint(f"{v.name}=http://127.0.0.1:8090/p+x/+{v.vkey}")
@@ -241,9 +241,9 @@ def test_witness_options_parse_and_refuse() -> None:
     assert parse_witness_option(f"{v.name}={v.vkey}") == v
     log_key = note.Verifier(v.name, note.ED25519, bytes(range(32)))
     for bad in (f"{v.name}={log_key.vkey}", f"other={v.vkey}", v.vkey, f"{v.name}=nonsense"):
-        with pytest.raises(BadRequest):
+        with pytest.raises(Malformed):
             parse_witness_option(bad)
-    with pytest.raises(BadRequest):
+    with pytest.raises(Malformed):
         parse_witness_endpoint(f"{v.name}=ftp://x+{v.vkey}")
-    with pytest.raises(BadRequest):
+    with pytest.raises(Malformed):
         WitnessPolicy((v,), 2)

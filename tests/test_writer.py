@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from alexandria.errors import BadRequest, ServiceError
+from alexandria.errors import Failed, Malformed
 from alexandria.store.outage import Outages
 from alexandria.store.writer import Writer, only
 from alexandria.store.writer_memory import WriterMemory
@@ -54,14 +54,14 @@ class _Backend:
     def between_batches(self, conn: sqlite3.Connection) -> None:
         pass
 
-    def replaced(self) -> ServiceError | None:
+    def replaced(self) -> Failed | None:
         return None
 
 
 def _insert(conn: sqlite3.Connection, item: str) -> str:
     """An item that refuses before writing (``refused``) or fails after (``bug``)."""
     if item == "refused":
-        raise BadRequest("refused before writing", "REFUSED")
+        raise Malformed("refused before writing", "REFUSED")
     conn.execute("INSERT INTO rows(item) VALUES (?)", (item,))
     if item == "bug":
         raise RuntimeError("a bug after writing")
@@ -91,7 +91,7 @@ async def test_a_refusal_answers_its_item_without_a_rerun(
     w, backend = writer
     out = await w.submit(_insert, ["a", "refused", "b"], list, checks_first=True)
     assert out[0] == "a" and out[2] == "b"
-    assert isinstance(out[1], BadRequest) and out[1].code == "REFUSED"
+    assert isinstance(out[1], Malformed) and out[1].code == "REFUSED"
     assert backend.attempts == [False]
     assert _stored(w) == ["a", "b"]
 
@@ -116,7 +116,7 @@ async def test_a_job_that_stops_runs_nothing_after_its_first_failure(
     w, _backend = writer
     out: list[Any] = await w.submit(_insert, ["a", "refused", "b"], list, checks_first=True,
                                     stops=True)
-    assert out[0] == "a" and isinstance(out[1], BadRequest) and len(out) == 2
+    assert out[0] == "a" and isinstance(out[1], Malformed) and len(out) == 2
     out = await w.submit(_insert, ["c", "bug", "d"], list, checks_first=True, stops=True)
     assert out[0] == "c" and isinstance(out[1], RuntimeError) and len(out) == 2
     assert _stored(w) == ["a", "c"]

@@ -15,9 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
+from alexandria.api.status import status_of
 from alexandria.core.records import PERSONAL_KINDS, PUBLIC_KINDS, RecordInvalid
 from alexandria.core.trust import Genesis
-from alexandria.errors import AlexandriaError, Conflict, ServiceError, status_of
+from alexandria.errors import AlexandriaError, Conflict, Failed
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.service.bootstrap import Founding
 from alexandria.service.writer_service import (
@@ -49,7 +50,7 @@ def _claim(title: str, previous: str = "") -> dict[str, Any]:
         Conflict("previous is not the current head", "HEAD_CONFLICT", head="ab" * 32, root="cd"),
         RecordInvalid("bad title", pointer="/record/title"),
         WriterUnavailable("gone"),
-        ServiceError("storage failed", "STORAGE_FAILED"),
+        Failed("storage failed", "STORAGE_FAILED"),
     ],
 )
 def test_errors_cross_processes_whole(error: AlexandriaError) -> None:

@@ -27,15 +27,17 @@ from starlette.routing import Route
 
 from alexandria.api.http import bool_param, query_params
 from alexandria.api.metrics import WRITER_QUEUE, count_admission
+from alexandria.api.status import status_of
 from alexandria.core.records import MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_ENVELOPE_BYTES, NDJSON
 from alexandria.core.trust import Genesis
 from alexandria.errors import (
     AlexandriaError,
     ClientGone,
-    PayloadTooLarge,
-    RequestTimeout,
-    ServiceError,
-    UnsupportedMediaType,
+    Failed,
+    Internal,
+    TooLarge,
+    TooSlow,
+    WrongContentType,
 )
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.service.library import Library
@@ -59,7 +61,7 @@ def check_media_type(request: Request) -> None:
     raw = request.headers.get("content-type")
     media = (raw or "").split(";", 1)[0].strip().lower()
     if media != NDJSON:
-        raise UnsupportedMediaType(
+        raise WrongContentType(
             f"a batch is {NDJSON} (one envelope a line), not {raw or 'a body of no type'}",
             "UNSUPPORTED_MEDIA_TYPE", expected=NDJSON, actual=raw,
         )
@@ -74,7 +76,7 @@ class _Budget:
 
     def take(self, n: int) -> None:
         if self.used + n > self.limit:
-            raise ServiceError(
+            raise Failed(
                 "too many batches in progress on this server: retry shortly",
                 "BATCH_BUDGET", limit=self.limit,
             )
@@ -87,14 +89,14 @@ class _Budget:
 BUDGET = _Budget(BATCH_BUDGET_BYTES)
 
 
-def _too_many_lines() -> PayloadTooLarge:
-    return PayloadTooLarge(f"a batch holds at most {MAX_LINES} lines", "TOO_MANY_LINES",
-                           limit=MAX_LINES)
+def _too_many_lines() -> TooLarge:
+    return TooLarge(f"a batch holds at most {MAX_LINES} lines", "TOO_MANY_LINES",
+                    limit=MAX_LINES)
 
 
-def _line_too_large(line: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"line {line} exceeds {MAX_LINE_BYTES} bytes", "LINE_TOO_LARGE",
-                           limit=MAX_LINE_BYTES, line=line)
+def _line_too_large(line: int) -> TooLarge:
+    return TooLarge(f"line {line} exceeds {MAX_LINE_BYTES} bytes", "LINE_TOO_LARGE",
+                    limit=MAX_LINE_BYTES, line=line)
 
 
 async def read_lines(request: Request, reserved: list[int]) -> list[bytes]:
@@ -106,7 +108,7 @@ async def read_lines(request: Request, reserved: list[int]) -> list[bytes]:
         async with asyncio.timeout(BATCH_BODY_TIMEOUT_S):
             data = await _stream_lines(request, reserved)
     except TimeoutError:
-        raise RequestTimeout(
+        raise TooSlow(
             f"the request body did not arrive within {BATCH_BODY_TIMEOUT_S:g} s",
             "BODY_TIMEOUT", limit_seconds=BATCH_BODY_TIMEOUT_S,
         ) from None
@@ -124,7 +126,7 @@ async def read_lines(request: Request, reserved: list[int]) -> list[bytes]:
 async def _stream_lines(request: Request, reserved: list[int]) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BATCH_BYTES:
-        raise PayloadTooLarge(
+        raise TooLarge(
             f"request body is {declared} bytes; at most {MAX_BATCH_BYTES}", "BODY_TOO_LARGE",
             limit=MAX_BATCH_BYTES, actual=int(declared),
         )
@@ -136,8 +138,8 @@ async def _stream_lines(request: Request, reserved: list[int]) -> bytes:
     start = 0  # where the current line starts
     async for chunk in request.stream():
         if len(buf) + len(chunk) > MAX_BATCH_BYTES:
-            raise PayloadTooLarge(f"request body exceeds {MAX_BATCH_BYTES} bytes",
-                                  "BODY_TOO_LARGE", limit=MAX_BATCH_BYTES)
+            raise TooLarge(f"request body exceeds {MAX_BATCH_BYTES} bytes",
+                           "BODY_TOO_LARGE", limit=MAX_BATCH_BYTES)
         at = len(buf)
         buf += chunk
         if len(buf) > reserved[0]:
@@ -180,8 +182,8 @@ def result_line(outcome: Outcome) -> bytes:
         return orjson.dumps({"status": 200, "body": body}) + b"\n"
     if not isinstance(outcome, AlexandriaError):
         log.error("a batch line failed unexpectedly", exc_info=outcome)
-        outcome = AlexandriaError("internal error", "INTERNAL")
-    return orjson.dumps({"status": outcome.status, "body": outcome.to_json()}) + b"\n"
+        outcome = Internal("internal error")
+    return orjson.dumps({"status": status_of(outcome), "body": outcome.to_json()}) + b"\n"
 
 
 def _counted(outcome: Outcome) -> str:

@@ -17,7 +17,7 @@ from alexandria.api.http import (
     raw_json,
 )
 from alexandria.core.keys import HEX64
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 from alexandria.reads.catalogue import (
     METHODS,
     PROJECTIONS,
@@ -54,12 +54,12 @@ def _actor(params: dict[str, str], required: bool = False) -> str | None:
     value = params.get("author")
     if value is None:
         if required:
-            raise BadRequest("author is required: a 64-hex actor", "MISSING_PARAMETER",
-                             parameter="author")
+            raise Malformed("author is required: a 64-hex actor", "MISSING_PARAMETER",
+                            parameter="author")
         return None
     if not HEX64.match(value):
-        raise BadRequest("author must be a 64 lowercase hex actor", "BAD_PARAMETER",
-                         parameter="author")
+        raise Malformed("author must be a 64 lowercase hex actor", "BAD_PARAMETER",
+                        parameter="author")
     return value
 
 

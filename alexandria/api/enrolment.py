@@ -31,7 +31,7 @@ from alexandria.core.canonical import parse_json
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms
 from alexandria.core.trust import parse_worker_certificate
-from alexandria.errors import BadRequest, Forbidden, NotFound, RateLimited
+from alexandria.errors import Malformed, NotFound, NotPermitted, RateLimited
 from alexandria.service import enrolment
 from alexandria.service.library import Library
 from alexandria.store import enrolments as store
@@ -76,7 +76,7 @@ async def _authority_only(request: Request, now: int, signed: bool = True
     limiters.refusals.check(key, now, shown, count=False)
     try:
         yield
-    except (Forbidden, BadRequest):
+    except (NotPermitted, Malformed):
         limiters.refusals.check(key, now, shown)
         raise
 
@@ -137,8 +137,8 @@ async def get_enrolment(request: Request) -> Response:
         return json_response(view, headers=PRIVATE)
     worker = params.get("worker", "")
     if not HEX64.match(worker):
-        raise BadRequest("worker is the requesting 64-hex public key", "BAD_KEY",
-                         parameter="worker")
+        raise Malformed("worker is the requesting 64-hex public key", "BAD_KEY",
+                        parameter="worker")
     row = await store.get(lib.storage, code, lib.storage.clock())
     if row is None or row["worker"] != worker:
         raise NotFound(f"no open enrolment request {code} for this key (expired, or never"

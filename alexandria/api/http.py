@@ -14,15 +14,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from alexandria.api.status import headers_of, status_of
 from alexandria.core.records import MAX_ENVELOPE_BYTES
-from alexandria.errors import (
-    AlexandriaError,
-    BadRequest,
-    ClientGone,
-    NotFound,
-    PayloadTooLarge,
-    RequestTimeout,
-)
+from alexandria.errors import AlexandriaError, ClientGone, Malformed, NotFound, TooLarge, TooSlow
 
 log = logging.getLogger(__name__)
 JSON = "application/json"
@@ -41,12 +35,7 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
 def error_response(exc: AlexandriaError, headers: dict[str, str] | None = None) -> Response:
     """The typed error document with its status; ``Retry-After`` when the error says when to
     try again."""
-    return json_response(exc.to_json(), exc.status, {**error_headers(exc), **(headers or {})})
-
-
-def error_headers(exc: AlexandriaError) -> dict[str, str]:
-    """The headers every answer of ``exc`` carries (a JSON document or an HTML page)."""
-    return exc.http_headers()
+    return json_response(exc.to_json(), status_of(exc), {**headers_of(exc), **(headers or {})})
 
 
 async def on_alexandria_error(_request: Request, exc: Exception) -> Response:
@@ -89,7 +78,7 @@ async def read_body(
         async with asyncio.timeout(timeout):
             return await _read_body(request, limit)
     except TimeoutError:
-        raise RequestTimeout(
+        raise TooSlow(
             f"the request body did not arrive within {timeout:g} s", "BODY_TIMEOUT",
             limit_seconds=timeout,
         ) from None
@@ -108,7 +97,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
 async def _stream_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(
+        raise TooLarge(
             f"request body is {declared} bytes; at most {limit}", "BODY_TOO_LARGE",
             limit=limit, actual=int(declared),
         )
@@ -117,7 +106,7 @@ async def _stream_body(request: Request, limit: int) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(
+            raise TooLarge(
                 f"request body exceeds {limit} bytes", "BODY_TOO_LARGE", limit=limit
             )
         chunks.append(chunk)
@@ -127,7 +116,7 @@ async def _stream_body(request: Request, limit: int) -> bytes:
 def revision_param(request: Request, name: str = "revision") -> str:
     value = str(request.path_params[name])
     if not _REVISION.match(value):
-        raise BadRequest(
+        raise Malformed(
             "a revision is 64 lowercase hex characters", "BAD_REVISION", parameter=name,
             value=value[:100],
         )
@@ -146,7 +135,7 @@ def query_params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
     try:  # Starlette would put U+FFFD for bytes that are not UTF-8
         unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadRequest(
+        raise Malformed(
             "query parameters are percent-encoded UTF-8", "BAD_PARAMETER",
             offset=exc.start,
         ) from exc
@@ -154,14 +143,14 @@ def query_params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for key in params:
         if key not in allowed:
-            raise BadRequest(
+            raise Malformed(
                 f"unknown query parameter {key!r}", "UNKNOWN_PARAMETER", parameter=key,
                 allowed=list(allowed),
             )
         values = params.getlist(key)
         if len(values) != 1:
-            raise BadRequest(f"query parameter {key!r} given twice", "REPEATED_PARAMETER",
-                             parameter=key)
+            raise Malformed(f"query parameter {key!r} given twice", "REPEATED_PARAMETER",
+                            parameter=key)
         out[key] = values[0]
     return out
 
@@ -171,7 +160,7 @@ def int_param(params: dict[str, str], name: str, default: int, lo: int, hi: int)
     if raw is None:
         return default
     if not re.fullmatch(r"0|[1-9][0-9]{0,15}", raw) or not lo <= int(raw) <= hi:
-        raise BadRequest(
+        raise Malformed(
             f"{name} must be an integer from {lo} to {hi}", "BAD_PARAMETER", parameter=name,
             minimum=lo, maximum=hi,
         )
@@ -181,7 +170,7 @@ def int_param(params: dict[str, str], name: str, default: int, lo: int, hi: int)
 def choice_param(params: dict[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
     raw = params.get(name, default)
     if raw not in allowed:
-        raise BadRequest(
+        raise Malformed(
             f"{name} must be one of {', '.join(allowed)}", "BAD_PARAMETER", parameter=name,
             allowed=list(allowed),
         )

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from alexandria.api.http import int_param, json_response, query_params, raw_json
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 from alexandria.reads import log
 from alexandria.service.library import Library
 
@@ -30,11 +30,11 @@ def _ints(request: Request, *names: str) -> list[int]:
     for name in names:
         raw = params.get(name)
         if raw is None:
-            raise BadRequest(f"query parameter {name} is required", "MISSING_PARAMETER",
-                             parameter=name)
+            raise Malformed(f"query parameter {name} is required", "MISSING_PARAMETER",
+                            parameter=name)
         if not _INT.fullmatch(raw):
-            raise BadRequest(f"{name} must be a non-negative decimal integer", "BAD_PARAMETER",
-                             parameter=name)
+            raise Malformed(f"{name} must be a non-negative decimal integer", "BAD_PARAMETER",
+                            parameter=name)
         out.append(int(raw))
     return out
 

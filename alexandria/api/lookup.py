@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from alexandria.api.http import json_response, query_params
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 from alexandria.reads import lookup
 from alexandria.service.library import Library
 
@@ -26,8 +26,8 @@ def kinds_param(raw: str | None) -> tuple[str, ...]:
         return lookup.KINDS
     kinds = tuple(dict.fromkeys(raw.split(",")))
     if not set(kinds) <= set(lookup.KINDS):
-        raise BadRequest(f"kind is a comma-separated list of {', '.join(lookup.KINDS)}",
-                         "BAD_PARAMETER", parameter="kind", allowed=list(lookup.KINDS))
+        raise Malformed(f"kind is a comma-separated list of {', '.join(lookup.KINDS)}",
+                        "BAD_PARAMETER", parameter="kind", allowed=list(lookup.KINDS))
     return kinds
 
 
@@ -35,7 +35,7 @@ async def get_lookup(request: Request) -> Response:
     params = query_params(request, ("id", "kind"))
     raw = params.get("id")
     if raw is None:
-        raise BadRequest("query parameter id is required", "MISSING_PARAMETER", parameter="id")
+        raise Malformed("query parameter id is required", "MISSING_PARAMETER", parameter="id")
     prefix = lookup.parse_prefix(raw)
     kinds = kinds_param(params.get("kind"))
     found = await _library(request).storage.read(

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 
 # a DNS name, an IPv4 address or a bracketed IPv6 address, then an optional port
 _HOST = re.compile(
@@ -76,7 +76,7 @@ def public_url(value: str) -> str:
         parts.scheme not in ("http", "https") or not _HOST.match(parts.netloc)
         or parts.path not in ("", "/") or parts.query or parts.fragment
     ):
-        raise BadRequest(
+        raise Malformed(
             f"--public-url {value!r} is not an origin like https://library.example[:port]",
             "BAD_PUBLIC_URL",
         )

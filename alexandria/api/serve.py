@@ -16,7 +16,7 @@ from pathlib import Path
 
 from alexandria.api.origin import Origin, listen_url
 from alexandria.core.timestamps import now
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 from alexandria.files import private_dir, write_json
 from alexandria.service import front_end as front
 from alexandria.service import supervisor
@@ -100,7 +100,7 @@ def configure_witnesses(library: Library, options: list[str] | tuple[str, ...],
     endpoints = [WitnessEndpoint(*parse_witness_endpoint(o)) for o in options]
     WitnessPolicy(tuple(e.verifier for e in endpoints), quorum)  # checks the quorum
     if len({e.verifier.vkey for e in endpoints}) != len(endpoints):
-        raise BadRequest("the same witness key is given twice", "USAGE")
+        raise Malformed("the same witness key is given twice", "USAGE")
     library.cosigning = Cosigning(endpoints, quorum)
     library.checkpoints.listeners[:] = [library.cosigning.signed]
 

@@ -25,7 +25,7 @@ from alexandria.audit.answer_caps import answer_cap
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.log_wire import checkpoint_line, header_line
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 
 Fetch = Callable[[str], bytes]
 """``fetch(path_and_query) -> response body`` of a server; raises on a non-200 answer."""
@@ -45,7 +45,7 @@ def iter_server(fetch: Fetch) -> Iterator[bytes]:
         page = orjson.loads(fetch(f"/api/log/entries?start={start}&end={size}"))
         entries = page["entries"]
         if not entries:
-            raise ServiceError("the server returned an empty page of entries", "BAD_PAGE")
+            raise Failed("the server returned an empty page of entries", "BAD_PAGE")
         for entry in entries:
             yield canonical(entry) + b"\n"
             seq = entry.get("sequence") if isinstance(entry, dict) else None
@@ -66,7 +66,7 @@ def _server_checkpoints(fetch: Fetch, upto: int) -> Iterator[tuple[int, str]]:
             yield c["size"], c["note"]
         following = page["next"]
         if following is not None and (type(following) is not int or following <= after):
-            raise ServiceError(f"the server's page of checkpoints after {after} names next"
+            raise Failed(f"the server's page of checkpoints after {after} names next"
                                f" {str(following)[:40]}: it does not advance", "BAD_PAGE",
                                after=after)
         after = following

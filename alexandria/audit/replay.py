@@ -20,7 +20,7 @@ from typing import Any
 
 from alexandria.core import merkle
 from alexandria.core.trust import Genesis
-from alexandria.errors import AlexandriaError
+from alexandria.errors import Refused
 from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.authority import LOG_ROLE, check_authority_document
 from alexandria.rules.memory import MemoryLedger
@@ -156,7 +156,7 @@ def _write(fd: int, data: bytes | bytearray, offset: int) -> None:
         view, offset = view[done:], offset + done
 
 
-class AlreadyAdmitted(AlexandriaError):
+class AlreadyAdmitted(Refused):
     default_code = "DUPLICATE_ENTRY"
 
     def __init__(self, first: int) -> None:

@@ -69,7 +69,7 @@ from alexandria.core.log_wire import ENTRY_HEAD, EXPORT_FORMAT
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis, parse_revocation
 from alexandria.core.witness_policy import NotWitnessed, WitnessPolicy
-from alexandria.errors import AlexandriaError
+from alexandria.errors import AlexandriaError, Refused
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.rules.authority import LOG_ROLE, check_log_key
 from alexandria.rules.signed import check_signed_record
@@ -88,7 +88,7 @@ Progress = Callable[[int, int], None]
 # --- failures --------------------------------------------------------------------------------
 
 
-class VerificationFailed(AlexandriaError):
+class VerificationFailed(Refused):
     """The first thing that does not hold.  ``sequence`` names the entry (or, for a
     checkpoint, the leaf it stands after); 0 for the header."""
 
@@ -133,7 +133,7 @@ class ExportIncomplete(VerificationFailed):
 
 def _refused(sequence: int, step: str, exc: AlexandriaError) -> EntryRefused:
     return EntryRefused(sequence, step, f"{exc.message} [{exc.code}]", exc.code,
-                        status=exc.status, error=exc.details)
+                        error=exc.details)
 
 
 # --- lines -----------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ from alexandria.core.schema import content_schema
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.core.trust import Genesis
 from alexandria.core.witness_policy import WitnessPolicy
-from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.errors import AlexandriaError, Failed, Malformed, Refused
 from alexandria.rules.personal import MAX_ROOTS
 
 T = TypeVar("T")
@@ -113,7 +113,7 @@ class NotLoggedIn(SetupRequired):
     default_code = "NOT_LOGGED_IN"
 
 
-class KeptPending(AlexandriaError):
+class KeptPending(Failed):
     """``publish`` had no definitive answer: the signed envelope stays pending."""
 
     default_code = "UNREACHABLE"
@@ -284,7 +284,7 @@ class Agent:
         if "retry" in args:
             rev = args["retry"]
             if rev not in {p.id for p in self.outbox.pending()}:
-                raise BadRequest(f"{rev} is not pending", "NOT_PENDING", id=rev)
+                raise Malformed(f"{rev} is not pending", "NOT_PENDING", id=rev)
             return self.outbox.load(rev)
         key = args.get("idempotency_key")
         if key is not None:
@@ -311,7 +311,7 @@ class Agent:
         if entry is None:
             return None
         if entry.get("digest") != content_digest(content):
-            raise BadRequest(
+            raise Malformed(
                 f"idempotency_key {key!r} was used for other content (revision"
                 f" {entry.get('id')}); use a new key for new content",
                 "IDEMPOTENCY_KEY_REUSED", revision=entry.get("id"))
@@ -320,7 +320,7 @@ class Agent:
             return None
         if "error" in outcome:
             doc = outcome["error"]
-            raise AlexandriaError(doc["error"], doc["code"], **{
+            raise Refused(doc["error"], doc["code"], **{
                 **doc.get("details", {}), "idempotent_replay": True})
         return ({**outcome["answer"], "idempotent_replay": True},
                 f"{outcome['text']} (The first outcome of this idempotency_key: nothing was"
@@ -329,11 +329,11 @@ class Agent:
     async def publish(self, args: dict[str, Any]) -> Answer:
         given = [k for k in ("content", "contributions", "retry") if k in args]
         if len(given) != 1:
-            raise BadRequest("publish takes one of content, contributions or retry",
-                             "BAD_ARGUMENT", allowed=["content", "contributions", "retry"])
+            raise Malformed("publish takes one of content, contributions or retry",
+                            "BAD_ARGUMENT", allowed=["content", "contributions", "retry"])
         if "content" not in args and ({"idempotency_key", "allow_duplicate"} & set(args)):
-            raise BadRequest("idempotency_key and allow_duplicate go with content",
-                             "BAD_ARGUMENT", allowed=given)
+            raise Malformed("idempotency_key and allow_duplicate go with content",
+                            "BAD_ARGUMENT", allowed=given)
         self._signer("publish")
         if "contributions" in args:
             return await self._publish_many(args["contributions"])

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from alexandria.core.keys import HEX64, SigningKey
-from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.errors import Malformed, Refused
 from alexandria.files import NAME, append_line, read_json, write_json
 
 DEFAULT_LIBRARY = "http://127.0.0.1:8080"
 
 
-class SetupRequired(AlexandriaError):
+class SetupRequired(Refused):
     """The configuration lacks something a command needs (a key, a certificate, a library)."""
 
     default_code = "SETUP_REQUIRED"
@@ -60,8 +60,8 @@ def parse_names(text: str, source: str) -> dict[str, str]:
         if not fields or fields[0].startswith("#"):
             continue
         if len(fields) != 2 or not NAME.match(fields[0]) or not HEX64.match(fields[1]):
-            raise BadRequest(f"{source}:{number}: expected NAME REVISION", "BAD_NAMES_FILE",
-                             path=source, line=number)
+            raise Malformed(f"{source}:{number}: expected NAME REVISION", "BAD_NAMES_FILE",
+                            path=source, line=number)
         names[fields[0]] = fields[1]
     return names
 
@@ -164,8 +164,8 @@ class Home:
         value = read_json(self.library_path)
         if not (isinstance(value, dict) and isinstance(value.get("url"), str)
                 and isinstance(value.get("genesis"), str) and HEX64.match(value["genesis"])):
-            raise BadRequest(f'{self.library_path}: expected {{"url": URL, "genesis": PIN}}',
-                             "BAD_CONFIG_FILE", path=str(self.library_path))
+            raise Malformed(f'{self.library_path}: expected {{"url": URL, "genesis": PIN}}',
+                            "BAD_CONFIG_FILE", path=str(self.library_path))
         return LibraryConfig(value["url"], value["genesis"])
 
     def library_or_none(self) -> LibraryConfig | None:

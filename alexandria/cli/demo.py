@@ -37,7 +37,7 @@ import orjson
 from alexandria.cli.terminal import Progress, note, say
 from alexandria.core.contract import contract_bytes
 from alexandria.core.keys import SigningKey
-from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.errors import Failed, Malformed
 from alexandria.files import atomic_write, private_dir, write_json
 
 MARKER = ".alexandria-demo"
@@ -47,7 +47,7 @@ URL_FILE = "library.url"  # the URL served, for a second shell: $(cat alexandria
 START_TIMEOUT_S = 60.0
 
 
-class DemoFailed(AlexandriaError):
+class DemoFailed(Failed):
     default_code = "DEMO_FAILED"
 
 
@@ -105,7 +105,7 @@ def _made_by_demo(directory: Path) -> bool:
 def fresh_directory(directory: Path) -> None:
     if directory.exists() and any(directory.iterdir()):
         if not _made_by_demo(directory):
-            raise BadRequest(
+            raise Malformed(
                 f"{directory}/ exists and holds files the demo did not make: pass --dir",
                 "DIR_NOT_EMPTY", dir=str(directory),
             )
@@ -120,8 +120,8 @@ def check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as exc:
-            raise BadRequest(f"cannot listen on {host}:{port} ({exc.strerror}): pass --port",
-                             "PORT_IN_USE", host=host, port=port) from exc
+            raise Malformed(f"cannot listen on {host}:{port} ({exc.strerror}): pass --port",
+                            "PORT_IN_USE", host=host, port=port) from exc
 
 
 @contextlib.contextmanager

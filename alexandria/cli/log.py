@@ -24,9 +24,10 @@ from typing import IO, TYPE_CHECKING
 import orjson
 
 from alexandria.cli.terminal import json_line, warn_plain_http
+from alexandria.cli.usage import UsageError
 from alexandria.core.keys import HEX64
 from alexandria.core.witness_policy import WitnessPolicy, policy_of
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 from alexandria.files import atomic_stream
 
 if TYPE_CHECKING:
@@ -166,12 +167,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     url = _chosen_library(args)
     if args.db and url and getattr(args, "global_library", None):
-        raise BadRequest("give --db FILE or --library URL (one of them)", "USAGE")
+        raise UsageError("give --db FILE or --library URL (one of them)")
     if not args.db and not url:
         home = _home_library()
         if home is None:
-            raise BadRequest("which log? give --db FILE or --library URL (no library is"
-                             " configured in your config home)", "USAGE")
+            raise UsageError("which log? give --db FILE or --library URL (no library is"
+                             " configured in your config home)")
         url = home[0]
     bar = Bar("exporting", _progress_wanted(args))
     with ExitStack() as stack:
@@ -226,7 +227,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     _verify_source(args)
     if args.checkpoint and not args.entry:
-        raise BadRequest("--checkpoint goes with --entry", "USAGE")
+        raise UsageError("--checkpoint goes with --entry")
     policy = _witness_policy(args)
     if args.entry:
         return _verify_entry(args, policy)
@@ -276,27 +277,27 @@ def _verify_source(args: argparse.Namespace) -> None:
     ``args.genesis_pin``: what was given, else the config home's library and pin."""
     explicit = bool(getattr(args, "global_library", None))
     if args.export and explicit:
-        raise BadRequest("give an EXPORT file or --library URL (one of them)", "USAGE")
+        raise UsageError("give an EXPORT file or --library URL (one of them)")
     if args.export and args.entry:
-        raise BadRequest("--entry and --checkpoint check one revision on a server: give"
-                         " --library URL instead of EXPORT", "USAGE")
+        raise UsageError("--entry and --checkpoint check one revision on a server: give"
+                         " --library URL instead of EXPORT")
     home = _home_library()
     args.url = None if args.export else _chosen_library(args) or (home[0] if home else None)
     if not args.export and args.url is None:
-        raise BadRequest("what to verify? give an EXPORT file or --library URL (no library is"
-                         " configured in your config home)", "USAGE")
+        raise UsageError("what to verify? give an EXPORT file or --library URL (no library is"
+                         " configured in your config home)")
     if args.genesis_pin is None:
         if home is None or (args.url is not None and args.url != home[0]):
             where = f"{args.url} is not the library of your config home" if home and args.url \
                 else "no pin in your config home"
-            raise BadRequest(f"which genesis? {where}: pass --genesis-pin PIN, the pin the"
-                             " library's operator published", "GENESIS_PIN_REQUIRED",
-                             library=args.url)
+            raise Malformed(f"which genesis? {where}: pass --genesis-pin PIN, the pin the"
+                            " library's operator published", "GENESIS_PIN_REQUIRED",
+                            library=args.url)
         args.genesis_pin = home[1]
         print(f"verifying against the genesis pin of your config home: {home[1]}",
               file=sys.stderr)
     if not HEX64.match(args.genesis_pin):
-        raise BadRequest("--genesis-pin is 64 lowercase hex characters", "USAGE")
+        raise UsageError("--genesis-pin is 64 lowercase hex characters")
     if args.entry and not HEX64.match(args.entry):
         from alexandria.cli.config import Home
 
@@ -304,9 +305,9 @@ def _verify_source(args: argparse.Namespace) -> None:
         names = home_dir.names(Path(args.names) if args.names else None)
         rev = names.get(args.entry.removeprefix("$"))
         if rev is None:
-            raise BadRequest(f"--entry {args.entry!r} is neither a revision (64 lowercase hex)"
-                             f" nor a name in {args.names or home_dir.names_path}",
-                             "BAD_REVISION", value=args.entry[:100])
+            raise Malformed(f"--entry {args.entry!r} is neither a revision (64 lowercase hex)"
+                            f" nor a name in {args.names or home_dir.names_path}",
+                            "BAD_REVISION", value=args.entry[:100])
         args.entry = rev
 
 

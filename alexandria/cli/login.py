@@ -23,11 +23,12 @@ from alexandria.cli.config import Home, LibraryConfig, SetupRequired
 from alexandria.cli.participant import command, library_url
 from alexandria.cli.session import Session, fetch_genesis
 from alexandria.cli.terminal import emit_json, note, say
+from alexandria.cli.usage import UsageError
 from alexandria.client import Client, check_library_url
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.core.trust import parse_worker_certificate
-from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.errors import AlexandriaError, Malformed
 from alexandria.files import check_name, read_json, write_json
 
 if TYPE_CHECKING:
@@ -72,10 +73,10 @@ def cmd_login(args: argparse.Namespace) -> int:
     known = home.library_or_none()
     chosen = args.url or library_url(args) or (known.url if known else None)
     if not chosen:
-        raise BadRequest("which library? `alexandria login URL`", "USAGE")
+        raise UsageError("which library? `alexandria login URL`")
     url = check_library_url(chosen)
     if args.genesis is not None and not HEX64.match(args.genesis):
-        raise BadRequest("--genesis is a 64-hex pin", "BAD_PIN")
+        raise Malformed("--genesis is a 64-hex pin", "BAD_PIN")
     name = check_name(args.name or _default_name())
     scopes = parse_scopes([args.scopes])
     pin = args.genesis or (known.pin if known and known.url == url else None)

@@ -22,7 +22,7 @@ from alexandria.cli.terminal import note
 from alexandria.client import Client, check_library_url
 from alexandria.core.keys import HEX64
 from alexandria.core.witness_policy import policy_of
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 
 if TYPE_CHECKING:
     from alexandria.cli.agent import Login
@@ -55,7 +55,7 @@ def resolve(home: Home, chosen: str | None, pin: str | None
     from alexandria.cli.agent import Login
 
     if pin is not None and not HEX64.match(pin):
-        raise BadRequest("--genesis-pin is a 64-hex pin", "BAD_PIN")
+        raise Malformed("--genesis-pin is a 64-hex pin", "BAD_PIN")
     known = home.library_or_none()
     if chosen is None and known is None:
         raise SetupRequired(

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from alexandria.cli.command_table import EXIT_INTERRUPTED
 from alexandria.cli.participant import command
 from alexandria.cli.terminal import emit_json, note, say
-from alexandria.errors import BadRequest
+from alexandria.cli.usage import UsageError
+from alexandria.errors import Malformed
 
 if TYPE_CHECKING:
     from alexandria.store.log_floor import Published
@@ -95,7 +96,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from alexandria.store.postgresql.migrate import migrate
 
     if not is_database_url(args.to):
-        raise BadRequest(f"--to {args.to!r} is not a postgresql:// URL", "USAGE")
+        raise UsageError(f"--to {args.to!r} is not a postgresql:// URL")
     result = migrate(args.db, args.to)
     if args.json:
         emit_json(result.to_json())
@@ -124,7 +125,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from alexandria.store.backup import describe, restore
 
     if args.backup is None and args.catch_up is None:
-        raise BadRequest("give a BACKUP to restore, --catch-up URL|EXPORT, or both", "USAGE")
+        raise UsageError("give a BACKUP to restore, --catch-up URL|EXPORT, or both")
     result: dict[str, object] = {"db": display(args.db)}
     kept = _key_published(args.log_key)
     if args.backup is not None:
@@ -132,7 +133,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         result["restored"] = snap.size
         note(f"restored {args.backup} to {display(args.db)}: {snap.size} log entries")
     elif not has_library(args.db):
-        raise BadRequest(f"{display(args.db)}: no such library database", "NO_DATABASE")
+        raise Malformed(f"{display(args.db)}: no such library database", "NO_DATABASE")
     if args.catch_up is not None:
         before, after, stopped_by = asyncio.run(_catch_up(args.db, args.catch_up))
         result["caught_up"] = after - before
@@ -271,13 +272,13 @@ def cmd_mirror(args: argparse.Namespace) -> int:
             close()
         genesis = Genesis.from_document(document, args.pin)  # refuses another pin
     else:
-        raise BadRequest("a new mirror needs the origin's genesis pin (--pin) or genesis"
-                         " document (--genesis): it verifies everything against it", "USAGE")
+        raise UsageError("a new mirror needs the origin's genesis pin (--pin) or genesis"
+                         " document (--genesis): it verifies everything against it")
     if args.pin and genesis.pin != args.pin:
-        raise BadRequest(f"{display(args.db)} mirrors the library {genesis.pin}, not {args.pin}",
-                         "GENESIS_MISMATCH")
+        raise Malformed(f"{display(args.db)} mirrors the library {genesis.pin}, not {args.pin}",
+                        "GENESIS_MISMATCH")
     if not 0 < args.stale_after <= 86_400:
-        raise BadRequest("--stale-after is 0..86400 seconds", "USAGE")
+        raise UsageError("--stale-after is 0..86400 seconds")
     state = MirrorState(origin, stale_after=args.stale_after)
     library = Library(genesis, storage_for(args.db, genesis), mirror=state)
     say(f"genesis pin {genesis.pin}")

@@ -18,7 +18,7 @@ import orjson
 from alexandria.cli.config import DEFAULT_LIBRARY
 from alexandria.cli.participant import command, library_url
 from alexandria.cli.terminal import emit_json, note, say, warn_plain_http
-from alexandria.errors import BadRequest
+from alexandria.cli.usage import UsageError
 from alexandria.service.operator_dir import OperatorDir
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
 
     query_timeout = _query_timeout(args.query_timeout)
     if bool(args.genesis) != bool(args.db):
-        raise BadRequest("--genesis and --db go together", "USAGE")
+        raise UsageError("--genesis and --db go together")
     check_port_free(args.host, args.port)  # before anything is created or announced
     origin = Origin(public_url(args.public_url) if args.public_url else None,
                     args.trust_proxy_headers, listen_url(args.host, args.port))
@@ -125,7 +125,7 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
     # a newer or earlier layout, an old leaf format: refused before anything is served
     check_database(args.db or DataDir(Path(args.data_dir)).db)
     if args.read_db and not args.genesis:
-        raise BadRequest("--read-db goes with --genesis and --db postgresql://…", "USAGE")
+        raise UsageError("--read-db goes with --genesis and --db postgresql://…")
     if args.genesis:
         library = Library.from_files(args.genesis, args.db, args.log_key, args.read_db)
     else:
@@ -149,12 +149,12 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
     workers = args.workers if args.workers is not None else (
         1 if args.read_db else auto_workers())
     if workers < 1:
-        raise BadRequest("--workers must be at least 1", "USAGE")
+        raise UsageError("--workers must be at least 1")
     if args.read_db and (workers > 1 or args.writer_process):
-        raise BadRequest(
+        raise UsageError(
             "--read-db serves one process per node (--workers 1, no --writer-process): a node"
             " knows its own writes to read them back from the primary, other processes' it"
-            " does not; run more nodes for more processes", "USAGE")
+            " does not; run more nodes for more processes")
     url = f"http://{args.host}:{args.port}"
     pin_file = Path(args.genesis).with_suffix(".pin") if args.genesis else data.pin_path
     _write_pin(pin_file, library.genesis.pin)
@@ -174,7 +174,7 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
         genesis, db = str(data.genesis_path), str(data.db)
     access_log = sys.stdout.isatty() if args.access_log is None else args.access_log
     if args.admission_deadline is not None and not args.admission_deadline > 0:
-        raise BadRequest("--admission-deadline is a number of seconds above 0", "USAGE")
+        raise UsageError("--admission-deadline is a number of seconds above 0")
     config = ServeConfig(
         genesis=genesis, db=str(db), log_key=log_key, read_db=args.read_db,
         witnesses=tuple(args.witness), witness_quorum=args.witness_quorum,
@@ -193,7 +193,7 @@ def _query_timeout(value: float | None) -> float | None:
     if value is None:
         return DEFAULT_S
     if not value >= 0 or value == float("inf"):  # NaN too
-        raise BadRequest("--query-timeout is a number of seconds, 0 for no limit", "USAGE")
+        raise UsageError("--query-timeout is a number of seconds, 0 for no limit")
     return value or None
 
 
@@ -442,8 +442,7 @@ def _approve_code(args: argparse.Namespace) -> int:
     from alexandria.service.operator_dir import approve, enroll, parse_scopes
 
     if args.actor or args.worker or args.out:
-        raise BadRequest("CODE takes no --actor, --worker or --out: the request names them",
-                         "USAGE")
+        raise UsageError("CODE takes no --actor, --worker or --out: the request names them")
     code = normalize_code(args.code)
     op = _op(args)
     key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
@@ -481,8 +480,8 @@ def cmd_authority_approve(args: argparse.Namespace) -> int:
     if args.code:
         return _approve_code(args)
     if not (args.actor and args.worker and args.scopes):
-        raise BadRequest("give CODE (from `alexandria login`), or --actor, --worker and"
-                         " --scopes", "USAGE")
+        raise UsageError("give CODE (from `alexandria login`), or --actor, --worker and"
+                         " --scopes")
     op = _op(args)
     key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
     doc = approve(op, args.actor, args.worker, parse_scopes(args.scopes), args.days, key)

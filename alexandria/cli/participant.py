@@ -34,18 +34,12 @@ from alexandria.cli.terminal import (
     say,
     short,
 )
+from alexandria.cli.usage import UsageError
 from alexandria.client import check_library_url
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.core.trust import parse_worker_certificate
-from alexandria.errors import BadRequest, Forbidden
-
-
-class UsageError(BadRequest):
-    """Arguments that do not go together (exit status 2, as argparse's own)."""
-
-    default_code = "USAGE"
-
+from alexandria.errors import Malformed, NotPermitted
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -148,7 +142,7 @@ def session_of(args: argparse.Namespace) -> Session:
 def cmd_init(args: argparse.Namespace) -> int:
     home = Home.locate()
     if args.genesis is not None and not HEX64.match(args.genesis):
-        raise BadRequest("--genesis is a 64-hex pin", "BAD_PIN")
+        raise Malformed("--genesis is a 64-hex pin", "BAD_PIN")
     chosen = library_url(args)
     url = check_library_url(chosen) if chosen else None
     known = home.library_or_none()
@@ -162,7 +156,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if pin is None and not args.trust_served_genesis:
         # whoever answers at URL (or sits on the path to it) chooses what a served genesis
         # says: the pin must come from the operator, out of band
-        raise Forbidden(
+        raise NotPermitted(
             f"{url} serves genesis {genesis.pin}; compare it with the pin the operator"
             " published, then run again with --genesis PIN (or --trust-served-genesis)",
             "GENESIS_PIN_REQUIRED", served=genesis.pin, library=url,
@@ -191,7 +185,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         cert = parse_worker_certificate(doc, session.genesis())
         key = session.home.worker_key()
         if cert.worker != key.public_hex:
-            raise BadRequest(
+            raise Malformed(
                 f"this certificate is for worker {cert.worker}, not yours ({key.public_hex})",
                 "CERTIFICATE_KEY_MISMATCH", certificate_worker=cert.worker,
                 worker=key.public_hex,
@@ -312,7 +306,7 @@ def _drop(args: argparse.Namespace, home: Home, outbox: Outbox) -> int:
     known = {p.id: p for p in outbox.pending()}
     missing = [i for i in args.drop if i not in known]
     if missing:
-        raise BadRequest(
+        raise Malformed(
             f"not pending: {', '.join(missing)} (`alexandria pending` lists what is)",
             "NOT_PENDING", ids=missing, pending=sorted(known),
         )
@@ -338,7 +332,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
         known = {p.id: p for p in items}
         missing = [i for i in args.ids if i not in known]
         if missing:
-            raise BadRequest(f"not pending: {', '.join(missing)}", "NOT_PENDING", ids=missing)
+            raise Malformed(f"not pending: {', '.join(missing)}", "NOT_PENDING", ids=missing)
         items = [known[i] for i in args.ids]
     if not items:
         if args.json:

@@ -18,7 +18,7 @@ from alexandria.cli.participant import command, names_file_option, session_of
 from alexandria.cli.session import Session, body_of
 from alexandria.cli.terminal import emit_json, note, one_line, say
 from alexandria.client import ServerError
-from alexandria.errors import AlexandriaError
+from alexandria.errors import Conflict
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -71,7 +71,7 @@ def _update(session: Session, change: Callable[[dict[str, list[str]]], dict[str,
                 raise
             fresh = exc.details.get("state", "absent")
             state = _personal_read(session) if fresh == "absent" else fresh
-    raise AlexandriaError("your lists kept changing elsewhere; try again", "PERSONAL_BUSY")
+    raise Conflict("your lists kept changing elsewhere; try again", "PERSONAL_BUSY")
 
 
 def apply_action(session: Session, action: str, revisions: list[str]

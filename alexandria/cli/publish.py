@@ -24,7 +24,6 @@ from alexandria.cli.command_table import EXIT_PENDING, EXIT_REFUSED
 from alexandria.cli.config import Home
 from alexandria.cli.duplicates import DuplicateIndex
 from alexandria.cli.participant import (
-    UsageError,
     command,
     names_file_option,
     names_options,
@@ -52,7 +51,8 @@ from alexandria.cli.terminal import (
     say_lines,
     short,
 )
-from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.cli.usage import UsageError
+from alexandria.errors import AlexandriaError, Malformed
 from alexandria.files import check_name
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def _items(args: argparse.Namespace) -> Iterator[Item]:
                     value = parse_document(line, source)
                     name = value.pop("name", None) if isinstance(value, dict) else None
                     if name is not None and not isinstance(name, str):
-                        raise BadRequest(f"{source}: \"name\" is a string", "BAD_NAME")
+                        raise Malformed(f"{source}: \"name\" is a string", "BAD_NAME")
                     content = parse_content(orjson.dumps(value), source)
                     yield Item(source, content, check_name(name) if name is not None else None)
                 except AlexandriaError as exc:
@@ -161,7 +161,7 @@ def _open(path: str) -> Any:
     try:
         return open(path, "rb")
     except OSError as exc:
-        raise BadRequest(f"cannot read {path}: {exc.strerror}", "CANNOT_READ", path=path) from exc
+        raise Malformed(f"cannot read {path}: {exc.strerror}", "CANNOT_READ", path=path) from exc
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -546,10 +546,10 @@ def _edit(editor: str, text: str, head: str) -> str | None:
         try:
             status = subprocess.call([*shlex.split(editor), path])
         except (OSError, ValueError) as exc:
-            raise BadRequest(f"cannot run the editor ({editor}): {exc}; nothing was published",
+            raise Malformed(f"cannot run the editor ({editor}): {exc}; nothing was published",
                              "EDITOR_FAILED", editor=editor) from exc
         if status != 0:
-            raise BadRequest(f"the editor ({editor}) exited with status {status}; nothing was"
+            raise Malformed(f"the editor ({editor}) exited with status {status}; nothing was"
                              " published", "EDITOR_FAILED", editor=editor, status=status)
         edited = Path(path).read_text()
     finally:

@@ -26,7 +26,7 @@ from alexandria.cli.terminal import (
     say_lines,
     short,
 )
-from alexandria.errors import BadRequest, ResyncRequired
+from alexandria.errors import Malformed, ResyncRequired
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -197,7 +197,7 @@ def _pages(session: Session, root: str, limit: int, reset: bool
 
 def cmd_changes(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= 50:
-        raise BadRequest("--limit is 1..50", "BAD_PARAMETER")
+        raise Malformed("--limit is 1..50", "BAD_PARAMETER")
     session = session_of(args)
     try:
         root = session.revision(args.root)

@@ -38,7 +38,7 @@ from alexandria.core.records import (
 )
 from alexandria.core.timestamps import now
 from alexandria.core.trust import Genesis, WorkerCertificate, parse_worker_certificate
-from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.errors import AlexandriaError, Malformed, Refused
 from alexandria.files import check_name
 from alexandria.service.bootstrap import resolve_refs
 
@@ -52,7 +52,7 @@ CONTENT_FIELDS = ("kind", "title", "body", "links", "previous")
 _ALL_KINDS = (*PUBLIC_KINDS, *PERSONAL_KINDS)
 
 
-class ContentRefused(AlexandriaError):
+class ContentRefused(Refused):
     """Content the library would refuse, caught before it is signed: nothing is written to
     ``pending/`` or ``rejected/`` and nothing is sent.  Same code and details as the library's
     answer would carry."""
@@ -130,19 +130,19 @@ def read_input(source: str) -> bytes:
     try:
         return Path(source).read_bytes()
     except OSError as exc:
-        raise BadRequest(f"cannot read {source}: {exc.strerror}", "CANNOT_READ",
-                         path=source) from exc
+        raise Malformed(f"cannot read {source}: {exc.strerror}", "CANNOT_READ",
+                        path=source) from exc
 
 
 def parse_document(data: bytes, source: str) -> Any:
     try:
         value = parse_json(data)
     except AlexandriaError as exc:
-        raise BadRequest(f"{source}: {exc.message}", exc.code, path=source) from exc
+        raise Malformed(f"{source}: {exc.message}", exc.code, path=source) from exc
     where = find_float(value)
     if where is not None:
-        raise BadRequest(f"{source}: floats are not allowed in signed data (at {where or '/'})",
-                         "FLOAT_NOT_ALLOWED", path=source, pointer=where)
+        raise Malformed(f"{source}: floats are not allowed in signed data (at {where or '/'})",
+                        "FLOAT_NOT_ALLOWED", path=source, pointer=where)
     return value
 
 
@@ -152,11 +152,11 @@ def parse_content(data: bytes, source: str) -> dict[str, Any]:
     than silently dropped from what gets signed."""
     value = parse_document(data, source)
     if not isinstance(value, dict):
-        raise BadRequest(f"{source}: content is a JSON object", "CONTENT_SHAPE", path=source)
+        raise Malformed(f"{source}: content is a JSON object", "CONTENT_SHAPE", path=source)
     unknown = sorted(set(value) - set(CONTENT_FIELDS))
     missing = [k for k in ("kind", "title", "body") if k not in value]
     if unknown or missing:
-        raise BadRequest(
+        raise Malformed(
             f"{source}: content has the fields {list(CONTENT_FIELDS)}"
             + (f"; unknown {unknown}" if unknown else "")
             + (f"; missing {missing}" if missing else ""),
@@ -170,7 +170,7 @@ def parse_refs(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         name, sep, rev = pair.partition("=")
         if not sep or not HEX64.match(rev):
-            raise BadRequest(f"--ref {pair!r}: expected NAME=REVISION (64 hex)", "BAD_REF")
+            raise Malformed(f"--ref {pair!r}: expected NAME=REVISION (64 hex)", "BAD_REF")
         refs[check_name(name.removeprefix("$"))] = rev
     return refs
 
@@ -260,7 +260,7 @@ class Session:
             resolved: dict[str, Any] = resolve_refs(content, self.names(refs))
         except KeyError as exc:
             name = str(exc.args[0]).removeprefix("unknown reference ")
-            raise BadRequest(
+            raise Malformed(
                 f"unknown reference {name}: publish it with --name {name[1:]}, or pass"
                 f" --ref {name[1:]}=REVISION", "UNKNOWN_REFERENCE", reference=name,
             ) from exc
@@ -283,7 +283,7 @@ class Session:
         name = text.removeprefix("$")
         if name in names:
             return names[name]
-        raise BadRequest(
+        raise Malformed(
             f"{text!r} is neither a revision (64 lowercase hex, or its first 8 or more) nor a"
             " name in"
             f" {self.names_path or self.home.names_path}", "BAD_REVISION", value=text[:100],
@@ -334,7 +334,7 @@ def fetch_genesis(client: Client, pin: str | None) -> Genesis:
         raise
 
 
-class RecordNotVerified(AlexandriaError):
+class RecordNotVerified(Refused):
     """A record the library served does not check against the pinned genesis (exit 6)."""
 
     default_code = "NOT_VERIFIED"

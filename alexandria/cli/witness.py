@@ -12,9 +12,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from alexandria.cli.usage import UsageError
 from alexandria.core import note
 from alexandria.core.keys import HEX64
-from alexandria.errors import BadRequest
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -45,14 +45,13 @@ def parse_log_option(value: str) -> tuple[str, note.Verifier]:
     """``ORIGIN=VKEY`` (or ``ORIGIN=HEX``): a log key, whose name must be the origin."""
     origin, eq, key = value.partition("=")
     if not eq or not origin:
-        raise BadRequest(f"--log {value!r}: expected ORIGIN=VKEY", "USAGE")
+        raise UsageError(f"--log {value!r}: expected ORIGIN=VKEY")
     if HEX64.match(key):
         verifier = note.Verifier(origin, note.ED25519, bytes.fromhex(key))
     else:
         verifier = note.parse_vkey(key)
     if verifier.name != origin or verifier.key_type != note.ED25519:
-        raise BadRequest(f"--log {value!r}: the key is not an Ed25519 key named {origin!r}",
-                         "USAGE")
+        raise UsageError(f"--log {value!r}: the key is not an Ed25519 key named {origin!r}")
     return origin, verifier
 
 

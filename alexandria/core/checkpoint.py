@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from alexandria.core import note
 from alexandria.core.keys import HEX64, SigningKey, verify_raw
-from alexandria.errors import Unprocessable
+from alexandria.errors import Invalid
 
 __all__ = [
     "ED25519_SIGNATURE_TYPE",
@@ -53,7 +53,7 @@ ROOT_SIZE = 32
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")
 
 
-class CheckpointError(Unprocessable):
+class CheckpointError(Invalid):
     """A checkpoint or signed note that is malformed, mis-signed or for another log."""
 
     default_code = "CHECKPOINT_INVALID"

@@ -15,7 +15,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 
 HEX64 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would also accept a trailing newline
 HEX128 = re.compile(r"^[0-9a-f]{128}\Z")
@@ -42,7 +42,7 @@ class SigningKey:
     @classmethod
     def from_hex(cls, seed_hex: str) -> SigningKey:
         if not HEX64.match(seed_hex):
-            raise BadRequest("a private key is 64 lowercase hex characters", "BAD_KEY_FILE")
+            raise Malformed("a private key is 64 lowercase hex characters", "BAD_KEY_FILE")
         return cls(bytes.fromhex(seed_hex))
 
     @property
@@ -67,7 +67,7 @@ class SigningKey:
     def load(cls, path: str | os.PathLike[str]) -> SigningKey:
         text = Path(path).read_text()
         if not text.endswith("\n") or text.count("\n") != 1:
-            raise BadRequest(f"{path}: a key file is one line of hex and a newline", "BAD_KEY_FILE")
+            raise Malformed(f"{path}: a key file is one line of hex and a newline", "BAD_KEY_FILE")
         return cls.from_hex(text.strip())
 
 

@@ -18,7 +18,7 @@ in Python and in SQL, is derived here from these named prefixes — never writte
 from __future__ import annotations
 
 from alexandria.core.timestamps import parse_ms
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 
 LEAF_FORMAT = "alexandria.leaf/2"
 """Recorded in the ``meta`` table of every library: leaves commit to their admission time.
@@ -38,7 +38,7 @@ RECORD_OFFSET = DOCUMENT_OFFSET + len(CONTRIBUTION_HEAD)
 """Where a contribution's record starts in its leaf (0-based)."""
 
 
-class LeafMalformed(BadRequest):
+class LeafMalformed(Malformed):
     default_code = "LEAF_MALFORMED"
 
 

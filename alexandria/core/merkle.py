@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 
-from alexandria.errors import BadRequest, Unprocessable
+from alexandria.errors import Invalid, Malformed
 
 __all__ = [
     "EMPTY_ROOT",
@@ -59,7 +59,7 @@ Node = tuple[int, int, bytes]
 """A perfect node as stored: ``(level, index, hash)``."""
 
 
-class MerkleError(Unprocessable):
+class MerkleError(Invalid):
     """An inclusion or consistency proof does not verify (or is malformed)."""
 
     default_code = "MERKLE_PROOF_INVALID"
@@ -69,7 +69,7 @@ class MerkleError(Unprocessable):
         self.reason = reason
 
 
-class MerkleRangeError(BadRequest):
+class MerkleRangeError(Malformed):
     """A proof or subtree was requested for sizes or indices that do not describe one."""
 
     default_code = "MERKLE_RANGE_INVALID"

@@ -41,7 +41,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from alexandria.core.keys import SigningKey
-from alexandria.errors import BadRequest, Unprocessable
+from alexandria.errors import Invalid, Malformed
 
 __all__ = [
     "COSIGNATURE_V1",
@@ -76,7 +76,7 @@ _KEY_ID_HEX = re.compile(r"[0-9a-f]{8}")
 _PRIVATE_PREFIX = "PRIVATE+KEY+"
 
 
-class NoteError(Unprocessable):
+class NoteError(Invalid):
     """A signed note that is malformed, or whose trusted signature does not verify."""
 
     default_code = "NOTE_INVALID"
@@ -86,7 +86,7 @@ class NoteError(Unprocessable):
         self.reason = reason
 
 
-class NoteKeyError(BadRequest):
+class NoteKeyError(Malformed):
     """A verifier or signer key string that is not well formed (name, id, type, length)."""
 
     default_code = "NOTE_KEY_INVALID"

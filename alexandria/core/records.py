@@ -23,13 +23,7 @@ from alexandria.core.canonical import (
 from alexandria.core.keys import HEX64, HEX128, SigningKey
 from alexandria.core.leaf import document_record, document_signature
 from alexandria.core.timestamps import parse_ms
-from alexandria.errors import (
-    AlexandriaError,
-    BadRequest,
-    Forbidden,
-    PayloadTooLarge,
-    Unprocessable,
-)
+from alexandria.errors import AlexandriaError, Invalid, Malformed, NotPermitted, TooLarge
 
 CONTRIBUTION_FORMAT = "alexandria.contribution/3"
 RECORD_FIELDS = (
@@ -50,15 +44,15 @@ MAX_BODY_CHARACTERS = 48_000
 _RELATION = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 
 
-class RecordInvalid(Unprocessable):
+class RecordInvalid(Invalid):
     default_code = "RECORD_INVALID"
 
 
-class EnvelopeShape(BadRequest):
+class EnvelopeShape(Malformed):
     default_code = "BAD_ENVELOPE"
 
 
-class GenesisMismatch(Forbidden):
+class GenesisMismatch(NotPermitted):
     default_code = "GENESIS_MISMATCH"
 
 
@@ -232,7 +226,7 @@ class Envelope:
 def parse_envelope_bytes(body: bytes) -> Envelope:
     """Body size (before parsing), then envelope shape.  413 / 400."""
     if len(body) > MAX_ENVELOPE_BYTES:
-        raise PayloadTooLarge(
+        raise TooLarge(
             f"request body is {len(body)} bytes; at most {MAX_ENVELOPE_BYTES}", "BODY_TOO_LARGE",
             limit=MAX_ENVELOPE_BYTES, actual=len(body),
         )
@@ -263,7 +257,7 @@ def envelope_document(env: Envelope) -> bytes:
     """``JCS(envelope)``: the document a contribution's log leaf holds, at most 65,536 bytes."""
     data = canonical_parsed(env.raw)
     if len(data) > MAX_ENVELOPE_BYTES:
-        raise PayloadTooLarge(
+        raise TooLarge(
             f"canonical envelope is {len(data)} bytes; at most {MAX_ENVELOPE_BYTES}",
             "ENVELOPE_TOO_LARGE", limit=MAX_ENVELOPE_BYTES, actual=len(data),
         )

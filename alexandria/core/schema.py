@@ -25,10 +25,10 @@ import jsonschema_rs
 
 from alexandria.core.canonical import pointer
 from alexandria.core.contract import write_contract
-from alexandria.errors import Unprocessable
+from alexandria.errors import Invalid
 
 
-class SchemaViolation(Unprocessable):
+class SchemaViolation(Invalid):
     default_code = "SCHEMA_VIOLATION"
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from alexandria.core import note
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -42,7 +42,7 @@ _DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")
 _MAX_SIZE = (1 << 64) - 1
 
 
-class WitnessRequestError(BadRequest):
+class WitnessRequestError(Malformed):
     """An ``add-checkpoint`` body that is not well formed (400)."""
 
     default_code = "WITNESS_REQUEST_MALFORMED"

@@ -29,7 +29,7 @@ from alexandria.core.cache import Bounded
 from alexandria.core.canonical import canonical, canonical_parsed, sha256_hex
 from alexandria.core.keys import HEX64, HEX128, SigningKey, verify
 from alexandria.core.timestamps import parse_ms
-from alexandria.errors import AlexandriaError, BadRequest, Forbidden
+from alexandria.errors import AlexandriaError, Malformed, NotPermitted
 
 GENESIS_FORMAT = "alexandria.genesis/1"
 AUTHORITY_FORMAT = "alexandria.authority-certificate/1"
@@ -41,11 +41,11 @@ SCOPES = ("library.comment", "library.curate", "library.publish", "library.vote"
 _ORIGIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*(:[0-9]{1,5})?(/[A-Za-z0-9._~\-]+)*\Z")
 
 
-class CertificateInvalid(Forbidden):
+class CertificateInvalid(NotPermitted):
     default_code = "CERTIFICATE_INVALID"
 
 
-class DocumentShape(BadRequest):
+class DocumentShape(Malformed):
     default_code = "BAD_DOCUMENT"
 
 
@@ -128,7 +128,7 @@ def parse_signed(doc: Any, name: str, error: type[AlexandriaError] = DocumentSha
             # verified — as the signature failure it is (PROTOCOL §6: 403), whatever else the
             # document holds, so that a key signing twice towards a threshold is answered as
             # a threshold not met always was
-            raise Forbidden(
+            raise NotPermitted(
                 f"key {s['key']} signs the document twice: each key signs at most once",
                 "DUPLICATE_SIGNATURE", pointer=f"/signatures/{i}", key=s["key"],
             )

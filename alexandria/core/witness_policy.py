@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alexandria.core import note
-from alexandria.errors import BadRequest, Unprocessable
+from alexandria.errors import Invalid, Malformed
 
 
-class NotWitnessed(Unprocessable):
+class NotWitnessed(Invalid):
     """A checkpoint without the quorum of valid cosignatures a policy asks for."""
 
     default_code = "CHECKPOINT_NOT_WITNESSED"
@@ -28,7 +28,7 @@ class WitnessPolicy:
 
     def __post_init__(self) -> None:
         if not 0 <= self.quorum <= len(self.witnesses):
-            raise BadRequest(
+            raise Malformed(
                 f"a witness quorum of {self.quorum} needs at least that many witnesses"
                 f" (given {len(self.witnesses)})", "USAGE", quorum=self.quorum,
                 witnesses=len(self.witnesses),
@@ -61,15 +61,15 @@ def policy_of(witness: list[str], quorum: int | None) -> WitnessPolicy | None:
         return None
     verifiers = tuple(parse_witness_option(w) for w in witness)
     if len({v.vkey for v in verifiers}) != len(verifiers):
-        raise BadRequest("the same witness key is given twice", "USAGE")
+        raise Malformed("the same witness key is given twice", "USAGE")
     return WitnessPolicy(verifiers, len(verifiers) if quorum is None else quorum)
 
 
 def parse_witness_vkey(name: str, vkey: str, option: str) -> note.Verifier:
     verifier = note.parse_vkey(vkey)
     if verifier.name != name or verifier.key_type != note.COSIGNATURE_V1:
-        raise BadRequest(f"{option}: {vkey!r} is not a cosignature/v1 (type 0x04) key named"
-                         f" {name!r}", "USAGE")
+        raise Malformed(f"{option}: {vkey!r} is not a cosignature/v1 (type 0x04) key named"
+                        f" {name!r}", "USAGE")
     return verifier
 
 
@@ -77,7 +77,7 @@ def parse_witness_option(value: str) -> note.Verifier:
     """``NAME=VKEY`` (verifiers)."""
     name, eq, vkey = value.partition("=")
     if not eq:
-        raise BadRequest(f"--witness {value!r}: expected NAME=VKEY", "USAGE")
+        raise Malformed(f"--witness {value!r}: expected NAME=VKEY", "USAGE")
     return parse_witness_vkey(name, vkey, f"--witness {name}")
 
 
@@ -87,8 +87,8 @@ def parse_witness_endpoint(value: str) -> tuple[str, note.Verifier]:
     name, eq, rest = value.partition("=")
     at = rest.rfind(f"+{name}+") if eq and name else -1
     if at <= 0:
-        raise BadRequest(f"--witness {value!r}: expected NAME=URL+VKEY", "USAGE")
+        raise Malformed(f"--witness {value!r}: expected NAME=URL+VKEY", "USAGE")
     url, vkey = rest[:at], rest[at + 1:]
     if not url.startswith(("http://", "https://")):
-        raise BadRequest(f"--witness {name}: {url!r} is not an http(s) URL", "USAGE")
+        raise Malformed(f"--witness {name}: {url!r} is not an http(s) URL", "USAGE")
     return url.rstrip("/"), parse_witness_vkey(name, vkey, f"--witness {name}")

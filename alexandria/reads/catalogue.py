@@ -26,7 +26,7 @@ import orjson
 from alexandria.core.leaf import record_sql
 from alexandria.core.records import OBJECT_KINDS
 from alexandria.core.search_text import LEVEL_MARK, snippet, words
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 from alexandria.store import read_sql
 from alexandria.store.read_ahead import Key
 from alexandria.store.search_index import LISTED_KINDS, actor_id
@@ -84,13 +84,13 @@ class CatalogueQuery:
 
 def check_query(q: str) -> None:
     if len(q) > MAX_QUERY_CHARACTERS:
-        raise BadRequest(
+        raise Malformed(
             f"q is {len(q)} characters; at most {MAX_QUERY_CHARACTERS}", "QUERY_TOO_LONG",
             parameter="q", limit=MAX_QUERY_CHARACTERS, actual=len(q),
         )
     count = len(CatalogueQuery(q=q).query_words())
     if count > MAX_QUERY_WORDS:
-        raise BadRequest(
+        raise Malformed(
             f"q has {count} distinct words; at most {MAX_QUERY_WORDS}", "QUERY_TOO_LONG",
             parameter="q", limit=MAX_QUERY_WORDS, actual=count,
         )

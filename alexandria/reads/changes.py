@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from alexandria.core import merkle
-from alexandria.errors import BadRequest, NotFound, ResyncRequired, ServiceError
+from alexandria.errors import Failed, Malformed, NotFound, ResyncRequired
 from alexandria.reads import members
 from alexandria.store import read_sql
 from alexandria.store.interface import Records
@@ -73,7 +73,7 @@ _CURSOR_TEXT = re.compile(rf"[A-Za-z0-9_-]{{{CURSOR_CHARS}}}")
 _ROOT = re.compile(r"[0-9a-f]{64}")
 
 
-class BadCursor(BadRequest):
+class BadCursor(Malformed):
     """A cursor this server did not issue for this root: malformed, truncated or forged."""
 
     default_code = "BAD_CURSOR"
@@ -156,11 +156,11 @@ def decode_cursor(text: str, secret: bytes) -> Cursor:
 
 def check_root(value: str | None) -> str:
     if value is None:
-        raise BadRequest("root is required: the root id of the object to follow",
-                         "MISSING_PARAMETER", parameter="root")
+        raise Malformed("root is required: the root id of the object to follow",
+                        "MISSING_PARAMETER", parameter="root")
     if not _ROOT.fullmatch(value):
-        raise BadRequest("root is 64 lowercase hex characters", "BAD_PARAMETER",
-                         parameter="root", value=value[:100])
+        raise Malformed("root is 64 lowercase hex characters", "BAD_PARAMETER",
+                        parameter="root", value=value[:100])
     return value
 
 
@@ -263,7 +263,7 @@ def render(page: Page, cursor: str) -> bytes:
 def _meta(conn: sqlite3.Connection, key: str) -> str:
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
     if row is None:
-        raise ServiceError(f"meta {key!r} is missing", "STORAGE_CORRUPT")
+        raise Failed(f"meta {key!r} is missing", "STORAGE_CORRUPT")
     return str(row[0])
 
 
@@ -279,8 +279,8 @@ def _followable(conn: sqlite3.Connection, root: str) -> int:
     if row is None:
         raise NotFound(f"no object with root {root}", "UNKNOWN_ROOT", root=root)
     if row[1] != root:
-        raise BadRequest("root names a revision that is not a root: follow its root",
-                         "NOT_A_ROOT", parameter="root", root=row[1])
+        raise Malformed("root names a revision that is not a root: follow its root",
+                        "NOT_A_ROOT", parameter="root", root=row[1])
     return int(row[0])
 
 
@@ -301,7 +301,7 @@ def read_changes(
         def fetch(seq: int) -> bytes:
             data = source.signed(conn, seq)
             if data is None:
-                raise ServiceError(f"feed entry {seq} has no revision", "STORAGE_CORRUPT")
+                raise Failed(f"feed entry {seq} has no revision", "STORAGE_CORRUPT")
             return data
 
         trees = members.deep_trees(conn, owner)

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from alexandria.core.log_wire import PAGE_CHECKPOINTS, checkpoint_line, entry_bytes, header_line
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.reads import log
 from alexandria.store.backends import display, open_readonly
 from alexandria.store.merkle_nodes import tree_size
@@ -28,10 +28,10 @@ def iter_db(path: str | Path) -> Iterator[bytes]:
         try:
             row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
         except sqlite3.DatabaseError as exc:
-            raise ServiceError(f"{display(path)} is not an Alexandria database",
+            raise Failed(f"{display(path)} is not an Alexandria database",
                                "NOT_A_LIBRARY") from exc
         if row is None:
-            raise ServiceError(f"{display(path)} is not an Alexandria database",
+            raise Failed(f"{display(path)} is not an Alexandria database",
                                "NOT_A_LIBRARY")
         check_leaf_format(conn, display(path))
         size = tree_size(conn)
@@ -46,7 +46,7 @@ def iter_db(path: str | Path) -> Iterator[bytes]:
                 (done, size, _DB_WINDOW),
             ).fetchall()
             if not rows:
-                raise ServiceError(f"leaf {done + 1} is missing", "LOG_CORRUPT")
+                raise Failed(f"leaf {done + 1} is missing", "LOG_CORRUPT")
             for seq, kind, leaf in rows:
                 yield entry_bytes(seq, kind, bytes(leaf)) + b"\n"
                 while pending is not None and pending.size == seq:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.core.log_wire import PAGE_BYTES, PAGE_CHECKPOINTS, PAGE_ENTRIES, entry_bytes
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 from alexandria.store import cosignatures
 from alexandria.store.merkle_nodes import read_together, tree_size
 
@@ -28,7 +28,7 @@ _log = logging.getLogger("alexandria.reads.log")
 
 
 
-class LogRange(BadRequest):
+class LogRange(Malformed):
     default_code = "LOG_RANGE"
 
 

@@ -21,7 +21,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 
-from alexandria.errors import BadRequest, Conflict, NotFound
+from alexandria.errors import Conflict, Malformed, NotFound
 
 #: The shortest prefix looked up: 32 bits, so that a prefix printed by a page names one thing in
 #: all but enormous libraries, and a range read stays small.
@@ -64,7 +64,7 @@ def is_prefix(value: str) -> bool:
 
 def parse_prefix(value: str, parameter: str = "id") -> str:
     if not is_prefix(value):
-        raise BadRequest(
+        raise Malformed(
             f"an id is 64 lowercase hex characters, or its first {MIN_PREFIX} or more",
             "BAD_ID", parameter=parameter, value=value[:100], minimum=MIN_PREFIX,
         )

@@ -25,7 +25,7 @@ from alexandria.core.schema import validate_content
 from alexandria.core.search_text import IndexText
 from alexandria.core.search_text import index_text as text_for_index
 from alexandria.core.trust import Genesis, WorkerCertificate, parse_worker_certificate
-from alexandria.errors import AlexandriaError, Forbidden
+from alexandria.errors import AlexandriaError, NotPermitted
 from alexandria.rules.authority import check_authority, check_scope
 from alexandria.rules.state import check_state, check_timestamps
 from alexandria.rules.view import Retry, StateView, Verdict
@@ -61,7 +61,7 @@ def prepare(
     document = envelope_document(env)
     deferred: AlexandriaError | None = None
     if not proof_is_hex(env.proof) or not verify(cert.worker, env.proof, record.canonical):
-        deferred = Forbidden(
+        deferred = NotPermitted(
             "proof is not the worker key's signature over JCS(record)", "PROOF_INVALID",
             worker=cert.worker,
         )

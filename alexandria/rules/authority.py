@@ -34,7 +34,7 @@ from alexandria.core.trust import (
     document_name,
     prepare_revocation,
 )
-from alexandria.errors import BadRequest, Forbidden, ServiceError
+from alexandria.errors import Failed, Malformed, NotPermitted
 from alexandria.rules.view import AuthorityView, StateView
 
 NATIVE_ROLE = "native-application"
@@ -55,7 +55,7 @@ SCOPE_OF_KIND: Mapping[str, str] = MappingProxyType(_scopes())
 """The scope a worker certificate must grant to sign a record of each kind."""
 
 
-class AuthorityRefused(Forbidden):
+class AuthorityRefused(NotPermitted):
     default_code = "AUTHORITY_REFUSED"
 
 
@@ -196,7 +196,7 @@ def prepare_authority_document(document: Any, genesis: Genesis) -> AuthorityDocu
         payload = document["certificate"]
         if isinstance(payload, dict) and payload.get("format") != AUTHORITY_FORMAT:
             # not a document this route admits: a shape error (400), like any other
-            raise BadRequest(
+            raise Malformed(
                 f"only {AUTHORITY_FORMAT} documents are admitted here; worker certificates"
                 " travel inside envelopes", "NOT_AN_AUTHORITY_DOCUMENT",
                 allowed=[AUTHORITY_FORMAT, REVOCATION_FORMAT],
@@ -206,7 +206,7 @@ def prepare_authority_document(document: Any, genesis: Genesis) -> AuthorityDocu
     if name == "revocation":
         claim = prepare_revocation(document, genesis)
         return AuthorityDocument(name, canonical(claim.document), revocation=claim)
-    raise BadRequest(
+    raise Malformed(
         f"a {name!r} document is not admitted here: send an authority certificate or a"
         " revocation", "BAD_DOCUMENT", allowed=["certificate", "revocation"],
     )
@@ -250,7 +250,7 @@ def check_authority_document(
 # --- the log key -----------------------------------------------------------------------------
 
 
-class LogUnavailable(ServiceError):
+class LogUnavailable(Failed):
     """The log cannot sign the checkpoint a reader needs (503): no log key, or a key without
     a valid admitted ``log`` certificate.  Persisted checkpoints stay readable."""
 

@@ -35,7 +35,7 @@ from alexandria.core.keys import HEX64
 from alexandria.core.leaf import CONTRIBUTION_HEAD
 from alexandria.core.records import Record
 from alexandria.core.timestamps import format_ms
-from alexandria.errors import Conflict, Unprocessable
+from alexandria.errors import Conflict, Invalid
 from alexandria.rules.admission import Candidate
 from alexandria.rules.authority import check_authority
 from alexandria.rules.state import CLOCK_SKEW_MS
@@ -49,7 +49,7 @@ WINDOW_MS = 5 * 60 * 1000
 TARGET_KINDS = ("claim", "discussion", "document", "space")
 
 
-class PersonalViolation(Unprocessable):
+class PersonalViolation(Invalid):
     default_code = "PERSONAL_RULE"
 
 

@@ -29,7 +29,7 @@ from alexandria.core.leaf import leaf_bytes
 from alexandria.core.records import PUBLIC_KINDS
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis
-from alexandria.errors import BadRequest, Forbidden
+from alexandria.errors import Malformed, NotPermitted
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.rules.authority import check_authority
 
@@ -37,11 +37,11 @@ SIGNED_FIELDS = frozenset(("admission", "id", "record", "root", "signature"))
 ADMISSION_FIELDS = frozenset(("admitted_at", "authority", "sequence"))
 
 
-class SignedRecordShape(BadRequest):
+class SignedRecordShape(Malformed):
     default_code = "SIGNED_RECORD_SHAPE"
 
 
-class RevisionMismatch(Forbidden):
+class RevisionMismatch(NotPermitted):
     default_code = "REVISION_MISMATCH"
 
 

@@ -53,7 +53,7 @@ from typing import Any
 from alexandria.core.records import PUBLIC_KINDS, Link, Record
 from alexandria.core.schema import validate_content
 from alexandria.core.trust import WorkerCertificate
-from alexandria.errors import Conflict, Unprocessable
+from alexandria.errors import Conflict, Invalid
 from alexandria.rules.view import RevisionFacts, StateView, Verdict
 
 FEED_RELATIONS = (
@@ -71,7 +71,7 @@ MAX_DEPTH = 64
 CLOCK_SKEW_MS = 60_000
 
 
-class RuleViolation(Unprocessable):
+class RuleViolation(Invalid):
     default_code = "STATE_RULE"
 
 
@@ -490,7 +490,7 @@ def _check_proposal(state: StateView, base: RevisionFacts, body: Mapping[str, An
     }
     try:
         validate_content(proposed)
-    except Unprocessable as exc:
+    except Invalid as exc:
         raise _refuse(f"the proposed content is not a valid {base.kind}: {exc.message}",
                       "PROPOSAL_INVALID", pointer="/body" + exc.details.get("pointer", "")) from exc
     links = [Link(lk["relation"], lk["target"]) for lk in body["links"]]

@@ -33,7 +33,7 @@ from alexandria.core import merkle
 from alexandria.core.checkpoint import Checkpoint, sign_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import format_ms, parse_ms
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.reads.log import StoredCheckpoint, latest_checkpoint
 from alexandria.rules.authority import LOG_ROLE, LogUnavailable, check_log_key
 from alexandria.service.published import Published, PublishedCheckpoint
@@ -207,7 +207,7 @@ async def _run(signer: CheckpointSigner, interval: float) -> None:
             await signer.tick()
             reported = ""
         except Exception as exc:  # keep signing later: the cause may be transient
-            code = exc.code if isinstance(exc, ServiceError) else type(exc).__name__
+            code = exc.code if isinstance(exc, Failed) else type(exc).__name__
             if code != reported:  # say it once, not once a second
                 _log.warning("not signing checkpoints: %s [%s]", exc, code)
                 reported = code

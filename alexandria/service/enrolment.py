@@ -42,7 +42,7 @@ from alexandria.core.canonical import canonical, parse_json
 from alexandria.core.keys import HEX64, verify
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.core.trust import SCOPES
-from alexandria.errors import BadRequest, Forbidden, RateLimited
+from alexandria.errors import Malformed, NotPermitted, RateLimited
 from alexandria.files import NAME
 
 PURPOSE = "alexandria.enrolment/1"
@@ -93,34 +93,34 @@ def normalize_code(text: str) -> str:
     flat = text.strip().upper().replace("-", "").replace(" ", "")
     flat = flat.replace("O", "0").replace("I", "1").replace("L", "1")
     if len(flat) != 8 or any(c not in ALPHABET for c in flat):
-        raise BadRequest("an enrolment code is 8 characters, like K7QF-2XMB", "BAD_CODE")
+        raise Malformed("an enrolment code is 8 characters, like K7QF-2XMB", "BAD_CODE")
     return f"{flat[:4]}-{flat[4:]}"
 
 
 def parse_request(body: bytes, genesis_pin: str) -> EnrolmentRequest:
     if len(body) > MAX_REQUEST_BYTES:
-        raise BadRequest(f"an enrolment request is at most {MAX_REQUEST_BYTES} bytes",
-                         "BODY_TOO_LARGE", limit=MAX_REQUEST_BYTES)
+        raise Malformed(f"an enrolment request is at most {MAX_REQUEST_BYTES} bytes",
+                        "BODY_TOO_LARGE", limit=MAX_REQUEST_BYTES)
     value = parse_json(body)
     fields = {"worker", "name", "scopes", "proof"}
     if not isinstance(value, dict) or set(value) != fields:
-        raise BadRequest(f"an enrolment request has exactly the fields {sorted(fields)}",
-                         "ENROLMENT_SHAPE", allowed=sorted(fields))
+        raise Malformed(f"an enrolment request has exactly the fields {sorted(fields)}",
+                        "ENROLMENT_SHAPE", allowed=sorted(fields))
     worker, name, scopes, proof = (value[k] for k in ("worker", "name", "scopes", "proof"))
     if not isinstance(worker, str) or not HEX64.match(worker):
-        raise BadRequest("worker is the 64-hex public key", "BAD_KEY", pointer="/worker")
+        raise Malformed("worker is the 64-hex public key", "BAD_KEY", pointer="/worker")
     if not isinstance(name, str) or not NAME.match(name):
-        raise BadRequest("name: letters, digits, _ . - (at most 64)", "BAD_NAME",
-                         pointer="/name")
+        raise Malformed("name: letters, digits, _ . - (at most 64)", "BAD_NAME",
+                        pointer="/name")
     if not isinstance(scopes, list) or not scopes or len(scopes) > len(SCOPES) \
             or len(set(map(str, scopes))) != len(scopes) \
             or any(s not in SCOPES for s in scopes):
-        raise BadRequest("scopes: a non-empty list of distinct scopes", "BAD_SCOPE",
-                         pointer="/scopes", allowed=list(SCOPES))
+        raise Malformed("scopes: a non-empty list of distinct scopes", "BAD_SCOPE",
+                        pointer="/scopes", allowed=list(SCOPES))
     if not isinstance(proof, str) or not verify(worker, proof,
                                                 signed_bytes(genesis_pin, worker, name, scopes)):
-        raise BadRequest("proof is not the worker key's signature of the request",
-                         "PROOF_INVALID", pointer="/proof")
+        raise Malformed("proof is not the worker key's signature of the request",
+                        "PROOF_INVALID", pointer="/proof")
     return EnrolmentRequest(worker, name, tuple(sorted(scopes)), proof)
 
 
@@ -139,19 +139,19 @@ def parse_list_header(value: str | None, genesis_pin: str, now_ms: int) -> str:
     """The authority key that signed ``value``, made within ``LIST_SKEW_MS`` of now.  Whether
     that key is a certified, unrevoked authority is the ledger's question (the store asks)."""
     if not value:
-        raise Forbidden(f"listing enrolment requests needs an authority's signature"
-                        f" ({LIST_HEADER}: KEY AT SIGNATURE): `alexandria authority requests`",
-                        "AUTHORITY_REQUIRED")
+        raise NotPermitted(f"listing enrolment requests needs an authority's signature"
+                           f" ({LIST_HEADER}: KEY AT SIGNATURE): `alexandria authority requests`",
+                           "AUTHORITY_REQUIRED")
     parts = value.split(" ")
     at_ms = parse_ms(parts[1]) if len(parts) == 3 else None
     if len(parts) != 3 or not HEX64.match(parts[0]) or at_ms is None:
-        raise Forbidden(f"{LIST_HEADER} is KEY AT SIGNATURE", "BAD_AUTHORITY_HEADER")
+        raise NotPermitted(f"{LIST_HEADER} is KEY AT SIGNATURE", "BAD_AUTHORITY_HEADER")
     key, at, signature = parts
     if abs(now_ms - at_ms) > LIST_SKEW_MS:
-        raise Forbidden("the listing signature is more than 5 minutes from the server's clock",
-                        "STALE_SIGNATURE", at=at)
+        raise NotPermitted("the listing signature is more than 5 minutes from the server's clock",
+                           "STALE_SIGNATURE", at=at)
     if not verify(key, signature, list_signed_bytes(genesis_pin, key, at)):
-        raise Forbidden("the listing signature is not the key's", "PROOF_INVALID")
+        raise NotPermitted("the listing signature is not the key's", "PROOF_INVALID")
     return key
 
 

@@ -49,7 +49,7 @@ from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
 from alexandria.core.log_wire import PAGE_CHECKPOINTS, PAGE_ENTRIES
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
-from alexandria.errors import AlexandriaError, BadRequest, ServiceError
+from alexandria.errors import Failed, Malformed, Refused
 from alexandria.reads import log
 from alexandria.reads.log import latest_checkpoint
 from alexandria.store.interface import Replayed, Storage
@@ -150,11 +150,11 @@ class Follower:
                 self.stored += done
             if exc is not None:
                 seq = batch[done].sequence
-                if isinstance(exc, AlexandriaError) and not isinstance(exc, ServiceError):
+                if isinstance(exc, Refused):
                     raise _refused(seq, "2d", exc) from exc  # 2d: the rules refuse it
                 # not the entry's fault (the disk, another writer): typed, not a verdict
-                raise ServiceError(f"could not store entry {seq}: {exc}", "STORAGE_FAILED",
-                                   sequence=seq) from exc
+                raise Failed(f"could not store entry {seq}: {exc}", "STORAGE_FAILED",
+                             sequence=seq) from exc
         if failure is not None:
             raise failure
 
@@ -501,8 +501,8 @@ async def catch_up(storage: Storage, source: str,
         return follower
     path = Path(source)
     if not path.is_file():
-        raise BadRequest(f"{source}: neither a URL nor an export file", "NO_SOURCE",
-                         source=source)
+        raise Malformed(f"{source}: neither a URL nor an export file", "NO_SOURCE",
+                        source=source)
     with path.open("rb") as lines:
         await sync_from_export(follower, lines)
     return follower

@@ -19,7 +19,7 @@ from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import Genesis
-from alexandria.errors import AdmissionTimeout, Forbidden, ServiceError
+from alexandria.errors import AdmissionTimeout, Failed, NotPermitted
 from alexandria.reads.changes import DEFAULT_LIMITS, Limits
 from alexandria.reads.log import latest_checkpoint
 from alexandria.rules.admission import Candidate
@@ -61,7 +61,7 @@ class _Reading:
     free_bytes: int | None = None  # on the database's file system, where the storage knows
 
 
-class ReadOnlyMirror(Forbidden):
+class ReadOnlyMirror(NotPermitted):
     """A write sent to a mirror: it takes none; ``details.origin`` is where to send it."""
 
     default_code = "READ_ONLY_MIRROR"
@@ -145,7 +145,7 @@ class Library:
     mirror: MirrorState | None = None
     #: signs this library's checkpoints; concurrent requests share one signing
     checkpoints: CheckpointSigner = field(init=False, repr=False)
-    _problem: ServiceError | None = field(default=None, init=False, repr=False)
+    _problem: Failed | None = field(default=None, init=False, repr=False)
     _checked_at: float = field(default=float("-inf"), init=False, repr=False)
     #: seconds an admission may wait for the writer (``AdmissionTimeout`` after)
     admission_deadline_s: float = DEFAULT_ADMISSION_DEADLINE_S
@@ -190,7 +190,7 @@ class Library:
                 note = published.note
                 origin = parse_checkpoint(note)[0].origin
                 if origin != self.genesis.origin:
-                    raise ServiceError(
+                    raise Failed(
                         f"{self.published.path} holds a checkpoint of the log {origin!r}, not"
                         f" of this library's {self.genesis.origin!r}: --log-key names another"
                         " library's key", "PUBLISHED_CHECKPOINT_MISMATCH",
@@ -199,7 +199,7 @@ class Library:
         await self.log_problem(fresh=True)
         await self._read_state()  # what /healthz answers from until the probe reads again
 
-    async def log_problem(self, fresh: bool = False) -> ServiceError | None:
+    async def log_problem(self, fresh: bool = False) -> Failed | None:
         """Why this node may not extend its log (``store/log_floor.py``): the database is
         behind the largest checkpoint published (``CATCH_UP_REQUIRED``), or another history
         (``LOG_FORKED``), or not the file it opened.  Looked up again at most every
@@ -217,7 +217,7 @@ class Library:
             keeper = self.published
             kept = await asyncio.to_thread(keeper.load) if keeper is not None else None
 
-            def check(conn: Any) -> ServiceError | None:
+            def check(conn: Any) -> Failed | None:
                 floors = log_floor.read_floor(conn)
                 if kept is not None:
                     floors.append(kept)
@@ -228,7 +228,7 @@ class Library:
         self._problem, self._checked_at = problem, now
         return problem
 
-    def _witnessed(self, size: int) -> ServiceError | None:
+    def _witnessed(self, size: int) -> Failed | None:
         """What the witnesses said of this log (``Cosigning.seen``): one cosigned a checkpoint
         this tree lacks leaves of, or holds another root at a size it holds."""
         for name, saw in sorted(self.cosigning.seen.items()):
@@ -248,7 +248,7 @@ class Library:
                     published_size=saw.size, tree_size=size)
         return None
 
-    def _refused(self, exc: ServiceError) -> None:
+    def _refused(self, exc: Failed) -> None:
         """The writer refused an admission for the log's state: remember it at once."""
         if exc.code in LOG_PROBLEMS:
             self._problem, self._checked_at = exc, time.monotonic()
@@ -275,7 +275,7 @@ class Library:
         try:
             return await self._within_deadline(
                 asyncio.ensure_future(self.storage.admit_authority(document)))
-        except ServiceError as exc:
+        except Failed as exc:
             self._refused(exc)
             raise
 
@@ -307,7 +307,7 @@ class Library:
         try:
             reading = await self.storage.read(read)
         except Exception as exc:  # the reason /healthz gives; the storage logged the episode
-            self._read_error = (f"{exc.code}: {exc.message}" if isinstance(exc, ServiceError)
+            self._read_error = (f"{exc.code}: {exc.message}" if isinstance(exc, Failed)
                                 else describe(exc))
             return
         self._reading, self._read_error = reading, None
@@ -416,7 +416,7 @@ class Library:
         timer = loop.call_later(self.admission_deadline_s, expired)
         try:
             result = await answer
-        except ServiceError as exc:
+        except Failed as exc:
             if self.writer is not None and outage_of(exc) is not None:
                 # the writer process logged it; this worker's probe sees when it ends
                 self.storage.outages.failed("writes", exc, announce=False)
@@ -453,7 +453,7 @@ class Library:
                 return await self._within_deadline(
                     asyncio.ensure_future(self.writer.admit(cand, dry_run)))
             return await self._within_deadline(self.storage.submit(cand, dry_run))
-        except ServiceError as exc:
+        except Failed as exc:
             self._refused(exc)
             raise
 
@@ -472,7 +472,7 @@ class Library:
                 return await self._within_deadline(
                     asyncio.ensure_future(self.writer.admit_many(cands, dry_run)))
             return await self._within_deadline(self.storage.submit_many(cands, dry_run))
-        except ServiceError as exc:
+        except Failed as exc:
             self._refused(exc)
             raise
 
@@ -484,7 +484,7 @@ LOG_TROUBLE_RECHECK_S = 0.2
 LOG_PROBLEMS = frozenset({"CATCH_UP_REQUIRED", "LOG_FORKED", "DATABASE_REPLACED"})
 
 
-def log_reason(problem: ServiceError) -> str:
+def log_reason(problem: Failed) -> str:
     """``/healthz``'s reason for a log this node may not extend."""
     d = problem.details
     if problem.code == "CATCH_UP_REQUIRED":

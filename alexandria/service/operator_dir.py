@@ -31,14 +31,14 @@ from alexandria.core.trust import (
     make_revocation,
     make_worker_certificate,
 )
-from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.errors import Malformed, Refused
 from alexandria.files import atomic_write, check_name, private_dir, read_json, write_json
 
 DAY_MS = 86_400_000
 SKEW_MS = 5 * 60 * 1000  # certificates start a little in the past: clocks disagree
 
 
-class OperatorError(AlexandriaError):
+class OperatorError(Refused):
     default_code = "OPERATOR"
 
 
@@ -109,7 +109,7 @@ def load_key(path: Path, what: str) -> SigningKey:
 
 def window(days: int) -> tuple[str, str]:
     if not 1 <= days <= 3660:
-        raise BadRequest("--days is 1..3660", "BAD_PARAMETER", minimum=1, maximum=3660)
+        raise Malformed("--days is 1..3660", "BAD_PARAMETER", minimum=1, maximum=3660)
     start = now_ms() - SKEW_MS
     return format_ms(start), format_ms(start + SKEW_MS + days * DAY_MS)
 
@@ -120,7 +120,7 @@ def init_genesis(op: OperatorDir, library: str, origin: str, roots: int, thresho
         raise OperatorError(f"{op.genesis_path} exists: a library has one genesis",
                             "GENESIS_EXISTS", path=str(op.genesis_path))
     if not 1 <= threshold <= roots <= 16:
-        raise BadRequest("need 1 <= threshold <= roots <= 16", "BAD_PARAMETER")
+        raise Malformed("need 1 <= threshold <= roots <= 16", "BAD_PARAMETER")
     private_dir(op.root)
     keys = [SigningKey.generate() for _ in range(roots)]
     document = make_genesis(library, origin, now(), keys, threshold)
@@ -142,7 +142,7 @@ def issue_authority(op: OperatorDir, roles: list[str], key_path: Path, days: int
     the root keys; written beside the key.  True when the key was just created."""
     bad = sorted(set(roles) - set(ROLES))
     if not roles or bad:
-        raise BadRequest(f"roles are {', '.join(ROLES)}", "BAD_ROLE", allowed=list(ROLES))
+        raise Malformed(f"roles are {', '.join(ROLES)}", "BAD_ROLE", allowed=list(ROLES))
     genesis = op.genesis()
     roots = op.root_keys(genesis, root_key_files)
     created = not key_path.exists()
@@ -179,10 +179,10 @@ def parse_scopes(text: list[str]) -> list[str]:
             continue
         full = part if part.startswith("library.") else f"library.{part}"
         if full not in SCOPES:
-            raise BadRequest(f"unknown scope {part!r}", "BAD_SCOPE", allowed=list(SCOPES))
+            raise Malformed(f"unknown scope {part!r}", "BAD_SCOPE", allowed=list(SCOPES))
         scopes.add(full)
     if not scopes:
-        raise BadRequest("--scopes names at least one scope", "BAD_SCOPE", allowed=list(SCOPES))
+        raise Malformed("--scopes names at least one scope", "BAD_SCOPE", allowed=list(SCOPES))
     return sorted(scopes)
 
 
@@ -194,7 +194,7 @@ def approve(op: OperatorDir, actor: str, worker: str, scopes: list[str], days: i
         raise OperatorError(f"{actor!r} is neither an actor id nor an enrolled name",
                             "UNKNOWN_ACTOR", enrolled=sorted(op.actors()))
     if not HEX64.match(worker):
-        raise BadRequest("--worker is the participant's 64-hex public key", "BAD_KEY")
+        raise Malformed("--worker is the participant's 64-hex public key", "BAD_KEY")
     genesis = op.genesis()
     key = load_key(authority_key, "authority")
     not_before, not_after = window(days)
@@ -207,7 +207,7 @@ def revocation(op: OperatorDir, key: str, reason: str, by: str | None,
                authority_key: Path, root_key_files: list[str] | None = None) -> dict[str, Any]:
     """Root keys revoke an authority key; the issuing authority revokes a worker key."""
     if not HEX64.match(key):
-        raise BadRequest("the key to revoke is 64 hex", "BAD_KEY")
+        raise Malformed("the key to revoke is 64 hex", "BAD_KEY")
     genesis = op.genesis()
     if by is None:
         if (op.workers_dir / f"{key}.json").exists():

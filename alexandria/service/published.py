@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
-from alexandria.errors import DiskFull, ServiceError
+from alexandria.errors import DiskFull, Failed
 from alexandria.files import atomic_write
 from alexandria.store.log_floor import CatchUpRequired, LogForked, Published, behind_message
 from alexandria.store.outage import outage_of
@@ -59,7 +59,7 @@ class PublishedCheckpoint:
         try:
             cp, _sigs = parse_checkpoint(note)
         except CheckpointError as exc:
-            raise ServiceError(
+            raise Failed(
                 f"{self.path} does not hold a checkpoint note: {exc.message}; it records the"
                 " largest checkpoint this library published, so it must not be edited",
                 "PUBLISHED_CHECKPOINT_UNREADABLE", path=str(self.path),
@@ -92,7 +92,7 @@ class PublishedCheckpoint:
                     f"the disk holding {self.path} is full: the checkpoint of size {size} is"
                     " not served until it is recorded there; retry later (the operator must"
                     " free space)", path=str(self.path)) from exc
-            raise ServiceError(
+            raise Failed(
                 f"cannot record the checkpoint of size {size} in {self.path}:"
                 f" {exc.strerror or exc}; it is not served until it is recorded",
                 "PUBLISHED_CHECKPOINT_UNWRITABLE", path=str(self.path)) from exc

@@ -45,7 +45,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.store import query_budget
 
 #: from a stop signal until every process is gone, at most (then SIGKILL)
@@ -67,7 +67,7 @@ WRITER_SWITCH_INTERVAL = 0.0003  # seconds, in the writer process only
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-class ServerProcessDied(ServiceError):
+class ServerProcessDied(Failed):
     """A process of the server stopped without being asked to: the server stopped."""
 
     default_code = "SERVER_PROCESS_DIED"

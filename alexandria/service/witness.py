@@ -38,7 +38,7 @@ from alexandria.core.tlog_witness import (
     WitnessRequestError,
     parse_add_checkpoint,
 )
-from alexandria.errors import Conflict, Forbidden, NotFound, ServiceError, Unprocessable
+from alexandria.errors import Conflict, Failed, Invalid, NotFound, NotPermitted
 from alexandria.files import write_json
 from alexandria.store.witness_state import Witnessed, WitnessState
 
@@ -53,7 +53,7 @@ class UnknownLog(NotFound):
     default_code = "WITNESS_UNKNOWN_LOG"
 
 
-class NotSignedByLog(Forbidden):
+class NotSignedByLog(NotPermitted):
     default_code = "WITNESS_CHECKPOINT_NOT_SIGNED"
 
 
@@ -68,7 +68,7 @@ class SizeConflict(Conflict):
         self.size = size
 
 
-class BadProof(Unprocessable):
+class BadProof(Invalid):
     default_code = "WITNESS_PROOF_INVALID"
 
 
@@ -131,7 +131,7 @@ def load_witness_dir(directory: Path) -> WitnessKey:
     config = orjson.loads(config_path.read_bytes())
     identity = WitnessKey(str(config["name"]), SigningKey.load(directory / KEY_FILE))
     if identity.verifier.vkey != config.get("vkey"):
-        raise ServiceError(f"{config_path}: the vkey is not the key file's", "WITNESS_KEY_MISMATCH")
+        raise Failed(f"{config_path}: the vkey is not the key file's", "WITNESS_KEY_MISMATCH")
     return identity
 
 

@@ -48,7 +48,7 @@ from alexandria.core.cache import Bounded
 from alexandria.core.records import Link, Record, body_is_json, signed_record_bytes
 from alexandria.core.search_text import IndexText
 from alexandria.core.trust import WorkerCertificate
-from alexandria.errors import AlexandriaError, ServiceError
+from alexandria.errors import AlexandriaError, Failed, Internal
 from alexandria.rules.admission import Candidate
 from alexandria.store.interface import Admitted, DryRun
 
@@ -58,7 +58,7 @@ _HEADER = struct.Struct(">II")
 log = logging.getLogger(__name__)
 
 
-class WriterUnavailable(ServiceError):
+class WriterUnavailable(Failed):
     default_code = "WRITER_UNAVAILABLE"
 
 
@@ -222,7 +222,7 @@ def _typed(exc: BaseException) -> AlexandriaError:
     if isinstance(exc, AlexandriaError):
         return exc
     log.error("an admission failed unexpectedly", exc_info=exc)
-    return AlexandriaError("internal error", "INTERNAL")
+    return Internal("internal error")
 
 
 class WriterServer:
@@ -296,7 +296,7 @@ class WriterServer:
                 if exc is not None and not isinstance(exc, AlexandriaError):
                     # the worker answers 500 as it would for its own bug; the text stays here
                     log.error("an admission failed unexpectedly", exc_info=exc)
-                    exc = AlexandriaError("internal error", "INTERNAL")
+                    exc = Internal("internal error")
                 frames.send(request, encode_answer(exc if exc is not None else fut.result()))
 
             return reply

@@ -6,7 +6,7 @@ caches), run by the group-commit writer (``store/writer.py``) inside its write t
 (``append_leaf``) and writes every projection (``store_contribution``); ``admit_authority``
 does the same for authority documents, and ``replay_one`` for an entry of another copy of the
 log at its recorded sequence and admission time.  Each raises its refusals (typed errors other
-than ``ServiceError``) before it writes anything: the writer runs them checks first.
+than ``Failed``) before it writes anything: the writer runs them checks first.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from alexandria.core.leaf import document_of, leaf_bytes, record_sql
 from alexandria.core.records import admission_bytes, signed_record_bytes
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis, document_name
-from alexandria.errors import BadRequest, ServiceError
+from alexandria.errors import Failed, Malformed
 from alexandria.rules.admission import Candidate, decide
 from alexandria.rules.authority import (
     AuthorityDocument,
@@ -341,17 +341,17 @@ def admit_authority(
 def replay_one(conn: sqlite3.Connection, ledger: Ledger, e: Replayed) -> None:
     size, last_ms = ledger.memory.tail(conn)
     if e.sequence != size + 1:
-        raise ServiceError(f"entry {e.sequence} does not follow the log's {size} leaves",
+        raise Failed(f"entry {e.sequence} does not follow the log's {size} leaves",
                            "REPLAY_OUT_OF_ORDER", sequence=e.sequence, tree_size=size)
     if e.admitted_ms < last_ms:
-        raise ServiceError("admitted_at is before the previous entry's", "ADMITTED_AT_ORDER")
+        raise Failed("admitted_at is before the previous entry's", "ADMITTED_AT_ORDER")
     if e.candidate is not None:
         cand = e.candidate
         if e.kind != "contribution":
-            raise BadRequest(f"a contribution recorded as a {e.kind}", "TYPE_MISMATCH")
+            raise Malformed(f"a contribution recorded as a {e.kind}", "TYPE_MISMATCH")
         verdict = decide(state_view(conn, ledger), cand, e.admitted_ms)
         if isinstance(verdict, Retry):  # the server answers a retry without a new leaf
-            raise BadRequest("the same contribution was already admitted",
+            raise Malformed("the same contribution was already admitted",
                              "DUPLICATE_ENTRY", first=verdict.sequence)
         sequence, _ = append_leaf(conn, ledger.memory, "contribution", cand.document, e.admitted_ms,
                                         record_pieces(cand, verdict))
@@ -359,11 +359,11 @@ def replay_one(conn: sqlite3.Connection, ledger: Ledger, e: Replayed) -> None:
         return
     name = document_name(e.document)
     if name != e.kind:
-        raise BadRequest(f"a {name} recorded as a {e.kind}", "TYPE_MISMATCH")
+        raise Malformed(f"a {name} recorded as a {e.kind}", "TYPE_MISMATCH")
     prepared = prepare_authority_document(e.document, ledger.genesis)
     result = admit_authority(conn, ledger, prepared, e.admitted_ms)
     if not result.created:
-        raise BadRequest(f"the same document was already admitted at {result.sequence}",
+        raise Malformed(f"the same document was already admitted at {result.sequence}",
                          "DUPLICATE_ENTRY")
 
 

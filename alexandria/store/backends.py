@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import cast
 
 from alexandria.core.trust import Genesis
-from alexandria.errors import BadRequest, ServiceError
+from alexandria.errors import Failed, Malformed
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.postgresql import is_database_url
 from alexandria.store.sqlite import sqlite_storage
@@ -29,10 +29,10 @@ def storage_for(db: str | Path, genesis: Genesis, read_db: str | None = None) ->
         from alexandria.store.postgresql.storage import postgres_storage
 
         if read_db is not None and not is_database_url(read_db):
-            raise BadRequest(f"--read-db {read_db!r} is not a postgresql:// URL", "USAGE")
+            raise Malformed(f"--read-db {read_db!r} is not a postgresql:// URL", "USAGE")
         return postgres_storage(str(db), genesis, read_db)
     if read_db is not None:
-        raise BadRequest("--read-db (a streaming replica for reads) needs --db postgresql://…",
+        raise Malformed("--read-db (a streaming replica for reads) needs --db postgresql://…",
                          "USAGE")
     return sqlite_storage(db, genesis)
 
@@ -59,7 +59,7 @@ def open_readonly(db: str | Path) -> Iterator[sqlite3.Connection]:
         try:
             raw = connection.connect(str(db), read_only=True)
         except psycopg.Error as exc:
-            raise ServiceError(f"cannot connect to {display(db)}: {exc}".strip(),
+            raise Failed(f"cannot connect to {display(db)}: {exc}".strip(),
                                "STORAGE_UNAVAILABLE", db=display(db)) from exc
         try:
             # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
@@ -70,7 +70,7 @@ def open_readonly(db: str | Path) -> Iterator[sqlite3.Connection]:
         return
     path = Path(db)
     if not path.is_file():
-        raise BadRequest(f"{path}: no such database", "NO_DATABASE", path=str(path))
+        raise Malformed(f"{path}: no such database", "NO_DATABASE", path=str(path))
     conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
     try:
         yield conn

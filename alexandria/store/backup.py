@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from alexandria.errors import BadRequest, ServiceError
+from alexandria.errors import Failed, Malformed
 from alexandria.store import db_lock, log_floor, migrations
 from alexandria.store.backends import display, has_library, open_readonly
 from alexandria.store.log_floor import Published
@@ -50,7 +50,7 @@ class Snapshot:
 
 def _open_ro(path: Path) -> sqlite3.Connection:
     if not path.is_file():
-        raise BadRequest(f"{path}: no such database", "NO_DATABASE", path=str(path))
+        raise Malformed(f"{path}: no such database", "NO_DATABASE", path=str(path))
     return sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
 
 
@@ -58,10 +58,10 @@ def _describe(conn: sqlite3.Connection, path: Path | str) -> tuple[str, int]:
     try:
         row = conn.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
     except sqlite3.DatabaseError as exc:
-        raise BadRequest(f"{path} is not an Alexandria database: {exc}", "NOT_A_LIBRARY",
+        raise Malformed(f"{path} is not an Alexandria database: {exc}", "NOT_A_LIBRARY",
                          path=str(path)) from exc
     if row is None:
-        raise BadRequest(f"{path} is not an Alexandria database", "NOT_A_LIBRARY",
+        raise Malformed(f"{path} is not an Alexandria database", "NOT_A_LIBRARY",
                          path=str(path))
     return str(row[0]), tree_size(conn)
 
@@ -79,7 +79,7 @@ def stored_genesis(db: str | Path) -> dict[str, Any]:
 def _copy(source: sqlite3.Connection, target: Path) -> None:
     """Everything in ``source`` (one consistent snapshot) into a new file ``target``."""
     if not target.parent.is_dir():
-        raise BadRequest(f"{target.parent}: no such directory", "NO_DIRECTORY",
+        raise Malformed(f"{target.parent}: no such directory", "NO_DIRECTORY",
                          path=str(target.parent))
     target.unlink(missing_ok=True)
     try:
@@ -91,7 +91,7 @@ def _copy(source: sqlite3.Connection, target: Path) -> None:
         finally:
             dest.close()
     except sqlite3.Error as exc:
-        raise ServiceError(f"copying the database failed: {exc}", "COPY_FAILED") from exc
+        raise Failed(f"copying the database failed: {exc}", "COPY_FAILED") from exc
     _check_and_sync(target, check)
 
 
@@ -113,7 +113,7 @@ def _check_and_sync(target: Path, check: str | None = None) -> None:
         finally:
             dest.close()
     if check != "ok":
-        raise ServiceError(f"the copy does not pass quick_check: {check}", "COPY_CORRUPT")
+        raise Failed(f"the copy does not pass quick_check: {check}", "COPY_CORRUPT")
     fd = os.open(target, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -126,14 +126,14 @@ def backup(db: str | Path, out: str | Path) -> Snapshot:
     must not exist), taken while a library may be serving from ``db``."""
     out = Path(out)
     if out.exists():
-        raise BadRequest(f"{out} exists: a backup never replaces a file", "BACKUP_EXISTS",
+        raise Malformed(f"{out} exists: a backup never replaces a file", "BACKUP_EXISTS",
                          path=str(out))
     tmp = out.with_name(f".{out.name}.partial")
     if is_database_url(db):
         from alexandria.store.postgresql.backup import to_sqlite
 
         if not out.parent.is_dir():
-            raise BadRequest(f"{out.parent}: no such directory", "NO_DIRECTORY",
+            raise Malformed(f"{out.parent}: no such directory", "NO_DIRECTORY",
                              path=str(out.parent))
         with open_readonly(db) as conn:
             _describe(conn, display(db))
@@ -191,7 +191,7 @@ def restore(backup_path: str | Path, db: str | Path, replace: bool = False,
         return _restore_postgresql(backup_path, snapshot, str(db), replace, floors)
     db = Path(db)
     if db.exists() and not replace:
-        raise BadRequest(
+        raise Malformed(
             f"{db} exists: stop the server and pass --replace to restore over it",
             "DATABASE_EXISTS", path=str(db),
         )
@@ -200,7 +200,7 @@ def restore(backup_path: str | Path, db: str | Path, replace: bool = False,
         if db.exists():
             current = describe(db)
             if current.genesis_pin != snapshot.genesis_pin:
-                raise BadRequest(
+                raise Malformed(
                     f"{backup_path} is a backup of the library {snapshot.genesis_pin}, {db}"
                     f" belongs to {current.genesis_pin}", "GENESIS_MISMATCH",
                 )
@@ -254,13 +254,13 @@ def _restore_postgresql(backup_path: Path, snapshot: Snapshot, url: str,
 
     if has_library(url):
         if not replace:
-            raise BadRequest(
+            raise Malformed(
                 f"{display(url)} holds a library: stop its nodes and pass --replace to restore"
                 " over it", "DATABASE_EXISTS", path=display(url),
             )
         current = describe(url)
         if current.genesis_pin != snapshot.genesis_pin:
-            raise BadRequest(
+            raise Malformed(
                 f"{backup_path} is a backup of the library {snapshot.genesis_pin},"
                 f" {display(url)} belongs to {current.genesis_pin}", "GENESIS_MISMATCH",
             )

@@ -30,20 +30,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 
 SUFFIX = ".lock"
 #: the advisory lock key of a library's PostgreSQL database (``'alex'``: one per database)
 LOCK_KEY = 0x616C6578
 
 
-class DatabaseInUse(ServiceError):
+class DatabaseInUse(Failed):
     """``restore --replace`` or ``migrate`` while a server uses the database."""
 
     default_code = "DATABASE_IN_USE"
 
 
-class DatabaseLocked(ServiceError):
+class DatabaseLocked(Failed):
     """A server starting while ``restore --replace`` or ``migrate`` works on its database."""
 
     default_code = "DATABASE_LOCKED"

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from alexandria.core.trust import AuthorityCertificate, Genesis, WorkerCertificate
-from alexandria.errors import Conflict, Forbidden, NotFound, RateLimited
+from alexandria.errors import Conflict, NotFound, NotPermitted, RateLimited
 from alexandria.store.interface import Storage
 
 _COLUMNS = "code, worker, name, scopes, requested_ms, expires_ms, certificate"
@@ -123,7 +123,7 @@ def _check_authority(conn: sqlite3.Connection, genesis: Genesis, key: str,
             cert = AuthorityCertificate.from_document(orjson.loads(document), genesis)
             if "native-application" in cert.roles and cert.valid_at(now_ms):
                 return
-    raise Forbidden("not a certified, unrevoked native-application authority of this"
+    raise NotPermitted("not a certified, unrevoked native-application authority of this"
                     " library", "AUTHORITY_UNKNOWN", authority=key)
 
 
@@ -176,11 +176,11 @@ def _check_approval(conn: sqlite3.Connection, genesis: Genesis, code: str,
         raise Conflict(f"enrolment request {code} is already approved: a code approves"
                        " once", "CODE_USED", enrolment=code)
     if cert.worker != row["worker"]:
-        raise Forbidden("the certificate is for another key than the request's",
+        raise NotPermitted("the certificate is for another key than the request's",
                         "CERTIFICATE_KEY_MISMATCH", worker=row["worker"],
                         certificate_worker=cert.worker)
     if not cert.valid_at(now_ms):
-        raise Forbidden("the certificate is not valid now", "CERTIFICATE_NOT_VALID")
+        raise NotPermitted("the certificate is not valid now", "CERTIFICATE_NOT_VALID")
 
 
 async def approve(storage: Storage, code: str, cert: WorkerCertificate, now_ms: int

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from alexandria.core.trust import AuthorityCertificate, Genesis
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.rules.admission import Candidate
 from alexandria.rules.view import StateView
 from alexandria.store.outage import Outages
@@ -114,7 +114,7 @@ class Storage(Records, Protocol):
     def writing(self) -> bool:
         """False once the writer thread has ended, or before the storage was opened."""
 
-    def replaced(self) -> ServiceError | None:
+    def replaced(self) -> Failed | None:
         """Why the database is no longer the one opened (a SQLite file replaced), or None."""
 
     def free_bytes(self) -> int | None: ...

@@ -31,7 +31,7 @@ from alexandria.core.canonical import canonical
 from alexandria.core.leaf import LEAF_FORMAT, document_of
 from alexandria.core.timestamps import now_ms, parse_ms
 from alexandria.core.trust import AuthorityCertificate, Genesis
-from alexandria.errors import AlexandriaError, ServiceError
+from alexandria.errors import Failed, Refused
 from alexandria.rules.admission import Candidate
 from alexandria.rules.authority import prepare_authority_document
 from alexandria.store import admission, feed, schema, search_index
@@ -106,7 +106,7 @@ class LedgerStorage(Storage):
                 ],
             )
         elif row[0] != self.genesis.pin:
-            raise ServiceError(
+            raise Failed(
                 f"{self.path} belongs to the library with genesis {row[0]}, not {self.genesis.pin}",
                 "GENESIS_MISMATCH",
             )
@@ -121,7 +121,7 @@ class LedgerStorage(Storage):
         or before the storage was opened: ``/healthz`` is not ready then."""
         return self._writer.running
 
-    def replaced(self) -> ServiceError | None:
+    def replaced(self) -> Failed | None:
         """Why this node's database is no longer the one it opened (a SQLite file replaced
         behind its back), or None."""
         return self.backend.replaced()
@@ -215,7 +215,7 @@ class LedgerStorage(Storage):
             if size <= latest:
                 return
             if size > tree_size(conn) or merkle.root_hash(size, node_reader(conn)) != root:
-                raise ServiceError(f"checkpoint {size} is not the root of the stored tree",
+                raise Failed(f"checkpoint {size} is not the root of the stored tree",
                                    "LOG_INCONSISTENT")
             conn.execute(
                 "INSERT INTO checkpoints(size, root, note, key, signed_at) VALUES (?, ?, ?, ?, ?)",
@@ -262,7 +262,7 @@ class LedgerStorage(Storage):
             "SELECT admitted_at FROM log WHERE sequence = ?", (sequence,)).fetchone())
         ms = parse_ms(row[0]) if row is not None else None
         if ms is None:
-            raise ServiceError(f"leaf {sequence} is missing", "LOG_CORRUPT")
+            raise Failed(f"leaf {sequence} is missing", "LOG_CORRUPT")
         return ms
 
     async def root_at(self, size: int) -> bytes:
@@ -316,11 +316,11 @@ def _outcomes(outcomes: list[Any]) -> list[Any]:
 
 def _replayed(outcomes: list[Any]) -> tuple[int, Exception | None]:
     """A replay's answer: the entries stored and the refusal it stopped at; a failure that is
-    not a refusal (a ``ServiceError``, a bug) is raised."""
+    not a refusal (a ``Failed``, a bug) is raised."""
     last = outcomes[-1] if outcomes else None
     if not isinstance(last, BaseException):
         return len(outcomes), None
-    if isinstance(last, ServiceError) or not isinstance(last, AlexandriaError):
+    if not isinstance(last, Refused):
         raise last
     return len(outcomes) - 1, last
 

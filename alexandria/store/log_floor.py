@@ -30,20 +30,20 @@ from dataclasses import dataclass
 
 from alexandria.core import merkle
 from alexandria.core.checkpoint import CheckpointError, parse_checkpoint
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.store.merkle_nodes import read_together, tree_size
 
 META_KEY = "published_checkpoint"
 
 
-class CatchUpRequired(ServiceError):
+class CatchUpRequired(Failed):
     """The database is behind the checkpoint this library published (a restore from an older
     backup): reads are served, writes and checkpoints wait for the missing tail."""
 
     default_code = "CATCH_UP_REQUIRED"
 
 
-class LogForked(ServiceError):
+class LogForked(Failed):
     """The database's first ``size`` leaves do not have the root of a checkpoint this library
     published: it is another history, and nothing is admitted or signed on it."""
 
@@ -137,7 +137,7 @@ def _root_at(conn: sqlite3.Connection, size: int) -> bytes:
 
 
 def log_problem(conn: sqlite3.Connection, floors: Iterable[Published],
-                size: int | None = None) -> ServiceError | None:
+                size: int | None = None) -> Failed | None:
     """Why a node must not extend the log in ``conn`` (of ``size`` leaves, read if not
     given): a fork of any of ``floors`` first, then the largest it lacks leaves of."""
     if size is None:

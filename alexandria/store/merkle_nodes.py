@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from alexandria.core import merkle
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 
 T = TypeVar("T")
 #: positions read by one statement (SQLite's default limit of host parameters is 32,766)
 NODES_PER_STATEMENT = 500
 
 
-class LogCorrupt(ServiceError):
+class LogCorrupt(Failed):
     """Stored leaves or nodes disagree with a persisted checkpoint: the server refuses to sign."""
 
     default_code = "LOG_CORRUPT"

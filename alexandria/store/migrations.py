@@ -26,7 +26,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.store.schema import TABLES, check_leaf_format
 
 log = logging.getLogger(__name__)
@@ -43,13 +43,13 @@ VERSION = MIGRATIONS[-1][0]
 _LISTED = 20
 
 
-class SchemaTooNew(ServiceError):
+class SchemaTooNew(Failed):
     """The database was migrated by a newer version of Alexandria."""
 
     default_code = "SCHEMA_TOO_NEW"
 
 
-class SchemaTooOld(ServiceError):
+class SchemaTooOld(Failed):
     """The database's layout is older than the operation takes: one from before versions were
     recorded, which no migration converts, or (a backup ``restore`` copies into PostgreSQL,
     which it never changes) an earlier version."""
@@ -132,7 +132,7 @@ def version_of(conn: sqlite3.Connection, path: str | Path,
     if not have:
         return 0
     if not {"meta", "log"} <= have.keys():
-        raise ServiceError(f"{path} is not an Alexandria database: it has other tables",
+        raise Failed(f"{path} is not an Alexandria database: it has other tables",
                            "NOT_A_LIBRARY", path=str(path))
     baseline, script = steps[0]
     want = _layout_of(script)
@@ -200,7 +200,7 @@ def check_database(path: str | Path) -> int:
             check_leaf_format(conn, path)
         return version_of(conn, path)
     except sqlite3.DatabaseError as exc:
-        raise ServiceError(f"{path} is not an Alexandria database: {exc}",
+        raise Failed(f"{path} is not an Alexandria database: {exc}",
                            "NOT_A_LIBRARY", path=str(path)) from exc
     finally:
         conn.close()

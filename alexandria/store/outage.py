@@ -1,11 +1,11 @@
 """Storage outages: what a failure of the database means for a client, and one log line per
 episode.
 
-A failure of the storage reaches the client as a typed 503 that says what happened
+A failure of the storage reaches the client as a typed ``Failed`` (503) that says what happened
 (``classify``): ``STORAGE_UNAVAILABLE`` when the database cannot be reached (PostgreSQL
 stopped, restarting, its connections killed), ``DISK_FULL`` when its file system is full
 (SQLite's ``SQLITE_FULL``, ``ENOSPC``/``EDQUOT``, PostgreSQL's SQLSTATE 53100), each with
-``Retry-After`` (``errors.RETRY_AFTER_S``), or ``STORAGE_FAILED`` for anything else.
+``Retry-After`` (``api.status.HTTP``), or ``STORAGE_FAILED`` for anything else.
 
 An outage fails every request until it ends, so the log hears of it once (``Outages``): one
 warning when an episode begins (its cause in one line), one line when it ends (how long it
@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from alexandria.errors import DiskFull, ServiceError, StorageUnavailable
+from alexandria.errors import DiskFull, Failed, StorageUnavailable
 
 log = logging.getLogger("alexandria.storage")
 
@@ -65,7 +65,7 @@ def _unreachable(exc: BaseException) -> bool:
     return bool(state.startswith("08") or state in _UNREACHABLE_STATES)
 
 
-def outage_of(exc: BaseException | None) -> ServiceError | None:
+def outage_of(exc: BaseException | None) -> Failed | None:
     """The typed outage ``exc`` (or an exception it was raised from) is, or None when it is
     not one of the outages this module knows."""
     for cause in _chain(exc):
@@ -82,10 +82,10 @@ def outage_of(exc: BaseException | None) -> ServiceError | None:
     return None
 
 
-def classify(exc: BaseException | None) -> ServiceError:
+def classify(exc: BaseException | None) -> Failed:
     """What a client hears when the storage failed with ``exc``: a typed outage, or
     ``STORAGE_FAILED`` (the cause goes to the log, not to them)."""
-    return outage_of(exc) or ServiceError("storage failed", "STORAGE_FAILED")
+    return outage_of(exc) or Failed("storage failed", "STORAGE_FAILED")
 
 
 def describe(exc: BaseException | None) -> str:
@@ -102,7 +102,7 @@ def describe(exc: BaseException | None) -> str:
 class Episode:
     """An outage in progress on one path (``writes`` or ``reads``)."""
 
-    error: ServiceError
+    error: Failed
     cause: str
     since: float  # time.monotonic()
     refused: int = 0
@@ -120,7 +120,7 @@ class Outages:
         self._lock = threading.Lock()
         self._episodes: dict[str, Episode] = {}
 
-    def failed(self, path: str, error: ServiceError, cause: BaseException | None = None,
+    def failed(self, path: str, error: Failed, cause: BaseException | None = None,
                announce: bool = True) -> None:
         """``path`` failed with ``error`` (``cause``: the exception behind it).  The first
         failure of an episode is logged; a failure of another kind starts a new episode.

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.store.outage import Outages
 from alexandria.store.read_ahead import Key
 from alexandria.store.writer_memory import WriterMemory
@@ -33,7 +33,7 @@ class WriteBackend(Protocol):
     - ``begin`` starts a write transaction that no other writer of this database (another
       process, another node) runs beside until it commits or rolls back, so the rules' checks
       and the inserts are atomic; it raises ``sqlite3.Error`` when it cannot (the batch is a
-      503 ``STORAGE_BUSY`` or an outage) or a ``ServiceError`` the batch is answered with;
+      503 ``STORAGE_BUSY`` or an outage) or a ``Failed`` the batch is answered with;
       ``revisions`` are the ids ``absent`` will be asked about, which a backend may ask ahead;
     - a ``COMMIT`` that returned is durable: a job's future is resolved only after it;
     - ``memory.begin``, called first inside each write transaction, forgets what the writer
@@ -65,7 +65,7 @@ class WriteBackend(Protocol):
 
     def between_batches(self, conn: sqlite3.Connection) -> None: ...
 
-    def replaced(self) -> ServiceError | None: ...
+    def replaced(self) -> Failed | None: ...
 
 
 class ReadBackend(Protocol):

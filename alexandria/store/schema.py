@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 from alexandria.core.leaf import LEAF_FORMAT
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.rules.state import FEED_RELATIONS
 
 #: Relations of an object's ``related`` section: anything but tree links and votes.  The same
@@ -297,7 +297,7 @@ def fill_derived_table(conn: sqlite3.Connection, name: str) -> None:
     conn.execute(f"INSERT OR IGNORE INTO {name} {DERIVED_TABLES[name]}")
 
 
-class OldLeafFormat(ServiceError):
+class OldLeafFormat(Failed):
     """The database holds a log whose leaves are of an earlier format (PROTOCOL §7)."""
 
     default_code = "OLD_LEAF_FORMAT"

@@ -12,7 +12,7 @@ from typing import Any
 
 from alexandria.core.leaf import document_of
 from alexandria.core.records import admission_bytes, signed_record_bytes
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.store import schema
 from alexandria.store.protocol import ReadBackend
 
@@ -36,7 +36,7 @@ class SignedRecords:
                 "SELECT document FROM authorities WHERE sequence = ?", (seq,)
             ).fetchone()
             if row is None:
-                raise ServiceError(f"authority certificate {seq} is missing", "LOG_CORRUPT")
+                raise Failed(f"authority certificate {seq} is missing", "LOG_CORRUPT")
             data = self._authority_bytes[seq] = bytes(row[0])
         return data
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from alexandria.core.trust import Genesis
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.files import create_private
 from alexandria.store import feed, migrations, query_budget
 from alexandria.store.db_lock import SharedLock
@@ -155,12 +155,12 @@ class SqliteBackend:
         self._identity = _identity(self.path)
         return conn
 
-    def replaced(self) -> ServiceError | None:
+    def replaced(self) -> Failed | None:
         """The database file is no longer the one this storage opened (moved, deleted or
         copied over behind its back): whatever it wrote now would be lost."""
         if self._identity is None or _identity(self.path) == self._identity:
             return None
-        return ServiceError(
+        return Failed(
             f"{self.path} was replaced or removed while this server had it open (a restore or"
             " a copy behind its back): it takes no writes; restart it to serve the file now"
             " at that path (docs/operations.md)", "DATABASE_REPLACED", path=self.path)

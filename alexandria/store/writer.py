@@ -6,8 +6,8 @@ A job is one function run over its items in order (one item for a single admissi
 ``write``; every candidate of ``admit_many``; every entry of a replay).  The rerun policy is
 written here once, for all of them:
 
-- **checks first**: a job whose function raises its refusals (typed errors other than
-  ``ServiceError``) before it writes anything runs with no savepoint at all (a savepoint copies
+- **checks first**: a job whose function raises its refusals (``Refused``) before it writes
+  anything runs with no savepoint at all (a savepoint copies
   every page it is the first to change into SQLite's sub-journal, the largest single cost of a
   bulk load); a refusal is that item's answer;
 - **else a savepoint per item**: any other job, and every job when the batch runs again, runs
@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from alexandria.errors import AlexandriaError, ServiceError
+from alexandria.errors import AlexandriaError, Failed, Refused
 from alexandria.store import log_floor
 from alexandria.store.outage import Outages, classify, outage_of
 from alexandria.store.protocol import WriteBackend
@@ -89,7 +89,7 @@ class Writer:
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._ended: asyncio.Future[None] | None = None  # resolved when the thread ends
         self._floor_checked = -1  # the memory generation ``_floor_problem`` was learnt in
-        self._floor_problem: ServiceError | None = None
+        self._floor_problem: Failed | None = None
 
     @property
     def running(self) -> bool:
@@ -174,7 +174,7 @@ class Writer:
             except BatchAborted as again:
                 return [self._failed(again.__cause__)] * len(batch)
 
-    def _failed(self, cause: BaseException | None) -> ServiceError:
+    def _failed(self, cause: BaseException | None) -> Failed:
         """What a client hears when a write transaction failed (``outage.classify``); the
         cause goes to the log once per episode (``outage.Outages``), not to them."""
         error = classify(cause)
@@ -194,13 +194,13 @@ class Writer:
         revisions = list(dict.fromkeys(r for job in batch for r in job.revisions))
         try:
             backend.begin(conn, revisions)
-        except ServiceError as exc:  # e.g. a reconnect that may not take its lock
+        except Failed as exc:  # e.g. a reconnect that may not take its lock
             return [exc] * len(batch)
         except sqlite3.Error as exc:
             if outage_of(exc) is not None:
                 return [self._failed(exc)] * len(batch)
             log.warning("database is busy: %s", exc)
-            return [ServiceError("database is busy", "STORAGE_BUSY")] * len(batch)
+            return [Failed("database is busy", "STORAGE_BUSY")] * len(batch)
         memory = backend.memory
         results: list[Any] = []
         try:
@@ -255,7 +255,7 @@ class Writer:
         self.backend.memory.forget()
         return outcome
 
-    def _log_refusal(self, conn: sqlite3.Connection) -> ServiceError | None:
+    def _log_refusal(self, conn: sqlite3.Connection) -> Failed | None:
         """Why no admission may be appended to the log in ``conn`` now: it is behind or a fork
         of the largest checkpoint published (``store/log_floor.py``).  Looked up again whenever
         the writer's memory was forgotten — another connection committed (``data_version``;
@@ -281,9 +281,7 @@ def _checked(conn: sqlite3.Connection, job: Job, item: Any) -> Any:
     the batch (``BatchAborted``)."""
     try:
         return job.run(conn, item)
-    except AlexandriaError as exc:
-        if isinstance(exc, ServiceError):
-            raise BatchAborted() from exc
+    except Refused as exc:
         return exc
     except Exception as exc:
         raise BatchAborted() from exc

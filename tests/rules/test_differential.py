@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from alexandria.api.status import status_of
 from alexandria.audit.replay import AlreadyAdmitted, Ledger
 from alexandria.core.canonical import canonical
 from alexandria.core.leaf import leaf_bytes
@@ -230,7 +231,7 @@ async def _server(storage: LedgerStorage, route: str, payload: Any) -> Verdict:
         done = await storage.admit_authority(payload)
         return (201 if done.created else 200), None
     except AlexandriaError as exc:
-        return exc.status, exc.code
+        return status_of(exc), exc.code
 
 
 def _replay(ledger: Ledger, route: str, payload: Any, now: int) -> Verdict:
@@ -244,7 +245,7 @@ def _replay(ledger: Ledger, route: str, payload: Any, now: int) -> Verdict:
     except AlreadyAdmitted:
         return 200, None
     except AlexandriaError as exc:
-        return exc.status, exc.code
+        return status_of(exc), exc.code
 
 
 async def _run(program: list[tuple[str, int, int]], db: Path | str, tmp: Path) -> list[Verdict]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from alexandria.api.status import status_of
 from alexandria.cli.session import body_of
 from alexandria.core.canonical import canonical
 from alexandria.core.leaf import leaf_bytes
@@ -83,7 +84,7 @@ async def server(tmp_path: Path, founding: Founding) -> AsyncIterator[Server]:
 def refused(signed: Any, founding: Founding) -> tuple[int, str]:
     with pytest.raises(AlexandriaError) as caught:
         check_signed_record(signed, founding.genesis)
-    return caught.value.status, caught.value.code
+    return status_of(caught.value), caught.value.code
 
 
 def changed(signed: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from alexandria.api.status import status_of
 from alexandria.core.canonical import parse_json
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import Genesis
@@ -55,7 +56,7 @@ class PureLibrary:
             self.ledger.store_authority(v, self._next())
             return 201, None
         except AlexandriaError as exc:
-            return exc.status, exc.code
+            return status_of(exc), exc.code
 
 
 def _library() -> PureLibrary:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,9 @@ class ChangesCursor:
                     or not isinstance(skip, int) or isinstance(skip, bool) or not 0 <= skip <= 50:
                 raise ValueError("fields")
         except (ValueError, KeyError, TypeError, binascii.Error, orjson.JSONDecodeError):
-            raise BadRequest("cursor is not one this tool returned", "BAD_CURSOR",
-                             parameter="cursor") from None
+            raise Malformed("cursor is not one this tool returned", "BAD_CURSOR",
+                            parameter="cursor") from None
         if r != root:
-            raise BadRequest("the cursor belongs to another root", "BAD_CURSOR",
-                             parameter="cursor", cursor_root=r)
+            raise Malformed("the cursor belongs to another root", "BAD_CURSOR",
+                            parameter="cursor", cursor_root=r)
         return cls(root, cursor, skip)

@@ -39,7 +39,7 @@ from alexandria.api.metrics import MCP_CALLS, MCP_VERIFICATIONS
 from alexandria.core.records import MAX_ENVELOPE_BYTES
 from alexandria.core.trust import Genesis
 from alexandria.core.witness_policy import WitnessPolicy
-from alexandria.errors import AlexandriaError, ClientBusy, ServerBusy, ServiceError
+from alexandria.errors import AlexandriaError, ClientBusy, Failed, ServerBusy
 
 PATH = "/mcp"
 CALLS_PER_CLIENT = 1
@@ -157,7 +157,7 @@ class McpMount:
             try:
                 query_params(request, ())  # no query parameters: UNKNOWN_PARAMETER, as anywhere
                 if self._manager is None:  # not started (no lifespan): nothing can be served
-                    raise ServiceError("the MCP transport is not running", "MCP_NOT_RUNNING")
+                    raise Failed("the MCP transport is not running", "MCP_NOT_RUNNING")
                 body = await read_body(request)  # 413 and 408 as POST /api/entries
                 if _is_tool_call(body):
                     held.enter_context(self.limits.place(client))

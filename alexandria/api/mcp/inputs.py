@@ -1,6 +1,6 @@
 """Strict tool input: an element cap checked before anything else, then the tool's schema.
 
-Every refusal is the library's typed error (``errors.BadRequest``: ``{error, code, details}``)
+Every refusal is the library's typed error (``errors.Malformed``: ``{error, code, details}``)
 so an agent can correct its arguments and call again.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema_rs
 
 from alexandria.core.canonical import pointer
-from alexandria.errors import BadRequest
+from alexandria.errors import Malformed
 
 MAX_ELEMENTS = 2_000
 """Array elements plus object members of one call's arguments, counted cumulatively at every
@@ -48,16 +48,16 @@ class ArgumentChecker:
     def check(self, arguments: Any) -> dict[str, Any]:
         counted = count_elements(arguments)
         if counted > MAX_ELEMENTS:
-            raise BadRequest(
+            raise Malformed(
                 f"{self.tool}: the arguments hold more than {MAX_ELEMENTS:,} array elements and"
                 " object members in all", "TOO_MANY_ELEMENTS", limit=MAX_ELEMENTS,
             )
         if not isinstance(arguments, dict):
-            raise BadRequest(f"{self.tool}: arguments are a JSON object", "BAD_ARGUMENT",
-                             pointer="")
+            raise Malformed(f"{self.tool}: arguments are a JSON object", "BAD_ARGUMENT",
+                            pointer="")
         unknown = sorted(set(arguments) - set(self.allowed))
         if unknown:
-            raise BadRequest(
+            raise Malformed(
                 f"{self.tool}: unknown argument{'s' if len(unknown) > 1 else ''}"
                 f" {', '.join(unknown)}; allowed: {', '.join(self.allowed)}",
                 "UNKNOWN_ARGUMENT", unknown=unknown, allowed=self.allowed,
@@ -65,7 +65,7 @@ class ArgumentChecker:
         error = next(iter(self._validator.iter_errors(arguments)), None)
         if error is not None:
             where = pointer(*error.instance_path)
-            raise BadRequest(f"{self.tool}: argument {where or '/'}: {error.message}",
-                             "BAD_ARGUMENT", pointer=where,
-                             schema_path=pointer(*error.schema_path))
+            raise Malformed(f"{self.tool}: argument {where or '/'}: {error.message}",
+                            "BAD_ARGUMENT", pointer=where,
+                            schema_path=pointer(*error.schema_path))
         return arguments

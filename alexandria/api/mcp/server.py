@@ -20,8 +20,8 @@ from alexandria import __version__
 from alexandria.api.mcp.answers import DEFAULT_MAX_BYTES, total_bytes
 from alexandria.api.mcp.inputs import ArgumentChecker
 from alexandria.api.mcp.schemas import Tool
-from alexandria.api.mcp.untrusted import from_library, is_from_library
-from alexandria.errors import AlexandriaError, ServiceError
+from alexandria.api.mcp.untrusted import MalformedAnswer, from_library, is_from_library
+from alexandria.errors import AlexandriaError, Failed, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -83,24 +83,23 @@ def build_server(name: str, tools: list[Tool], resources: list[ResourceSpec]) ->
         tool = by_name.get(params.name)
         try:
             if tool is None:
-                raise AlexandriaError(f"no tool {params.name!r}; tools: {', '.join(by_name)}",
-                                      "UNKNOWN_TOOL", tools=list(by_name))
+                raise NotFound(f"no tool {params.name!r}; tools: {', '.join(by_name)}",
+                               "UNKNOWN_TOOL", tools=list(by_name))
             args = checkers[tool.name].check(params.arguments or {})
             structured, text = await tool.run(args)
             limit = args.get("max_bytes", DEFAULT_MAX_BYTES) if "max_bytes" in \
                 tool.input_schema["properties"] else None
             if limit is not None and total_bytes(text, structured) > limit:
                 # the tools fit their answers; this is the guarantee should an estimate fail
-                raise ServiceError(f"{tool.name}: the answer does not fit max_bytes={limit};"
-                                   " ask for less detail or a larger max_bytes",
-                                   "ANSWER_OVER_BUDGET", max_bytes=limit)
+                raise Failed(f"{tool.name}: the answer does not fit max_bytes={limit};"
+                             " ask for less detail or a larger max_bytes",
+                             "ANSWER_OVER_BUDGET", max_bytes=limit)
         except AlexandriaError as exc:
             return error_result(exc)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             log.warning("%s: malformed answer from the library: %r", params.name, exc)
-            return error_result(AlexandriaError(
-                f"{params.name}: the library's answer is malformed ({type(exc).__name__})",
-                "MALFORMED_ANSWER"))
+            return error_result(MalformedAnswer(
+                f"{params.name}: the library's answer is malformed ({type(exc).__name__})"))
         # the structured content also serialised, for clients that pass on only text: author
         # content is there only where it is in the structured content, under "untrusted"
         return types.CallToolResult(
@@ -117,7 +116,7 @@ def build_server(name: str, tools: list[Tool], resources: list[ResourceSpec]) ->
                             params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         read = by_uri.get(str(params.uri))
         if read is None:
-            raise AlexandriaError(f"no resource {params.uri}", "UNKNOWN_RESOURCE")
+            raise NotFound(f"no resource {params.uri}", "UNKNOWN_RESOURCE")
         try:
             text = await read()
         except AlexandriaError as exc:  # the library's words never become the server's

@@ -42,7 +42,7 @@ from alexandria.api.mcp.source import Source
 from alexandria.api.mcp.untrusted import MalformedAnswer, failure
 from alexandria.core.trust import Genesis
 from alexandria.core.witness_policy import WitnessPolicy
-from alexandria.errors import AlexandriaError
+from alexandria.errors import AlexandriaError, Malformed, NotFound
 from alexandria.rules.state import RULE_RELATIONS
 
 VERIFY_TEXT = "x" * 320  # the longest text line verify writes
@@ -413,7 +413,7 @@ class Reader:
             signed = _json(await self.source.get(f"/api/entries/{rev}"))
             result = await self.verifier.check([signed], with_proof=True)
         except AlexandriaError as exc:
-            if exc.status in (400, 404):  # a bad or unknown revision: a refusal, not a verdict
+            if isinstance(exc, (Malformed, NotFound)):  # a bad or unknown revision: no verdict
                 raise
             answer.update(verified=False, failure=failure(exc))
             return answer, (f"verify: NOT verified ({answer['failure']['code']}),"

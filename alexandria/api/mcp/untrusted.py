@@ -23,7 +23,7 @@ import orjson
 from alexandria.client import ServerError, Unreachable
 from alexandria.core.records import PUBLIC_KINDS
 from alexandria.core.timestamps import parse_ms
-from alexandria.errors import AlexandriaError
+from alexandria.errors import AlexandriaError, Failed, Refused
 from alexandria.rules.state import RULE_RELATIONS
 
 MAX_COUNT = 2**53 - 1
@@ -34,7 +34,7 @@ MAX_UNTRUSTED_ERROR_BYTES = 1_000
 library cannot blow an answer's budget through them."""
 
 
-class MalformedAnswer(AlexandriaError):
+class MalformedAnswer(Failed):
     """The library's answer is not what its routes answer: a field of the wrong type, range or
     format.  The sentence names the field, never the value."""
 
@@ -139,10 +139,18 @@ def failure(exc: BaseException) -> dict[str, Any]:
         {"error": f"{type(exc).__name__}: {exc}", "details": {}})}
 
 
-class LibraryRefusal(AlexandriaError):
-    """A refusal or failure that came from the library (or its network path), as the MCP
-    server passes it on: the code checked, the HTTP status when there was one, and the
-    library's own sentence and details under ``details.untrusted``."""
+class LibraryRefusal(Refused):
+    """A refusal that came from the library, as the MCP server passes it on: the code
+    checked, the HTTP status, and the library's own sentence and details under
+    ``details.untrusted``."""
+
+    default_code = "LIBRARY_ERROR"
+
+
+class LibraryFailure(Failed):
+    """No definitive answer from the library (or its network path), passed on as a refusal
+    is: the code checked, the HTTP status when there was one, the library's own words under
+    ``details.untrusted``."""
 
     default_code = "LIBRARY_ERROR"
 
@@ -160,10 +168,12 @@ def library_parts(exc: AlexandriaError) -> tuple[str, int | None, dict[str, Any]
     return code(document.get("code"), "LIBRARY_ERROR"), status, bounded(document)
 
 
-def from_library(exc: AlexandriaError) -> LibraryRefusal:
+def from_library(exc: AlexandriaError) -> LibraryRefusal | LibraryFailure:
     what, status, said = library_parts(exc)
     at = f" (HTTP {status})" if status is not None else ""
-    verb = "refused the request" if isinstance(exc, ServerError) else "gave no definitive answer"
+    refused = isinstance(exc, ServerError)
+    verb = "refused the request" if refused else "gave no definitive answer"
     details: dict[str, Any] = {"status": status, "untrusted": said}
-    return LibraryRefusal(f"the library {verb}: {what}{at}; its own words are in"
-                          " details.untrusted", what, **details)
+    return (LibraryRefusal if refused else LibraryFailure)(
+        f"the library {verb}: {what}{at}; its own words are in details.untrusted", what,
+        **details)

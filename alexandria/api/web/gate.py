@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 
 T = TypeVar("T")
 
@@ -46,9 +46,9 @@ class PageGate:
         self.waiting = 0
         self._turn = asyncio.Lock()
 
-    def _busy(self, why: str) -> ServiceError:
-        return ServiceError(f"the server is busy with other pages ({why}): try again in"
-                            f" {RETRY_AFTER_S} s", "PAGES_BUSY", retry_after=RETRY_AFTER_S)
+    def _busy(self, why: str) -> Failed:
+        return Failed(f"the server is busy with other pages ({why}): try again in"
+                      f" {RETRY_AFTER_S} s", "PAGES_BUSY", retry_after=RETRY_AFTER_S)
 
     async def run(self, build: Callable[[], Awaitable[T]]) -> T:
         """``await build()`` in its turn."""

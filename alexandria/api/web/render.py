@@ -17,7 +17,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.responses import HTMLResponse
 
-from alexandria.api.http import error_headers
+from alexandria.api.status import headers_of, status_of
 from alexandria.api.web.diffs import MAX_DIFF_LINE_CHARACTERS, MAX_DIFF_LINES
 from alexandria.errors import AlexandriaError
 
@@ -89,7 +89,8 @@ def page(template: str, status: int = 200, headers: dict[str, str] | None = None
 
 def error_page(exc: AlexandriaError, library: str, pin: str) -> HTMLResponse:
     """The typed error (PROTOCOL §6: error, code, details) as a page, with its status."""
+    status = status_of(exc)
     return page(
-        "error.html", status=exc.status, headers=error_headers(exc), library=library, pin=pin,
-        title=f"Error {exc.status}", error=exc.to_json(),
+        "error.html", status=status, headers=headers_of(exc), library=library, pin=pin,
+        title=f"Error {status}", error=exc.to_json(),
     )

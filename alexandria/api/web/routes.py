@@ -32,7 +32,7 @@ from alexandria.api.web import present
 from alexandria.api.web.gate import PageGate
 from alexandria.api.web.render import STATIC, error_page, page, rendered
 from alexandria.core.keys import HEX64
-from alexandria.errors import AlexandriaError, BadRequest
+from alexandria.errors import AlexandriaError, Malformed
 from alexandria.reads import lookup, pages
 from alexandria.reads.catalogue import PAGE_SIZE, SORTS, VIEWS
 from alexandria.service.library import Library
@@ -102,8 +102,8 @@ def form_params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
 def _actor(request: Request) -> str:
     value = str(request.path_params["actor"])
     if not HEX64.match(value):
-        raise BadRequest("an actor is 64 lowercase hex characters", "BAD_ACTOR",
-                         parameter="actor", value=value[:100])
+        raise Malformed("an actor is 64 lowercase hex characters", "BAD_ACTOR",
+                        parameter="actor", value=value[:100])
     return value
 
 
@@ -187,7 +187,7 @@ async def object_page(request: Request) -> Response:
     params = form_params(request, ("section", "offset"))
     section = params.get("section")
     if section is not None and section not in pages.PAGED_SECTIONS:
-        raise BadRequest(
+        raise Malformed(
             f"section must be one of {', '.join(pages.PAGED_SECTIONS)}", "BAD_PARAMETER",
             parameter="section", allowed=list(pages.PAGED_SECTIONS),
         )
@@ -306,9 +306,9 @@ async def compare_page(request: Request) -> Response:
     for name in ("from", "to"):
         value = params.get(name)
         if value is None or not HEX64.match(value):
-            raise BadRequest(f"{name} is a revision id of the object: 64 lowercase hex"
-                             " characters", "BAD_REVISION", parameter=name,
-                             value=(value or "")[:100])
+            raise Malformed(f"{name} is a revision id of the object: 64 lowercase hex"
+                            " characters", "BAD_REVISION", parameter=name,
+                            value=(value or "")[:100])
         sides.append(value)
     old, new = sides
     storage = _library(request).storage
@@ -316,8 +316,8 @@ async def compare_page(request: Request) -> Response:
         found = await storage.read(
             lambda conn: pages.compare_page(conn, storage, rev, old, new))
     except pages.NotOfObject as exc:
-        raise BadRequest(f"revision {exc.rev[:12]} is not a revision of this object",
-                         "NOT_A_REVISION_OF_OBJECT", object=rev, revision=exc.rev) from None
+        raise Malformed(f"revision {exc.rev[:12]} is not a revision of this object",
+                        "NOT_A_REVISION_OF_OBJECT", object=rev, revision=exc.rev) from None
     if found is None:
         raise not_found(rev)
 
@@ -371,8 +371,8 @@ LOG_PARAMETERS = ("before", "after", "entry")
 async def log_page(request: Request) -> Response:
     params = form_params(request, LOG_PARAMETERS)
     if len(params) > 1:
-        raise BadRequest("give one of before, after and entry", "BAD_PARAMETER",
-                         parameters=sorted(params))
+        raise Malformed("give one of before, after and entry", "BAD_PARAMETER",
+                        parameters=sorted(params))
 
     def number(name: str, lo: int) -> int | None:
         return int_param(params, name, lo, lo, 2**53 - 1) if name in params else None

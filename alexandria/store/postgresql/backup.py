@@ -24,7 +24,7 @@ from typing import Any, cast
 import psycopg
 
 from alexandria.core import merkle
-from alexandria.errors import ServiceError
+from alexandria.errors import Failed
 from alexandria.files import create_private
 from alexandria.store import migrations, schema, search_index
 from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader, tree_size
@@ -33,7 +33,7 @@ from alexandria.store.postgresql.connection import Dialect, PgConnection
 from alexandria.store.postgresql.migrate import BATCH, COPIED, NOT_COPIED_META
 
 
-class BackupFailed(ServiceError):
+class BackupFailed(Failed):
     default_code = "BACKUP_FAILED"
 
 
@@ -62,8 +62,8 @@ def to_sqlite(url: str, target: Path, name: str) -> None:
     try:
         raw = connection.connect(url, read_only=True)
     except psycopg.Error as exc:
-        raise ServiceError(f"cannot connect to {name}: {exc}".strip(), "STORAGE_UNAVAILABLE",
-                           db=name) from exc
+        raise Failed(f"cannot connect to {name}: {exc}".strip(), "STORAGE_UNAVAILABLE",
+                     db=name) from exc
     with raw:
         raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)

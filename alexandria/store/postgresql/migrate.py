@@ -39,7 +39,7 @@ from typing import Any, cast
 import psycopg
 
 from alexandria.core import merkle
-from alexandria.errors import BadRequest, ServiceError
+from alexandria.errors import Failed, Malformed
 from alexandria.store import db_lock, log_floor, migrations, search_index
 from alexandria.store.log_floor import Published
 from alexandria.store.merkle_nodes import LEAVES, log_root, node_reader, tree_size
@@ -73,7 +73,7 @@ class Migrated:
                 "checkpoint": self.checkpoint}
 
 
-class MigrationFailed(ServiceError):
+class MigrationFailed(Failed):
     default_code = "MIGRATION_FAILED"
 
 
@@ -141,10 +141,10 @@ def migrate(source: str | Path, url: str,
     (``migrate``), not a backup (``restore``): it is locked against one."""
     path = Path(source)
     if not path.exists():
-        raise BadRequest(f"{source}: no such database", "NO_DATABASE")
+        raise Malformed(f"{source}: no such database", "NO_DATABASE")
     version = migrations.check_database(path)  # 1.
     if version == 0:
-        raise BadRequest(f"{source} is not an Alexandria database: it has no tables",
+        raise Malformed(f"{source} is not an Alexandria database: it has no tables",
                          "NOT_A_LIBRARY")
     with contextlib.ExitStack() as stack:
         if server_file:
@@ -185,13 +185,13 @@ def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
     size = tree_size(lite)
     pin = lite.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
     if pin is None:
-        raise BadRequest(f"{source} is not an Alexandria database", "NOT_A_LIBRARY")
+        raise Malformed(f"{source} is not an Alexandria database", "NOT_A_LIBRARY")
     root = merkle.root_hash(size, node_reader(lite))
     latest = lite.execute("SELECT max(size) FROM checkpoints").fetchone()[0] or 0
     try:
         raw = connection.connect(url)
     except psycopg.Error as exc:
-        raise ServiceError(f"cannot connect to the PostgreSQL database: {exc}".strip(),
+        raise Failed(f"cannot connect to the PostgreSQL database: {exc}".strip(),
                            "STORAGE_UNAVAILABLE") from exc
     with raw:
         # no node may serve the database meanwhile: it holds the lock's shared side
@@ -205,11 +205,11 @@ def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
                 "UPDATE ledger_writes SET version = version + 1 WHERE id = 1")
             if (not replace
                     and conn.execute("SELECT 1 FROM log LIMIT 1").fetchone() is not None):
-                raise BadRequest("the PostgreSQL database already holds a log: migrate"
+                raise Malformed("the PostgreSQL database already holds a log: migrate"
                                  " into an empty database", "TARGET_NOT_EMPTY")
             found_pin = _target_pin(conn)
             if found_pin is not None and found_pin != pin[0]:
-                raise BadRequest(
+                raise Malformed(
                     f"the PostgreSQL database belongs to the library {found_pin}, {source}"
                     f" to {pin[0]}", "GENESIS_MISMATCH")
             pg = cast(sqlite3.Connection, conn)

@@ -44,7 +44,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from alexandria.core.trust import Genesis
-from alexandria.errors import ResyncRequired, ServiceError, StorageUnavailable
+from alexandria.errors import Failed, ResyncRequired, StorageUnavailable
 from alexandria.store import db_lock, query_budget
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.outage import Outages, outage_of
@@ -90,7 +90,7 @@ class _PgWriterMemory(WriterMemory):
         cur, self.locking = self.locking, None
         row = (cur or conn.execute(_LOCK)).fetchone()
         if row is None:
-            raise ServiceError("the database has no ledger_writes row", "STORAGE_CORRUPT")
+            raise Failed("the database has no ledger_writes row", "STORAGE_CORRUPT")
         version = int(row[0])
         if self._version is None or version != self._version + 1:
             self.forget()
@@ -214,7 +214,7 @@ class _ReplicaReads:
         except ResyncRequired as exc:
             if exc.code != "CURSOR_BEYOND_LOG":
                 raise
-        except ServiceError as exc:
+        except Failed as exc:
             if exc.code != "STORAGE_UNAVAILABLE":
                 raise
         return await self.primary.read(fn, budget_s)
@@ -284,7 +284,7 @@ class PostgresBackend:
         """None: the disk is the database server's."""
         return None
 
-    def replaced(self) -> ServiceError | None:
+    def replaced(self) -> Failed | None:
         return None
 
     def close(self) -> None:
