@@ -36,7 +36,7 @@ from alexandria.core.canonical import canonical, sha256_hex
 from alexandria.service.library import load_genesis
 from alexandria.store.sqlite import SqliteStorage
 from bench.verify_export import build
-from tests.liveserver import free_port
+from tests.support.liveserver import free_port
 
 
 async def _follow(genesis_path: Path, db: Path, source: str) -> int:

@@ -27,7 +27,7 @@ from alexandria.store.merkle_nodes import node_reader
 
 
 class Ledger(MemoryLedger):
-    """The replayed ledger.  ``tests/test_verify.py`` checks that a replay of a server's log
+    """The replayed ledger.  ``tests/audit/test_verify.py`` checks that a replay of a server's log
     ends in the same objects, heads and votes as the server's tables, and
     ``tests/rules/test_differential.py`` that it reaches the server's verdicts."""
 

@@ -22,9 +22,9 @@ import pytest
 from alexandria.core.records import revision_id
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding, found_library
-from tests.conftest import SEED, T0
-from tests.liveserver import NewDb, Server, serving, write_library_files
-from tests.test_durability import gapless_log
+from tests.support.library import SEED, T0
+from tests.support.live import gapless_log
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
 
 NDJSON = {"content-type": "application/x-ndjson"}
 _CLOCK = itertools.count()

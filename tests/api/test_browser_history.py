@@ -12,55 +12,31 @@ from typing import Any
 import pytest
 
 from alexandria.service.bootstrap import found_library
-from tests.liveserver import NewDb
-from tests.test_browser import (
+from tests.support.browser import (
+    BROWSER_MARKS,
     SHOTS,
     LiveServer,
     axe_violations,
-    publish_worked_example,
+    chromium,
     wait,
+    worked_example_library,
 )
-from tests.test_browser import pytestmark as browser_marks
+from tests.support.liveserver import NewDb
 
-pytestmark = browser_marks
+pytestmark = BROWSER_MARKS
 WIDTHS = (1280, 390)
 
 
 @pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb
             ) -> Iterator[tuple[LiveServer, dict[str, str]]]:
-    founding = found_library(seed=b"alexandria-browser-history",
-                             created_at="2026-01-01T00:00:00.000Z")
-    founding.enroll("owner")
-    founding.enroll("peer")
-    server = LiveServer(module_db(tmp_path_factory.mktemp("browser-history") / "lib.db"),
-                        founding)
-    try:
-        yield server, publish_worked_example(server.url, founding)
-    finally:
-        server.stop()
+    yield from worked_example_library(tmp_path_factory, module_db, b"alexandria-browser-history")
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    from tests.test_browser import CHROMEDRIVER, CHROMIUM, WAIT_S
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run",
-                "--disable-dev-shm-usage", "--window-size=1280,1000",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium-history')}"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    driver.set_page_load_timeout(WAIT_S)
-    try:
+    with chromium(tmp_path_factory.mktemp("chromium-history")) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def at_width(driver: Any, width: int) -> None:

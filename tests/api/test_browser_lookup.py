@@ -1,5 +1,5 @@
 """Finding things by id and paging the log, in headless Chromium against a live server on each
-backend (the same set-up as ``tests/test_browser.py``), at desktop and phone widths."""
+backend (the same set-up as ``tests/api/test_browser.py``), at desktop and phone widths."""
 
 from __future__ import annotations
 
@@ -11,42 +11,45 @@ import httpx
 import pytest
 
 from alexandria.core.timestamps import format_ms
-from alexandria.service.bootstrap import found_library
-from tests.liveserver import NewDb
-from tests.test_browser import (
+from alexandria.service.bootstrap import Founding
+from tests.support.browser import (
+    BROWSER_MARKS,
     LiveServer,
     axe_violations,
-    driver,
-    publish_worked_example,
-    pytestmark,
+    badge_settled,
+    chromium,
     wait,
+    worked_example_library,
 )
+from tests.support.liveserver import NewDb
 
-__all__ = ["driver", "pytestmark"]  # the module's Chromium and its skip marks
+pytestmark = BROWSER_MARKS
 WIDTHS = (1280, 390)
 EXTRA_CLAIMS = 30  # with the worked example: more than two pages of the log
+
+
+def _numbered_claims(url: str, founding: Founding) -> None:
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for i in range(EXTRA_CLAIMS):
+            content = {"kind": "claim", "title": f"Numbered claim {i}", "links": [],
+                       "previous": "", "body": {"statement": f"{i} is a number",
+                                                "scope": "integers", "assumptions": []}}
+            env = founding.participants["owner"].envelope(
+                founding.genesis, content, format_ms(int(time.time() * 1000)))
+            assert client.post("/api/entries", json=env).status_code == 201
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb
          ) -> Iterator[tuple[LiveServer, dict[str, str]]]:
-    founding = found_library(seed=b"alexandria-lookup-test", created_at="2026-01-01T00:00:00.000Z")
-    founding.enroll("owner")
-    founding.enroll("peer")
-    server = LiveServer(module_db(tmp_path_factory.mktemp("lookup-lib") / "lib.db"), founding)
-    try:
-        names = publish_worked_example(server.url, founding)
-        with httpx.Client(base_url=server.url, timeout=30) as client:
-            for i in range(EXTRA_CLAIMS):
-                content = {"kind": "claim", "title": f"Numbered claim {i}", "links": [],
-                           "previous": "", "body": {"statement": f"{i} is a number",
-                                                    "scope": "integers", "assumptions": []}}
-                env = founding.participants["owner"].envelope(
-                    founding.genesis, content, format_ms(int(time.time() * 1000)))
-                assert client.post("/api/entries", json=env).status_code == 201
-        yield server, names
-    finally:
-        server.stop()
+    yield from worked_example_library(tmp_path_factory, module_db, b"alexandria-lookup-test",
+                                      _numbered_claims)
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with chromium(tmp_path_factory.mktemp("chromium-lookup")) as browser:
+        yield browser
 
 
 def _no_horizontal_scroll(driver: Any) -> None:
@@ -132,7 +135,6 @@ def test_a_revision_is_entry_n_and_its_leaf_index_is_labelled(
 ) -> None:
     from selenium.webdriver.common.by import By
 
-    from tests.test_browser import badge_settled
 
     server, names = live
     seq = httpx.get(f"{server.url}/api/entries/{names['merge']}").json()["admission"]["sequence"]

@@ -9,7 +9,7 @@ import pytest
 
 from alexandria.api.served_contract import enforced_limits
 from alexandria.reads import changes
-from tests.conftest import ROOT, Api
+from tests.support.library import ROOT, Api
 
 GIVEN = json.loads((ROOT / "contracts" / "alexandria-contract.json").read_text())
 

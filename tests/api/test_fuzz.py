@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import NewDb, Server, stop_group, write_library_files
+from tests.support.liveserver import NewDb, Server, stop_group, write_library_files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_schemathesis_finds_nothing(tmp_path: Path, founding: Founding, new_db: NewDb) -> None:
@@ -29,7 +29,7 @@ def test_schemathesis_finds_nothing(tmp_path: Path, founding: Founding, new_db: 
              "--checks", "all", "--max-examples", "10", "--seed", "21", "--workers", "1",
              "--suppress-health-check", "all", "--no-color"],
             capture_output=True, text=True, timeout=600, check=False,
-            env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks"}, cwd=ROOT,
+            env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.support.schemathesis_hooks"}, cwd=ROOT,
         )
     finally:
         _out, err_bytes = stop_group(server.proc)

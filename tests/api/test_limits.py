@@ -18,7 +18,7 @@ import pytest
 from alexandria.api.http import BODY_TIMEOUT_S
 from alexandria.api.serve import HEAD_BUFFER_BYTES, HEAD_TIMEOUT_MS
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import NewDb, Server, serving, stop_group, write_library_files
+from tests.support.liveserver import NewDb, Server, serving, stop_group, write_library_files
 
 HEAD_TIMEOUT_S = HEAD_TIMEOUT_MS / 1000
 SLACK_S = 5.0  # the machine is shared: a deadline is met when the server acts within this

@@ -13,7 +13,7 @@ import pytest
 from alexandria.api.app import create_app
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
-from alexandria.core.checkpoint import parse_checkpoint, verify_checkpoint
+from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import format_ms, parse_ms
 from alexandria.core.trust import make_authority_certificate, make_revocation
@@ -23,26 +23,8 @@ from alexandria.service.bootstrap import Founding
 from alexandria.service.checkpoint_signer import CheckpointSigner, background_signer
 from alexandria.service.library import Library
 from alexandria.store.backends import storage_for
-from tests.conftest import Api, Clock
-
-
-def discussion(i: int, text: str = "hello") -> dict[str, Any]:
-    return {"kind": "discussion", "title": f"Discussion {i}", "body": {"text": text},
-            "links": [], "previous": ""}
-
-
-async def publish_many(api: Api, n: int, text: str = "hello") -> None:
-    for i in range(n):
-        await api.publish("owner", discussion(i, text))
-
-
-async def checkpoint(api: Api) -> tuple[int, bytes, str]:
-    r = await api.client.get("/api/log/checkpoint")
-    assert r.status_code == 200, r.text
-    assert r.headers["content-type"] == "text/plain; charset=utf-8"
-    f = api.founding
-    cp = verify_checkpoint(r.text, f.genesis.origin, f.log_key.public_hex)
-    return cp.size, cp.root, r.text
+from tests.support.library import Api, Clock
+from tests.support.log import checkpoint, discussion, publish_many
 
 
 async def all_entries(api: Api, start: int, end: int) -> list[dict[str, Any]]:

@@ -15,10 +15,10 @@ from mcp import Client
 from alexandria.api.mcp.inputs import MAX_ELEMENTS
 from alexandria.api.mcp.schemas import route_parameters
 from alexandria.api.served_contract import read_contract
-from tests.cli_support import Library
-from tests.conftest import CONTRACT
-from tests.liveserver import NewDb, free_port
-from tests.mcp_support import (
+from tests.support.cli import Library
+from tests.support.library import CONTRACT
+from tests.support.liveserver import NewDb, free_port
+from tests.support.mcp import (
     READ_TOOLS,
     WRITE_TOOLS,
     agent,

@@ -17,8 +17,8 @@ import pytest
 from mcp import Client
 
 from alexandria.api.mcp.http import BURST_S, CALLS, CALLS_PER_CLIENT, SHARE
-from tests.cli_support import Library
-from tests.mcp_support import agent, call
+from tests.support.cli import Library
+from tests.support.mcp import agent, call
 
 pytestmark = pytest.mark.slow
 

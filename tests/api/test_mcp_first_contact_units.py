@@ -1,6 +1,6 @@
 """The pure parts of first contact: readable snippets, the link rules quoted from the contract,
 identical contributions in a home, and the bounded store of idempotency keys.  (Through the
-SDK's client over stdio: ``tests/test_mcp_readme.py``.)"""
+SDK's client over stdio: ``tests/api/test_mcp_readme.py``.)"""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.cli_support import Library
-from tests.mcp_support import agent, call, rewriting_proxy
+from tests.support.cli import Library
+from tests.support.mcp import agent, call, rewriting_proxy
 
 pytestmark = pytest.mark.slow
 

@@ -20,10 +20,10 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.cli_support import CLI, ROOT, Library, cli, cli_env
-from tests.liveserver import free_port, stop_group
-from tests.mcp_support import answer_bytes, call, refusal
-from tests.test_cli_readme import tour_script
+from tests.support.cli import CLI, ROOT, Library, cli, cli_env
+from tests.support.liveserver import free_port, stop_group
+from tests.support.mcp import answer_bytes, call, refusal
+from tests.support.readme import tour_script
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 """The MCP server's pure parts: the element cap, argument checks, budget fitting and the
-``changes`` cursor.  (End to end over stdio and HTTP: ``tests/test_mcp.py``.)"""
+``changes`` cursor.  (End to end over stdio and HTTP: ``tests/api/test_mcp.py``.)"""
 
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alexandria.service.bootstrap import Founding
 from alexandria.service.writer_service import WriterClient
-from tests.admission_support import claim, space
-from tests.conftest import Api
-from tests.liveserver import NewDb, serving, write_library_files
+from tests.support.admission import claim, space
+from tests.support.library import Api
+from tests.support.liveserver import NewDb, serving, write_library_files
 
 
 async def scrape(api: Api) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

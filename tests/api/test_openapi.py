@@ -10,7 +10,7 @@ from starlette.routing import Route
 
 from alexandria.api.app import create_app
 from alexandria.api.web import routes as web_routes
-from tests.conftest import Api
+from tests.support.library import Api
 
 METHODS = ("get", "post", "put", "patch", "delete")
 

@@ -38,8 +38,8 @@ from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.errors import ServiceError
 from alexandria.reads.pages import HISTORY_PAGE_SIZE
 from alexandria.service.bootstrap import Founding
-from tests.conftest import Api
-from tests.liveserver import NewDb, Server, serving, write_library_files
+from tests.support.library import Api
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
 
 # --- the bounded diff against difflib -----------------------------------------------------------
 

@@ -5,58 +5,16 @@ from __future__ import annotations
 
 import html
 import re
-from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import pytest
 
 from alexandria.api.web.diffs import MAX_DIFF_LINES
-from alexandria.api.web.render import CSP
 from alexandria.reads.pages import HISTORY_PAGE_SIZE
-from tests.conftest import Api
-from tests.objects_support import publish_example
-
-
-class Page(HTMLParser):
-    """The parts of a page the tests look at: elements by tag, attributes, scripts, text."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-        self.text: list[str] = []
-        self.feed(text)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-    def all(self, tag: str) -> list[dict[str, str | None]]:
-        return [a for t, a in self.tags if t == tag]
-
-    def hrefs(self) -> list[str]:
-        return [str(a["href"]) for a in self.all("a") if a.get("href")]
-
-    @property
-    def plain(self) -> str:
-        return " ".join(" ".join(self.text).split())
-
-
-async def get_page(api: Api, path: str, status: int = 200) -> Page:
-    r = await api.client.get(path)
-    assert r.status_code == status, r.text[:2000]
-    assert r.headers["content-type"].startswith("text/html")
-    check_headers(r)
-    return Page(r.text)
-
-
-def check_headers(r: httpx.Response) -> None:
-    assert r.headers["content-security-policy"] == CSP
-    assert "script-src 'self'" in CSP and "unsafe" not in CSP
-    assert r.headers["x-content-type-options"] == "nosniff"
+from tests.support.library import Api
+from tests.support.objects import publish_example
+from tests.support.pages import Page, check_headers, get_page
 
 
 def check_no_inline_script(page: Page) -> None:

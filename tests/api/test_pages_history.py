@@ -2,7 +2,7 @@
 (an older exact revision marked superseded), no section listing what another lists, history
 newest first with size changes, cur/prev and a compare page, relative times with the exact
 time on hover, the names approved at enrolment, readable snippets, the author page leading with
-contributions and an empty library's welcome.  In a browser: ``tests/test_browser.py``."""
+contributions and an empty library's welcome.  In a browser: ``tests/api/test_browser.py``."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 
 from alexandria.api.web.present import ago
 from alexandria.service.enrolment import TTL_MS, signed_bytes
-from tests.conftest import Api
-from tests.objects_support import publish_example
-from tests.test_pages import Page, get_page
+from tests.support.library import Api
+from tests.support.objects import publish_example
+from tests.support.pages import Page, get_page
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import pytest
 
 from alexandria.cli.terminal import is_loopback, warn_plain_http
 from alexandria.service.bootstrap import Founding
-from tests.cli_support import cli
-from tests.liveserver import NewDb, Server, serving, write_library_files
+from tests.support.cli import cli
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
 
 Files = tuple[Path, Path | str, Path]
 

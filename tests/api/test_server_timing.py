@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import serving, write_library_files
+from tests.support.liveserver import serving, write_library_files
 
 PATHS = ("/", "/log", "/objects/" + "ab" * 32, "/api/genesis", "/api/catalogue")
 

@@ -28,7 +28,7 @@ from alexandria.core.trust import make_revocation
 from alexandria.service.bootstrap import Founding, found_library, resolve_refs
 from alexandria.service.library import Library
 from alexandria.store.backends import storage_for
-from tests.conftest import CONTRACT, SEED, T0, Api, Clock
+from tests.support.library import CONTRACT, SEED, T0, Api, Clock
 
 ENTRY = b'{"leaf":{"admitted_at":"'  # how every entry line starts (PROTOCOL §7)
 

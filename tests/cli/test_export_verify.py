@@ -18,8 +18,8 @@ from alexandria.core.canonical import canonical
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.errors import AlexandriaError
 from alexandria.service.bootstrap import Founding, found_library
-from tests.conftest import SEED, T0
-from tests.liveserver import NewDb, Server, serving, write_library_files
+from tests.support.library import SEED, T0
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
 
 pytestmark = pytest.mark.slow
 

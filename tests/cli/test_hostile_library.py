@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cli_support import CLI, Library, cli, cli_env
+from tests.support.cli import CLI, Library, cli, cli_env
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from alexandria.http1 import (
     ProtocolError,
 )
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import NewDb, Server, serving, write_library_files
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
 
 # --- against the library ----------------------------------------------------------------------
 

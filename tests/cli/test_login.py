@@ -22,8 +22,8 @@ from alexandria.core.trust import make_worker_certificate
 from alexandria.service.enrolment import signed_bytes
 from alexandria.service.operator_dir import OperatorDir, window
 from alexandria.store.backends import open_readonly
-from tests.cli_support import CLI, ROOT, Library, cli, cli_env, cli_json
-from tests.liveserver import NewDb
+from tests.support.cli import CLI, ROOT, Library, cli, cli_env, cli_json
+from tests.support.liveserver import NewDb
 
 pytestmark = pytest.mark.slow
 

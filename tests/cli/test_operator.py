@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from alexandria.core.trust import Genesis
-from tests.cli_support import CLI, cli, cli_json
-from tests.conftest import CONTRACT
-from tests.liveserver import NewDb, Server, free_port, stop_group
+from tests.support.cli import CLI, cli, cli_json
+from tests.support.library import CONTRACT
+from tests.support.liveserver import NewDb, Server, free_port, stop_group
 
 pytestmark = pytest.mark.slow
 

@@ -20,9 +20,9 @@ from alexandria.cli import personal as cli_personal
 from alexandria.cli.config import Home
 from alexandria.cli.session import Session
 from alexandria.client import ServerError
-from tests.cli_support import CLI, Library, cli, cli_env, cli_json, write_content
-from tests.conftest import CONTRACT
-from tests.liveserver import NewDb
+from tests.support.cli import CLI, Library, cli, cli_env, cli_json, write_content
+from tests.support.library import CONTRACT
+from tests.support.liveserver import NewDb
 
 pytestmark = pytest.mark.slow
 

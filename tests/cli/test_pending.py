@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from alexandria.core.canonical import canonical
-from tests.cli_support import Library, cli, cli_json
-from tests.liveserver import NewDb
+from tests.support.cli import Library, cli, cli_json
+from tests.support.liveserver import NewDb
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_support import Library, cli, write_content
-from tests.liveserver import free_port, stop_group
+from tests.support.cli import Library, cli, write_content
+from tests.support.liveserver import free_port, stop_group
 
 
 @pytest.fixture(scope="module")

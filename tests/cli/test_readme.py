@@ -18,10 +18,8 @@ from pathlib import Path
 import pytest
 
 from alexandria.cli import build_parser
-from tests.cli_support import ROOT
-from tests.liveserver import free_port, stop_group
-
-README = ROOT / "README.md"
+from tests.support.liveserver import free_port, stop_group
+from tests.support.readme import README, tour_script
 
 
 def readme_commands() -> list[list[str]]:
@@ -62,15 +60,6 @@ def test_readme_command_exists(argv: list[str]) -> None:
         build_parser().parse_args(argv)
     except SystemExit:
         pytest.fail(f"`alexandria {' '.join(argv)}` does not parse (see the usage above)")
-
-
-def tour_script() -> str:
-    """The tour's shell block, exactly as the README shows it."""
-    text = README.read_text()
-    section = text[text.index("## A tour with the CLI"):text.index("## Serving a library")]
-    found = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert found, "the tour has a ```sh block"
-    return found.group(1)
 
 
 @pytest.mark.slow

@@ -21,8 +21,8 @@ import pytest
 
 from alexandria.core.records import PUBLIC_KINDS
 from alexandria.rules.state import RELATIONS, allowed_links
-from tests.cli_support import Library, cli, cli_json, write_content
-from tests.liveserver import NewDb
+from tests.support.cli import Library, cli, cli_json, write_content
+from tests.support.liveserver import NewDb
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from alexandria.cli.publish import CHUNK
-from tests.cli_support import CLI, ROOT, Library, cli, cli_env, cli_json, write_content
-from tests.liveserver import NewDb, free_port, stop_group
+from tests.support.cli import CLI, ROOT, Library, cli, cli_env, cli_json, write_content
+from tests.support.liveserver import NewDb, free_port, stop_group
 
 pytestmark = pytest.mark.slow
 

@@ -28,7 +28,7 @@ from alexandria.core.schema import (
 )
 from alexandria.errors import AlexandriaError
 from alexandria.service.bootstrap import resolve_refs
-from tests.conftest import CONTRACT
+from tests.support.library import CONTRACT
 
 # --- formats -------------------------------------------------------------------------------------
 

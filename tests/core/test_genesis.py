@@ -12,7 +12,7 @@ from alexandria.core.trust import Genesis
 from alexandria.errors import Forbidden
 from alexandria.service.library import load_genesis
 
-GENESIS_DIR = Path(__file__).resolve().parents[1] / "genesis"
+GENESIS_DIR = Path(__file__).resolve().parents[2] / "genesis"
 DEV_PIN = "6b86d5e4d47aa71a681cbe316bc853285fa9f7be8bbca3028f747c6754ff61f4"
 
 

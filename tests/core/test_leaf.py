@@ -18,7 +18,7 @@ from alexandria.core.canonical import canonical
 from alexandria.core.leaf import LeafMalformed, leaf_bytes, record_of, record_sql, split_leaf
 from alexandria.core.records import admission_bytes, signed_record_bytes
 from alexandria.core.timestamps import format_ms
-from tests.test_canonical import JSON, KEYS
+from tests.support.strategies import JSON, KEYS
 
 LAST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last four-digit year
 TIMES = st.one_of(st.integers(0, LAST_MS),

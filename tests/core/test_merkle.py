@@ -33,7 +33,7 @@ from alexandria.core.merkle import (
 from alexandria.errors import BadRequest, Unprocessable
 
 # transparency-dev/merkle's vectors, copied with their licence (testdata/merkle/README.md)
-VECTOR_DIR = Path(__file__).resolve().parent / "testdata" / "merkle"
+VECTOR_DIR = Path(__file__).resolve().parents[1] / "testdata" / "merkle"
 VECTORS = sorted(VECTOR_DIR.rglob("*.json"))
 
 # RFC 6962 leaf inputs of transparency-dev/merkle (testonly.LeafInputs): the trees the vectors'

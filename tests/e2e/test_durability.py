@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -15,43 +14,8 @@ import pytest
 
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
-from alexandria.store.backends import open_readonly
-from tests.liveserver import NewDb, Server, serving, write_library_files
-
-
-def gapless_log(db: Path | str) -> list[int]:
-    """The log's sequences, checked gapless (and a SQLite file checked intact)."""
-    if isinstance(db, Path):
-        with sqlite3.connect(db) as conn:
-            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    with open_readonly(db) as ro:
-        sequences = [int(r[0]) for r in ro.execute("SELECT sequence FROM log ORDER BY sequence")]
-    assert sequences == list(range(1, len(sequences) + 1))
-    return sequences
-
-
-def _admit_authorities(url: str, founding: Founding) -> None:
-    for doc in founding.authority_documents():
-        r = httpx.post(f"{url}/api/authority", json=doc)
-        assert r.status_code in (200, 201), r.text
-
-
-def _claim(i: int, previous: str = "") -> dict[str, Any]:
-    return {
-        "kind": "claim",
-        "title": f"Claim revision {i}",
-        "body": {"statement": f"Statement {i}", "scope": "Everything", "assumptions": []},
-        "links": [],
-        "previous": previous,
-    }
-
-
-def _post_at(url: str, body: bytes, start: float, out: Any) -> None:
-    while time.time() < start:
-        time.sleep(0.0005)
-    with httpx.Client(timeout=60) as client:
-        r = client.post(f"{url}/api/entries", content=body)
-    out.put((r.status_code, r.json()))
+from tests.support.live import admit_authorities, claim_revision, gapless_log, post_at
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
 
 
 # workers=2: server a is itself two HTTP processes and a writer process
@@ -65,22 +29,22 @@ def test_concurrent_revisions_of_one_head_across_processes(
     base = now_ms() - 60_000
     # two independent servers on the same database
     with serving(genesis, db, log_key, workers) as a, serving(genesis, db, log_key) as b:
-        _admit_authorities(a.url, founding)
-        first = owner.envelope(founding.genesis, _claim(0), format_ms(base))
+        admit_authorities(a.url, founding)
+        first = owner.envelope(founding.genesis, claim_revision(0), format_ms(base))
         r = httpx.post(f"{a.url}/api/entries", content=json.dumps(first).encode())
         assert r.status_code == 201
         head = r.json()["id"]
         n = 12
         bodies = [
             json.dumps(
-                owner.envelope(founding.genesis, _claim(i, head), format_ms(base + i))
+                owner.envelope(founding.genesis, claim_revision(i, head), format_ms(base + i))
             ).encode()
             for i in range(1, n + 1)
         ]
         q: Any = multiprocessing.Queue()
         start = time.time() + 1.5
         procs = [
-            multiprocessing.Process(target=_post_at, args=((a, b)[i % 2].url, body, start, q))
+            multiprocessing.Process(target=post_at, args=((a, b)[i % 2].url, body, start, q))
             for i, body in enumerate(bodies)
         ]
         for p in procs:
@@ -109,14 +73,14 @@ def test_acknowledged_admissions_survive_sigkill(
     peer = founding.participants["peer"]
     base = now_ms() - 600_000
     bodies = [
-        json.dumps(peer.envelope(founding.genesis, _claim(i), format_ms(base + i))).encode()
+        json.dumps(peer.envelope(founding.genesis, claim_revision(i), format_ms(base + i))).encode()
         for i in range(3000)
     ]
     acknowledged: list[str] = []
     lock = threading.Lock()
     server = Server(genesis, db, log_key, workers=workers)
     try:
-        _admit_authorities(server.url, founding)
+        admit_authorities(server.url, founding)
         stop = threading.Event()
 
         def stream(offset: int) -> None:

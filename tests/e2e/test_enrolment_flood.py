@@ -25,8 +25,8 @@ from alexandria.core.timestamps import now
 from alexandria.core.trust import make_worker_certificate
 from alexandria.service.enrolment import LIST_HEADER, list_header, signed_bytes
 from alexandria.service.operator_dir import OperatorDir, window
-from tests.cli_support import Library, cli, cli_json
-from tests.liveserver import NewDb, Server
+from tests.support.cli import Library, cli, cli_json
+from tests.support.liveserver import NewDb, Server
 
 pytestmark = pytest.mark.slow
 

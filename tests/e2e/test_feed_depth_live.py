@@ -19,8 +19,8 @@ from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
 from alexandria.store import feed
 from alexandria.store.postgresql import is_database_url
-from tests.liveserver import NewDb, Server, write_library_files
-from tests.objects_support import discussion, reply
+from tests.support.liveserver import NewDb, Server, write_library_files
+from tests.support.objects import discussion, reply
 
 pytestmark = pytest.mark.slow
 

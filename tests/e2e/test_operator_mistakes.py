@@ -21,9 +21,9 @@ from alexandria.service.bootstrap import Founding
 from alexandria.service.witness import init_witness_dir
 from alexandria.store.backends import open_readonly
 from alexandria.store.postgresql import is_database_url
-from tests.liveserver import NewDb, serving, write_library_files
-from tests.ops_support import Writer, cli
-from tests.witness_support import WitnessProcess
+from tests.support.liveserver import NewDb, serving, write_library_files
+from tests.support.ops import Writer, cli
+from tests.support.witness import WitnessProcess
 
 pytestmark = pytest.mark.slow
 

@@ -28,11 +28,11 @@ from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
 from alexandria.service.published import PublishedCheckpoint
 from alexandria.store.backends import open_readonly
-from tests import pgcluster
-from tests.admission_support import claim, space
-from tests.conftest import Clock, serve_library
-from tests.liveserver import Server, stop_group, write_library_files
-from tests.ops_support import Writer, cli, wait_for
+from tests.support import pgcluster
+from tests.support.admission import claim, space
+from tests.support.library import Clock, serve_library
+from tests.support.liveserver import Server, stop_group, write_library_files
+from tests.support.ops import Writer, cli, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from alexandria.core import merkle
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.service.bootstrap import Founding
 from alexandria.service.published import PublishedCheckpoint, path_for
-from tests.liveserver import NewDb, serving, write_library_files
-from tests.ops_support import (
+from tests.support.liveserver import NewDb, serving, write_library_files
+from tests.support.ops import (
     Writer,
     cli,
     leaf_hashes,

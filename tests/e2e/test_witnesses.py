@@ -25,9 +25,9 @@ from alexandria.core.tlog_witness import format_add_checkpoint
 from alexandria.core.witness_policy import WitnessPolicy
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.service.witness import init_witness_dir
-from tests.conftest import SEED, T0
-from tests.liveserver import NewDb, Server, serving, write_library_files
-from tests.witness_support import WitnessProcess
+from tests.support.library import SEED, T0
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
+from tests.support.witness import WitnessProcess
 
 pytestmark = pytest.mark.slow
 

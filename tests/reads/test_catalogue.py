@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 
 from alexandria.core.search_text import SNIPPET_CHARACTERS
-from tests.catalogue_support import (
+from tests.support.catalogue import (
     catalogue,
     document,
     publish_example,
     vote,
     walk,
 )
-from tests.conftest import Api
+from tests.support.library import Api
 
 OBJECTS = {"space", "discussion", "claim", "document", "evidence", "assessment",
            "relationship", "proposal"}

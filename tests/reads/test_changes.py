@@ -19,7 +19,7 @@ from alexandria.reads.changes import Cursor, Limits
 from alexandria.service.bootstrap import resolve_refs
 from alexandria.store import backup
 from alexandria.store.backends import storage_for
-from tests.conftest import CONTRACT, Api
+from tests.support.library import CONTRACT, Api
 
 # --- helpers ---------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from alexandria.core.canonical import canonical
 from alexandria.core.keys import SigningKey
 from alexandria.core.trust import make_authority_certificate
 from alexandria.reads.changes import Limits
-from tests.conftest import Api
+from tests.support.library import Api
 
 # Written out from PROTOCOL §5 rather than imported, so that the model is independent.
 FEED = {"contained_in", "replies_to", "answers", "branches_from", "about", "evidence_for",
@@ -374,7 +374,7 @@ class World:
 
 
 STEPS = 150
-# More walks on demand: ALEXANDRIA_WALKS=500 pytest tests/test_changes_model.py
+# More walks on demand: ALEXANDRIA_WALKS=500 pytest tests/reads/test_changes_model.py
 WALKS = int(os.environ.get("ALEXANDRIA_WALKS", "30"))
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from alexandria.reads import lookup
 from alexandria.reads.pages import LOG_PAGE_ENTRIES
-from tests.conftest import Api
-from tests.objects_support import claim, publish_example, revise
+from tests.support.library import Api
+from tests.support.objects import claim, publish_example, revise
 
 #: fake actors sharing a prefix no hash-derived id has in these tests, to make a prefix
 #: ambiguous (``catalogue_actors`` is a derived table: only lookups read these rows)

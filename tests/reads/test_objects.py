@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Api
-from tests.objects_support import (
+from tests.support.library import Api
+from tests.support.objects import (
     assessment,
     claim,
     discussion,

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.catalogue_support import document, publish_example, vote
-from tests.conftest import Api
+from tests.support.catalogue import document, publish_example, vote
+from tests.support.library import Api
 
 
 async def scores(api: Api, author: str, **params: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from alexandria.core.canonical import canonical
 from alexandria.core.records import make_envelope, make_record
 from alexandria.rules.authority import SCOPE_OF_KIND
 from alexandria.service.bootstrap import ALL_SCOPES
-from tests.admission_support import (
+from tests.support.admission import (
     accept,
     admitted,
     assessment,
@@ -32,7 +32,7 @@ from tests.admission_support import (
     space,
     vote,
 )
-from tests.conftest import CONTRACT, Api
+from tests.support.library import CONTRACT, Api
 
 SCOPES: dict[str, list[str]] = CONTRACT["write_contract"]["scopes"]
 

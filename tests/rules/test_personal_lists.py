@@ -23,7 +23,7 @@ from alexandria.service.bootstrap import resolve_refs
 from alexandria.service.library import Library
 from alexandria.store.backends import storage_for
 from alexandria.store.personal import RETENTION_MS
-from tests.conftest import CONTRACT, Api
+from tests.support.library import CONTRACT, Api
 
 PUBLIC_TABLES = ("log", "merkle_nodes", "revisions", "objects", "links", "feed", "votes")
 

@@ -14,8 +14,8 @@ import pytest
 from alexandria.core.canonical import canonical
 from alexandria.core.keys import verify
 from alexandria.core.records import MAX_BODY_CHARACTERS, MAX_ENVELOPE_BYTES, revision_id
-from tests.admission_support import admitted, claim, refused, reply, space
-from tests.conftest import Api
+from tests.support.admission import admitted, claim, refused, reply, space
+from tests.support.library import Api
 
 
 def mutated(env: dict[str, Any], **record: Any) -> dict[str, Any]:

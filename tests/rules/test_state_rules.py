@@ -9,7 +9,7 @@ from typing import Any
 
 from alexandria.core.timestamps import format_ms
 from alexandria.rules.state import MAX_DEPTH
-from tests.admission_support import (
+from tests.support.admission import (
     accept,
     admitted,
     assessment,
@@ -27,7 +27,7 @@ from tests.admission_support import (
     space,
     vote,
 )
-from tests.conftest import CONTRACT, Api
+from tests.support.library import CONTRACT, Api
 
 RULES = CONTRACT["write_contract"]["state_rules"]
 

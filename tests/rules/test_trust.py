@@ -26,8 +26,8 @@ from alexandria.core.trust import (
 )
 from alexandria.errors import AlexandriaError
 from alexandria.service.bootstrap import Founding, found_library
-from tests.admission_support import admitted, check_error_body, refused, serve, space
-from tests.conftest import SEED, T0, Api, Clock
+from tests.support.admission import admitted, check_error_body, refused, serve, space
+from tests.support.library import SEED, T0, Api, Clock
 
 FAR = "2036-01-01T00:00:00.000Z"
 

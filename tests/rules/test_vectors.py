@@ -17,7 +17,7 @@ from alexandria.core.trust import Genesis
 from alexandria.service.library import Library
 from alexandria.store.backends import storage_for
 from alexandria.store.merkle_nodes import node_reader
-from tests.conftest import CONTRACT, Clock
+from tests.support.library import CONTRACT, Clock
 from tests.vectors import generate
 
 VECTORS = Path(generate.__file__).resolve().parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from alexandria.service.bootstrap import resolve_refs
-from tests.conftest import CONTRACT, Api
+from tests.support.library import CONTRACT, Api
 
 
 async def test_worked_example_admits_and_retries_are_idempotent(api: Api) -> None:

@@ -23,8 +23,8 @@ from alexandria.core.keys import SigningKey
 from alexandria.core.trust import make_authority_certificate, make_revocation
 from alexandria.rules import authority
 from alexandria.service.bootstrap import Founding, derive_key
-from tests.conftest import T0
-from tests.liveserver import NewDb, Server, serving, write_library_files
+from tests.support.library import T0
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
 
 FAR = "2036-01-01T00:00:00.000Z"
 

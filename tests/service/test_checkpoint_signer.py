@@ -20,8 +20,8 @@ from alexandria.service.bootstrap import Founding
 from alexandria.service.checkpoint_signer import sign_checkpoint_now
 from alexandria.service.library import Library
 from alexandria.store.backends import storage_for
-from tests.conftest import Api, Clock
-from tests.test_log_api import discussion
+from tests.support.library import Api, Clock
+from tests.support.log import discussion
 
 
 @asynccontextmanager

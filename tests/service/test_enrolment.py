@@ -1,7 +1,7 @@
 """Enrolment requests through the real app with a controllable clock: they expire (and are
 purged), the open ones are capped, a code approves once, codes are forgiving to type, the
 per-address limit slides (``service/enrolment.py``).  The CLI side is
-``tests/test_cli_login.py``; floods against a live server ``tests/test_enrolment_live.py``."""
+``tests/cli/test_login.py``; floods against a live server ``tests/e2e/test_enrolment_flood.py``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from alexandria.service.enrolment import (
     normalize_code,
     signed_bytes,
 )
-from tests.conftest import Api
+from tests.support.library import Api
 
 
 def _body(api: Api, key: SigningKey, name: str = "zoe") -> bytes:

@@ -12,8 +12,8 @@ from typing import Any
 from alexandria.core.canonical import MAX_JSON_DEPTH
 from alexandria.service.bootstrap import found_library
 from alexandria.store.ledger_storage import READERS, LedgerStorage
-from tests.admission_support import proposal
-from tests.conftest import T0, Api
+from tests.support.admission import proposal
+from tests.support.library import T0, Api
 
 
 def _claim(title: str) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from alexandria.service.bootstrap import Founding
-from tests.liveserver import NewDb, serving, write_library_files
-from tests.ops_support import (
+from tests.support.liveserver import NewDb, serving, write_library_files
+from tests.support.ops import (
     Writer,
     cli,
     leaf_hashes,

@@ -22,10 +22,17 @@ import pytest
 
 from alexandria.audit.answer_caps import CHECKPOINT_BYTES, ENTRIES_PAGE_BYTES
 from alexandria.service.bootstrap import Founding
-from tests.hostile_origin import HostileOrigin, MiB, constant, hostile_origin, query, stall_when
-from tests.hostile_origin import stream as stream_of
-from tests.liveserver import Command, NewDb, Server, serving, write_library_files
-from tests.ops_support import Writer, cli, leaf_hashes, log_size, wait_for
+from tests.support.hostile_origin import (
+    HostileOrigin,
+    MiB,
+    constant,
+    hostile_origin,
+    query,
+    stall_when,
+)
+from tests.support.hostile_origin import stream as stream_of
+from tests.support.liveserver import Command, NewDb, Server, serving, write_library_files
+from tests.support.ops import Writer, cli, leaf_hashes, log_size, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ from alexandria.service.bootstrap import Founding
 from alexandria.service.library import Library
 from alexandria.service.published import CatchUpRequired
 from alexandria.store.backends import storage_for
-from tests.admission_support import claim, space
-from tests.conftest import Api
+from tests.support.admission import claim, space
+from tests.support.library import Api
 
 
 async def test_a_served_checkpoint_is_remembered_before_it_is_served(guarded: Api) -> None:

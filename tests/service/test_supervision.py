@@ -25,8 +25,8 @@ import pytest
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
 from alexandria.service.supervisor import RUN_DIR_PREFIX, stale_run_dirs
-from tests.liveserver import NewDb, Server, serving, write_library_files
-from tests.test_durability import gapless_log
+from tests.support.live import gapless_log
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
 
 #: a stop must end within the supervisor's deadline (10 s) plus this machine's slack
 STOP_S = 20.0

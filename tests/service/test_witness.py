@@ -23,7 +23,7 @@ from alexandria.service.witness import (
     load_witness_dir,
 )
 from alexandria.store.witness_state import WitnessState
-from tests.witness_support import ToyLog, WitnessProcess
+from tests.support.witness import ToyLog, WitnessProcess
 
 NOW = 1_780_000_000
 

@@ -31,8 +31,8 @@ from alexandria.service.writer_service import (
 )
 from alexandria.store.backends import storage_for
 from alexandria.store.interface import Admitted, DryRun
-from tests.conftest import Clock
-from tests.liveserver import NewDb, Server, serving, write_library_files
+from tests.support.library import Clock
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
 from tests.vectors import generate
 
 

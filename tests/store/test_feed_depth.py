@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from alexandria.reads.changes import Limits
 from alexandria.service.bootstrap import Founding
 from alexandria.store import feed
-from tests.conftest import Api, Clock, serve_library
-from tests.objects_support import claim, discussion, evidence, ids, reply, revise, space
+from tests.support.library import Api, Clock, serve_library
+from tests.support.objects import claim, discussion, evidence, ids, reply, revise, space
 
 CONVERSATION = ("discussion", "reply")
 

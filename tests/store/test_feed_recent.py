@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from alexandria.service.bootstrap import Founding
 from alexandria.store import feed, schema
-from tests.conftest import Clock, serve_library
-from tests.objects_support import claim, space
+from tests.support.library import Clock, serve_library
+from tests.support.objects import claim, space
 
 
 def _db() -> sqlite3.Connection:

@@ -19,7 +19,7 @@ from alexandria.core.leaf import LEAF_FORMAT
 from alexandria.service.bootstrap import Founding
 from alexandria.store.schema import OldLeafFormat
 from alexandria.store.sqlite import SqliteStorage
-from tests.liveserver import write_library_files
+from tests.support.liveserver import write_library_files
 
 
 async def _library(path: Path, founding: Founding, admit: bool = True) -> None:

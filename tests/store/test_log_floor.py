@@ -18,8 +18,8 @@ from alexandria.service.published import PublishedCheckpoint, path_for
 from alexandria.store import db_lock, log_floor
 from alexandria.store.backends import open_readonly, storage_for
 from alexandria.store.backup import backup
-from tests.admission_support import claim, space
-from tests.conftest import Api, Clock
+from tests.support.admission import claim, space
+from tests.support.library import Api, Clock
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """What a storage failure means for a client (``store/outage.classify``), and one log line per
-episode (``store/outage.Outages``).  The live fault injection is ``tests/test_outages.py``."""
+episode (``store/outage.Outages``).  The live fault injection is ``tests/e2e/test_outages.py``."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from psycopg_pool import PoolTimeout
 
 from alexandria.errors import DiskFull, ServiceError, StorageUnavailable, retry_after
 from alexandria.store.outage import Outages, classify
-from tests.admission_support import space
-from tests.conftest import Api
+from tests.support.admission import space
+from tests.support.library import Api
 
 
 def _raised_from(cause: BaseException) -> sqlite3.OperationalError:

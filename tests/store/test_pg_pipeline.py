@@ -21,9 +21,9 @@ from alexandria.store.postgresql.connection import (
     PgConnection,
     translate,
 )
-from tests.catalogue_support import document
-from tests.conftest import Api
-from tests.pgcluster import Cluster
+from tests.support.catalogue import document
+from tests.support.library import Api
+from tests.support.pgcluster import Cluster
 
 pytestmark = pytest.mark.slow
 

@@ -35,14 +35,14 @@ from alexandria.store.postgresql.connection import PgConnection, translate
 from alexandria.store.postgresql.migrate import MigrationFailed, migrate
 from alexandria.store.postgresql.schema import _schema_sql
 from alexandria.store.postgresql.storage import PostgresStorage
-from tests import objects_support
-from tests.catalogue_support import document, publish_example, vote
-from tests.cli_support import cli, cli_json
-from tests.conftest import Api, Clock, serve_library
-from tests.liveserver import serving, write_library_files
-from tests.pgcluster import Cluster, cluster, standby
-from tests.test_durability import _admit_authorities, _claim, _post_at
-from tests.test_sqlite_store import _ROOT_KEYED, _reads
+from tests.store.test_storage import _ROOT_KEYED, _reads
+from tests.support import objects as objects_support
+from tests.support.catalogue import document, publish_example, vote
+from tests.support.cli import cli, cli_json
+from tests.support.library import Api, Clock, serve_library
+from tests.support.live import admit_authorities, claim_revision, post_at
+from tests.support.liveserver import serving, write_library_files
+from tests.support.pgcluster import Cluster, cluster, standby
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ def _race(urls: list[str], bodies: list[bytes]) -> list[tuple[int, Any]]:
     """POST every body at the same instant, alternating between ``urls``, from processes."""
     q: Any = multiprocessing.Queue()
     start = time.time() + 1.5
-    procs = [multiprocessing.Process(target=_post_at, args=(urls[i % len(urls)], body, start, q))
+    procs = [multiprocessing.Process(target=post_at, args=(urls[i % len(urls)], body, start, q))
              for i, body in enumerate(bodies)]
     for p in procs:
         p.start()
@@ -85,12 +85,12 @@ def test_racing_revisions_across_two_nodes_one_wins(
     owner = founding.participants["owner"]
     base = now_ms() - 60_000
     with serving(genesis, pg_db, log_key, workers) as a, serving(genesis, pg_db, log_key) as b:
-        _admit_authorities(a.url, founding)
-        first = owner.envelope(founding.genesis, _claim(0), format_ms(base))
+        admit_authorities(a.url, founding)
+        first = owner.envelope(founding.genesis, claim_revision(0), format_ms(base))
         r = httpx.post(f"{a.url}/api/entries", content=json.dumps(first).encode())
         assert r.status_code == 201, r.text
         head = r.json()["id"]
-        bodies = [json.dumps(owner.envelope(founding.genesis, _claim(i, head),
+        bodies = [json.dumps(owner.envelope(founding.genesis, claim_revision(i, head),
                                             format_ms(base + i))).encode()
                   for i in range(1, 13)]
         results = _race([a.url, b.url], bodies)
@@ -109,8 +109,8 @@ def test_a_storm_of_one_envelope_admits_it_once(
     genesis, log_key = write_library_files(founding, tmp_path)
     owner = founding.participants["owner"]
     with serving(genesis, pg_db, log_key) as a, serving(genesis, pg_db, log_key) as b:
-        _admit_authorities(a.url, founding)
-        body = json.dumps(owner.envelope(founding.genesis, _claim(0),
+        admit_authorities(a.url, founding)
+        body = json.dumps(owner.envelope(founding.genesis, claim_revision(0),
                                          format_ms(now_ms() - 1000))).encode()
         results = _race([a.url, b.url], [body] * 16)
         statuses = sorted(status for status, _ in results)
@@ -132,7 +132,7 @@ def test_two_nodes_share_writes_and_changes_cursors(
     by_name = "postgresql:///" + urlsplit(pg_db).path.lstrip("/")
     with serving(genesis, pg_db, log_key) as a, serving(genesis, by_name, log_key) as b, \
             httpx.Client(timeout=30) as client:
-        _admit_authorities(a.url, founding)
+        admit_authorities(a.url, founding)
         space = {"kind": "space", "title": "Shared nodes", "links": [], "previous": "",
                  "body": {"summary": "Written on one node, read on the other"}}
         r = client.post(f"{a.url}/api/entries", content=json.dumps(
@@ -141,7 +141,7 @@ def test_two_nodes_share_writes_and_changes_cursors(
         root = r.json()["id"]
         ids = []
         for i in range(5):
-            claim = _claim(i) | {"links": [{"relation": "contained_in", "target": root}]}
+            claim = claim_revision(i) | {"links": [{"relation": "contained_in", "target": root}]}
             node = (a, b)[i % 2]
             r = client.post(f"{node.url}/api/entries", content=json.dumps(
                 owner.envelope(founding.genesis, claim, format_ms(base + 1 + i))).encode())
@@ -162,7 +162,7 @@ def test_two_nodes_share_writes_and_changes_cursors(
                               params={"root": root, "limit": 2, "cursor": page["cursor"]}).json()
             seen += [item["id"] for item in page["items"]]
         assert seen == [root, *ids]
-        late = _claim(9) | {"links": [{"relation": "contained_in", "target": root}]}
+        late = claim_revision(9) | {"links": [{"relation": "contained_in", "target": root}]}
         r = client.post(f"{a.url}/api/entries", content=json.dumps(
             owner.envelope(founding.genesis, late, format_ms(base + 100))).encode())
         page = client.get(f"{b.url}/api/changes",
@@ -178,11 +178,11 @@ def test_checkpoints_signed_by_several_nodes_are_consistent(
     base = now_ms() - 60_000
     with serving(genesis, pg_db, log_key) as a, serving(genesis, pg_db, log_key) as b, \
             httpx.Client(timeout=30) as client:
-        _admit_authorities(a.url, founding)
+        admit_authorities(a.url, founding)
         notes = []
         for i in range(8):
             for node in (a, b):
-                claim = _claim(i) | {"title": f"Claim {i} on {node.port}"}
+                claim = claim_revision(i) | {"title": f"Claim {i} on {node.port}"}
                 r = client.post(f"{node.url}/api/entries", content=json.dumps(owner.envelope(
                     founding.genesis, claim, format_ms(base + i))).encode())
                 assert r.status_code == 201, r.text
@@ -455,7 +455,7 @@ def test_migrate_command(tmp_path: Path, founding: Founding, pg_cluster: Cluster
     genesis, log_key = write_library_files(founding, tmp_path)
     lite = tmp_path / "lib.db"
     with serving(genesis, lite, log_key) as s:
-        _admit_authorities(s.url, founding)
+        admit_authorities(s.url, founding)
     url = pg_cluster.database(migrated=False)  # as `createdb` leaves it
     out = cli_json("migrate", "--db", str(lite), "--to", url)
     assert out["size"] == len(founding.authority_documents())
@@ -482,7 +482,7 @@ def test_migrate_checks_the_copied_leaves_root(tmp_path: Path, founding: Foundin
     genesis, log_key = write_library_files(founding, tmp_path)
     good = tmp_path / "lib.db"
     with serving(genesis, good, log_key) as s:
-        _admit_authorities(s.url, founding)
+        admit_authorities(s.url, founding)
     size = len(founding.authority_documents())
     tampered = tmp_path / "tampered.db"
     tampered.write_bytes(good.read_bytes())
@@ -543,7 +543,7 @@ def test_backup_and_restore_refusals(tmp_path: Path, founding: Founding,
     genesis, log_key = write_library_files(founding, tmp_path)
     url = pg_cluster.database()
     with serving(genesis, url, log_key) as s:
-        _admit_authorities(s.url, founding)
+        admit_authorities(s.url, founding)
         size = len(founding.authority_documents())
         backup_file = tmp_path / "backup.db"
         out = cli_json("backup", "--db", url, str(backup_file))
@@ -560,7 +560,7 @@ def test_backup_and_restore_refusals(tmp_path: Path, founding: Founding,
     other_genesis, other_key = write_library_files(other, tmp_path / "other")
     other_url = pg_cluster.database()
     with serving(other_genesis, other_url, other_key) as s:
-        _admit_authorities(s.url, other)
+        admit_authorities(s.url, other)
     mismatch = cli("restore", str(backup_file), "--db", other_url, "--replace", expect=1)
     assert "GENESIS_MISMATCH" in mismatch.stderr
     # a node opened this database first: the genesis is recorded, the log empty
@@ -598,7 +598,7 @@ def test_a_node_reads_from_a_streaming_replica(tmp_path: Path, founding: Foundin
             # primary (a race seen under load), where this test asks what the replica shows
             with serving(genesis, url, log_key) as a, \
                     serving(genesis, url, None, extra=("--read-db", read_url)) as b:
-                _admit_authorities(a.url, founding)
+                admit_authorities(a.url, founding)
                 space = {"kind": "space", "title": "Replicated", "links": [], "previous": "",
                          "body": {"summary": "Read from a standby"}}
                 root = post(a.url, space, 0)
@@ -629,7 +629,7 @@ def test_a_node_reads_from_a_streaming_replica(tmp_path: Path, founding: Foundin
                         assert time.time() < deadline, "the standby never paused"
                         time.sleep(0.05)
                     in_space = {"links": [{"relation": "contained_in", "target": root}]}
-                    elsewhere = post(a.url, _claim(1) | in_space, 1)
+                    elsewhere = post(a.url, claim_revision(1) | in_space, 1)
                     # node b reads the paused replica: node a's new claim is not there yet
                     assert httpx.get(f"{b.url}/api/entries/{elsewhere}").status_code == 404
                     # a cursor node a issued over the longer log: answered, not a 409
@@ -639,7 +639,7 @@ def test_a_node_reads_from_a_streaming_replica(tmp_path: Path, founding: Foundin
                                                                   "cursor": cursor})
                     assert r.status_code == 200 and r.json()["items"] == [], r.text
                     # node b's own write is read back at once, from the primary
-                    mine = post(b.url, _claim(2) | in_space, 2)
+                    mine = post(b.url, claim_revision(2) | in_space, 2)
                     assert httpx.get(f"{b.url}/api/entries/{mine}").status_code == 200
                     r = httpx.get(f"{b.url}/api/changes", params={"root": root,
                                                                   "cursor": cursor})

@@ -17,7 +17,7 @@ from alexandria.errors import QueryTimeout, status_of
 from alexandria.service.bootstrap import Founding
 from alexandria.store.backends import storage_for
 from alexandria.store.ledger_storage import READERS
-from tests.liveserver import NewDb, serving, write_library_files
+from tests.support.liveserver import NewDb, serving, write_library_files
 
 #: a read that runs for minutes on either backend unless it is stopped
 SLOW = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 1000000000)"
@@ -92,7 +92,7 @@ def test_a_live_server_answers_a_held_read_503_and_serves_on(
 
 
 def test_a_query_timeout_that_is_not_a_duration_is_refused(tmp_path: Path) -> None:
-    from tests.cli_support import cli
+    from tests.support.cli import cli
 
     for bad in ("-1", "nan", "inf"):
         r = cli("serve", "--port", "1", "--query-timeout", bad, expect=2, cwd=tmp_path)

@@ -15,9 +15,9 @@ import pytest
 
 from alexandria.store import read_ahead, schema
 from alexandria.store.read_ahead import MINIMUM, Key, ReadAhead
-from tests.catalogue_support import vote
-from tests.conftest import Api
-from tests.objects_support import claim, discussion, reply, space
+from tests.support.catalogue import vote
+from tests.support.library import Api
+from tests.support.objects import claim, discussion, reply, space
 
 
 def _library(path: Path, rows: int) -> None:

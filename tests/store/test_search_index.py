@@ -17,9 +17,9 @@ from alexandria.reads import catalogue
 from alexandria.reads.catalogue import CatalogueQuery
 from alexandria.store import schema, search_index
 from alexandria.store.postgresql import is_postgresql
-from tests.catalogue_support import catalogue as get_catalogue
-from tests.catalogue_support import content, document, publish_example, vote
-from tests.conftest import Api
+from tests.support.catalogue import catalogue as get_catalogue
+from tests.support.catalogue import content, document, publish_example, vote
+from tests.support.library import Api
 
 
 def test_normalise_and_words() -> None:

@@ -1,6 +1,6 @@
 """Storage behaviour that the HTTP tests do not pin down.  The tests taking ``api`` or ``db``
 run on both backends; the migration of an earlier SQLite index layout is about SQLite files
-(PostgreSQL's migrations are tested in tests/test_postgresql.py)."""
+(PostgreSQL's migrations are tested in tests/store/test_postgresql.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from alexandria.reads.objects import SECTIONS
 from alexandria.service.bootstrap import Founding
 from alexandria.store import feed, schema
 from alexandria.store.merkle_nodes import tree_size
-from tests import objects_support
-from tests.catalogue_support import vote
-from tests.conftest import Api, Clock, serve_library
-from tests.objects_support import publish_example
+from tests.support import objects as objects_support
+from tests.support.catalogue import vote
+from tests.support.library import Api, Clock, serve_library
+from tests.support.objects import publish_example
 
 
 def _claim(title: str) -> dict[str, object]:
@@ -84,7 +84,7 @@ async def _reads(api: Api, revisions: list[str]) -> list[bytes]:
 
 
 # A database of an earlier layout holds leaves of the earlier format and is refused when opened
-# (tests/test_leaf_format.py): there is no layout migration left to test, only a reopening.
+# (tests/store/test_leaf_format.py): there is no layout migration left to test, only a reopening.
 async def test_a_library_closed_and_opened_again_reads_the_same(
     tmp_path: Path, founding: Founding, clock: Clock, db: Path | str
 ) -> None:
@@ -100,7 +100,7 @@ async def test_a_library_closed_and_opened_again_reads_the_same(
         own_feed = (f"SELECT count(*) FROM {feed.ROWS} f"
                     " JOIN revisions r ON r.sequence = f.sequence"
                     " JOIN revisions o ON o.sequence = f.owner WHERE r.root = o.id")
-        if isinstance(db, str):  # PostgreSQL: its schema is tested in tests/test_postgresql.py
+        if isinstance(db, str):  # PostgreSQL (its schema: tests/store/test_postgresql.py)
             with psycopg.connect(db, autocommit=True) as pg:
                 row = pg.execute(own_feed).fetchone()
                 assert row is not None and row[0] == 0

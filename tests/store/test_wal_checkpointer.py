@@ -19,7 +19,7 @@ from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import Founding
 from alexandria.store import wal_checkpointer
 from alexandria.store.sqlite import SqliteStorage
-from tests.conftest import Clock
+from tests.support.library import Clock
 
 
 def _claim(i: int) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from alexandria.store.interface import Admitted
 from alexandria.store.merkle_nodes import node_reader
 from alexandria.store.sqlite import SqliteStorage
 from alexandria.store.writer_memory import LIMIT
-from tests.conftest import Clock
+from tests.support.library import Clock
 
 
 def _claim(title: str, previous: str = "") -> dict[str, Any]:

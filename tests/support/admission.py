@@ -15,7 +15,7 @@ from alexandria.core.canonical import canonical
 from alexandria.core.records import revision_id
 from alexandria.errors import AlexandriaError
 from alexandria.service.bootstrap import Founding
-from tests.conftest import Api, Clock, serve_library
+from tests.support.library import Api, Clock, serve_library
 
 # --- content builders ------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from alexandria.service.bootstrap import resolve_refs
-from tests.conftest import CONTRACT, Api
+from tests.support.library import CONTRACT, Api
 
 
 async def publish_example(api: Api) -> dict[str, str]:

@@ -28,7 +28,7 @@ def free_port() -> int:
 
 def stop_group(proc: subprocess.Popen[Any], timeout: float = 20) -> tuple[Any, Any]:
     """SIGTERM a server started in its own session (every worker and the writer too), then its
-    output; SIGKILL when it does not stop in time (tests/test_supervision.py checks how a
+    output; SIGKILL when it does not stop in time (tests/service/test_supervision.py checks how a
     server stops; the tests using this check what it said)."""
     os.killpg(proc.pid, signal.SIGTERM)
     try:

@@ -20,7 +20,7 @@ import orjson
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.cli_support import ROOT
+from tests.support.cli import ROOT
 
 WRITE_TOOLS = {"validate", "publish", "follow", "unfollow", "save", "unsave", "lists",
                "whoami"}

@@ -17,8 +17,8 @@ import orjson
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
 from alexandria.store.backends import open_readonly
-from tests.admission_support import claim, space
-from tests.liveserver import Command, Server
+from tests.support.admission import claim, space
+from tests.support.liveserver import Command, Server
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

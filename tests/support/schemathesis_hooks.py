@@ -1,4 +1,4 @@
-"""Schemathesis hooks (``SCHEMATHESIS_HOOKS=tests.schemathesis_hooks``): how to send a
+"""Schemathesis hooks (``SCHEMATHESIS_HOOKS=tests.support.schemathesis_hooks``): how to send a
 generated body of ``POST /api/entries/batch``, whose media type Schemathesis does not know:
 each generated item as one NDJSON line (PROTOCOL §4.1)."""
 

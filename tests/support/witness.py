@@ -11,7 +11,7 @@ from alexandria.core import merkle, note
 from alexandria.core.checkpoint import Checkpoint, sign_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.tlog_witness import format_add_checkpoint
-from tests.liveserver import Server, free_port
+from tests.support.liveserver import Server, free_port
 
 
 class ToyLog:
