@@ -23,10 +23,17 @@ from alexandria.errors import (
     PayloadTooLarge,
     RequestTimeout,
 )
+from alexandria.service.library import Library
 
 log = logging.getLogger(__name__)
 JSON = "application/json"
 _REVISION = re.compile(r"^[0-9a-f]{64}\Z")  # "$" would accept a trailing newline
+
+
+def library_of(request: Request) -> Library:
+    """The library the app serves (``create_app`` keeps it in the app's state)."""
+    lib: Library = request.app.state.library
+    return lib
 
 
 def raw_json(data: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
