@@ -1,6 +1,6 @@
 """``store/feed.py``'s recent feed rows: staged in ``feed_recent`` and moved into ``feed`` one
 range of owners per write transaction, never lost or duplicated, all moved within a cycle of
-``CYCLE`` + 1 moves; and a library's writer moving them as it admits, its reads unchanged."""
+``MERGE_ROUNDS`` + 1 moves; and a library's writer moving them as it admits, its reads unchanged."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ rows_strategy = st.sets(st.tuples(st.integers(1, 300), st.integers(1, 300)), max
 
 @settings(max_examples=60, deadline=None)
 @given(old=rows_strategy, new=rows_strategy, start=st.integers(0, 400),
-       moves=st.integers(0, 2 * feed.CYCLE))
+       moves=st.integers(0, 2 * feed.MERGE_ROUNDS))
 def test_moves_keep_every_row_once(old: set[tuple[int, int]], new: set[tuple[int, int]],
                                    start: int, moves: int) -> None:
     """Whatever the start and the number of moves, the two tables together hold exactly the
@@ -42,7 +42,7 @@ def test_moves_keep_every_row_once(old: set[tuple[int, int]], new: set[tuple[int
                      sorted(new - old))
     written = old | new
     keys = 300
-    step = -(-keys // feed.CYCLE)
+    step = -(-keys // feed.MERGE_ROUNDS)
     at = start
     for _ in range(moves):
         before, kept = _rows(conn, "feed_recent"), _rows(conn, "feed")
@@ -65,12 +65,12 @@ def test_a_revision_stages_its_rows_on_sqlite() -> None:
 
 
 def test_a_full_cycle_empties_the_staging_table() -> None:
-    """From any start, ``CYCLE`` + 1 moves pass every owner up to the log's size."""
+    """From any start, ``MERGE_ROUNDS`` + 1 moves pass every owner up to the log's size."""
     conn = _db()
     rows = [(o, s) for o in range(1, 1001) for s in (o, o + 1000)]
     conn.executemany("INSERT INTO feed_recent(owner, sequence) VALUES (?, ?)", rows)
     at = 517
-    for _ in range(feed.CYCLE + 1):
+    for _ in range(feed.MERGE_ROUNDS + 1):
         at = feed.merge_recent(conn, at, 2000)
     assert _rows(conn, "feed_recent") == set()
     assert _rows(conn, "feed") == set(rows)
@@ -80,8 +80,8 @@ async def test_the_writer_moves_recent_rows_and_reads_take_both_tables(
     tmp_path: Path, founding: Founding, clock: Clock
 ) -> None:
     """Admissions stage their feed rows; every later write transaction moves a range, so after
-    ``CYCLE`` more transactions the rows of the first admissions are in ``feed`` — and a root's
-    changes read the same before and after the move."""
+    ``MERGE_ROUNDS`` more transactions the rows of the first admissions are in ``feed`` — and a
+    root's changes read the same before and after the move."""
     async for api in serve_library(tmp_path, founding, clock):
         home = await api.publish("owner", space("Staged"))
         first = await api.publish("owner", claim("Staged first", home["id"]))
@@ -97,7 +97,7 @@ async def test_the_writer_moves_recent_rows_and_reads_take_both_tables(
 
         assert sum(await storage.read(where)) == 1  # the space's row, staged or moved
         before = (await api.client.get("/api/changes", params={"root": home["id"]})).json()
-        for i in range(feed.CYCLE + 1):
+        for i in range(feed.MERGE_ROUNDS + 1):
             await api.publish("owner", claim(f"Later {i}"))
         assert await storage.read(where) == (1, 0)
         after = (await api.client.get("/api/changes", params={"root": home["id"]})).json()
