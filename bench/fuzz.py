@@ -1,5 +1,5 @@
 """Schemathesis against a live ``alexandria serve``: every check, every operation of
-``/api/openapi.json``, many cases (the issue asks for at least 100,000).
+``/api/openapi.json``, many cases (the target: at least 100,000).
 
     .venv/bin/python -m bench.fuzz [--max-examples 2800] [--processes 2] [--seed 21]
                                    [--log-dir DIR]
@@ -14,7 +14,7 @@ same cases whatever the seed), so the others run only the fuzzing phase.
 Where the time goes: the server answers a case in about a millisecond; generating it costs
 Schemathesis and Hypothesis 15-20 ms of CPU, and with Hypothesis's example database on (the
 default) more than as much again, keeping its Pareto front of interesting cases
-(``ParetoFront.add`` was 58% of a profile).  A fuzzing run looks for failures, not for the
+(``ParetoFront.add`` is more than half of a profile).  A fuzzing run looks for failures, not for the
 database's replays of earlier ones, so it runs with ``--generation-database none``, and in
 parallel processes rather than threads (one process is bound by the GIL).
 
