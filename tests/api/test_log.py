@@ -7,10 +7,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from alexandria.api.app import create_app
 from alexandria.core import merkle
 from alexandria.core.canonical import canonical
 from alexandria.core.checkpoint import parse_checkpoint
@@ -23,7 +21,7 @@ from alexandria.service.bootstrap import Founding
 from alexandria.service.checkpoint_signer import CheckpointSigner, background_signer
 from alexandria.service.library import Library
 from alexandria.store.backends import storage_for
-from tests.support.library import Api, Clock
+from tests.support.library import Api, Clock, serve_library
 from tests.support.log import checkpoint, discussion, publish_many
 
 
@@ -193,18 +191,12 @@ async def test_checkpoints_are_listed_in_order(api: Api) -> None:
 
 
 @pytest.fixture
-async def bare(db: Path | str, founding: Founding, clock: Clock) -> AsyncIterator[Api]:
+async def bare(tmp_path: Path, db: Path | str, founding: Founding, clock: Clock
+               ) -> AsyncIterator[Api]:
     """An app whose log key certificate is NOT admitted yet (only the authority's)."""
-    storage = storage_for(db, founding.genesis)
-    storage.clock = clock
-    library = Library(founding.genesis, storage, founding.log_key)
-    app = create_app(library)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            r = await client.post("/api/authority", json=founding.authority_certificate)
-            assert r.status_code == 201
-            yield Api(client, founding, clock, library)
+    async for api in serve_library(tmp_path, founding, clock,
+                                   [founding.authority_certificate], db=db):
+        yield api
 
 
 async def test_an_uncertified_log_key_gives_a_typed_503_until_its_certificate_is_admitted(

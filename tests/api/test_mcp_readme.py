@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,9 +20,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.support.cli import CLI, ROOT, Library, cli, cli_env
-from tests.support.liveserver import free_port, stop_group
+from tests.support.liveserver import free_port
 from tests.support.mcp import answer_bytes, call, refusal
-from tests.support.readme import tour_script
+from tests.support.readme import tour_after_demo
 
 pytestmark = pytest.mark.slow
 
@@ -331,34 +330,13 @@ async def test_a_repeat_after_an_uncertain_answer_resends_the_same_envelope(
 async def test_after_the_tour_itself(tmp_path: Path) -> None:
     """`alexandria demo` and the README's tour pasted into bash, as ``test_cli_readme`` runs
     them; then the README's MCP configuration, filled in for that directory and port."""
-    port = free_port()
-    binaries = Path(sys.executable).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ALEXANDRIA_")}
-    env.update(PORT=str(port), HOME=str(tmp_path / "home"),
-               PATH=f"{binaries}{os.pathsep}{env.get('PATH', '')}")
-    env.pop("XDG_CONFIG_HOME", None)
-    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
-    demo = subprocess.Popen([str(binaries / "alexandria"), "demo", "--port", str(port)],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-    try:
-        assert demo.stdout is not None
-        for line in demo.stdout:
-            if line.startswith("Ctrl-C stops the server"):
-                break
-        else:
-            pytest.fail(f"the demo exited ({demo.wait()}) before serving")
-        tour = subprocess.run(["bash", "-euo", "pipefail", "-c", tour_script()], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=900)
-        assert tour.returncode == 0, tour.stderr[-3000:]
+    with tour_after_demo(tmp_path, link_venv=True) as (port, _tour):
         async with connected(server_params(tmp_path, f"http://127.0.0.1:{port}")) as client:
             me = await call(client, "whoami")
             assert me["logged_in"] is True, me
             found = await call(client, "search", q="successor", kind="discussion")
             assert found["items"], found
             assert "successor" in found["items"][0]["untrusted"]["title"]
-    finally:
-        stop_group(demo)
 
 
 def test_the_readme_names_what_the_client_does_not_pass() -> None:

@@ -8,18 +8,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from alexandria.cli import build_parser
-from tests.support.liveserver import free_port, stop_group
-from tests.support.readme import README, tour_script
+from tests.support.readme import README, tour_after_demo
 
 
 def readme_commands() -> list[list[str]]:
@@ -66,30 +62,10 @@ def test_readme_command_exists(argv: list[str]) -> None:
 def test_the_tour_runs_as_written(tmp_path: Path) -> None:
     """`alexandria demo` (what `make run` starts), then the tour pasted into bash in the same
     directory, with `set -euo pipefail`: every command must succeed as written."""
-    port = free_port()
-    binaries = Path(sys.executable).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ALEXANDRIA_")}
-    env.update(PORT=str(port), HOME=str(tmp_path / "home"),  # nothing reaches a real config
-               PATH=f"{binaries}{os.pathsep}{env.get('PATH', '')}")
-    env.pop("XDG_CONFIG_HOME", None)
-    demo = subprocess.Popen([str(binaries / "alexandria"), "demo", "--port", str(port)],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-    try:
-        assert demo.stdout is not None
-        for line in demo.stdout:
-            if line.startswith("Ctrl-C stops the server"):
-                break
-        else:
-            pytest.fail(f"the demo exited ({demo.wait()}) before serving")
-        r = subprocess.run(["bash", "-euo", "pipefail", "-c", tour_script()], cwd=tmp_path,
-                           env=env, capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stderr[-3000:]
-    finally:
-        stop_group(demo)
-    home = tmp_path / "alexandria-alice"
-    assert (home / "certificate.json").exists() and (home / "worker.key").exists()
-    assert "logged in" in r.stderr and "every signature" in r.stdout
-    signed = [json.loads(line) for line in r.stdout.splitlines() if line.startswith('{"adm')]
-    assert signed[-1]["record"]["title"] == "Which successor, exactly?"  # revised, then read
-    assert not (tmp_path / "home").exists()  # the tour wrote only where it said
+    with tour_after_demo(tmp_path) as (_port, r):
+        home = tmp_path / "alexandria-alice"
+        assert (home / "certificate.json").exists() and (home / "worker.key").exists()
+        assert "logged in" in r.stderr and "every signature" in r.stdout
+        signed = [json.loads(line) for line in r.stdout.splitlines() if line.startswith('{"adm')]
+        assert signed[-1]["record"]["title"] == "Which successor, exactly?"  # revised, then read
+        assert not (tmp_path / "home").exists()  # the tour wrote only where it said

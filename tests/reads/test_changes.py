@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from alexandria.core.canonical import canonical
 from alexandria.reads import changes
 from alexandria.reads.changes import Cursor, Limits
-from alexandria.service.bootstrap import resolve_refs
 from alexandria.store import backup
 from alexandria.store.backends import storage_for
 from tests.support.library import CONTRACT, Api
+from tests.support.objects import publish_example
 
 # --- helpers ---------------------------------------------------------------------------------
 
@@ -82,19 +82,11 @@ async def discussion(api: Api, parent: str | None = None) -> str:
     return str(signed["id"])
 
 
-async def worked_example(api: Api) -> dict[str, str]:
-    names: dict[str, str] = {}
-    for step in CONTRACT["object_examples"]["steps"]:
-        signed = await api.publish(step["actor"], resolve_refs(step["content"], names))
-        names[step["name"]] = signed["id"]
-    return names
-
-
 # --- membership ------------------------------------------------------------------------------
 
 
 async def test_worked_example_members_of_the_space_and_of_the_claim(api: Api) -> None:
-    n = await worked_example(api)
+    n = await publish_example(api)
     vote = (await api.publish("peer", {"kind": "vote", "title": "v", "body": "1",
                                        "links": [{"relation": "votes_on", "target": n["space"]}],
                                        "previous": ""}))["id"]

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from alexandria.service.bootstrap import resolve_refs
-from tests.support.library import CONTRACT, Api
+from tests.support.library import Api
+from tests.support.objects import publish_example
 
-
-async def publish_example(api: Api) -> dict[str, str]:
-    """The contract's worked example, in order: ``{step name: revision id}``."""
-    names: dict[str, str] = {}
-    for step in CONTRACT["object_examples"]["steps"]:
-        signed = await api.publish(step["actor"], resolve_refs(step["content"], names))
-        names[step["name"]] = signed["id"]
-    return names
+__all__ = ["publish_example"]  # the catalogue tests' import of the worked example
 
 
 def content(kind: str, title: str, body: Any, links: list[tuple[str, str]] | None = None,
