@@ -13,6 +13,8 @@ from tests.support.objects import (
     document,
     evidence,
     publish_example,
+    read_view,
+    refused_parameter,
     relationship,
     reply,
     revise,
@@ -22,11 +24,9 @@ from tests.support.objects import (
 
 
 async def connections(api: Api, rev: str, **params: str) -> dict[str, Any]:
-    r = await api.client.get(f"/api/entries/{rev}/connections", params=params)
-    assert r.status_code == 200, r.text
-    out: dict[str, Any] = r.json()
-    assert set(out) == {"outgoing", "incoming", "history", "history_total", "next_offset"}
-    return out
+    return await read_view(api, f"/api/entries/{rev}/connections",
+                           {"outgoing", "incoming", "history", "history_total", "next_offset"},
+                           **params)
 
 
 def sources(conn: dict[str, Any]) -> list[tuple[str, str]]:
@@ -161,8 +161,7 @@ async def test_relationship_endpoints(api: Api) -> None:
 )
 async def test_bad_parameters_are_400(api: Api, query: str, code: str) -> None:
     c = (await api.publish("owner", claim("C")))["id"]
-    r = await api.client.get(f"/api/entries/{c}/connections?{query}")
-    assert r.status_code == 400 and r.json()["code"] == code
+    await refused_parameter(api, f"/api/entries/{c}/connections", query, code)
 
 
 async def test_bad_and_unknown_revisions(api: Api) -> None:

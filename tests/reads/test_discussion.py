@@ -14,6 +14,8 @@ from tests.support.objects import (
     evidence,
     ids,
     publish_example,
+    read_view,
+    refused_parameter,
     reply,
     revise,
     space,
@@ -22,11 +24,8 @@ from tests.support.objects import (
 
 
 async def conversation(api: Api, rev: str, **params: str) -> dict[str, Any]:
-    r = await api.client.get(f"/api/entries/{rev}/discussion", params=params)
-    assert r.status_code == 200, r.text
-    out: dict[str, Any] = r.json()
-    assert set(out) == {"items", "total", "next_offset"}
-    return out
+    return await read_view(api, f"/api/entries/{rev}/discussion",
+                           {"items", "total", "next_offset"}, **params)
 
 
 async def listed(api: Api, rev: str, **params: str) -> list[str]:
@@ -152,10 +151,9 @@ async def test_paging_a_long_thread(api: Api) -> None:
 )
 async def test_bad_parameters_are_400(api: Api, query: str, code: str) -> None:
     d = (await api.publish("peer", discussion("D")))["id"]
-    r = await api.client.get(f"/api/entries/{d}/discussion?{query}")
-    assert r.status_code == 400 and r.json()["code"] == code
+    body = await refused_parameter(api, f"/api/entries/{d}/discussion", query, code)
     if code == "BAD_PARAMETER" and query.startswith("sort"):
-        assert r.json()["details"]["allowed"] == ["old", "new", "top"]
+        assert body["details"]["allowed"] == ["old", "new", "top"]
 
 
 async def test_bad_and_unknown_revisions(api: Api) -> None:

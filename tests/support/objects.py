@@ -88,3 +88,21 @@ def revise(content: dict[str, Any], previous: str, **changes: Any) -> dict[str, 
 
 def ids(records: list[dict[str, Any]]) -> list[str]:
     return [r["id"] for r in records]
+
+
+async def read_view(api: Api, path: str, keys: set[str], **params: str) -> dict[str, Any]:
+    """``GET path`` through the real app: a 200 whose JSON object has exactly ``keys``."""
+    r = await api.client.get(path, params=params)
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = r.json()
+    assert set(out) == keys
+    return out
+
+
+async def refused_parameter(api: Api, path: str, query: str, code: str) -> dict[str, Any]:
+    """``GET path?query`` is a 400 with ``code``; the error body."""
+    r = await api.client.get(f"{path}?{query}")
+    assert r.status_code == 400, r.text
+    body: dict[str, Any] = r.json()
+    assert body["code"] == code, body
+    return body
