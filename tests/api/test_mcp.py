@@ -15,7 +15,7 @@ from mcp import Client
 from alexandria.api.mcp.inputs import MAX_ELEMENTS
 from alexandria.api.mcp.schemas import route_parameters
 from alexandria.api.served_contract import read_contract
-from tests.support.cli import Library
+from tests.support.cli import Library, module_library
 from tests.support.library import CONTRACT
 from tests.support.liveserver import NewDb, free_port
 from tests.support.mcp import (
@@ -34,14 +34,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Library]:
-    base = tmp_path_factory.mktemp("mcp")
-    library = Library.create(base, module_db(base / "library.db"))
-    library.stop()
-    library.start()  # now with the log key issued by create(): checkpoints get signed
-    library.participant("owner")
-    library.participant("peer")
-    yield library
-    library.stop()
+    yield from module_library(tmp_path_factory, "mcp", module_db, signing=True,
+                              participants=("owner", "peer"))
 
 
 async def publish_example(lib: Library, owner: Client, peer: Client) -> dict[str, str]:

@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 
 from alexandria.api.mcp.http import BURST_S, CALLS, CALLS_PER_CLIENT, SHARE
-from tests.support.cli import Library
+from tests.support.cli import Library, module_library
 from tests.support.mcp import agent, call
 
 pytestmark = pytest.mark.slow
@@ -29,13 +29,8 @@ QUIET = ["kappa", "lambda"]  # searched only where what is remembered is counted
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
-    base = tmp_path_factory.mktemp("mcp-bounds")
-    library = Library.create(base)
-    library.stop()
-    library.start()  # with the log key: checkpoints get signed
-    library.participant("owner")
-    yield library
-    library.stop()
+    yield from module_library(tmp_path_factory, "mcp-bounds", signing=True,
+                              participants=("owner",))
 
 
 @pytest.fixture(scope="module")

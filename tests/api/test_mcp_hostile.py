@@ -14,7 +14,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.support.cli import Library
+from tests.support.cli import Library, module_library
 from tests.support.mcp import agent, call, rewriting_proxy
 
 pytestmark = pytest.mark.slow
@@ -70,13 +70,8 @@ def server_words(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
-    base = tmp_path_factory.mktemp("mcp-hostile")
-    library = Library.create(base)
-    library.stop()
-    library.start()  # with the log key: checkpoints get signed
-    library.participant("owner")
-    yield library
-    library.stop()
+    yield from module_library(tmp_path_factory, "mcp-hostile", signing=True,
+                              participants=("owner",))
 
 
 async def _content(lib: Library) -> dict[str, str]:

@@ -19,7 +19,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.support.cli import CLI, ROOT, Library, cli, cli_env
+from tests.support.cli import CLI, ROOT, Library, cli, cli_env, module_library
 from tests.support.liveserver import free_port
 from tests.support.mcp import answer_bytes, call, refusal
 from tests.support.readme import tour_after_demo
@@ -42,12 +42,7 @@ def readme_config() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Library]:
-    base = tmp_path_factory.mktemp("first-contact")
-    library = Library.create(base)
-    library.stop()
-    library.start()  # now with the log key issued by create(): checkpoints get signed
-    yield library
-    library.stop()
+    yield from module_library(tmp_path_factory, "first-contact", signing=True)
 
 
 @pytest.fixture(scope="module")

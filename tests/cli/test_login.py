@@ -22,7 +22,7 @@ from alexandria.core.trust import make_worker_certificate
 from alexandria.service.enrolment import signed_bytes
 from alexandria.service.operator_dir import OperatorDir, window
 from alexandria.store.backends import open_readonly
-from tests.support.cli import CLI, ROOT, Library, cli, cli_env, cli_json
+from tests.support.cli import CLI, ROOT, Library, cli, cli_env, cli_json, module_library
 from tests.support.liveserver import NewDb
 
 pytestmark = pytest.mark.slow
@@ -30,10 +30,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Library]:
-    base = tmp_path_factory.mktemp("login")
-    library = Library.create(base, module_db(base / "library.db"))
-    yield library
-    library.stop()
+    yield from module_library(tmp_path_factory, "login", module_db)
 
 
 def _log_size(lib: Library) -> int:

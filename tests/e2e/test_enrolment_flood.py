@@ -25,7 +25,7 @@ from alexandria.core.timestamps import now
 from alexandria.core.trust import make_worker_certificate
 from alexandria.service.enrolment import LIST_HEADER, list_header, signed_bytes
 from alexandria.service.operator_dir import OperatorDir, window
-from tests.support.cli import Library, cli, cli_json
+from tests.support.cli import Library, cli, cli_json, module_library
 from tests.support.liveserver import NewDb, Server
 
 pytestmark = pytest.mark.slow
@@ -33,10 +33,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[Library]:
-    base = tmp_path_factory.mktemp("enrol")
-    library = Library.create(base, module_db(base / "library.db"))
-    yield library
-    library.stop()
+    yield from module_library(tmp_path_factory, "enrol", module_db)
 
 
 @pytest.fixture(scope="module")

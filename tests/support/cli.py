@@ -12,9 +12,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.liveserver import Server, free_port
 
@@ -108,3 +111,22 @@ def write_content(path: Path, content: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(content))
     return path
+
+
+def module_library(tmp_path_factory: pytest.TempPathFactory, name: str,
+                   db: Callable[[Path], Path | str] | None = None, *, signing: bool = False,
+                   participants: tuple[str, ...] = ()) -> Iterator[Library]:
+    """A module's live library made through the CLI in a fresh directory ``name`` (``db``: the
+    database for a path, e.g. ``module_db``), restarted with the log key ``create`` issued when
+    ``signing`` (checkpoints get signed), with ``participants`` set up; stopped after."""
+    base = tmp_path_factory.mktemp(name)
+    library = Library.create(base, None if db is None else db(base / "library.db"))
+    try:
+        if signing:
+            library.stop()
+            library.start()
+        for who in participants:
+            library.participant(who)
+        yield library
+    finally:
+        library.stop()
