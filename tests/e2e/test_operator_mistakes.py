@@ -22,7 +22,7 @@ from alexandria.service.witness import init_witness_dir
 from alexandria.store.backends import open_readonly
 from alexandria.store.postgresql import is_database_url
 from tests.support.liveserver import NewDb, serving, write_library_files
-from tests.support.ops import Writer, cli
+from tests.support.ops import Writer, backed_up_midway, cli
 from tests.support.witness import WitnessProcess
 
 pytestmark = pytest.mark.slow
@@ -72,11 +72,7 @@ def test_a_restored_older_backup_takes_no_write_until_caught_up(
     db = new_db(tmp_path / "origin" / "lib.db")
     backup = tmp_path / "old.db"
     with serving(genesis, db, log_key) as origin:
-        writer = Writer(founding, origin.url)
-        writer.admit_authorities()
-        writer.publish(12)  # 14 leaves
-        cli("backup", "--db", str(db), str(backup))
-        writer.publish(50)
+        writer = backed_up_midway(founding, origin.url, db, backup, 12, 50)  # backup: 14 leaves
         r = httpx.get(f"{origin.url}/api/log/checkpoint", timeout=30)
         assert r.status_code == 200 and r.text.split("\n")[1] == "64"
         acknowledged = list(writer.acknowledged)
@@ -118,11 +114,7 @@ def test_another_history_is_never_restored_nor_extended(
     db = new_db(tmp_path / "origin" / "lib.db")
     backup = tmp_path / "old.db"
     with serving(genesis, db, log_key) as origin:
-        writer = Writer(founding, origin.url)
-        writer.admit_authorities()
-        writer.publish(12)
-        cli("backup", "--db", str(db), str(backup))
-        writer.publish(50)
+        writer = backed_up_midway(founding, origin.url, db, backup, 12, 50)
         assert httpx.get(f"{origin.url}/api/log/checkpoint").text.split("\n")[1] == "64"
         acknowledged = list(writer.acknowledged)
         writer.close()
@@ -184,11 +176,7 @@ def test_a_node_that_never_served_the_checkpoint_cannot_fork_it(
         pytest.skip("several nodes share a PostgreSQL database")
     backup = tmp_path / "old.db"
     with serving(genesis, db, log_key) as signer, serving(genesis, db) as other:
-        writer = Writer(founding, other.url)
-        writer.admit_authorities()
-        writer.publish(12)
-        cli("backup", "--db", str(db), str(backup))
-        writer.publish(30)
+        writer = backed_up_midway(founding, other.url, db, backup, 12, 30)
         assert httpx.get(f"{signer.url}/api/log/checkpoint").text.split("\n")[1] == "44"
         acknowledged = list(writer.acknowledged)
         writer.close()
@@ -217,11 +205,7 @@ def test_restore_and_migrate_refuse_while_a_server_uses_the_database(
     db = new_db(tmp_path / "origin" / "lib.db")
     backup = tmp_path / "old.db"
     with serving(genesis, db, log_key, workers=2) as origin:
-        writer = Writer(founding, origin.url)
-        writer.admit_authorities()
-        writer.publish(10)
-        cli("backup", "--db", str(db), str(backup))
-        writer.publish(10)
+        writer = backed_up_midway(founding, origin.url, db, backup, 10, 10)
         out = cli("restore", str(backup), "--db", str(db), "--replace", check=False)
         assert out.returncode == 1 and "DATABASE_IN_USE" in out.stderr, out.stderr
         assert "a server is using" in out.stderr and "stop it" in out.stderr
@@ -265,11 +249,7 @@ def test_a_witness_tells_a_node_restored_behind_what_it_cosigned(
         db = new_db(tmp_path / "origin" / "lib.db")
         backup = tmp_path / "old.db"
         with serving(genesis, db, log_key, extra=options) as node:
-            writer = Writer(founding, node.url)
-            writer.admit_authorities()
-            writer.publish(12)
-            cli("backup", "--db", str(db), str(backup))
-            writer.publish(10)
+            writer = backed_up_midway(founding, node.url, db, backup, 12, 10)
             _wait_cosigned(node.url, 24)
             writer.close()
         genesis2, log_key2 = write_library_files(founding, tmp_path / "elsewhere")

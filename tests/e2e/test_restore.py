@@ -17,11 +17,13 @@ from alexandria.service.published import PublishedCheckpoint, path_for
 from tests.support.liveserver import NewDb, serving, write_library_files
 from tests.support.ops import (
     Writer,
+    backed_up_midway,
     cli,
     leaf_hashes,
     log_size,
     mirror,
     same_checkpoint,
+    started_writer,
     wait_for,
 )
 
@@ -59,9 +61,7 @@ def test_backup_restore_catch_up_loses_nothing(
     db = new_db(tmp_path / "origin" / "lib.db")
     backup = tmp_path / "backup.db"
     with serving(genesis, db, log_key) as origin:
-        writer = Writer(founding, origin.url)
-        writer.admit_authorities()
-        writer.publish(10)
+        writer = started_writer(founding, origin.url, 10)
         replica = mirror(origin.url, new_db(tmp_path / "mirror.db"), founding.genesis.pin)
         # back up while admissions stream in
         stream = threading.Thread(target=writer.publish, args=(60,))
@@ -145,11 +145,7 @@ def test_catch_up_from_an_export_and_a_refused_fork(
     db = new_db(tmp_path / "origin" / "lib.db")
     backup = tmp_path / "backup.db"
     with serving(genesis, db, log_key) as origin:
-        writer = Writer(founding, origin.url)
-        writer.admit_authorities()
-        writer.publish(8)
-        cli("backup", "--db", str(db), str(backup))
-        writer.publish(8)
+        writer = backed_up_midway(founding, origin.url, db, backup, 8, 8)
         assert httpx.get(f"{origin.url}/api/log/checkpoint").status_code == 200
         acknowledged = list(writer.acknowledged)
         writer.close()

@@ -16,11 +16,13 @@ from alexandria.service.bootstrap import Founding
 from tests.support.liveserver import NewDb, serving, write_library_files
 from tests.support.ops import (
     Writer,
+    backed_up_midway,
     cli,
     leaf_hashes,
     log_size,
     mirror,
     same_checkpoint,
+    started_writer,
     stop_and_read,
     stop_with_error,
     wait_for,
@@ -53,9 +55,7 @@ def test_mirror_follows_resumes_and_refuses_writes(
     genesis, log_key = write_library_files(founding, tmp_path / "origin")
     mirror_db = new_db(tmp_path / "mirror.db")
     with serving(genesis, new_db(tmp_path / "origin" / "lib.db"), log_key) as origin:
-        writer = Writer(founding, origin.url)
-        writer.admit_authorities()
-        writer.publish(40)
+        writer = started_writer(founding, origin.url, 40)
         replica = mirror(origin.url, mirror_db, founding.genesis.pin)
         try:
             # a stream of admissions while the mirror follows
@@ -131,9 +131,7 @@ def test_mirror_stops_at_a_changed_leaf(
     genesis, log_key = write_library_files(founding, tmp_path / "origin")
     db = new_db(tmp_path / "origin" / "lib.db")
     with serving(genesis, db, log_key) as origin:
-        writer = Writer(founding, origin.url)
-        writer.admit_authorities()
-        writer.publish(20)
+        writer = started_writer(founding, origin.url, 20)
         assert httpx.get(f"{origin.url}/api/log/checkpoint").status_code == 200
         writer.close()
     honest = leaf_hashes(db)
@@ -158,11 +156,7 @@ def test_mirror_stops_at_a_rewritten_tail(
     mirror_db = new_db(tmp_path / "mirror.db")
     old = tmp_path / "old.db"
     with serving(genesis, db, log_key) as origin:
-        writer = Writer(founding, origin.url)
-        writer.admit_authorities()
-        writer.publish(10)
-        cli("backup", "--db", str(db), str(old))  # 12 leaves
-        writer.publish(10)
+        writer = backed_up_midway(founding, origin.url, db, old, 10, 10)  # backup: 12 leaves
         replica = mirror(origin.url, mirror_db, founding.genesis.pin)
         wait_for(lambda: same_checkpoint(origin.url, replica.url), what="the mirror")
         replica.stop()

@@ -32,7 +32,7 @@ from tests.support.hostile_origin import (
 )
 from tests.support.hostile_origin import stream as stream_of
 from tests.support.liveserver import Command, NewDb, Server, serving, write_library_files
-from tests.support.ops import Writer, cli, leaf_hashes, log_size, wait_for
+from tests.support.ops import Writer, cli, leaf_hashes, log_size, started_writer, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -107,10 +107,7 @@ def origin_with(tmp_path: Path, founding: Founding, db: Path | str, entries: int
     after its authority documents (served and stopped again)."""
     genesis, log_key = write_library_files(founding, tmp_path / "origin")
     with serving(genesis, db, log_key) as origin:
-        writer = Writer(founding, origin.url)
-        writer.admit_authorities()
-        writer.publish(entries)
-        writer.close()
+        started_writer(founding, origin.url, entries).close()
     return genesis, log_key
 
 

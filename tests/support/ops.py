@@ -66,6 +66,25 @@ class Writer:
         self.client.close()
 
 
+def started_writer(founding: Founding, url: str, entries: int) -> Writer:
+    """A ``Writer`` on ``url`` that has admitted the authority documents and ``entries``
+    entries."""
+    writer = Writer(founding, url)
+    writer.admit_authorities()
+    writer.publish(entries)
+    return writer
+
+
+def backed_up_midway(founding: Founding, url: str, db: Path | str, backup: Path,
+                     before: int, after: int) -> Writer:
+    """A ``started_writer`` with ``before`` entries, then ``alexandria backup`` of ``db`` to
+    ``backup``, then ``after`` more entries."""
+    writer = started_writer(founding, url, before)
+    cli("backup", "--db", str(db), str(backup))
+    writer.publish(after)
+    return writer
+
+
 def mirror(origin: str, db: Path | str, pin: str) -> Command:
     return Command(["mirror", "--from", origin, "--db", str(db), "--pin", pin])
 
