@@ -100,6 +100,14 @@ def episode_lines(stderr: str, path: str, code: str) -> tuple[int, int]:
     return began, ended
 
 
+def stopped(server: Server, writer: Writer, client: httpx.Client) -> str:
+    """Close the test's clients and stop the server's process group: what it wrote to stderr."""
+    writer.close()
+    client.close()
+    _out, err = stop_group(server.proc)
+    return err.decode(errors="replace")
+
+
 # --- PostgreSQL crashes during admissions --------------------------------------------------------
 
 @pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.xfail(
@@ -158,10 +166,7 @@ def test_postgresql_crash_during_admissions(tmp_path: Path, founding: Founding,
             wait_for(lambda: client.get("/api/log/checkpoint").status_code == 200, 30,
                      "a checkpoint once PostgreSQL is back")
         finally:
-            writer.close()
-            client.close()
-            _out, err = stop_group(server.proc)
-        stderr = err.decode(errors="replace")
+            stderr = stopped(server, writer, client)
         assert "Traceback" not in stderr, stderr[-4000:]
         # one episode in each process that met it first hand, never a line per request
         began, ended = episode_lines(stderr, "writes", "STORAGE_UNAVAILABLE")
@@ -259,10 +264,7 @@ def test_a_full_disk_under_a_sqlite_library(tmp_path: Path, founding: Founding,
             writer.publish(3)
             assert client.get("/api/log/checkpoint").status_code == 200
         finally:
-            writer.close()
-            client.close()
-            _out, err = stop_group(server.proc)
-        stderr = err.decode(errors="replace")
+            stderr = stopped(server, writer, client)
         assert "Traceback" not in stderr, stderr[-4000:]
         # one episode in each process that met it first hand (the writer process; a worker
         # whose checkpoint signing failed), never a line per request
@@ -334,10 +336,7 @@ def test_a_stalled_writer_meets_the_admission_deadline(tmp_path: Path, founding:
     finally:
         if pid:
             os.kill(pid, signal.SIGCONT)
-        writer.close()
-        client.close()
-        _out, err = stop_group(server.proc)
-    stderr = err.decode(errors="replace")
+        stderr = stopped(server, writer, client)
     assert stderr.count("admissions stalled") == 1, stderr[-4000:]
     assert stderr.count("admissions answered again") == 1, stderr[-4000:]
     assert_all_kept(founding, db, writer.acknowledged, tmp_path)

@@ -59,11 +59,14 @@ def alexandria(*args: str) -> subprocess.CompletedProcess[bytes]:
                           timeout=120)
 
 
-def publish(server: Server, founding: Founding, titles: list[str]) -> list[str]:
+def publish(server: Server, founding: Founding, titles: list[str], authorities: bool = True
+            ) -> list[str]:
+    """Discussions titled ``titles`` by the owner (after the authority documents, unless the
+    library has them already); their ids."""
     owner = founding.enroll("owner")
     ids = []
     with httpx.Client(base_url=server.url) as c:
-        for doc in founding.authority_documents():
+        for doc in founding.authority_documents() if authorities else ():
             assert c.post("/api/authority", json=doc).status_code == 201
         for title in titles:
             content = {"kind": "discussion", "title": title, "body": {"text": "t"},
@@ -122,7 +125,7 @@ def test_two_witnesses_cosign_and_a_fork_is_refused_by_both(
         first = wait_cosigned(honest, policy, size)
         assert parse_checkpoint(first)[0].size == size
         # the log grows: the next checkpoint goes with a consistency proof from `size`
-        ids += publish_more(honest, founding, ["four"])
+        ids += publish(honest, founding, ["four"], authorities=False)
         served = wait_cosigned(honest, policy, size + 1)
         cp, sigs = parse_checkpoint(served)
         assert cp.size == size + 1
@@ -205,20 +208,6 @@ def mcp_verify(server: Server, founding: Founding, policy: WitnessPolicy | None,
         return anyio.run(verifier.check, [signed], True)
     finally:
         client.close()
-
-
-def publish_more(server: Server, founding: Founding, titles: list[str]) -> list[str]:
-    owner = founding.enroll("owner")
-    ids = []
-    with httpx.Client(base_url=server.url) as c:
-        for title in titles:
-            content = {"kind": "discussion", "title": title, "body": {"text": "t"},
-                       "links": [], "previous": ""}
-            r = c.post("/api/entries",
-                       json=owner.envelope(founding.genesis, content, format_ms(now_ms() - 1000)))
-            assert r.status_code == 201, r.text
-            ids.append(r.json()["id"])
-    return ids
 
 
 def test_an_unreachable_witness_delays_nothing(tmp_path: Path, new_db: NewDb) -> None:

@@ -93,10 +93,8 @@ class _Tamper(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def tampering_proxy(upstream: str) -> Iterator[str]:
-    """A server on 127.0.0.1 that passes every GET to ``upstream`` and alters one byte of
-    every ``/api/entries/{rev}`` answer."""
-    handler = type("Tamper", (_Tamper,), {"upstream": upstream})
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` served on 127.0.0.1 from a thread, its URL; shut down and joined after."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -105,6 +103,16 @@ def tampering_proxy(upstream: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+        thread.join()
+
+
+@contextmanager
+def tampering_proxy(upstream: str) -> Iterator[str]:
+    """A server on 127.0.0.1 that passes every GET to ``upstream`` and alters one byte of
+    every ``/api/entries/{rev}`` answer."""
+    handler = type("Tamper", (_Tamper,), {"upstream": upstream})
+    with _serving(handler) as url:
+        yield url
 
 
 Rewrite = Callable[[str, int, Any], Any]
@@ -148,12 +156,5 @@ def rewriting_proxy(upstream: str, rewrite: Rewrite) -> Iterator[str]:
     ``rewrite(path, status, answer)`` of every JSON answer: a hostile library."""
     handler = type("Rewriting", (_Rewrite,), {"upstream": upstream,
                                               "rewrite": staticmethod(rewrite)})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with _serving(handler) as url:
+        yield url
