@@ -111,6 +111,16 @@ def origin_with(tmp_path: Path, founding: Founding, db: Path | str, entries: int
     return genesis, log_key
 
 
+def origin_and_copy(tmp_path: Path, founding: Founding, entries: int
+                    ) -> tuple[Path, Path, Path, Path]:
+    """``origin_with`` ``entries`` at ``origin/lib.db``, and a backup of it at ``copy.db``."""
+    db = tmp_path / "origin" / "lib.db"
+    genesis, log_key = origin_with(tmp_path, founding, db, entries)
+    copy = tmp_path / "copy.db"
+    cli("backup", "--db", str(db), str(copy))
+    return genesis, log_key, db, copy
+
+
 def checkpoint_now(url: str) -> int:
     """Make the origin sign its whole tree; the size signed."""
     r = httpx.get(f"{url}/api/log/checkpoint", timeout=30)
@@ -157,10 +167,7 @@ def test_mirror_reads_no_answer_beyond_its_route_cap(tmp_path: Path, founding: F
 def test_catch_up_reads_no_answer_beyond_its_route_cap(
     tmp_path: Path, founding: Founding
 ) -> None:
-    db = tmp_path / "origin" / "lib.db"
-    genesis, log_key = origin_with(tmp_path, founding, db, 5)
-    copy = tmp_path / "copy.db"
-    cli("backup", "--db", str(db), str(copy))
+    genesis, log_key, db, copy = origin_and_copy(tmp_path, founding, 5)
     kept = leaf_hashes(copy)
     with serving(genesis, db, log_key) as origin, hostile_origin(origin.url) as hostile:
         writer = Writer(founding, origin.url)
@@ -209,10 +216,7 @@ def test_a_page_that_does_not_advance_stops_the_mirror(
 def test_a_page_that_does_not_advance_stops_the_catch_up(
     tmp_path: Path, founding: Founding
 ) -> None:
-    db = tmp_path / "origin" / "lib.db"
-    genesis, log_key = origin_with(tmp_path, founding, db, 5)
-    copy = tmp_path / "copy.db"
-    cli("backup", "--db", str(db), str(copy))
+    genesis, log_key, db, copy = origin_and_copy(tmp_path, founding, 5)
     with serving(genesis, db, log_key) as origin, hostile_origin(origin.url) as hostile:
         checkpoint_now(origin.url)
         writer = Writer(founding, origin.url)
@@ -269,10 +273,7 @@ def test_sigterm_stops_a_mirror_waiting_on_a_slow_origin(
 def test_sigterm_stops_a_catch_up_waiting_on_a_slow_source(
     tmp_path: Path, founding: Founding
 ) -> None:
-    db = tmp_path / "origin" / "lib.db"
-    genesis, log_key = origin_with(tmp_path, founding, db, 5)
-    copy = tmp_path / "copy.db"
-    cli("backup", "--db", str(db), str(copy))
+    genesis, log_key, db, copy = origin_and_copy(tmp_path, founding, 5)
     before = len(leaf_hashes(copy))
     stalled = threading.Event()
     with serving(genesis, db, log_key) as origin, hostile_origin(origin.url) as hostile:

@@ -191,6 +191,11 @@ class Library:
         assert len(gapless_log(self.db)) >= 2 + len(self.acknowledged)
 
 
+@pytest.fixture
+def library(tmp_path: Path, founding: Founding, new_db: NewDb, tmpdir_env: Path) -> Library:
+    return Library(tmp_path, founding, new_db, tmpdir_env)
+
+
 @contextlib.contextmanager
 def reaped(server: Server) -> Iterator[Server]:
     """Whatever happens in the block, no process of ``server`` outlives it."""
@@ -222,12 +227,11 @@ def _exited(server: Server, timeout: float = STOP_S) -> int:
 @pytest.mark.parametrize(("workers", "extra"), [(2, ()), (1, ("--writer-process",))],
                          ids=["workers-2", "writer-process"])
 def test_a_killed_writer_stops_the_server_with_status_1(
-    tmp_path: Path, founding: Founding, new_db: NewDb, tmpdir_env: Path, workers: int,
-    extra: tuple[str, ...],
+    library: Library, tmpdir_env: Path, workers: int, extra: tuple[str, ...],
+
 ) -> None:
     """A server whose writer died would answer every admission 503: it stops, and its exit
     status is 1, so ``Restart=on-failure`` starts it again."""
-    library = Library(tmp_path, founding, new_db, tmpdir_env)
     with reaped(library.start(workers, extra)) as server:
         library.publish(server.url)
         os.kill(writer_pid(server), signal.SIGKILL)
@@ -243,12 +247,11 @@ def test_a_killed_writer_stops_the_server_with_status_1(
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_children_die_with_the_main_process(
-    tmp_path: Path, founding: Founding, new_db: NewDb, tmpdir_env: Path, workers: int
+    library: Library, tmpdir_env: Path, workers: int
 ) -> None:
     """kill -9 of the main process alone: no HTTP worker keeps the port (or admits
     unsupervised), the writer closes and removes the run directory, and a new server binds
     the same port at once."""
-    library = Library(tmp_path, founding, new_db, tmpdir_env)
     with reaped(library.start(workers)) as server:
         library.publish(server.url)
         wait_for_workers(server, workers)
@@ -265,10 +268,7 @@ def test_the_children_die_with_the_main_process(
 # --- the HTTP workers ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_killed_http_worker_is_restarted(
-    tmp_path: Path, founding: Founding, new_db: NewDb, tmpdir_env: Path, workers: int
-) -> None:
-    library = Library(tmp_path, founding, new_db, tmpdir_env)
+def test_a_killed_http_worker_is_restarted(library: Library, workers: int) -> None:
     with reaped(library.start(workers)) as server:
         library.publish(server.url)
         before = wait_for_workers(server, workers)
@@ -290,11 +290,8 @@ def test_a_killed_http_worker_is_restarted(
     library.check()
 
 
-def test_a_crash_looping_http_worker_stops_the_server_with_status_1(
-    tmp_path: Path, founding: Founding, new_db: NewDb, tmpdir_env: Path
-) -> None:
+def test_a_crash_looping_http_worker_stops_the_server_with_status_1(library: Library) -> None:
     """A worker that dies again within seconds of its restart is not restarted forever."""
-    library = Library(tmp_path, founding, new_db, tmpdir_env)
     with reaped(library.start(1)) as server:
         first = wait_for_workers(server, 1)[0]
         os.kill(first, signal.SIGKILL)
@@ -344,10 +341,7 @@ def _stop_during_start_up(library: Library, when: float | str, sig: int, group: 
         assert run_dirs(Path(library.env["TMPDIR"])) == []
 
 
-def test_a_stop_signal_at_any_moment_of_start_up_stops_every_process(
-    tmp_path: Path, founding: Founding, new_db: NewDb, tmpdir_env: Path
-) -> None:
-    library = Library(tmp_path, founding, new_db, tmpdir_env)
+def test_a_stop_signal_at_any_moment_of_start_up_stops_every_process(library: Library) -> None:
     with reaped(library.start(2)) as server:
         library.publish(server.url)
     for when, sig, group in _STOPS:
@@ -355,11 +349,8 @@ def test_a_stop_signal_at_any_moment_of_start_up_stops_every_process(
     library.check()
 
 
-def test_children_that_do_not_stop_are_killed(
-    tmp_path: Path, founding: Founding, new_db: NewDb, tmpdir_env: Path
-) -> None:
+def test_children_that_do_not_stop_are_killed(library: Library, tmpdir_env: Path) -> None:
     """A stop does not wait for a child that ignores it (here: stopped with SIGSTOP)."""
-    library = Library(tmp_path, founding, new_db, tmpdir_env)
     with reaped(library.start(2)) as server:
         library.publish(server.url)
         stuck = [*wait_for_workers(server, 2), writer_pid(server)]
@@ -378,9 +369,8 @@ def test_children_that_do_not_stop_are_killed(
 # --- the run directory -----------------------------------------------------------------------
 
 def test_a_killed_servers_run_directory_is_removed_at_the_next_start(
-    tmp_path: Path, founding: Founding, new_db: NewDb, tmpdir_env: Path
+    library: Library, tmpdir_env: Path
 ) -> None:
-    library = Library(tmp_path, founding, new_db, tmpdir_env)
     with reaped(library.start(1, ("--writer-process",))) as server:
         library.publish(server.url)
         server.kill()  # every process at once: nobody removes the directory
