@@ -22,7 +22,7 @@ from alexandria.service.witness import init_witness_dir
 from alexandria.store.backends import open_readonly
 from alexandria.store.postgresql import is_database_url
 from tests.support.liveserver import NewDb, serving, write_library_files
-from tests.support.ops import Writer, backed_up_midway, cli
+from tests.support.ops import Writer, backed_up_midway, cli, origin_files
 from tests.support.witness import WitnessProcess
 
 pytestmark = pytest.mark.slow
@@ -68,8 +68,7 @@ def verified(tmp_path: Path, founding: Founding, url: str, name: str) -> None:
 def test_a_restored_older_backup_takes_no_write_until_caught_up(
     tmp_path: Path, founding: Founding, new_db: NewDb
 ) -> None:
-    genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = new_db(tmp_path / "origin" / "lib.db")
+    genesis, log_key, db = origin_files(tmp_path, founding, new_db)
     backup = tmp_path / "old.db"
     with serving(genesis, db, log_key) as origin:
         writer = backed_up_midway(founding, origin.url, db, backup, 12, 50)  # backup: 14 leaves
@@ -110,8 +109,7 @@ def test_another_history_is_never_restored_nor_extended(
 ) -> None:
     """What the trial did on today's main: the old backup served elsewhere and admitting (a
     fork of the published log), then put in the library's place."""
-    genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = new_db(tmp_path / "origin" / "lib.db")
+    genesis, log_key, db = origin_files(tmp_path, founding, new_db)
     backup = tmp_path / "old.db"
     with serving(genesis, db, log_key) as origin:
         writer = backed_up_midway(founding, origin.url, db, backup, 12, 50)
@@ -170,8 +168,7 @@ def test_a_node_that_never_served_the_checkpoint_cannot_fork_it(
     """Two nodes on one PostgreSQL database: only the first holds the log key.  After the
     old backup is restored, the second (which never served a checkpoint, has no
     ``LOG_KEY.published``) learns the published checkpoint from the database."""
-    genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = new_db(tmp_path / "origin" / "lib.db")
+    genesis, log_key, db = origin_files(tmp_path, founding, new_db)
     if not is_database_url(db):
         pytest.skip("several nodes share a PostgreSQL database")
     backup = tmp_path / "old.db"
@@ -201,8 +198,7 @@ def test_a_node_that_never_served_the_checkpoint_cannot_fork_it(
 def test_restore_and_migrate_refuse_while_a_server_uses_the_database(
     tmp_path: Path, founding: Founding, new_db: NewDb
 ) -> None:
-    genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = new_db(tmp_path / "origin" / "lib.db")
+    genesis, log_key, db = origin_files(tmp_path, founding, new_db)
     backup = tmp_path / "old.db"
     with serving(genesis, db, log_key, workers=2) as origin:
         writer = backed_up_midway(founding, origin.url, db, backup, 10, 10)
@@ -245,8 +241,7 @@ def test_a_witness_tells_a_node_restored_behind_what_it_cosigned(
     options = ("--witness", f"witness.example/w1={witness.url}+{identity.verifier.vkey}",
                "--witness-quorum", "1")
     try:
-        genesis, log_key = write_library_files(founding, tmp_path / "origin")
-        db = new_db(tmp_path / "origin" / "lib.db")
+        genesis, log_key, db = origin_files(tmp_path, founding, new_db)
         backup = tmp_path / "old.db"
         with serving(genesis, db, log_key, extra=options) as node:
             writer = backed_up_midway(founding, node.url, db, backup, 12, 10)

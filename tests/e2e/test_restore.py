@@ -22,6 +22,7 @@ from tests.support.ops import (
     leaf_hashes,
     log_size,
     mirror,
+    origin_files,
     same_checkpoint,
     started_writer,
     wait_for,
@@ -57,8 +58,7 @@ def consistent(url: str, old_note: str, new_note: str) -> None:
 def test_backup_restore_catch_up_loses_nothing(
     tmp_path: Path, founding: Founding, new_db: NewDb
 ) -> None:
-    genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = new_db(tmp_path / "origin" / "lib.db")
+    genesis, log_key, db = origin_files(tmp_path, founding, new_db)
     backup = tmp_path / "backup.db"
     with serving(genesis, db, log_key) as origin:
         writer = started_writer(founding, origin.url, 10)
@@ -141,8 +141,7 @@ def _restored_behind(url: str, founding: Founding, writer: Writer, acknowledged:
 def test_catch_up_from_an_export_and_a_refused_fork(
     tmp_path: Path, founding: Founding, new_db: NewDb
 ) -> None:
-    genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = new_db(tmp_path / "origin" / "lib.db")
+    genesis, log_key, db = origin_files(tmp_path, founding, new_db)
     backup = tmp_path / "backup.db"
     with serving(genesis, db, log_key) as origin:
         writer = backed_up_midway(founding, origin.url, db, backup, 8, 8)

@@ -21,6 +21,7 @@ from tests.support.ops import (
     leaf_hashes,
     log_size,
     mirror,
+    origin_files,
     same_checkpoint,
     started_writer,
     stop_and_read,
@@ -128,8 +129,7 @@ def doctor_leaf(db: Path | str, sequence: int) -> None:
 def test_mirror_stops_at_a_changed_leaf(
     tmp_path: Path, founding: Founding, new_db: NewDb
 ) -> None:
-    genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = new_db(tmp_path / "origin" / "lib.db")
+    genesis, log_key, db = origin_files(tmp_path, founding, new_db)
     with serving(genesis, db, log_key) as origin:
         writer = started_writer(founding, origin.url, 20)
         assert httpx.get(f"{origin.url}/api/log/checkpoint").status_code == 200
@@ -151,8 +151,7 @@ def test_mirror_stops_at_a_rewritten_tail(
 ) -> None:
     """The origin is replaced by a copy restored from an older backup that then admitted other
     entries (and, its published checkpoint lost, signed them): a fork."""
-    genesis, log_key = write_library_files(founding, tmp_path / "origin")
-    db = new_db(tmp_path / "origin" / "lib.db")
+    genesis, log_key, db = origin_files(tmp_path, founding, new_db)
     mirror_db = new_db(tmp_path / "mirror.db")
     old = tmp_path / "old.db"
     with serving(genesis, db, log_key) as origin:

@@ -18,7 +18,7 @@ from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
 from alexandria.store.backends import open_readonly
 from tests.support.admission import claim, space
-from tests.support.liveserver import Command, Server
+from tests.support.liveserver import Command, NewDb, Server, write_library_files
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -64,6 +64,14 @@ class Writer:
 
     def close(self) -> None:
         self.client.close()
+
+
+def origin_files(tmp_path: Path, founding: Founding, new_db: NewDb
+                 ) -> tuple[Path, Path, Path | str]:
+    """An origin library's ``genesis.json`` and ``log.key`` under ``tmp_path/origin``, and a
+    fresh database of the test's backend for it."""
+    genesis, log_key = write_library_files(founding, tmp_path / "origin")
+    return genesis, log_key, new_db(tmp_path / "origin" / "lib.db")
 
 
 def started_writer(founding: Founding, url: str, entries: int) -> Writer:
