@@ -38,6 +38,19 @@ def lib(tmp_path_factory: pytest.TempPathFactory, module_db: NewDb) -> Iterator[
                               participants=("owner", "peer"))
 
 
+async def every_change(client: Client, **args: Any) -> tuple[list[str], Any]:
+    """The ``changes`` tool's pages from the start until ``has_more`` is false: every item's
+    id, and the last cursor."""
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = await call(client, "changes", **args, **({"cursor": cursor} if cursor else {}))
+        seen += [i["id"] for i in page["items"]]
+        cursor = page["cursor"]
+        if not page["has_more"]:
+            return seen, cursor
+
+
 async def publish_example(lib: Library, owner: Client, peer: Client) -> dict[str, str]:
     ids: dict[str, str] = {}
     for step in CONTRACT["object_examples"]["steps"]:
@@ -124,16 +137,7 @@ async def test_worked_example_through_mcp(lib: Library) -> None:
         assert titled["items"][0]["head"]["untrusted"]["title"] == merge["title"]
 
         # changes: the whole history in pages, then exactly what is new
-        cursor, seen = None, []
-        while True:
-            args: dict[str, Any] = {"root": ids["space"], "detail": "ids", "limit": 3}
-            if cursor:
-                args["cursor"] = cursor
-            page = await call(owner, "changes", **args)
-            seen += [i["id"] for i in page["items"]]
-            cursor = page["cursor"]
-            if not page["has_more"]:
-                break
+        seen, cursor = await every_change(owner, root=ids["space"], detail="ids", limit=3)
         members = {ids[n] for n in ("space", "subspace", "claim", "discussion", "reply",
                                     "branch", "evidence", "assessment", "document",
                                     "proposal", "merge")}
@@ -292,17 +296,7 @@ async def test_budgets_hold_on_long_discussions(lib: Library) -> None:
                 assert not result.is_error, (tool, result.structured_content)
                 assert answer_bytes(result) <= max_bytes, (tool, max_bytes)
         # changes with a budget cut mid-page resumes without a gap or a duplicate
-        seen: list[str] = []
-        cursor = None
-        while True:
-            args2: dict[str, Any] = {"root": disc["id"], "detail": "full", "max_bytes": 20000}
-            if cursor:
-                args2["cursor"] = cursor
-            page = await call(owner, "changes", **args2)
-            seen += [i["id"] for i in page["items"]]
-            cursor = page["cursor"]
-            if not page["has_more"]:
-                break
+        seen, _ = await every_change(owner, root=disc["id"], detail="full", max_bytes=20000)
         assert seen == [disc["id"], *replies]
 
 
