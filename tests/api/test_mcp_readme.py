@@ -323,8 +323,8 @@ async def test_a_repeat_after_an_uncertain_answer_resends_the_same_envelope(
 
 
 async def test_after_the_tour_itself(tmp_path: Path) -> None:
-    """`alexandria demo` and the README's tour pasted into bash, as ``test_cli_readme`` runs
-    them; then the README's MCP configuration, filled in for that directory and port."""
+    """`alexandria demo` and the README's tour pasted into bash, as ``tests/cli/test_readme.py``
+    runs them; then the README's MCP configuration, filled in for that directory and port."""
     with tour_after_demo(tmp_path, link_venv=True) as (port, _tour):
         async with connected(server_params(tmp_path, f"http://127.0.0.1:{port}")) as client:
             me = await call(client, "whoami")

@@ -1,6 +1,6 @@
 """Admission as a whole (PROTOCOL §4): the scopes table, the order of the checks across the
 stateless and stateful stages, ``?dry_run=true``, and exact retries.  The individual checks are
-in test_records.py (shape), test_trust.py (certificates) and test_rules.py (state rules)."""
+in test_records.py (shape), test_trust.py (certificates) and test_state_rules.py (state rules)."""
 
 from __future__ import annotations
 

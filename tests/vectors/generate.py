@@ -47,7 +47,7 @@ SERVER_TIME = "2026-06-01T00:00:00.000Z"
 HERE = Path(__file__).resolve().parent
 WORKED_EXAMPLE: list[dict[str, Any]] = [
     # the contract's object_examples steps, copied so that the vectors do not move if the
-    # shared contract file is not at hand; test_vectors.py checks they still match it
+    # shared contract file is not at hand; tests/rules/test_vectors.py checks they still match it
     {"name": "space", "actor": "owner", "content": {
         "kind": "space", "title": "Space",
         "body": {"summary": "What establishes this arithmetic result?"},
