@@ -23,7 +23,7 @@ from alexandria.core.records import revision_id
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding, found_library
 from tests.support.library import SEED, T0
-from tests.support.live import gapless_log
+from tests.support.live import gapless_log, kill_while_streaming
 from tests.support.liveserver import NewDb, Server, serving, write_library_files
 
 NDJSON = {"content-type": "application/x-ndjson"}
@@ -280,16 +280,8 @@ def test_every_line_answered_201_survives_sigkill(
                                             for x in r.content.splitlines()
                                             if json.loads(x)["status"] == 201)
 
-        threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        deadline = time.time() + 120
-        while len(acknowledged) < 1500 and time.time() < deadline:
-            time.sleep(0.01)
-        server.kill()  # mid-batch, no shutdown handlers
-        stop.set()
-        for t in threads:
-            t.join()
+        # killed mid-batch
+        kill_while_streaming(server, stream, 2, stop, lambda: len(acknowledged) >= 1500)
     finally:
         server.stop()
     assert len(acknowledged) >= 1500

@@ -14,7 +14,13 @@ import pytest
 
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
-from tests.support.live import admit_authorities, claim_revision, gapless_log, post_at
+from tests.support.live import (
+    admit_authorities,
+    claim_revision,
+    gapless_log,
+    kill_while_streaming,
+    post_at,
+)
 from tests.support.liveserver import NewDb, Server, serving, write_library_files
 
 
@@ -96,17 +102,10 @@ def test_acknowledged_admissions_survive_sigkill(
                         with lock:
                             acknowledged.append(r.json()["id"])
 
-        threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        while len(acknowledged) < 200:
-            time.sleep(0.01)
-        server.kill()  # mid-stream, no shutdown handlers
-        stop.set()
-        for t in threads:
-            t.join()
+        kill_while_streaming(server, stream, 4, stop, lambda: len(acknowledged) >= 200)
     finally:
         server.stop()
+    assert len(acknowledged) >= 200
     with serving(genesis, db, log_key) as again, httpx.Client() as client:
         for rev in acknowledged:
             assert client.get(f"{again.url}/api/entries/{rev}").status_code == 200

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import httpx
 
 from alexandria.service.bootstrap import Founding
 from alexandria.store.backends import open_readonly
+from tests.support.liveserver import Server
 
 
 def gapless_log(db: Path | str) -> list[int]:
@@ -46,3 +49,20 @@ def post_at(url: str, body: bytes, start: float, out: Any) -> None:
     with httpx.Client(timeout=60) as client:
         r = client.post(f"{url}/api/entries", content=body)
     out.put((r.status_code, r.json()))
+
+
+def kill_while_streaming(server: Server, stream: Callable[[int], None], streams: int,
+                         stop: threading.Event, enough: Callable[[], bool],
+                         seconds: float = 120) -> None:
+    """Run ``stream(i)`` in ``streams`` threads, SIGKILL ``server`` (no shutdown handlers run)
+    once ``enough()`` holds or ``seconds`` have passed, then set ``stop`` and join them."""
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(streams)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + seconds
+    while not enough() and time.time() < deadline:
+        time.sleep(0.01)
+    server.kill()
+    stop.set()
+    for t in threads:
+        t.join()
