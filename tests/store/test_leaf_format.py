@@ -53,6 +53,14 @@ def _make_old(path: Path) -> None:
     conn.close()
 
 
+async def _old_library(tmp_path: Path, founding: Founding) -> Path:
+    """A library at ``tmp_path/old.db`` whose log was written in the old leaf format."""
+    db = tmp_path / "old.db"
+    await _library(db, founding)
+    _make_old(db)
+    return db
+
+
 def _schema_and_meta(path: Path) -> list[tuple[str, ...]]:
     conn = sqlite3.connect(path)
     try:
@@ -80,9 +88,7 @@ async def test_an_empty_library_without_a_format_is_new(tmp_path: Path, founding
 async def test_a_library_of_the_old_leaf_format_is_refused(
     tmp_path: Path, founding: Founding,
 ) -> None:
-    db = tmp_path / "old.db"
-    await _library(db, founding)
-    _make_old(db)
+    db = await _old_library(tmp_path, founding)
     storage = SqliteStorage(db, founding.genesis)
     with pytest.raises(OldLeafFormat) as info:
         await storage.open()
@@ -108,9 +114,7 @@ async def test_serve_refuses_the_old_format_before_serving(
     tmp_path: Path, founding: Founding,
 ) -> None:
     genesis, log_key = write_library_files(founding, tmp_path)
-    db = tmp_path / "old.db"
-    await _library(db, founding)
-    _make_old(db)
+    db = await _old_library(tmp_path, founding)
     r = subprocess.run(
         [sys.executable, "-m", "alexandria.cli", "serve", "--genesis", str(genesis), "--db",
          str(db), "--log-key", str(log_key), "--port", "1"],
@@ -124,9 +128,7 @@ async def test_serve_refuses_the_old_format_before_serving(
 async def test_an_old_library_is_refused_before_anything_is_written_to_it(
     tmp_path: Path, founding: Founding,
 ) -> None:
-    db = tmp_path / "old.db"
-    await _library(db, founding)
-    _make_old(db)
+    db = await _old_library(tmp_path, founding)
     before = _schema_and_meta(db)
     assert any(row[1] == "log_document_hash" for row in before)
     storage = SqliteStorage(db, founding.genesis)
