@@ -273,13 +273,13 @@ def main() -> None:
                     help="connections sending batches at once")
     ap.add_argument("--postgresql", action="store_true",
                     help="store in PostgreSQL: a throwaway durable cluster (fsync on) on a Unix"
-                    " socket, started for the run (tests/pgcluster.py)")
+                    " socket, started for the run (tests/support/pgcluster.py)")
     args = ap.parse_args()
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         db = str(tmp / "library.db")
         if args.postgresql:
-            from tests.pgcluster import cluster
+            from tests.support.pgcluster import cluster
 
             db = stack.enter_context(cluster(durable=True)).database("bench")
         genesis, log_key, bodies = build(args.envelopes, tmp)

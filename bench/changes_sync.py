@@ -16,7 +16,7 @@ the index range read costs by itself.  Every sync is checked: strictly ascending
 duplicates, and exactly as many items as the root has up to the snapshot (its own revisions and
 its members' feed rows, counted straight from the tables).
 
-Targets (issue 4): page p95 <= 10 ms and full sync <= 2 s for 10,000 member revisions in a
+Targets: page p95 <= 10 ms and full sync <= 2 s for 10,000 member revisions in a
 library of 1,000,000 entries, and the same per-page cost at 100,000 and 1,000,000 entries.
 The machine is shared: figures are noisy.
 """

@@ -20,7 +20,7 @@ time), with the install measured (editable or not) and the load average; then
 second.  Afterwards every envelope must have its signed record in ``published/`` and none may
 be left in ``pending/``.
 
-Targets (issue 18): one publish <= 80 ms, batch >= 300/s.  The machine is shared: figures are
+Targets: one publish <= 80 ms, batch >= 300/s.  The machine is shared: figures are
 noisy; the median of many runs is the figure to read.
 """
 

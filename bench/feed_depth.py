@@ -1,4 +1,4 @@
-"""Write amplification by depth (issue 21): what one admission writes at the bottom of a chain
+"""Write amplification by depth: what one admission writes at the bottom of a chain
 of replies, at depths 10, 1,000 and more, and what the feeds of a deep and a shallow root cost
 to read.
 
@@ -18,9 +18,8 @@ Then the reads: every page (``limit=50``) of ``/api/changes`` for the chain's di
 ``--fanout`` direct replies (a normal root), in process (``changes.read_changes`` on the
 storage's reader, no HTTP): per-page p50/p95 and the full sync; and for both, the discussion
 route's read (its exact total reads the whole conversation) and the object's ``section=all``
-first page, median of five.  Before this layout the chain's
-rows grew with depth (one per ancestor); an earlier tree runs this file as it is (the ``deep``
-table is then absent and counted as 0).
+first page, median of five.  A library without the ``deep`` table counts its marks as 0, so
+the file measures a layout whose chain rows grow with depth (one per ancestor) as it is.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Schemathesis against a live ``alexandria serve``: every check, every operation of
-``/api/openapi.json``, many cases (the issue asks for at least 100,000).
+``/api/openapi.json``, many cases (the target: at least 100,000).
 
     .venv/bin/python -m bench.fuzz [--max-examples 2800] [--processes 2] [--seed 21]
                                    [--log-dir DIR]
@@ -7,14 +7,14 @@
 A fresh embedded library in a temporary directory is served on 127.0.0.1 (Granian, as
 ``alexandria serve`` runs it); ``--processes`` ``st run`` processes test it at once, each with
 its own seed (``seed``, ``seed + 1``, …) and ``--workers 1``, with ``schemathesis.toml`` at the
-repository root (the configuration ``tests/test_fuzz.py`` runs in ``make test``) and every check.
-The first process runs every phase; the coverage and examples phases are deterministic (the
+repository root (the configuration ``tests/api/test_fuzz.py`` runs in ``make test``) and every
+check. The first process runs every phase; the coverage and examples phases are deterministic (the
 same cases whatever the seed), so the others run only the fuzzing phase.
 
 Where the time goes: the server answers a case in about a millisecond; generating it costs
 Schemathesis and Hypothesis 15-20 ms of CPU, and with Hypothesis's example database on (the
 default) more than as much again, keeping its Pareto front of interesting cases
-(``ParetoFront.add`` was 58% of a profile).  A fuzzing run looks for failures, not for the
+(``ParetoFront.add`` is more than half of a profile).  A fuzzing run looks for failures, not for the
 database's replays of earlier ones, so it runs with ``--generation-database none``, and in
 parallel processes rather than threads (one process is bound by the GIL).
 
@@ -108,8 +108,8 @@ def run(max_examples: int, seed: int, processes: int, log_dir: Path) -> int:
                 command = _st_command(url, i, seed, max_examples, log_dir)
                 (log_dir / f"st-{i}.command").write_text(" ".join(command) + "\n")
                 out = (log_dir / f"st-{i}.log").open("wb")
-                # the NDJSON batch route's bodies (tests/schemathesis_hooks.py)
-                env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
+                # the NDJSON batch route's bodies (tests/support/schemathesis_hooks.py)
+                env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.support.schemathesis_hooks",
                        "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
                 runs.append((subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                               cwd=log_dir, env=env), out))

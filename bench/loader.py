@@ -8,7 +8,7 @@
 Writes ``DIR/genesis.json``, ``DIR/log.key``, ``DIR/library.db`` and ``DIR/loader.json``
 (``{"genesis_pin", "follow_root", "follow_members", "entries", "milestones", ...}``) and
 prints the follow root's id.  Every 25 batches it prints the load's rate so far; a load past
-100,000 entries ends with its rate against that of its first 100,000 (issue 22 asks at least
+100,000 entries ends with its rate against that of its first 100,000 (the target: at least
 80% at 1,000,000), of the whole load and of the writer's admitting time alone
 (``against_first_100k``).  Serve the result with
 ``alexandria serve --genesis DIR/genesis.json --db DIR/library.db --log-key DIR/log.key``.
@@ -37,10 +37,10 @@ library: run it on a copy, once (a second run refuses).  ``--from LIB`` makes th
 (new) gets LIB's files, the database written a page at a time, so its pages sit in the page
 cache as a running server's do (read and written by SQLite a page at a time).  A copy made by
 ``cp``, or a file read once through ``cat`` to warm it, sits there in large folios instead, and
-on this machine's kernel every later 4 KiB write into one costs ~40 µs instead of ~6: the
-checkpoints into a warm ``cp`` made admissions ~25% slower at 100,000 entries and ~10% at
-1,000,000, whose file the page cache does not hold whole.  ``--drop-caches`` (root) empties the
-page cache first, so a library larger than the memory left for it starts from disk.
+a 4 KiB write into a large folio costs several times one into a page of its own: the checkpoints
+of admissions into such a copy are slower, the more so the more of its file the page cache
+holds.  ``--drop-caches`` (root) empties the page cache first, so a library larger than the
+memory left for it starts from disk.
 """
 
 from __future__ import annotations
@@ -486,7 +486,7 @@ async def load(directory: Path, entries: int, seed: int, workers: int, follow_me
     return summary
 
 
-FIRST = 100_000  # issue 22: ingest at 1,000,000 entries against its rate at this size
+FIRST = 100_000  # the ingest target: the rate at 1,000,000 entries against the rate at this size
 
 
 def against_first(milestones: list[dict[str, Any]], first: int) -> dict[str, Any] | None:

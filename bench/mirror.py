@@ -37,7 +37,7 @@ from alexandria.service.follow import catch_up
 from alexandria.service.library import load_genesis
 from alexandria.store.sqlite import sqlite_storage
 from bench.verify_export import build
-from tests.liveserver import free_port
+from tests.support.liveserver import free_port
 
 
 async def _follow(genesis_path: Path, db: Path, source: str) -> int:

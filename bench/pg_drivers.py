@@ -6,7 +6,7 @@ Each admission is what ``store/postgresql`` writes for a reply: the write lock (
 of ``ledger_writes``), the 2 KB leaf, two Merkle nodes, the revision, the object, a feed row
 and a catalogue row; ``--group`` admissions share one transaction (the writer's group commit).
 psycopg runs synchronously (as the storage's writer thread does), asyncpg on an event loop.
-A throwaway durable cluster (fsync on) is started for the run (tests/pgcluster.py).
+A throwaway durable cluster (fsync on) is started for the run (tests/support/pgcluster.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 import psycopg
 
-from tests.pgcluster import cluster
+from tests.support.pgcluster import cluster
 
 DDL = """
 CREATE TABLE ledger_writes(id INTEGER PRIMARY KEY, version BIGINT NOT NULL);

@@ -20,7 +20,7 @@ read_latency_cold_commits.json with both).
 timed requests it writes dirty pages back and drops the operating system's page cache
 (``sync; echo 3 > /proc/sys/vm/drop_caches``), so only what the server itself holds in memory
 (its own page caches, its memory maps) stays warm, as on a host whose files are much larger
-than its RAM.  Its targets are the cold ones of issue 22: every non-search route p95 ≤ 20 ms,
+than its RAM.  Its targets are the cold ones: every non-search route p95 ≤ 20 ms,
 every search p95 ≤ 200 ms and max ≤ 1 s, server memory ≤ 300 MB.  Dropping the cache slows
 everything else on the machine for a while: run it only when measuring.
 
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=200, help="timed requests per route")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cold", action="store_true",
-                    help="drop the page cache before each route (root): issue 22's cold mode")
+                    help="drop the page cache before each route (root): the cold mode")
     ap.add_argument("--only", action="append", default=[], metavar="TEXT",
                     help="measure only the routes whose name contains TEXT (repeatable)")
     ap.add_argument("--db", metavar="URL", help="serve this database instead of DIR/library.db:"

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from alexandria.service.witness import init_witness_dir
-from tests.witness_support import ToyLog, WitnessProcess
+from tests.support.witness import ToyLog, WitnessProcess
 
 
 def main() -> None:

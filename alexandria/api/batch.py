@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from alexandria.api.http import bool_param, query_params
+from alexandria.api.http import bool_param, library_of, query_params
 from alexandria.api.metrics import WRITER_QUEUE, count_admission
 from alexandria.api.status import status_of
 from alexandria.core.records import MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_ENVELOPE_BYTES, NDJSON
@@ -195,7 +195,7 @@ def _counted(outcome: Outcome) -> str:
 
 
 async def post_batch(request: Request) -> Response:
-    lib: Library = request.app.state.library
+    lib = library_of(request)
     dry_run = bool_param(query_params(request, ("dry_run",)), "dry_run")
     check_media_type(request)
     reserved = [0]

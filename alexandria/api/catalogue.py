@@ -13,6 +13,7 @@ from alexandria.api.http import (
     choice_param,
     int_param,
     json_response,
+    library_of,
     query_params,
     raw_json,
 )
@@ -30,18 +31,12 @@ from alexandria.reads.catalogue import (
     summaries,
 )
 from alexandria.reads.scores import scores
-from alexandria.service.library import Library
 from alexandria.store.search_index import LISTED_KINDS
 
 MAX_OFFSET = 2**53 - 1  # the largest integer JSON carries exactly
 CATALOGUE_PARAMETERS = (
     "q", "kind", "sort", "offset", "author", "method", "verdict", "projection", "view",
 )
-
-
-def _library(request: Request) -> Library:
-    lib: Library = request.app.state.library
-    return lib
 
 
 def _optional_choice(params: dict[str, str], name: str, allowed: tuple[str, ...]) -> str | None:
@@ -84,7 +79,7 @@ def parse_catalogue_query(params: dict[str, str]) -> CatalogueQuery:
 
 async def get_catalogue(request: Request) -> Response:
     query = parse_catalogue_query(query_params(request, CATALOGUE_PARAMETERS))
-    lib = _library(request)
+    lib = library_of(request)
     storage = lib.storage
 
     def read(conn: sqlite3.Connection) -> tuple[bytes, int, int]:
@@ -112,7 +107,7 @@ async def get_scores(request: Request) -> Response:
     author = _actor(params, required=True)
     assert author is not None
     offset = int_param(params, "offset", 0, 0, MAX_OFFSET)
-    storage = _library(request).storage
+    storage = library_of(request).storage
     result = await storage.read(lambda conn: scores(conn, author, offset, storage.read_ahead))
     return json_response(result)
 

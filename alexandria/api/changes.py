@@ -8,9 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from alexandria.api.http import int_param, query_params, raw_json
+from alexandria.api.http import int_param, library_of, query_params, raw_json
 from alexandria.reads import changes
-from alexandria.service.library import Library
 
 
 async def get_changes(request: Request) -> Response:
@@ -18,7 +17,7 @@ async def get_changes(request: Request) -> Response:
     root = changes.check_root(params.get("root"))
     limit = int_param(params, "limit", changes.MAX_LIMIT, 1, changes.MAX_LIMIT)
     cursor = params.get("cursor")
-    lib: Library = request.app.state.library
+    lib = library_of(request)
     limits = lib.limits
     storage = lib.storage
 

@@ -7,10 +7,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from alexandria.api import openapi
-from alexandria.api.http import json_response, query_params
+from alexandria.api.http import json_response, library_of, query_params
 from alexandria.api.origin import Origin
 from alexandria.api.served_contract import served_contract
-from alexandria.service.library import Library
 
 
 def origin_of(request: Request) -> str:
@@ -21,7 +20,7 @@ def origin_of(request: Request) -> str:
 
 async def get_contract(request: Request) -> Response:
     query_params(request, ())
-    lib: Library = request.app.state.library
+    lib = library_of(request)
     limits = lib.limits
     return json_response(served_contract(origin_of(request), limits))
 

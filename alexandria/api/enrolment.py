@@ -25,7 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from alexandria.api.client_address import client_address
-from alexandria.api.http import json_response, query_params, read_body
+from alexandria.api.http import json_response, library_of, query_params, read_body
 from alexandria.api.origin import Origin
 from alexandria.core.canonical import parse_json
 from alexandria.core.keys import HEX64
@@ -85,7 +85,7 @@ async def post_enrolment(request: Request) -> Response:
     """Every refusal before the writer: the address's limit first (it bounds the signature
     checks a client can ask for), then the request and its signature, the key's limit, the
     process's rate and, on a read connection, the cap on open requests."""
-    lib: Library = request.app.state.library
+    lib = library_of(request)
     query_params(request, ())
     limiters = _limiters(request)
     limit_key, shown = _client(request)
@@ -114,7 +114,7 @@ def _authority(request: Request, lib: Library, now: int) -> str:
 
 
 async def list_enrolments(request: Request) -> Response:
-    lib: Library = request.app.state.library
+    lib = library_of(request)
     query_params(request, ())
     now = lib.storage.clock()
     async with _authority_only(request, now):
@@ -125,7 +125,7 @@ async def list_enrolments(request: Request) -> Response:
 
 
 async def get_enrolment(request: Request) -> Response:
-    lib: Library = request.app.state.library
+    lib = library_of(request)
     params = query_params(request, ("worker",))
     code = enrolment.normalize_code(str(request.path_params["code"]))
     if "worker" not in params:  # the operator's question: signed by an authority key
@@ -151,7 +151,7 @@ async def get_enrolment(request: Request) -> Response:
 
 
 async def post_certificate(request: Request) -> Response:
-    lib: Library = request.app.state.library
+    lib = library_of(request)
     query_params(request, ())
     code = enrolment.normalize_code(str(request.path_params["code"]))
     now = lib.storage.clock()

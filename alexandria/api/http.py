@@ -17,10 +17,17 @@ from starlette.responses import Response
 from alexandria.api.status import headers_of, status_of
 from alexandria.core.records import MAX_ENVELOPE_BYTES
 from alexandria.errors import AlexandriaError, ClientGone, Malformed, NotFound, TooLarge, TooSlow
+from alexandria.service.library import Library
 
 log = logging.getLogger(__name__)
 JSON = "application/json"
 _REVISION = re.compile(r"^[0-9a-f]{64}\Z")  # "$" would accept a trailing newline
+
+
+def library_of(request: Request) -> Library:
+    """The library the app serves (``create_app`` keeps it in the app's state)."""
+    lib: Library = request.app.state.library
+    return lib
 
 
 def raw_json(data: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -10,17 +10,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from alexandria.api.http import int_param, json_response, query_params, raw_json
+from alexandria.api.http import int_param, json_response, library_of, query_params, raw_json
 from alexandria.errors import Malformed
 from alexandria.reads import log
-from alexandria.service.library import Library
 
 _INT = re.compile(r"0|[1-9][0-9]{0,15}")
-
-
-def _library(request: Request) -> Library:
-    lib: Library = request.app.state.library
-    return lib
 
 
 def _ints(request: Request, *names: str) -> list[int]:
@@ -41,7 +35,7 @@ def _ints(request: Request, *names: str) -> list[int]:
 
 async def get_checkpoint(request: Request) -> Response:
     query_params(request, ())
-    library = _library(request)
+    library = library_of(request)
     newest = await library.checkpoints.current()
     cosigning = library.cosigning
     note = await library.storage.read(lambda conn: log.served_checkpoint(
@@ -52,19 +46,19 @@ async def get_checkpoint(request: Request) -> Response:
 
 async def get_checkpoints(request: Request) -> Response:
     after = int_param(query_params(request, ("after",)), "after", 0, 0, 2**53 - 1)
-    body = await _library(request).storage.read(lambda conn: log.checkpoints_page(conn, after))
+    body = await library_of(request).storage.read(lambda conn: log.checkpoints_page(conn, after))
     return raw_json(body)
 
 
 async def get_entries(request: Request) -> Response:
     start, end = _ints(request, "start", "end")
-    body = await _library(request).storage.read(lambda conn: log.entries_page(conn, start, end))
+    body = await library_of(request).storage.read(lambda conn: log.entries_page(conn, start, end))
     return raw_json(body)
 
 
 async def get_inclusion(request: Request) -> Response:
     index, size = _ints(request, "index", "size")
-    proof = await _library(request).storage.read(
+    proof = await library_of(request).storage.read(
         lambda conn: log.inclusion_proof(conn, index, size)
     )
     return json_response({"index": index, "proof": [h.hex() for h in proof], "size": size})
@@ -72,7 +66,7 @@ async def get_inclusion(request: Request) -> Response:
 
 async def get_consistency(request: Request) -> Response:
     old, new = _ints(request, "old", "new")
-    proof = await _library(request).storage.read(
+    proof = await library_of(request).storage.read(
         lambda conn: log.consistency_proof(conn, old, new)
     )
     return json_response({"new": new, "old": old, "proof": [h.hex() for h in proof]})

@@ -9,15 +9,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from alexandria.api.http import json_response, query_params
+from alexandria.api.http import json_response, library_of, query_params
 from alexandria.errors import Malformed
 from alexandria.reads import lookup
-from alexandria.service.library import Library
-
-
-def _library(request: Request) -> Library:
-    lib: Library = request.app.state.library
-    return lib
 
 
 def kinds_param(raw: str | None) -> tuple[str, ...]:
@@ -38,7 +32,7 @@ async def get_lookup(request: Request) -> Response:
         raise Malformed("query parameter id is required", "MISSING_PARAMETER", parameter="id")
     prefix = lookup.parse_prefix(raw)
     kinds = kinds_param(params.get("kind"))
-    found = await _library(request).storage.read(
+    found = await library_of(request).storage.read(
         lambda conn: lookup.resolve(conn, prefix, kinds))
     return json_response(found.to_json())
 

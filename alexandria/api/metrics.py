@@ -50,7 +50,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from alexandria.api.http import json_response, query_params
+from alexandria.api.http import json_response, library_of, query_params
 from alexandria.errors import AlexandriaError
 from alexandria.service.library import Library
 
@@ -199,7 +199,7 @@ def exposition(values: dict[str, tuple[str, float]]) -> bytes:
 
 async def get_metrics(request: Request) -> Response:
     query_params(request, ())
-    library: Library = request.app.state.library
+    library = library_of(request)
     body = exposition(await library_values(library))
     return Response(body, media_type=CONTENT_TYPE, headers={"Cache-Control": "no-cache"})
 
@@ -208,7 +208,7 @@ async def get_healthz(request: Request) -> Response:
     """Live: this process answers.  Ready: it can take writes and sign (or, on a mirror, is
     following its origin); 503 with the reasons otherwise."""
     query_params(request, ())
-    library: Library = request.app.state.library
+    library = library_of(request)
     status = await library.status()
     body = {"live": True, "ready": status.ready, "reasons": list(status.reasons),
             "log_size": status.log_size, "checkpoint_size": status.checkpoint_size}

@@ -19,21 +19,16 @@ from alexandria.api.http import (
     choice_param,
     int_param,
     json_response,
+    library_of,
     not_found,
     query_params,
     raw_json,
     revision_param,
 )
 from alexandria.reads import objects
-from alexandria.service.library import Library
 
 #: Largest ``offset`` accepted: the largest integer JSON carries exactly.
 MAX_OFFSET = 2**53 - 1
-
-
-def _library(request: Request) -> Library:
-    lib: Library = request.app.state.library
-    return lib
 
 
 def _records(records: Sequence[bytes]) -> bytes:
@@ -46,7 +41,7 @@ async def get_object(request: Request) -> Response:
     section = choice_param(params, "section", "all", objects.SECTIONS)
     offset = int_param(params, "offset", 0, 0, MAX_OFFSET)
     exact = bool_param(params, "exact")
-    store = _library(request).storage
+    store = library_of(request).storage
     view = await store.read(
         lambda conn: objects.object_view(conn, store, rev, section, offset, exact)
     )
@@ -67,7 +62,7 @@ async def get_object(request: Request) -> Response:
 async def get_connections(request: Request) -> Response:
     rev = revision_param(request)
     offset = int_param(query_params(request, ("offset",)), "offset", 0, 0, MAX_OFFSET)
-    store = _library(request).storage
+    store = library_of(request).storage
     found = await store.read(lambda conn: objects.connections(conn, rev, offset))
     if found is None:
         raise not_found(rev)
@@ -79,7 +74,7 @@ async def get_discussion(request: Request) -> Response:
     params = query_params(request, ("sort", "offset"))
     sort = choice_param(params, "sort", "old", objects.DISCUSSION_SORTS)
     offset = int_param(params, "offset", 0, 0, MAX_OFFSET)
-    store = _library(request).storage
+    store = library_of(request).storage
     found = await store.read(lambda conn: objects.discussion(conn, store, rev, sort, offset))
     if found is None:
         raise not_found(rev)

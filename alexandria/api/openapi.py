@@ -1,8 +1,8 @@
 """The OpenAPI 3.1 description of every route, written by hand as one table.
 
-``tests/test_openapi.py`` checks it against the routes ``create_app`` mounts, both ways, and that
-every documented parameter is one the handler accepts.  The wire shapes follow docs/protocol.md and
-the contract; docs/read-api.md explains the read routes' decisions.
+``tests/api/test_openapi.py`` checks it against the routes ``create_app`` mounts, both ways, and
+that every documented parameter is one the handler accepts.  The wire shapes follow
+docs/protocol.md and the contract; docs/read-api.md explains the read routes' decisions.
 """
 
 from __future__ import annotations

@@ -6,12 +6,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from alexandria.api.http import error_response, query_params, raw_json, read_body
+from alexandria.api.http import error_response, library_of, query_params, raw_json, read_body
 from alexandria.core.records import PERSONAL_KINDS
 from alexandria.errors import AlexandriaError
 from alexandria.rules.admission import prepare
 from alexandria.rules.personal import response_bytes
-from alexandria.service.library import Library
 from alexandria.store import personal as personal_store
 
 # A signer's private lists: no shared cache may keep them.
@@ -19,7 +18,7 @@ PRIVATE = {"Cache-Control": "no-store"}
 
 
 async def post_personal(request: Request) -> Response:
-    lib: Library = request.app.state.library
+    lib = library_of(request)
     try:
         query_params(request, ())
         if lib.mirror is not None:  # personal lists are not in the log: a mirror has none

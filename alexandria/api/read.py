@@ -6,19 +6,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from alexandria.api.http import json_response, not_found, query_params, raw_json, revision_param
-from alexandria.service.library import Library
-
-
-def _library(request: Request) -> Library:
-    lib: Library = request.app.state.library
-    return lib
+from alexandria.api.http import (
+    json_response,
+    library_of,
+    not_found,
+    query_params,
+    raw_json,
+    revision_param,
+)
 
 
 async def get_entry(request: Request) -> Response:
     rev = revision_param(request)
     query_params(request, ())
-    data = await _library(request).storage.entry(rev)
+    data = await library_of(request).storage.entry(rev)
     if data is None:
         raise not_found(rev)
     return raw_json(data)
@@ -27,7 +28,7 @@ async def get_entry(request: Request) -> Response:
 async def get_head(request: Request) -> Response:
     rev = revision_param(request)
     query_params(request, ())
-    data = await _library(request).storage.head_entry(rev)
+    data = await library_of(request).storage.head_entry(rev)
     if data is None:
         raise not_found(rev)
     return raw_json(data)
@@ -35,13 +36,13 @@ async def get_head(request: Request) -> Response:
 
 async def get_genesis(request: Request) -> Response:
     query_params(request, ())
-    lib = _library(request)
+    lib = library_of(request)
     return json_response({"pin": lib.genesis.pin, "document": lib.genesis.document})
 
 
 async def get_authority(request: Request) -> Response:
     query_params(request, ())
-    items = await _library(request).storage.authority_documents()
+    items = await library_of(request).storage.authority_documents()
     return json_response({"items": items})
 
 

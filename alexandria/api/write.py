@@ -7,16 +7,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from alexandria.api.http import bool_param, json_response, query_params, raw_json, read_body
+from alexandria.api.http import (
+    bool_param,
+    json_response,
+    library_of,
+    query_params,
+    raw_json,
+    read_body,
+)
 from alexandria.api.metrics import WRITER_QUEUE, admission_outcome
 from alexandria.rules.admission import prepare
-from alexandria.service.library import Library
 from alexandria.store.interface import DryRun
-
-
-def _library(request: Request) -> Library:
-    lib: Library = request.app.state.library
-    return lib
 
 
 async def post_entry(request: Request) -> Response:
@@ -26,7 +27,7 @@ async def post_entry(request: Request) -> Response:
 
 
 async def _post_entry(request: Request, outcome: list[str]) -> Response:
-    lib = _library(request)
+    lib = library_of(request)
     dry_run = bool_param(query_params(request, ("dry_run",)), "dry_run")
     body = await read_body(request)
     cand = prepare(body, lib.genesis, index_text=True)
@@ -44,7 +45,7 @@ async def _post_entry(request: Request, outcome: list[str]) -> Response:
 
 
 async def post_authority(request: Request) -> Response:
-    lib = _library(request)
+    lib = library_of(request)
     query_params(request, ())
     body = await read_body(request)
     result = await lib.admit_authority(body)

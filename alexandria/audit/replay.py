@@ -30,7 +30,7 @@ _INDEX = struct.Struct("<QI")  # a record's offset and length, at (sequence - 1)
 
 
 class Ledger(MemoryLedger):
-    """The replayed ledger.  ``tests/test_verify.py`` checks that a replay of a server's log
+    """The replayed ledger.  ``tests/audit/test_verify.py`` checks that a replay of a server's log
     ends in the same objects, heads and votes as the server's tables, and
     ``tests/rules/test_differential.py`` that it reaches the server's verdicts."""
 

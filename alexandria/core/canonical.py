@@ -6,7 +6,7 @@ Canonical form is RFC 8785 (JCS).  Signed payloads hold no floats and no integer
 ``canonical`` has a fast path: orjson with sorted keys produces the same bytes as JCS when
 every object key is ASCII and every number is a safe integer (no floats reach this far).  Keys
 outside ASCII may sort differently (JCS sorts by UTF-16 code units), so any such value falls
-back to the reference ``rfc8785`` encoder.  ``tests/test_canonical.py`` checks the two agree on
+back to the reference ``rfc8785`` encoder.  ``tests/core/test_canonical.py`` checks the two agree on
 a generated corpus.
 """
 

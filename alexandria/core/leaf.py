@@ -9,8 +9,8 @@ re-checks — so the tree commits to it: changing it changes the leaf hash.
 
 JCS sorts ``admitted_at`` before ``document`` and a §1 timestamp needs no escaping, so the leaf is
 the canonical document spliced between two fixed byte strings, with no re-canonicalisation
-(``tests/test_leaf.py`` proves the splice equals ``rfc8785`` on a generated corpus).  Likewise a
-contribution's document is ``{"record":`` RECORD ``,"signature":`` SIGNATURE ``}``, so the record
+(``tests/core/test_leaf.py`` proves the splice equals ``rfc8785`` on a generated corpus).  Likewise
+a contribution's document is ``{"record":`` RECORD ``,"signature":`` SIGNATURE ``}``, so the record
 sits at a fixed offset in every contribution leaf.  Every offset used to slice stored bytes,
 in Python and in SQL, is derived here from these named prefixes — never written as a number.
 """

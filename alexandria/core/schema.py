@@ -4,8 +4,8 @@ Validation runs on ``{kind, title, body: decoded, links, previous}`` (PROTOCOL �
 path is ``jsonschema-rs``; the reference is Python ``jsonschema`` (Draft 2020-12).  Both use the
 same format functions from this module, so ``uri`` really means an HTTPS URL with a hostname and
 no credentials and ``date-time`` really means an RFC 3339 time ending in ``Z`` — neither library
-enforces that on its own.  ``tests/test_schema.py`` runs both on a corpus and requires the same
-verdicts.
+enforces that on its own.  ``tests/core/test_content_schema.py`` runs both on a corpus and requires
+the same verdicts.
 
 JSON Schema patterns are ECMA-262 regular expressions, and ``jsonschema-rs`` follows ECMA-262:
 ``$`` is the end of the string, ``\s`` is ECMA white space (it includes U+FEFF but not U+001C–

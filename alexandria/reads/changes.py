@@ -353,7 +353,7 @@ _TREE_SEQUENCES = (
 
 
 def _deep_page(
-    conn: sqlite3.Connection, root: str, owner: int, trees: dict[int, list[members.Hang]],
+    conn: sqlite3.Connection, root: str, owner: int, trees: dict[int, list[members.DeepMark]],
     win: Window, fetch: Callable[[int], bytes], limit: int, limits: Limits,
 ) -> Page:
     """A page of a deep root: its own and near members merged with its marked trees'
@@ -364,14 +364,14 @@ def _deep_page(
             read_sql.MEMBER_SEQUENCES,
             {"root": root, "owner": owner, "after": after, "hi": win.hi, "n": n})]
 
-    def tree_range(tree: int) -> members.Fetch:
+    def tree_range(tree: int) -> members.ReadRange:
         def rows(after: int, n: int) -> list[tuple[int, int, int]]:
             return [(int(a), int(b), int(c)) for a, b, c in conn.execute(
                 _TREE_SEQUENCES, {"tree": tree, "after": after, "hi": win.hi, "n": n})]
         return rows
 
-    ranges: list[tuple[members.Fetch, list[members.Hang] | None]] = [(near, None)]
-    ranges += [(tree_range(tree), hangs) for tree, hangs in trees.items()]
+    ranges: list[tuple[members.ReadRange, list[members.DeepMark] | None]] = [(near, None)]
+    ranges += [(tree_range(tree), marks) for tree, marks in trees.items()]
     want = scan_count(limit, limits)
     positions = members.Positions(conn, members.Budget(limits.scan))
     found, decided = members.merge(ranges, win.after, want, positions)

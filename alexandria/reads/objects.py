@@ -357,7 +357,7 @@ def _ancestors(conn: sqlite3.Connection, subj: Subject) -> list[int]:
     return [head for _depth, _created, head in sorted(spaces)]
 
 
-def _far_spaces(conn: sqlite3.Connection, tree: int, seq: int, cdepth: int) -> list[int]:
+def _far_spaces(conn: sqlite3.Connection, tree: int, seq: int, node_depth: int) -> list[int]:
     """Spaces hanging from the discussions of ``tree`` that are the object's ancestors beyond
     its near list: the spaces marked deep in its tree, each tested by a level-ancestor query."""
     rows = conn.execute(
@@ -368,8 +368,8 @@ def _far_spaces(conn: sqlite3.Connection, tree: int, seq: int, cdepth: int) -> l
     ).fetchall()
     positions = members.Positions(conn, members.Budget(None))
     return [
-        int(owner) for owner, hang, depth in rows
-        if positions.below(seq, cdepth, [members.Hang(int(hang), int(depth))])
+        int(owner) for owner, mark, depth in rows
+        if positions.below(seq, node_depth, [members.DeepMark(int(mark), int(depth))])
     ]
 
 
@@ -405,7 +405,7 @@ _FIRSTS_BELOW = [
 
 
 def _deep_firsts(
-    conn: sqlite3.Connection, subj: Subject, trees: dict[int, list[members.Hang]],
+    conn: sqlite3.Connection, subj: Subject, trees: dict[int, list[members.DeepMark]],
     want: int | None,
 ) -> list[int]:
     """First revisions of a deep root's members below it, ascending, at most ``want`` (all
@@ -418,7 +418,7 @@ def _deep_firsts(
             _merged([arm + " AND f.sequence > :after" for arm in _FIRSTS_BELOW]) + " LIMIT :n",
             {"owner": subj.created_sequence, "after": after, "n": n})]
 
-    def tree_range(tree: int) -> members.Fetch:
+    def tree_range(tree: int) -> members.ReadRange:
         def rows(after: int, n: int) -> list[tuple[int, int, int]]:
             return [(int(a), int(a), int(c)) for a, c in conn.execute(
                 "SELECT r.sequence, o.cdepth FROM revisions r"
@@ -428,8 +428,8 @@ def _deep_firsts(
                 {"tree": tree, "after": after, "n": n})]
         return rows
 
-    ranges: list[tuple[members.Fetch, list[members.Hang] | None]] = [(near, None)]
-    ranges += [(tree_range(tree), hangs) for tree, hangs in trees.items()]
+    ranges: list[tuple[members.ReadRange, list[members.DeepMark] | None]] = [(near, None)]
+    ranges += [(tree_range(tree), marks) for tree, marks in trees.items()]
     positions = members.Positions(conn, members.Budget(None))
     found, _ = members.merge(ranges, 0, want if want is not None else 2**62, positions,
                              exclude=subj.created_sequence)
@@ -738,7 +738,7 @@ def _top(
 
 def _deep_discussion(
     conn: sqlite3.Connection, store: Records, subj: Subject,
-    trees: dict[int, list[members.Hang]], sort: str, offset: int,
+    trees: dict[int, list[members.DeepMark]], sort: str, offset: int,
 ) -> Discussion:
     """The conversation below a deep discussion or reply, in the orders of ``discussion``:
     its exact total needs every member, so the whole conversation is read (as ``count(*)``

@@ -45,16 +45,16 @@ The encoding here:
   constant number of rows.
 
 * **Recent rows** (``feed_recent``, SQLite): a revision's ``feed`` rows go first into a small
-  table of the same shape, and each write transaction moves one range of owners
-  (``1/CYCLE`` of the ``objects`` keys, in turn) from it into ``feed`` (``merge_recent``).  The
-  rows an admission adds land at scattered owners; written straight into ``feed`` each of them
-  would dirty a page of that table, the most of any table once the library outgrows memory
+  table of the same shape, and each write transaction moves one range of owners (``1/MERGE_ROUNDS``
+  of the ``objects`` keys, in turn) from it into ``feed`` (``merge_recent``).  The rows an
+  admission adds land at scattered owners; written straight into ``feed`` each of them would dirty
+  a page of that table, the most of any table once the library outgrows memory
   (docs/decisions/0003-staged-feed-rows.md).  Staged, they dirty pages of a table of about
-  ``CYCLE`` batches' rows, and
-  ``feed`` takes each owner's rows of those ``CYCLE`` batches in one sorted run instead of one
-  per batch (how many rows a range holds varies: the first objects, the library's early
-  spaces, own most rows).  A root's feed rows are those of both tables (every read takes both
-  ranges).  PostgreSQL writes ``feed`` directly: its ``feed_recent`` stays empty.
+  ``MERGE_ROUNDS`` batches' rows, and ``feed`` takes each owner's rows of those ``MERGE_ROUNDS``
+  batches in one sorted run instead of one per batch (how many rows a range holds varies: the first
+  objects, the library's early spaces, own most rows).  A root's feed rows are those of both tables
+  (every read takes both ranges).  PostgreSQL writes ``feed`` directly: its ``feed_recent`` stays
+  empty.
 
 A root R's feed is then: its own revisions, its ``feed`` rows, and for each ``(tree, hang)``
 mark of R the revisions of that tree whose object has ``hang`` as an ancestor-or-self (one
@@ -85,9 +85,10 @@ CONVERSATION = frozenset(("discussion", "reply"))
 #: the links naming a conversation parent, by kind of the child
 CONVERSATION_LINKS = frozenset(("replies_to", "answers", "branches_from"))
 LIMIT = 20_000  # entries of each writer cache
-#: ``merge_recent`` moves 1/CYCLE of the owners' recent rows per write transaction: a row waits
-#: at most CYCLE + 1 transactions, and ``feed_recent`` holds about CYCLE batches' rows
-CYCLE = 32
+#: ``merge_recent`` moves 1/MERGE_ROUNDS of the owners' recent rows per write transaction: a row
+#: waits at most MERGE_ROUNDS + 1 transactions, and ``feed_recent`` holds about MERGE_ROUNDS
+#: batches' rows
+MERGE_ROUNDS = 32
 
 
 #: every feed row, in either table (checks and tests; the reads take each table's range)
@@ -146,13 +147,15 @@ EMPTY = Near((), (), ())
 
 @dataclass(frozen=True)
 class Node:
-    """A conversation node's position: ``seq`` its first sequence (``objects`` key)."""
+    """A conversation node's position: ``seq`` its first sequence (``objects`` key), its
+    ``depth`` in its ``tree``, its conversation ``parent`` and its skew-binary
+    ``jump_pointer`` (the columns ``cdepth``, ``cparent`` and ``jump`` of ``objects``)."""
 
     seq: int
     tree: int
-    cdepth: int
-    cparent: int
-    jump: int
+    depth: int
+    parent: int
+    jump_pointer: int
 
 
 @dataclass(frozen=True)
@@ -249,10 +252,10 @@ def place(
             elif c:
                 mark = s  # the conversation ancestor NEAR + 1 levels up
         p = cache.node(conn, conv_parent)
-        j = cache.node(conn, p.jump)
-        jj = cache.node(conn, j.jump)
-        jump = jj.seq if p.cdepth - j.cdepth == j.cdepth - jj.cdepth else p.seq
-        node = Node(sequence, p.tree, p.cdepth + 1, p.seq, jump)
+        j = cache.node(conn, p.jump_pointer)
+        jj = cache.node(conn, j.jump_pointer)
+        jump_pointer = jj.seq if p.depth - j.depth == j.depth - jj.depth else p.seq
+        node = Node(sequence, p.tree, p.depth + 1, p.seq, jump_pointer)
     elif kind in CONVERSATION:
         node = Node(sequence, sequence, 0, 0, sequence)
     items = list(merged.items())
@@ -272,12 +275,12 @@ def write_rows(conn: sqlite3.Connection, near: Near, sequence: int) -> None:
 
 def merge_recent(conn: sqlite3.Connection, start: int, keys: int) -> int:
     """Move the rows of ``feed_recent`` whose owners are in ``[start, start + step)`` into
-    ``feed``, ``step`` being 1/``CYCLE`` of the ``keys`` (the log's size) objects keys could
+    ``feed``, ``step`` being 1/``MERGE_ROUNDS`` of the ``keys`` (the log's size) objects keys could
     be; the start of the next range (0 once the range passed the last key).  Inside the
-    writer's transaction, once per transaction: every row moves within ``CYCLE`` + 1
+    writer's transaction, once per transaction: every row moves within ``MERGE_ROUNDS`` + 1
     transactions of its own, and the rows go into ``feed`` in its order, each owner's as one
     run at its end."""
-    step = max(1, -(-keys // CYCLE))
+    step = max(1, -(-keys // MERGE_ROUNDS))
     end = start + step
     bounds = (start, end)
     conn.execute(
@@ -307,9 +310,9 @@ def level_ancestor(node: Callable[[int], Node], seq: int, depth: int) -> int:
     """The ancestor-or-self at conversation depth ``depth`` of the node created at ``seq``
     (whose depth is at least ``depth``), in O(log depth) calls of ``node``."""
     at = node(seq)
-    while at.cdepth > depth:
-        jumped = node(at.jump)
-        at = jumped if jumped.cdepth >= depth else node(at.cparent)
+    while at.depth > depth:
+        jumped = node(at.jump_pointer)
+        at = jumped if jumped.depth >= depth else node(at.parent)
     return at.seq
 
 
@@ -391,4 +394,4 @@ def position(node: Node | None) -> tuple[int, int, int, int]:
     """``objects``' (tree, cdepth, cparent, jump): zeros for an object outside conversations."""
     if node is None:
         return (0, 0, 0, 0)
-    return (node.tree, node.cdepth, node.cparent, node.jump)
+    return (node.tree, node.depth, node.parent, node.jump_pointer)

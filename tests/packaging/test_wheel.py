@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.liveserver import free_port, stop_group
+from tests.support.liveserver import free_port, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 

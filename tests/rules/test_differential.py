@@ -37,7 +37,7 @@ from alexandria.service.bootstrap import Founding, found_library
 from alexandria.store.backends import storage_for
 from alexandria.store.interface import Admitted
 from alexandria.store.ledger_storage import LedgerStorage
-from tests.admission_support import (
+from tests.support.admission import (
     assessment,
     claim,
     discussion,
@@ -48,7 +48,7 @@ from tests.admission_support import (
     space,
     vote,
 )
-from tests.conftest import SEED, T0, Clock
+from tests.support.library import SEED, T0, Clock
 
 ACTIONS = (
     "space", "claim", "discussion", "reply", "evidence", "assessment", "vote", "revise",

@@ -25,8 +25,8 @@ from alexandria.service.bootstrap import Founding, found_library
 from alexandria.store.interface import Admitted
 from alexandria.store.ledger_storage import LedgerStorage
 from alexandria.store.sqlite import sqlite_storage
-from tests.admission_support import claim, reply
-from tests.conftest import SEED, T0, Clock
+from tests.support.admission import claim, reply
+from tests.support.library import SEED, T0, Clock
 
 SHORT_UNTIL = "2026-07-01T00:00:00.000Z"  # the "short" worker's certificate ends here
 

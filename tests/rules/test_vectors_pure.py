@@ -2,7 +2,7 @@
 ``tests/vectors/index.json`` runs through ``admission.prepare`` + ``admission.decide`` (or, for
 ``/api/authority``, ``authority.check_authority_document``) on an in-memory ledger
 (``rules.memory.MemoryLedger``) — no HTTP, no SQLite — and gets the index's status and code,
-exactly as the real app does in ``tests/test_vectors.py``."""
+exactly as the real app does in ``tests/rules/test_vectors.py``."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ Every request body is a file, in RFC 8785 canonical form plus a newline (except 
 whose point is to be something else: not JSON, too large).  ``index.json`` lists them in replay
 order with the route, the expected status and error code, and what each one breaks; replayed in
 that order against a fresh library whose clock reads ``server_time``, every one gets exactly
-its status and code (``tests/test_vectors.py``); ``log_leaves.json`` holds the exact leaf bytes
-(``JCS({"admitted_at", "document"})``, PROTOCOL §7), leaf hashes and root of the log that replay
-builds, which the test compares with what the server logged.  Ed25519 signatures are
+its status and code (``tests/rules/test_vectors.py``); ``log_leaves.json`` holds the exact
+leaf bytes (``JCS({"admitted_at", "document"})``, PROTOCOL §7), leaf hashes and root of the log
+that replay builds, which the test compares with what the server logged.  Ed25519 signatures are
 deterministic, so the same seeds and timestamps give the same bytes: the test regenerates the
 folder and compares.
 """
@@ -47,7 +47,7 @@ SERVER_TIME = "2026-06-01T00:00:00.000Z"
 HERE = Path(__file__).resolve().parent
 WORKED_EXAMPLE: list[dict[str, Any]] = [
     # the contract's object_examples steps, copied so that the vectors do not move if the
-    # shared contract file is not at hand; test_vectors.py checks they still match it
+    # shared contract file is not at hand; tests/rules/test_vectors.py checks they still match it
     {"name": "space", "actor": "owner", "content": {
         "kind": "space", "title": "Space",
         "body": {"summary": "What establishes this arithmetic result?"},

@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from alexandria.api.catalogue import CATALOGUE_PARAMETERS, MAX_OFFSET, parse_catalogue_query
 from alexandria.api.contract import origin_of
-from alexandria.api.http import int_param, not_found, query_params, revision_param
+from alexandria.api.http import int_param, library_of, not_found, query_params, revision_param
 from alexandria.api.web import present
 from alexandria.api.web.gate import PageGate
 from alexandria.api.web.render import STATIC, error_page, page, rendered
@@ -35,7 +35,6 @@ from alexandria.core.keys import HEX64
 from alexandria.errors import AlexandriaError, Malformed
 from alexandria.reads import lookup, pages
 from alexandria.reads.catalogue import PAGE_SIZE, SORTS, VIEWS
-from alexandria.service.library import Library
 from alexandria.store.search_index import LISTED_KINDS
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -47,11 +46,6 @@ SECTION_TITLES = {
     "proposals": "Proposals", "related": "Links and citations", "history": "History",
     "thread": "Thread",
 }
-
-
-def _library(request: Request) -> Library:
-    lib: Library = request.app.state.library
-    return lib
 
 
 def html_errors(handler: Handler) -> Handler:
@@ -74,7 +68,7 @@ def html_errors(handler: Handler) -> Handler:
         try:
             response = await _gate(request).run(in_turn)
         except AlexandriaError as exc:
-            genesis = _library(request).genesis
+            genesis = library_of(request).genesis
             response = error_page(exc, genesis.library, genesis.pin)
         if request.app.state.server_timing:
             timing = f"app;dur={(time.perf_counter() - start) * 1000:.2f}"
@@ -116,7 +110,7 @@ async def _prefix_redirect(request: Request, kinds: tuple[str, ...]) -> Response
     value = str(request.path_params[name])
     if HEX64.match(value) or not lookup.is_prefix(value):
         return None
-    found = await _library(request).storage.read(
+    found = await library_of(request).storage.read(
         lambda conn: lookup.resolve(conn, value, kinds))
     base = request.url.path[: -len(value)]
     query = f"?{request.url.query}" if request.url.query else ""
@@ -129,7 +123,7 @@ def _url(path: str, params: dict[str, Any]) -> str:
 
 
 def _common(request: Request, title: str) -> dict[str, Any]:
-    genesis = _library(request).genesis
+    genesis = library_of(request).genesis
     return {"library": genesis.library, "pin": genesis.pin, "title": title}
 
 
@@ -140,7 +134,7 @@ def _common(request: Request, title: str) -> dict[str, Any]:
 async def home(request: Request) -> Response:
     params = form_params(request, HOME_PARAMETERS)
     query = parse_catalogue_query(params)
-    storage = _library(request).storage
+    storage = library_of(request).storage
     candidates: list[dict[str, Any]] = []
     more_candidates = False
     typed = params.get("q", "").strip().lower()
@@ -192,7 +186,7 @@ async def object_page(request: Request) -> Response:
             parameter="section", allowed=list(pages.PAGED_SECTIONS),
         )
     offset = int_param(params, "offset", 0, 0, MAX_OFFSET)
-    storage = _library(request).storage
+    storage = library_of(request).storage
     found = await storage.read(
         lambda conn: pages.object_page(conn, storage, rev, section, offset)
     )
@@ -273,7 +267,7 @@ async def revision_page(request: Request) -> Response:
         return redirect
     rev = revision_param(request)
     query_params(request, ())
-    lib = _library(request)
+    lib = library_of(request)
     storage = lib.storage
     found = await storage.read(lambda conn: pages.revision_page(conn, storage, rev))
     if found is None:
@@ -311,7 +305,7 @@ async def compare_page(request: Request) -> Response:
                             value=(value or "")[:100])
         sides.append(value)
     old, new = sides
-    storage = _library(request).storage
+    storage = library_of(request).storage
     try:
         found = await storage.read(
             lambda conn: pages.compare_page(conn, storage, rev, old, new))
@@ -344,7 +338,7 @@ async def author_page(request: Request) -> Response:
         return redirect
     actor = _actor(request)
     offset = int_param(form_params(request, ("offset",)), "offset", 0, 0, MAX_OFFSET)
-    storage = _library(request).storage
+    storage = library_of(request).storage
     found = await storage.read(lambda conn: pages.author_page(conn, storage, actor, offset))
 
     def build() -> HTMLResponse:
@@ -378,7 +372,7 @@ async def log_page(request: Request) -> Response:
         return int_param(params, name, lo, lo, 2**53 - 1) if name in params else None
 
     before, after, entry = number("before", 1), number("after", 0), number("entry", 1)
-    found = await _library(request).storage.read(
+    found = await library_of(request).storage.read(
         lambda conn: pages.log_page(conn, before, after, entry))
 
     def build() -> HTMLResponse:
@@ -405,7 +399,7 @@ async def log_page(request: Request) -> Response:
 async def trust_page(request: Request) -> Response:
     """The reader's own pin and witnesses: a form whose script keeps them in the browser."""
     query_params(request, ())
-    lib = _library(request)
+    lib = library_of(request)
     return await rendered(lambda: page(
         "trust.html", **_common(request, "Your pin and witnesses"),
         witnesses=lib.cosigning.vkeys, witness_quorum=lib.cosigning.quorum,

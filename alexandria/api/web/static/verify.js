@@ -389,7 +389,7 @@
     settle(pin, trust, cp.size, witnesses);
   }
 
-  // The pure parts, for tests that compare them with the server's Python (tests/test_browser.py).
+  // The pure parts, for tests that compare them with the server's Python (tests/api/test_browser.py).
   window.AlexandriaVerify = Object.freeze({ jcs, leafData, rootFromInclusion, parseNote, hex, unhex });
 
   if (!window.isSecureContext || !window.crypto || !crypto.subtle) {

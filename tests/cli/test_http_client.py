@@ -1,0 +1,337 @@
+"""The CLI's HTTP/1.1 client (``alexandria/http1.py``, through ``client.Client``): against a real
+``alexandria serve`` on 127.0.0.1 (keep-alive, the library's answers and errors) and against a
+scripted server on 127.0.0.1 that answers byte for byte what each test needs (chunked and long
+answers, a closed kept-alive connection, a trickling or silent server, answers too large, broken
+framing).  The tests against the library run on each backend (``new_db``)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from alexandria.client import Client, ServerError, Unreachable
+from alexandria.http1 import (
+    MAX_HEAD_BYTES,
+    AnswerTooLarge,
+    ClosedBeforeAnswer,
+    Connection,
+    ProtocolError,
+)
+from alexandria.service.bootstrap import Founding
+from tests.support.liveserver import NewDb, Server, serving, write_library_files
+
+# --- against the library ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def library(tmp_path: Path, founding: Founding, new_db: NewDb) -> Iterator[Server]:
+    genesis, log_key = write_library_files(founding, tmp_path)
+    with serving(genesis, new_db(tmp_path / "lib.db"), log_key) as server:
+        yield server
+
+
+def test_requests_to_the_library_share_one_kept_alive_connection(library: Server,
+                                                                   founding: Founding) -> None:
+    with Client(library.url) as client:
+        assert client.genesis()["document"] == founding.genesis_document
+        for _ in range(5):
+            assert client.get("/api/genesis").status == 200
+        assert client._conn.opened == 1 and client._conn.answers == 6
+
+
+def test_the_library_s_typed_errors_come_back_verbatim(library: Server) -> None:
+    with Client(library.url) as client:
+        with pytest.raises(ServerError) as exc:
+            client.entry("0" * 64)
+        assert exc.value.http_status == 404 and exc.value.to_json()["code"] == "UNKNOWN_REVISION"
+        with pytest.raises(ServerError) as exc:
+            client.publish(b"{not json")
+        assert exc.value.http_status == 400
+        # the connection survives answers that are errors
+        assert client.get("/api/genesis").status == 200
+        assert client._conn.opened == 1
+
+
+def test_a_stopped_library_is_unreachable_with_connection_failed(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with Client(f"http://127.0.0.1:{port}", timeout=5) as client, \
+            pytest.raises(Unreachable) as exc:
+        client.genesis()
+    assert exc.value.code == "CONNECTION_FAILED"
+
+
+# --- against a scripted server ----------------------------------------------------------------
+
+Handler = Callable[[socket.socket, bytes], bool]
+
+
+class Scripted:
+    """A server on 127.0.0.1 whose connections each run ``handler(conn, request_bytes)`` once per
+    request read (the head and a ``content-length`` body); the handler returns False to close
+    the connection.  ``requests`` records what arrived, ``connections`` how many were made."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    try:
+                        chunk = conn.recv(65536)
+                    except OSError:
+                        return
+                    if not chunk:
+                        return
+                    data += chunk
+                head, _, data = data.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                while len(data) < length:
+                    data += conn.recv(65536)
+                request, data = head + b"\r\n\r\n" + data[:length], data[length:]
+                self.requests.append(request)
+                try:
+                    if not self.handler(conn, request):
+                        return
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def scripted() -> Iterator[Callable[[Handler], Scripted]]:
+    servers: list[Scripted] = []
+
+    def start(handler: Handler) -> Scripted:
+        servers.append(Scripted(handler))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def _json(conn: socket.socket, status: int, value: object, extra: bytes = b"") -> None:
+    body = orjson.dumps(value)
+    conn.sendall(b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s"
+                 b"\r\n%s" % (status, len(body), extra, body))
+
+
+def test_keep_alive_and_what_the_request_carries(scripted: Callable[[Handler], Scripted]) -> None:
+    server = scripted(lambda conn, _req: _json(conn, 200, {"ok": True}) or True)
+    with Client(server.url + "/prefix") as client:
+        assert client.get_json("/api/genesis", q="a b") == {"ok": True}
+        assert client.post("/api/entries", b'{"x":1}').json() == {"ok": True}
+    assert server.connections == 1
+    get, post = server.requests
+    assert get.startswith(b"GET /prefix/api/genesis?q=a+b HTTP/1.1\r\n")
+    assert f"host: 127.0.0.1:{server.port}\r\n".encode() in get
+    assert b"accept: application/json\r\n" in get and b"content-length" not in get
+    assert post.startswith(b"POST /prefix/api/entries HTTP/1.1\r\n")
+    assert post.endswith(b"content-length: 7\r\n\r\n{\"x\":1}")
+
+
+def test_chunked_answers_with_extensions_and_trailers(
+        scripted: Callable[[Handler], Scripted]) -> None:
+    body = orjson.dumps({"text": "é" * 50_000})
+
+    def handler(conn: socket.socket, _req: bytes) -> bool:
+        out = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        for i in range(0, len(body), 7_001):
+            part = body[i:i + 7_001]
+            out += b"%x;ext=1\r\n%s\r\n" % (len(part), part)
+        conn.sendall(out + b"0\r\nx-trailer: yes\r\n\r\n")
+        return True
+
+    server = scripted(handler)
+    with Client(server.url) as client:
+        for _ in range(3):  # the connection stays usable after each chunked answer
+            assert client.get("/x").content == body
+    assert server.connections == 1
+
+
+def test_a_long_answer_arriving_in_pieces(scripted: Callable[[Handler], Scripted]) -> None:
+    body = bytes(range(256)) * 20_000  # 5 MB
+
+    def handler(conn: socket.socket, _req: bytes) -> bool:
+        data = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+        for i in range(0, len(data), 1_000_003):
+            conn.sendall(data[i:i + 1_000_003])
+            time.sleep(0.01)
+        return True
+
+    server = scripted(handler)
+    with Connection("127.0.0.1", server.port, timeout=10) as conn:
+        assert conn.request("GET", "/").body == body
+
+
+def test_interim_answers_are_skipped_and_bodiless_answers_read_nothing(
+        scripted: Callable[[Handler], Scripted]) -> None:
+    def handler(conn: socket.socket, req: bytes) -> bool:
+        if req.startswith(b"HEAD"):
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 99\r\n\r\n")
+        elif req.startswith(b"DELETE"):
+            conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+        else:
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: x\r\n"
+                         b"\r\nHTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok")
+        return True
+
+    server = scripted(handler)
+    with Connection("127.0.0.1", server.port) as conn:
+        assert (conn.request("POST", "/", body=b"").status, conn.request("HEAD", "/").body,
+                conn.request("DELETE", "/").status) == (201, b"", 204)
+        assert conn.request("GET", "/").body == b"ok" and conn.opened == 1
+
+
+def test_an_answer_to_the_end_of_the_connection_and_connection_close(
+        scripted: Callable[[Handler], Scripted]) -> None:
+    def handler(conn: socket.socket, req: bytes) -> bool:
+        if b"/close" in req:
+            _json(conn, 200, [1], b"connection: close\r\n")
+        else:
+            conn.sendall(b"HTTP/1.0 200 OK\r\n\r\nuntil the end")
+        return False
+
+    server = scripted(handler)
+    with Connection("127.0.0.1", server.port) as conn:
+        response = conn.request("GET", "/")
+        assert (response.body, response.will_close, conn.connected) == (b"until the end", True,
+                                                                         False)
+        assert conn.request("GET", "/close").body == b"[1]" and not conn.connected
+        assert conn.opened == 2
+
+
+def test_a_kept_alive_connection_closed_meanwhile_is_retried_once(
+        scripted: Callable[[Handler], Scripted]) -> None:
+    """The server closes an idle connection without saying so: the next request finds it
+    closed before any answer and is sent again on a new connection (an envelope's resend is
+    idempotent: 200 with the stored record)."""
+    server = scripted(lambda conn, _req: _json(conn, 200, {"n": len(server.requests)}) and False)
+    with Client(server.url) as client:
+        assert client.get_json("/a") == {"n": 1}
+        time.sleep(0.05)
+        assert client.get_json("/b") == {"n": 2}
+    assert server.connections == 2
+
+
+def test_a_fresh_connection_closed_before_the_answer_is_connection_lost(
+        scripted: Callable[[Handler], Scripted]) -> None:
+    """Not retried: the server may have acted on the request (the pending-file rule keeps the
+    envelope and ``retry`` resends it)."""
+    server = scripted(lambda _conn, _req: False)
+    with Client(server.url) as client, pytest.raises(Unreachable) as exc:
+        client.publish(b"{}")
+    assert exc.value.code == "CONNECTION_LOST" and len(server.requests) == 1
+    with Connection("127.0.0.1", server.port) as conn, pytest.raises(ClosedBeforeAnswer):
+        conn.request("GET", "/")
+
+
+def test_one_deadline_for_the_whole_exchange(scripted: Callable[[Handler], Scripted]) -> None:
+    """A server that trickles its answer a byte at a time cannot hold the client longer than
+    its timeout; nor can one that never answers."""
+    def trickle(conn: socket.socket, _req: bytes) -> bool:
+        for byte in b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n" + b"x" * 1000:
+            conn.sendall(bytes([byte]))
+            time.sleep(0.01)
+        return True
+
+    for handler in (trickle, lambda _conn, _req: time.sleep(3) or True):
+        server = scripted(handler)
+        started = time.monotonic()
+        with Client(server.url, timeout=0.5) as client, pytest.raises(Unreachable) as exc:
+            client.get("/")
+        assert exc.value.code == "TIMEOUT"
+        assert time.monotonic() - started < 1.5
+
+
+def test_answers_larger_than_the_client_reads_are_refused(
+        scripted: Callable[[Handler], Scripted]) -> None:
+    def handler(conn: socket.socket, req: bytes) -> bool:
+        if b"/declared" in req:
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2000\r\n\r\n" + b"x" * 2000)
+        elif b"/chunked" in req:
+            conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                         + b"200\r\n" + b"x" * 512 + b"\r\n" + b"800\r\n" + b"x" * 2048)
+        elif b"/head" in req:
+            conn.sendall(b"HTTP/1.1 200 OK\r\n" + b"x-pad: " + b"x" * MAX_HEAD_BYTES + b"\r\n")
+        else:
+            conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + b"x" * 5000)
+        return False
+
+    server = scripted(handler)
+    for path in ("/declared", "/chunked", "/end"):
+        with Connection("127.0.0.1", server.port, max_body=1024) as conn, \
+                pytest.raises(AnswerTooLarge):
+            conn.request("GET", path)
+    with Connection("127.0.0.1", server.port) as conn, pytest.raises(ProtocolError):
+        conn.request("GET", "/head")
+    with Client(server.url) as client:
+        client._conn.max_body = 1024
+        with pytest.raises(Unreachable) as exc:
+            client.get("/declared")
+        assert exc.value.code == "ANSWER_TOO_LARGE"
+
+
+@pytest.mark.parametrize("answer", [
+    b"SSH-2.0-OpenSSH\r\n\r\n",  # not HTTP
+    b"HTTP/1.1 2000 OK\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ncontent-length: 1, 2\r\n\r\nx",  # a request-smuggling sign
+    b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0x10\r\n",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nokX\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",  # then the connection ends
+    b"HTTP/1.1 200 OK\r\ncontent-len",  # ends inside the head
+])
+def test_broken_answers_are_protocol_errors(scripted: Callable[[Handler], Scripted],
+                                            answer: bytes) -> None:
+    server = scripted(lambda conn, _req: conn.sendall(answer) or False)
+    with Connection("127.0.0.1", server.port, timeout=5) as conn, pytest.raises(ProtocolError):
+        conn.request("GET", "/")
+    with Client(server.url, timeout=5) as client, pytest.raises(Unreachable) as exc:
+        client.get("/")
+    assert exc.value.code == "BAD_RESPONSE"
+
+
+def test_no_header_injection() -> None:
+    with Connection("127.0.0.1", 9) as conn:
+        for args in (("GET", "/x\r\nevil: 1"), ("GET\n", "/")):
+            with pytest.raises(ValueError):
+                conn.request(*args)
+        with pytest.raises(ValueError):
+            conn.request("GET", "/", {"x": "1\r\nevil: 2"})
+        assert conn.opened == 0  # refused before connecting

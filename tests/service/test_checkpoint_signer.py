@@ -1,0 +1,141 @@
+"""Checkpoints across server restarts: sizes only grow, every pair is consistent, and the log
+refuses to sign over leaves or nodes that disagree with what it signed before."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from alexandria.api.app import create_app
+from alexandria.core import merkle
+from alexandria.core.checkpoint import verify_checkpoint
+from alexandria.reads import log
+from alexandria.service.bootstrap import Founding
+from alexandria.service.checkpoint_signer import sign_checkpoint_now
+from alexandria.service.library import Library
+from alexandria.store.backends import storage_for
+from tests.support.library import Api, Clock
+from tests.support.log import discussion
+
+
+@asynccontextmanager
+async def server(db: Path | str, founding: Founding, clock: Clock,
+                 authorities: bool = True) -> AsyncIterator[Api]:
+    """One run of the app on ``db``: a fresh process as far as the log is concerned
+    (``authorities``: its authority documents are posted, retries after the first run)."""
+    storage = storage_for(db, founding.genesis)
+    storage.clock = clock
+    library = Library(founding.genesis, storage, founding.log_key)
+    app = create_app(library)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            for doc in founding.authority_documents() if authorities else ():
+                r = await client.post("/api/authority", json=doc)
+                assert r.status_code in (200, 201), r.text
+            yield Api(client, founding, clock, library)
+
+
+async def signed(api: Api) -> tuple[int, bytes]:
+    r = await api.client.get("/api/log/checkpoint")
+    assert r.status_code == 200, r.text
+    f = api.founding
+    cp = verify_checkpoint(r.text, f.genesis.origin, f.log_key.public_hex)
+    return cp.size, cp.root
+
+
+async def test_across_restarts_sizes_only_grow_and_every_pair_is_consistent(
+    founding: Founding, clock: Clock, db: Path | str
+) -> None:
+    seen: list[tuple[int, bytes]] = []
+    n = 0
+    for run in range(4):
+        async with server(db, founding, clock) as api:
+            if seen:  # right after a restart the latest checkpoint is still the latest
+                assert await signed(api) == seen[-1]
+            for _ in range(2 + run):
+                for _ in range(run + 1):
+                    await api.publish("owner", discussion(n))
+                    n += 1
+                seen.append(await signed(api))
+    assert [s for s, _ in seen] == sorted({s for s, _ in seen}), "strictly growing sizes"
+    async with server(db, founding, clock) as api:
+        r = await api.client.get("/api/log/checkpoints")
+        listed = [verify_checkpoint(c["note"], founding.genesis.origin,
+                                    founding.log_key.public_hex) for c in r.json()["checkpoints"]]
+        assert [(c.size, c.root) for c in listed] == seen
+        for i, (old, old_root) in enumerate(seen):
+            for new, new_root in seen[i:]:
+                r = await api.client.get("/api/log/proof/consistency",
+                                         params={"old": old, "new": new})
+                proof = [bytes.fromhex(h) for h in r.json()["proof"]]
+                merkle.verify_consistency(old, new, old_root, new_root, proof)
+
+
+def tamper(db: Path | str, sql: str) -> None:
+    """Change the stored log behind the server's back (PostgreSQL: the same statement, its
+    ``zeroblob`` spelt as a ``bytea``)."""
+    if isinstance(db, str):
+        with psycopg.connect(db, autocommit=True) as pg:
+            pg.execute(sql.replace("zeroblob(32)", "decode(repeat('00', 32), 'hex')").encode())
+        return
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(sql)
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "code"),
+    [
+        # a stored node inside the signed tree no longer matches the signed root
+        # the perfect node (level 2, index 0), at in-order position 3: the tree is not the
+        # one published, and takes no admission either
+        ("UPDATE merkle_nodes SET hash = zeroblob(32) WHERE position = 3", "LOG_FORKED"),
+        # leaves the last checkpoint covered are gone: sizes would shrink
+        ("DELETE FROM log WHERE sequence >= 5", "LOG_TRUNCATED"),
+    ],
+)
+async def test_the_log_never_signs_a_tree_inconsistent_with_its_last_checkpoint(
+    founding: Founding, clock: Clock, sql: str, code: str, db: Path | str
+) -> None:
+    async with server(db, founding, clock) as api:
+        for i in range(4):
+            await api.publish("owner", discussion(i))
+        assert (await signed(api))[0] == 6
+    tamper(db, sql)
+    async with server(db, founding, clock, authorities=False) as api:
+        r = await api.post(api.envelope("owner", discussion(99)))
+        assert r.status_code == 503, r.text
+        assert r.json()["code"] in (code, "CATCH_UP_REQUIRED"), r.text
+        r = await api.client.get("/api/log/checkpoint")
+        assert r.status_code == 503, r.text
+        assert r.json()["code"] == code
+        r = await api.client.get("/api/log/checkpoints")
+        assert [c["size"] for c in r.json()["checkpoints"]] == [6], "nothing new was signed"
+
+
+async def test_a_checkpoint_is_persisted_atomically_with_what_it_signs(
+    founding: Founding, clock: Clock, db: Path | str
+) -> None:
+    """The checkpoint row is written inside the write transaction that reads the tree: a
+    failing transaction (here: the key check) leaves no row behind."""
+    async with server(db, founding, clock) as api:
+        await api.publish("owner", discussion(0))
+        storage = api.library.storage
+
+        def sign_then_fail(conn: sqlite3.Connection) -> None:
+            sign_checkpoint_now(conn, storage, founding.log_key)
+            raise RuntimeError("crash after signing, before commit")
+
+        with pytest.raises(RuntimeError):
+            await storage.write(sign_then_fail)
+        rows = await storage.read(lambda conn: log.checkpoints_after(conn, 0))
+        assert rows == []
+        assert (await signed(api))[0] == 3
