@@ -5,9 +5,16 @@ completion, quiet broken pipes.  One server for the module."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import pty
+import re
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -404,9 +411,37 @@ def test_serve_checks_its_port_first_writes_the_pin_and_logs(lib: Library,
 def test_export_progress_only_when_asked_or_on_a_terminal(lib: Library, tmp_path: Path) -> None:
     out = tmp_path / "log.jsonl"
     r = cli("export", "--db", str(lib.db), "--output", str(out))
-    assert "exporting [" not in r.stderr and out.exists()
+    assert "exporting" not in r.stderr and out.exists()  # a short job: no plain line
     r = cli("export", "--db", str(lib.db), "--output", str(out), "--progress")
-    assert "exporting [" in r.stderr and " entries " in r.stderr
+    assert "exporting: 100%" in r.stderr and " entries/s]" in r.stderr
+
+
+def test_publish_jsonl_on_a_terminal_shows_a_bar_with_rate_and_time_left(
+        lib: Library, tmp_path: Path) -> None:
+    """stderr a terminal (a pty), stdout a pipe: the ids on stdout, the bar on stderr."""
+    jsonl = tmp_path / "many.jsonl"
+    jsonl.write_text("".join(json.dumps(_reply(f"pty {i}")) + "\n" for i in range(30)))
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
+    try:
+        r = subprocess.run([*CLI, "publish", "--jsonl", str(jsonl)], stdout=subprocess.PIPE,
+                           stderr=follower, env=cli_env(lib.homes["owner"]), cwd=ROOT,
+                           timeout=120, check=False)
+        os.close(follower)
+        follower = -1
+        err = b""
+        with contextlib.suppress(OSError):  # EIO once the pty's other side is closed
+            while chunk := os.read(leader, 65536):
+                err += chunk
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert r.returncode == 0, err
+    assert len(r.stdout.split()) == 30
+    text = err.decode()
+    assert "publishing: 100%" in text and "30/30" in text
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d, [\d.]+ contributions/s\]", text), text
 
 
 class _TamperingProxy:

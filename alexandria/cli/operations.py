@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 from typing import TYPE_CHECKING
 
 from alexandria.cli import EXIT_INTERRUPTED
 from alexandria.cli.participant import command
+from alexandria.cli.progress import ProgressBar
 from alexandria.cli.terminal import emit_json, note, say
 from alexandria.errors import BadRequest
 
@@ -96,7 +98,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     if not is_database_url(args.to):
         raise BadRequest(f"--to {args.to!r} is not a postgresql:// URL", "USAGE")
-    result = migrate(args.db, args.to)
+    with ProgressBar("migrating", "rows") as bar:
+        result = migrate(args.db, args.to, lambda _table, rows, total: bar.update(rows, total))
     if args.json:
         emit_json(result.to_json())
     else:
@@ -183,14 +186,14 @@ async def _catch_up(db: str, source: str) -> tuple[int, int, str | None]:
 
     storage = storage_for(db, Genesis.from_document(stored_genesis(db)))
     await storage.open()
+    stack = contextlib.ExitStack()
     try:
         before = await storage.log_size()
-        last = [0]
+        bar = ProgressBar("catching up", "entries", initial=before)
+        stack.callback(bar.close)
 
         def progress(f: Follower) -> None:
-            if f.size - last[0] >= 10_000:
-                last[0] = f.size
-                note(f"catch-up: {f.size} of {f.source_size} entries")
+            bar.update(f.size, max(f.source_size, f.size))
 
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
@@ -215,6 +218,7 @@ async def _catch_up(db: str, source: str) -> tuple[int, int, str | None]:
                 loop.remove_signal_handler(sig)
         return before, follower.size, None
     finally:
+        stack.close()
         await storage.close()
 
 

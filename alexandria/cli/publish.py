@@ -32,6 +32,7 @@ from alexandria.cli.participant import (
     session_of,
 )
 from alexandria.cli.pending import BATCH_BYTES, BATCH_LINES, KeptPending, Outbox, Outcome, Pending
+from alexandria.cli.progress import ProgressBar
 from alexandria.cli.session import (
     ContentRefused,
     Session,
@@ -158,6 +159,17 @@ def _items(args: argparse.Namespace) -> Iterator[Item]:
             yield Item(source, {}, None, exc)
 
 
+def _count(args: argparse.Namespace) -> int | None:
+    """How many contents ``publish`` has to go through, for its progress bar: the files, or
+    the lines of a ``--jsonl`` file (counted in one quick pass); None for stdin."""
+    if args.jsonl is None:
+        return len(args.files)
+    if args.jsonl == "-" or not Path(args.jsonl).is_file():
+        return None
+    with _open(args.jsonl) as stream:
+        return sum(1 for line in stream if line.strip())
+
+
 def _open(path: str) -> Any:
     try:
         return open(path, "rb")
@@ -221,6 +233,7 @@ class Batch:
         self.in_flight: tuple[list[tuple[Item, Any, dict[str, Any]]], Any] | None = None
         self.in_flight_names: set[str] = set()
         self._sender: Any = None
+        self.bar = ProgressBar("publishing", "contributions", _count(args))
 
     def run(self, items: Iterator[Item]) -> None:
         for item in items:
@@ -308,6 +321,12 @@ class Batch:
 
     def _report(self, chunk: list[tuple[Item, Any, dict[str, Any]]],
                 outcomes: list[Outcome]) -> None:
+        with self.bar.paused():
+            self._report_lines(chunk, outcomes)
+        self.bar.update(len(self.results))
+
+    def _report_lines(self, chunk: list[tuple[Item, Any, dict[str, Any]]],
+                      outcomes: list[Outcome]) -> None:
         sent = iter(outcomes)
         for item, signed, meta in chunk:
             if signed is None:
@@ -326,6 +345,7 @@ class Batch:
         """Stop the sender thread (after the chunk in flight, whose answers are recorded)."""
         if self._sender is not None:
             self._sender.shutdown(wait=True)
+        self.bar.close()
 
     def summary(self) -> int:
         return _batch_summary(self.results, self.session.home)
