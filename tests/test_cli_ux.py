@@ -356,15 +356,18 @@ def test_revise_edits_the_current_head(lib: Library, tmp_path: Path) -> None:
 
 def test_completion_scripts(tmp_path: Path) -> None:
     script = cli("completion", "bash").stdout
-    assert "complete -F _alexandria alexandria" in script and "publish" in script
+    assert "complete -o bashdefault -F _shtab_alexandria alexandria" in script
     path = tmp_path / "alexandria.bash"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)
     words = subprocess.run(
         ["bash", "-c", f"source {path}; COMP_WORDS=(alexandria authority ap); COMP_CWORD=2;"
-         " _alexandria; echo ${COMPREPLY[@]}"], capture_output=True, text=True, check=True)
-    assert words.stdout.split() == ["approve"]
+         " _shtab_alexandria; echo ${COMPREPLY[@]}; COMP_WORDS=(alexandria pub); COMP_CWORD=1;"
+         " _shtab_alexandria; echo ${COMPREPLY[@]}"],
+        capture_output=True, text=True, check=True)
+    assert words.stdout.splitlines() == ["approve", "publish"]
     assert "complete -c alexandria" in cli("completion", "fish").stdout
+    assert cli("completion", "zsh").stdout.startswith("#compdef alexandria")
 
 
 # --- serve, export ---------------------------------------------------------------------------
