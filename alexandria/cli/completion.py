@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import shtab
 
+from alexandria.cli import build_parser
 from alexandria.cli.participant import command
 from alexandria.cli.terminal import say_lines
 
@@ -89,8 +90,6 @@ def mark_names(parser: argparse.ArgumentParser) -> None:
 
 
 def script(shell: str) -> str:
-    from alexandria.cli import build_parser
-
     parser = build_parser()
     mark_names(parser)
     text: str = shtab.complete(parser, shell)

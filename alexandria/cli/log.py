@@ -22,8 +22,11 @@ from typing import IO, TYPE_CHECKING
 
 import orjson
 
+from alexandria.audit import export, verify
+from alexandria.cli.config import Home
 from alexandria.cli.progress import ProgressBar
 from alexandria.cli.terminal import json_line, warn_plain_http
+from alexandria.client import check_library_url
 from alexandria.core.keys import HEX64
 from alexandria.core.witness_policy import WitnessPolicy, policy_of
 from alexandria.errors import BadRequest
@@ -115,16 +118,12 @@ def _library_options(p: argparse.ArgumentParser, help_text: str) -> None:
 
 def _chosen_library(args: argparse.Namespace) -> str | None:
     """``--library URL`` (or ``--url``), else ``$ALEXANDRIA_LIBRARY``, checked and normalised."""
-    from alexandria.client import check_library_url
-
     chosen = getattr(args, "global_library", None) or os.environ.get("ALEXANDRIA_LIBRARY")
     return check_library_url(chosen) if chosen else None
 
 
 def _home_library() -> tuple[str, str] | None:
     """The config home's library and pin, when one is configured."""
-    from alexandria.cli.config import Home
-
     known = Home.locate().library_or_none()
     return (known.url, known.pin) if known and known.pin else None
 
@@ -134,8 +133,6 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from alexandria.audit import export  # imported here: every other command starts without it
-
     url = _chosen_library(args)
     if args.db and url and getattr(args, "global_library", None):
         raise BadRequest("give --db FILE or --library URL (one of them)", "USAGE")
@@ -191,11 +188,6 @@ def _write(lines: Iterator[bytes], out: IO[bytes], bar: ProgressBar | None = Non
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from alexandria.audit import (
-        export,
-        verify,  # the verifier loads the rules and the schema
-    )
-
     _verify_source(args)
     if args.checkpoint and not args.entry:
         raise BadRequest("--checkpoint goes with --entry", "USAGE")
@@ -270,8 +262,6 @@ def _verify_source(args: argparse.Namespace) -> None:
     if not HEX64.match(args.genesis_pin):
         raise BadRequest("--genesis-pin is 64 lowercase hex characters", "USAGE")
     if args.entry and not HEX64.match(args.entry):
-        from alexandria.cli.config import Home
-
         home_dir = Home.locate()
         names = home_dir.names(Path(args.names) if args.names else None)
         rev = names.get(args.entry.removeprefix("$"))
@@ -288,8 +278,6 @@ def _witness_policy(args: argparse.Namespace) -> WitnessPolicy | None:
 
 
 def _verify_entry(args: argparse.Namespace, policy: WitnessPolicy | None) -> int:
-    from alexandria.audit import export, verify
-
     note = Path(args.checkpoint).read_text("utf-8") if args.checkpoint else None
     warn_plain_http(args.url)
     fetch, close = export.http_fetcher(args.url)

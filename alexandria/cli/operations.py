@@ -15,11 +15,24 @@ import contextlib
 import signal
 from typing import TYPE_CHECKING
 
+import orjson
+
+from alexandria.api.mirror import run_mirror
+from alexandria.audit.export import http_fetcher
+from alexandria.audit.follow import Follower, catch_up
 from alexandria.cli import EXIT_INTERRUPTED
 from alexandria.cli.participant import command
 from alexandria.cli.progress import ProgressBar
 from alexandria.cli.terminal import emit_json, note, say
+from alexandria.core.trust import Genesis
 from alexandria.errors import BadRequest
+from alexandria.service.library import Library, MirrorState, load_genesis
+from alexandria.service.published import PublishedCheckpoint, path_for
+from alexandria.store import log_floor
+from alexandria.store.backends import display, has_library, open_readonly, storage_for
+from alexandria.store.backup import backup, describe, restore, stored_genesis
+from alexandria.store.postgresql import is_database_url
+from alexandria.store.postgresql.migrate import migrate
 
 if TYPE_CHECKING:
     from alexandria.store.log_floor import Published
@@ -93,9 +106,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from alexandria.store.postgresql import is_database_url
-    from alexandria.store.postgresql.migrate import migrate
-
     if not is_database_url(args.to):
         raise BadRequest(f"--to {args.to!r} is not a postgresql:// URL", "USAGE")
     with ProgressBar("migrating", "rows") as bar:
@@ -109,9 +119,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    from alexandria.store.backends import display
-    from alexandria.store.backup import backup
-
     snap = backup(args.db, args.out)
     if args.json:
         emit_json({"path": snap.path, "genesis_pin": snap.genesis_pin, "size": snap.size,
@@ -123,9 +130,6 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from alexandria.store.backends import display, has_library
-    from alexandria.store.backup import describe, restore
-
     if args.backup is None and args.catch_up is None:
         raise BadRequest("give a BACKUP to restore, --catch-up URL|EXPORT, or both", "USAGE")
     result: dict[str, object] = {"db": display(args.db)}
@@ -163,8 +167,6 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def _key_published(log_key: str | None) -> list[Published]:
     """The largest checkpoint the library's log key published (``LOG_KEY.published``)."""
-    from alexandria.service.published import PublishedCheckpoint, path_for
-
     if log_key is None:
         note("no --log-key: compared with the largest checkpoint the database records only")
         return []
@@ -179,11 +181,6 @@ async def _catch_up(db: str, source: str) -> tuple[int, int, str | None]:
     """``(size before, size after, the signal that stopped it or None)``: SIGTERM or SIGINT
     cancels the catch-up (a request to a slow source is aborted); what was verified and
     stored before stays."""
-    from alexandria.audit.follow import Follower, catch_up
-    from alexandria.core.trust import Genesis
-    from alexandria.store.backends import storage_for
-    from alexandria.store.backup import stored_genesis
-
     storage = storage_for(db, Genesis.from_document(stored_genesis(db)))
     await storage.open()
     stack = contextlib.ExitStack()
@@ -226,9 +223,6 @@ def _published_state(db: str, kept: list[Published]) -> int | None:
     """Compare the database with the largest checkpoint the library published (its own record
     and ``LOG_KEY.published``): refuse to call a restore complete that still misses part of it
     (``CATCH_UP_REQUIRED``) or is another history (``LOG_FORKED``)."""
-    from alexandria.store import log_floor
-    from alexandria.store.backends import open_readonly
-
     with open_readonly(db) as conn:
         floors = [*log_floor.read_floor(conn), *kept]
         problem = log_floor.log_problem(conn, floors)
@@ -251,21 +245,12 @@ def _published_state(db: str, kept: list[Published]) -> int | None:
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
-    from alexandria.api.mirror import run_mirror
-    from alexandria.audit.export import http_fetcher
-    from alexandria.core.trust import Genesis
-    from alexandria.service.library import Library, MirrorState, load_genesis
-    from alexandria.store.backends import display, has_library, storage_for
-    from alexandria.store.backup import stored_genesis
-
     origin = args.origin.rstrip("/")
     if args.genesis:
         genesis = load_genesis(args.genesis)
     elif has_library(args.db):
         genesis = Genesis.from_document(stored_genesis(args.db), args.pin)
     elif args.pin:
-        import orjson
-
         fetch, close = http_fetcher(origin)
         try:
             document = orjson.loads(fetch("/api/genesis"))["document"]

@@ -12,8 +12,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +60,7 @@ from alexandria.cli.terminal import (
 )
 from alexandria.errors import AlexandriaError, BadRequest
 from alexandria.files import check_name
+from alexandria.rules.state import IMMUTABLE, proposal_route
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -296,8 +301,6 @@ class Batch:
             self._report(chunk, [Outcome(p, "kept") for p in pendings])
             return
         if self._sender is None:
-            from concurrent.futures import ThreadPoolExecutor
-
             self._sender = ThreadPoolExecutor(1, thread_name_prefix="alexandria-publish")
         self.in_flight = (chunk, self._sender.submit(self._send, pendings))
         self.in_flight_names = names
@@ -534,8 +537,6 @@ def _editor() -> str:
 def _check_revisable(session: Session, record: dict[str, Any], head: str) -> None:
     """What the library would refuse of any revision of this head, checked before the editor
     opens: an immutable kind, or an object another actor authored."""
-    from alexandria.rules.state import IMMUTABLE, proposal_route  # revise only: not publish's
-
     kind = record["kind"]
     if kind in IMMUTABLE:
         raise ContentRefused(
@@ -556,10 +557,6 @@ def _edit(editor: str, text: str, head: str) -> str | None:
     """``text`` after the user's ``editor``; ``None`` when it was saved unchanged.  The
     temporary file is removed whatever happens: when the editor fails nothing is published
     and nothing is left behind."""
-    import shlex
-    import subprocess
-    import tempfile
-
     fd, path = tempfile.mkstemp(prefix=f"alexandria-revise-{head[:12]}-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as fh:
