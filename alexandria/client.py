@@ -17,12 +17,15 @@ import contextlib
 import os
 import re
 import socket
+import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+import httpx
 import orjson
 
 from alexandria.errors import (
@@ -37,10 +40,14 @@ from alexandria.errors import (
     ResyncRequired,
     TooLarge,
 )
-from alexandria.http1 import AnswerTooLarge, ClosedBeforeAnswer, Connection, ProtocolError
 
 TIMEOUT_SECONDS = 30.0
-_HEADERS = {"accept": "application/json", "user-agent": "alexandria-cli"}
+_HEADERS = {"accept": "application/json", "accept-encoding": "identity",
+            "user-agent": "alexandria-cli"}
+#: what no request line or header holds (no header injection)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: httpcore's words for a connection that ended before the first byte of an answer
+_CLOSED_BEFORE_ANSWER = "without sending a response"
 #: set by ``alexandria -v``: called with one line per request (method, URL, status, time)
 TRACE: Callable[[str], None] | None = None
 RETRYABLE_4XX = (408, 425, 429)
@@ -157,7 +164,7 @@ def check_library_url(url: str) -> str:
     library's own: a URL copied from a browser's ``/api/…`` address works."""
     if has_credentials(url):
         raise Malformed(f"{redact_url(url)}: a library URL carries no user name or password",
-                        "CREDENTIALS_IN_URL", url=redact_url(url))
+                         "CREDENTIALS_IN_URL", url=redact_url(url))
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises ValueError on a bad port)
@@ -166,33 +173,61 @@ def check_library_url(url: str) -> str:
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
             or parts.query or parts.fragment:
         raise Malformed(f"{url[:200]!r} is not a library URL (http://HOST[:PORT])", "BAD_URL",
-                        url=url[:200])
+                         url=url[:200])
     base = url.rstrip("/")
     return base.removesuffix("/api") if parts.path.rstrip("/").endswith("/api") else base
 
 
-class Client:
-    """One library at ``base_url``, over one kept-alive HTTP/1.1 connection (``http1.py``).
+class AnswerTooLarge(Exception):
+    """The answer is larger than the request's byte budget: reading stopped there."""
 
-    Not httpx, nor the standard library's ``http.client``: a CLI command lives for tens of
-    milliseconds, and importing either (httpx's TLS set-up, ``http.client``'s ``email``
-    parser) cost more than signing and sending.  TLS is set up only for ``https://``."""
+    def __init__(self, message: str, limit: int, read: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.read = read
+
+
+class Client:
+    """One library at ``base_url``, over one kept-alive connection of an ``httpx.Client``.
+
+    What it adds to httpx is what a follower of an untrusted server needs:
+
+    - a byte budget per answer (``max_bytes``, else ``MAX_ANSWER_BYTES``): an answer that
+      declares a larger ``content-length`` is refused before its body is read, and any other is
+      read as a stream and refused as soon as it passes the budget, having read at most the
+      budget and one network read (64 KiB) of it (``ANSWER_TOO_LARGE``);
+    - one deadline for the whole exchange (``timeout``): a server that trickles its answer a
+      byte at a time cannot hold the client longer than that, however short each wait;
+    - ``abort()`` from another thread, which ends the exchange in progress at once (the
+      connection's socket is shut down) and refuses every later one.
+
+    The environment is not consulted (no proxy variables, no ``.netrc``: a signing tool sends
+    its envelopes only to the library it was given), nor are redirects followed; TLS trusts the
+    system's certificate store, set up only for an ``https://`` library."""
 
     def __init__(self, base_url: str, timeout: float | None = None) -> None:
         self.base_url = check_library_url(base_url)
         self.timeout = timeout_seconds() if timeout is None else timeout
-        parts = urlsplit(self.base_url)
-        https = parts.scheme == "https"
-        self._prefix = parts.path.rstrip("/")
-        self._conn = Connection(parts.hostname or "", parts.port or (443 if https else 80),
-                                tls=https, timeout=self.timeout, max_body=MAX_ANSWER_BYTES)
+        self.max_answer_bytes = MAX_ANSWER_BYTES
+        https = urlsplit(self.base_url).scheme == "https"
+        # an http:// library never meets TLS: a context that trusts nothing spares loading the
+        # certificate store at every command
+        tls = ssl.create_default_context() if https else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        self._http = httpx.Client(
+            headers=_HEADERS, timeout=self.timeout, verify=tls, trust_env=False,
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+        )
+        self._socket: socket.socket | None = None
+        self._connected_now = False
+        self._aborted = False
+        self._expired = False
+        #: connections opened so far, and answers read whole (a test's view of keep-alive)
+        self.connections = 0
+        self.answers = 0
 
     def close(self) -> None:
-        self._conn.close()
-
-    def abort(self) -> None:
-        """End the request in progress (called from another thread): it fails at once."""
-        self._conn.abort()
+        self._http.close()
 
     def __enter__(self) -> Client:
         return self
@@ -200,40 +235,114 @@ class Client:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    # --- ending an exchange from another thread ------------------------------------------------
+
+    def _trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's ``trace`` extension: the socket of each connection as it opens."""
+        if event == "connection.connect_tcp.complete":
+            self._socket = info["return_value"].get_extra_info("socket")
+            self._connected_now = True
+            self.connections += 1
+            if self._aborted:  # an abort() that came while connecting
+                self._shut_down()
+
+    def _shut_down(self) -> None:
+        """Shut the connection's socket down (not closed: its number stays the reading
+        thread's until httpx closes it), so a read blocked on a slow answer returns at once."""
+        sock = self._socket
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def abort(self) -> None:
+        """End the request in progress (called from another thread): it fails at once, and so
+        does every later one."""
+        self._aborted = True
+        self._shut_down()
+
+    def _expire(self) -> None:
+        self._expired = True
+        self._shut_down()
+
+    # --- one exchange --------------------------------------------------------------------------
+
+    def _read(self, method: str, url: str, content: bytes | None, headers: dict[str, str],
+              limit: int) -> tuple[int, str, bytes]:
+        with self._http.stream(method, url, content=content, headers=headers,
+                               extensions={"trace": self._trace}) as response:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise AnswerTooLarge(f"an answer of {int(declared):,} bytes is larger than the"
+                                     f" client reads ({limit:,})", limit, 0)
+            body = bytearray()
+            for chunk in response.iter_raw():
+                body += chunk
+                if len(body) > limit:
+                    raise AnswerTooLarge(f"the answer is larger than the client reads"
+                                         f" ({limit:,} bytes)", limit, len(body))
+            return response.status_code, response.reason_phrase, bytes(body)
+
     def _exchange(self, method: str, target: str, content: bytes | None,
                   headers: dict[str, str], max_bytes: int | None = None,
                   ) -> tuple[int, str, bytes]:
-        """One request and its whole answer.  A kept-alive connection the server has closed
-        meanwhile fails before any answer: that attempt is made again, once, on a new one
-        (resending is safe: the library answers an exact resend of an envelope with 200)."""
+        """One request and its whole answer, within ``timeout`` seconds in all.  A kept-alive
+        connection the server has closed meanwhile fails before any answer: that attempt is
+        made again, once, on a new one (resending is safe: the library answers an exact resend
+        of an envelope with 200)."""
         where = f"{method} {self.base_url}{target}"
+        if _CONTROL.search(target) or _CONTROL.search(method) \
+                or any(_CONTROL.search(f"{k}{v}") for k, v in headers.items()):
+            raise Malformed(f"{where[:200]!r}: a request holds no control character",
+                             "BAD_REQUEST_TARGET")
+        limit = self.max_answer_bytes if max_bytes is None else max_bytes
         for attempt in (1, 2):
-            reused = self._conn.connected and self._conn.answers > 0
+            if self._aborted:
+                raise Unreachable(f"{where}: the request was aborted", "CONNECTION_LOST",
+                                  url=self.base_url)
+            self._connected_now = False
+            self._expired = False
+            deadline = threading.Timer(self.timeout, self._expire)
+            deadline.daemon = True
+            deadline.start()
             try:
-                response = self._conn.request(method, target, headers, content, max_bytes)
-                return response.status, response.reason, response.body
-            except ValueError as exc:
-                raise Malformed(f"{where[:200]}: {exc}", "BAD_REQUEST_TARGET") from exc
-            except TimeoutError as exc:
-                raise Unreachable(f"{where}: no answer in {self.timeout:g} s", "TIMEOUT",
-                                  url=self.base_url) from exc
-            except (ClosedBeforeAnswer, BrokenPipeError, ConnectionResetError) as exc:
-                if reused and attempt == 1:
-                    continue
-                raise Unreachable(f"{where}: connection lost before the answer ({exc})",
-                                  "CONNECTION_LOST", url=self.base_url) from exc
-            except (ConnectionRefusedError, socket.gaierror) as exc:
-                raise Unreachable(f"cannot connect to {self.base_url}: {exc.strerror or exc}",
-                                  "CONNECTION_FAILED", url=self.base_url) from exc
+                answer = self._read(method, self.base_url + target, content, headers, limit)
+                self.answers += 1
+                return answer
             except AnswerTooLarge as exc:
-                raise Unreachable(f"{where}: {exc}", "ANSWER_TOO_LARGE",
-                                  url=self.base_url) from exc
-            except ProtocolError as exc:
-                raise Unreachable(f"{where}: {exc}", "BAD_RESPONSE", url=self.base_url) from exc
-            except OSError as exc:
-                code = "CONNECTION_LOST" if reused else "CONNECTION_FAILED"
-                raise Unreachable(f"{where}: {exc}", code, url=self.base_url) from exc
+                raise Unreachable(f"{where}: {exc}", "ANSWER_TOO_LARGE", url=self.base_url,
+                                  limit=exc.limit, read=exc.read) from exc
+            except httpx.HTTPError as exc:
+                failure = self._failure(where, exc)
+                if failure is None and attempt == 1:
+                    continue
+                raise failure or self._lost(where, exc) from exc
+            finally:
+                deadline.cancel()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _lost(self, where: str, exc: Exception) -> Unreachable:
+        return Unreachable(f"{where}: connection lost before the answer ({exc})",
+                           "CONNECTION_LOST", url=self.base_url)
+
+    def _failure(self, where: str, exc: httpx.HTTPError) -> Unreachable | None:
+        """The typed error of a failed exchange; None for a kept-alive connection found closed
+        before any answer (the one case retried)."""
+        reused = not self._connected_now
+        if self._aborted:
+            return Unreachable(f"{where}: the request was aborted", "CONNECTION_LOST",
+                               url=self.base_url)
+        if self._expired or isinstance(exc, httpx.TimeoutException):
+            return Unreachable(f"{where}: no answer in {self.timeout:g} s", "TIMEOUT",
+                               url=self.base_url)
+        if isinstance(exc, httpx.ConnectError):
+            cause = exc.__context__
+            reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else exc
+            return Unreachable(f"cannot connect to {self.base_url}: {reason}",
+                               "CONNECTION_FAILED", url=self.base_url)
+        closed = isinstance(exc, httpx.RemoteProtocolError) and _CLOSED_BEFORE_ANSWER in str(exc)
+        if closed or isinstance(exc, (httpx.ReadError, httpx.WriteError)):
+            return None if reused else self._lost(where, exc)
+        return Unreachable(f"{where}: {exc}", "BAD_RESPONSE", url=self.base_url)
 
     def request(self, method: str, path: str, params: Mapping[str, str | int] | None = None,
                 content: bytes | None = None, headers: Mapping[str, str] | None = None,
@@ -246,8 +355,8 @@ class Client:
             headers.setdefault("content-type", "application/json")
         query = f"?{urlencode(params)}" if params else ""
         started = time.perf_counter()
-        status, reason, body = self._exchange(method, self._prefix + path + query, content,
-                                              headers, max_bytes)
+        status, reason, body = self._exchange(method, path + query, content, headers,
+                                              max_bytes)
         if TRACE is not None:
             TRACE(f"{method} {self.base_url}{path}{query} -> {status}, {len(body)} bytes in"
                   f" {(time.perf_counter() - started) * 1000:.1f} ms")

@@ -1,4 +1,5 @@
-"""``alexandria completion bash|zsh|fish``: a shell completion script, generated from the parser.
+"""``alexandria completion bash|zsh|fish``: a shell completion script, generated from the parser
+by shtab.
 
 The script is static (commands, subcommands and options are written into it), so completing a
 word costs the shell nothing: no Python starts on every TAB.  Where a command takes a revision
@@ -14,8 +15,11 @@ when you press TAB.  Regenerate it after an upgrade::
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import shtab
+
+from alexandria.cli import build_parser
 from alexandria.cli.participant import command
 from alexandria.cli.terminal import say_lines
 
@@ -26,6 +30,42 @@ SHELLS = ("bash", "zsh", "fish")
 #: the metavars of the arguments that take a revision id or a name of the names file
 NAME_METAVARS = frozenset(("REV", "R"))
 
+#: the names of the names file (comments and blank lines skipped), one a line
+_NAMES_AWK = "awk '!/^#/ && NF == 2 {print $1}'"
+#: the names file, as bash and zsh expand it
+_NAMES_FILE = '"${ALEXANDRIA_HOME:-${XDG_CONFIG_HOME:-$HOME/.config}/alexandria}/names"'
+
+#: shtab's ``complete`` of an argument that takes a revision: the names of the names file
+NAMES: dict[str, Any] = {
+    "bash": "_alexandria_names_compgen",
+    "zsh": "($(_alexandria_names))",
+    "fish": "(__alexandria_names)",
+    "preamble": {
+        "bash": "\n".join([
+            "_alexandria_names_compgen() {",
+            f"  local file={_NAMES_FILE}",
+            f'  [[ -r "$file" ]] && compgen -W "$({_NAMES_AWK} "$file")" -- "$1"',
+            "}",
+        ]),
+        "zsh": "\n".join([
+            "_alexandria_names() {",
+            f"  local file={_NAMES_FILE}",
+            f'  [[ -r "$file" ]] && {_NAMES_AWK} "$file"',
+            "}",
+        ]),
+        "fish": "\n".join([
+            "function __alexandria_names",
+            "    set -l home $ALEXANDRIA_HOME",
+            '    if test -z "$home"',
+            "        set -q XDG_CONFIG_HOME; and set home $XDG_CONFIG_HOME/alexandria;"
+            " or set home $HOME/.config/alexandria",
+            "    end",
+            f"    test -r $home/names; and {_NAMES_AWK} $home/names",
+            "end",
+        ]),
+    },
+}
+
 
 def register(sub: Sub) -> None:
     p = command(sub, "completion", "print a shell completion script", cmd_completion,
@@ -35,133 +75,27 @@ def register(sub: Sub) -> None:
     p.add_argument("shell", choices=SHELLS)
 
 
-def tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
-         ) -> dict[tuple[str, ...], tuple[list[str], list[str]]]:
-    """Every command path of ``parser``: (its subcommands, its options).  A path whose
-    positional argument takes a revision has ``$names`` among its subcommands."""
-    words: list[str] = []
-    options: list[str] = []
-    out: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
+def mark_names(parser: argparse.ArgumentParser) -> None:
+    """Every argument of ``parser`` and its commands that takes a revision completes the
+    names of the names file (shtab reads an action's ``complete``).  The commands, which the
+    help lists in groups of its own rather than as argparse's, are shown to shtab."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for name, child in action.choices.items():
-                words.append(name)
-                out.update(tree(child, (*path, name)))
-        elif action.help == argparse.SUPPRESS:
-            continue
-        elif not action.option_strings and action.metavar in NAME_METAVARS:
-            words.append("$names")
-        else:
-            options += [o for o in action.option_strings if o.startswith("--")]
-    out[path] = (words, options)
-    return out
-
-
-def name_options(parser: argparse.ArgumentParser) -> list[str]:
-    """The options, of any command, whose value is a revision or a name."""
-    found: set[str] = set()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
+            if action.help == argparse.SUPPRESS:
+                action.help = "command"
             for child in action.choices.values():
-                found.update(name_options(child))
+                mark_names(child)
         elif action.metavar in NAME_METAVARS:
-            found.update(o for o in action.option_strings if o.startswith("--"))
-    return sorted(found)
+            action.complete = NAMES  # type: ignore[attr-defined]
 
 
-#: the names file, as a shell expands it
-NAMES_FILE = '"${ALEXANDRIA_HOME:-${XDG_CONFIG_HOME:-$HOME/.config}/alexandria}/names"'
-#: the names of the names file (comments and blank lines skipped), one a line
-NAMES_AWK = "awk '!/^#/ && NF == 2 {print $1}'"
-
-
-Paths = dict[tuple[str, ...], tuple[list[str], list[str]]]
-
-
-def bash_script(paths: Paths, name_opts: list[str] | None = None) -> str:
-    cases = []
-    for path, (words, options) in sorted(paths.items()):
-        key = " ".join(path)
-        plain = " ".join(w for w in words if w != "$names")
-        names = '; [[ -z "$2" ]] && words="$words $(_alexandria_names)"' \
-            if "$names" in words else ""
-        cases.append(f'        "{key}") words="{plain} {" ".join(options)}"{names};;')
-    return "\n".join([
-        "# bash completion for alexandria (generated by `alexandria completion bash`)",
-        "_alexandria() {",
-        '    local cur="${COMP_WORDS[COMP_CWORD]}" path="" w words i',
-        f'    case " {" ".join(name_opts or [])} " in',
-        '        *" ${COMP_WORDS[COMP_CWORD-1]} "*)',
-        '            COMPREPLY=($(compgen -W "$(_alexandria_names)" -- "$cur")); return;;',
-        "    esac",
-        "    for ((i = 1; i < COMP_CWORD; i++)); do",
-        '        w="${COMP_WORDS[i]}"',
-        '        [[ "$w" == -* ]] && continue',
-        '        case " $(_alexandria_words "$path" commands) " in',
-        '            *" $w "*) path="${path:+$path }$w";;',
-        "        esac",
-        "    done",
-        '    words="$(_alexandria_words "$path")"',
-        '    COMPREPLY=($(compgen -W "$words" -- "$cur"))',
-        '    [[ ${#COMPREPLY[@]} -eq 0 ]] && COMPREPLY=($(compgen -f -- "$cur"))',
-        "}",
-        "_alexandria_names() {",
-        f"    local file={NAMES_FILE}",
-        f'    [[ -r "$file" ]] && {NAMES_AWK} "$file"',
-        "}",
-        "_alexandria_words() {",
-        '    local words=""',
-        '    case "$1" in',
-        *cases,
-        "    esac",
-        '    echo "$words"',
-        "}",
-        "complete -F _alexandria alexandria",
-        "",
-    ])
-
-
-def zsh_script(paths: Paths, name_opts: list[str] | None = None) -> str:
-    return "#compdef alexandria\nautoload -U +X bashcompinit && bashcompinit\n" + \
-        bash_script(paths, name_opts)
-
-
-def fish_script(paths: Paths, name_opts: list[str] | None = None) -> str:
-    lines = ["# fish completion for alexandria (generated by `alexandria completion fish`)",
-             "complete -c alexandria -f",
-             "function __alexandria_names",
-             "    set -l home $ALEXANDRIA_HOME",
-             "    if test -z \"$home\"",
-             "        set -q XDG_CONFIG_HOME; and set home $XDG_CONFIG_HOME/alexandria;"
-             " or set home $HOME/.config/alexandria",
-             "    end",
-             f"    test -r $home/names; and {NAMES_AWK} $home/names",
-             "end"]
-    for path, (words, options) in sorted(paths.items()):
-        if len(path) > 1:
-            continue  # fish: first-level commands and their options; deeper levels below
-        cond = ("__fish_use_subcommand" if not path
-                else f"__fish_seen_subcommand_from {path[0]}")
-        for word in words:
-            value = "'(__alexandria_names)'" if word == "$names" else word
-            lines.append(f"complete -c alexandria -n '{cond}' -a {value}")
-        for option in options:
-            names = " -xa '(__alexandria_names)'" if option in (name_opts or []) else ""
-            lines.append(f"complete -c alexandria -n '{cond}' -l {option[2:]}{names}")
-    for path, (words, _options) in sorted(paths.items()):
-        if len(path) == 1 and words:
-            for word in words:
-                lines.append(f"complete -c alexandria -n '__fish_seen_subcommand_from"
-                             f" {path[0]}' -a {word}")
-    return "\n".join(lines) + "\n"
+def script(shell: str) -> str:
+    parser = build_parser()
+    mark_names(parser)
+    text: str = shtab.complete(parser, shell)
+    return text
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from alexandria.cli import build_parser
-
-    parser = build_parser()
-    paths = tree(parser)
-    script = {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}[args.shell](
-        paths, name_options(parser))
-    say_lines(script.rstrip("\n"))
+    say_lines(script(args.shell).rstrip("\n"))
     return 0

@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import orjson
 
+from alexandria.cli import main
 from alexandria.cli.terminal import Progress, note, say
 from alexandria.core.contract import contract_bytes
 from alexandria.core.keys import SigningKey
@@ -65,8 +66,6 @@ def worked_example() -> list[dict[str, Any]]:
 
 def cli(argv: list[str], home: Path | None = None) -> Any:
     """Run one ``alexandria --json …`` command in this process; its JSON output, parsed."""
-    from alexandria.cli import main
-
     saved = os.environ.get("ALEXANDRIA_HOME")
     out, err = io.StringIO(), io.StringIO()
     try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -23,12 +22,17 @@ from typing import IO, TYPE_CHECKING
 
 import orjson
 
+from alexandria.audit import export, verify
+from alexandria.cli.config import Home
+from alexandria.cli.progress import ProgressBar
 from alexandria.cli.terminal import json_line, warn_plain_http
 from alexandria.cli.usage import UsageError
+from alexandria.client import check_library_url
 from alexandria.core.keys import HEX64
 from alexandria.core.witness_policy import WitnessPolicy, policy_of
 from alexandria.errors import Malformed
 from alexandria.files import atomic_stream
+from alexandria.reads import export as db_export
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -36,42 +40,14 @@ if TYPE_CHECKING:
 JSON_HELP = "machine-readable output (and typed errors) on stdout"
 
 
-class Bar:
-    """``verifying [#####-----] 45,000/100,000 entries 3,812/s`` on stderr, redrawn at most
-    ten times a second; nothing unless enabled (by default: stderr is a terminal)."""
-
-    def __init__(self, what: str, enabled: bool) -> None:
-        self.what = what
-        self.enabled = enabled
-        self.started = time.perf_counter()
-        self.drawn = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.perf_counter()
-        if not self.enabled or (now - self.drawn < 0.1 and done < total):
-            return
-        self.drawn = now
-        width = 30
-        filled = width * done // max(total, 1)
-        rate = done / max(now - self.started, 1e-9)
-        sys.stderr.write(
-            f"\r\x1b[2K{self.what} [{'#' * filled}{'-' * (width - filled)}]"
-            f" {done:,}/{total:,} entries {rate:,.0f}/s"
-        )
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.drawn:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 def _json_wanted(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "json", False))
 
 
-def _progress_wanted(args: argparse.Namespace) -> bool:
-    return sys.stderr.isatty() if args.progress is None else bool(args.progress)
+def _bar(what: str, args: argparse.Namespace) -> ProgressBar:
+    """The progress of ``what``: ``--progress`` a bar, ``--no-progress`` none, by default a
+    bar on a terminal and plain lines elsewhere (``cli/progress.py``)."""
+    return ProgressBar(what, "entries", bar=args.progress)
 
 
 def register(sub: Sub) -> None:
@@ -88,7 +64,8 @@ def register(sub: Sub) -> None:
                      " your config home)")
     p.add_argument("--output", "-o", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
+                   help="a progress bar on stderr (default: on a terminal; elsewhere a line every"
+                   " few seconds; --no-progress: none)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
     p.set_defaults(func=cmd_export)
 
@@ -117,7 +94,8 @@ def register(sub: Sub) -> None:
                    help="threads for the stateless checks, 0 for none (default: the number of"
                    " cores)")
     v.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
+                   help="a progress bar on stderr (default: on a terminal; elsewhere a line every"
+                   " few seconds; --no-progress: none)")
     v.add_argument("--allow-uncovered", action="store_true",
                    help="accept entries after the last checkpoint (or an export with no"
                    " checkpoint): their signatures and rules are checked, but nothing signed"
@@ -142,16 +120,12 @@ def _library_options(p: argparse.ArgumentParser, help_text: str) -> None:
 
 def _chosen_library(args: argparse.Namespace) -> str | None:
     """``--library URL`` (or ``--url``), else ``$ALEXANDRIA_LIBRARY``, checked and normalised."""
-    from alexandria.client import check_library_url
-
     chosen = getattr(args, "global_library", None) or os.environ.get("ALEXANDRIA_LIBRARY")
     return check_library_url(chosen) if chosen else None
 
 
 def _home_library() -> tuple[str, str] | None:
     """The config home's library and pin, when one is configured."""
-    from alexandria.cli.config import Home
-
     known = Home.locate().library_or_none()
     return (known.url, known.pin) if known and known.pin else None
 
@@ -161,10 +135,6 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    # imported here: every other command starts without them
-    from alexandria.audit import export
-    from alexandria.reads import export as db_export
-
     url = _chosen_library(args)
     if args.db and url and getattr(args, "global_library", None):
         raise UsageError("give --db FILE or --library URL (one of them)")
@@ -174,7 +144,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise UsageError("which log? give --db FILE or --library URL (no library is"
                              " configured in your config home)")
         url = home[0]
-    bar = Bar("exporting", _progress_wanted(args))
+    bar = _bar("exporting", args)
     with ExitStack() as stack:
         stack.callback(bar.close)
         if args.db:
@@ -197,7 +167,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(lines: Iterator[bytes], out: IO[bytes], bar: Bar | None = None) -> int:
+def _write(lines: Iterator[bytes], out: IO[bytes], bar: ProgressBar | None = None) -> int:
     """Every line to ``out`` (to a terminal, with control characters escaped: ``json_line``);
     the bar counts leaves against the header's ``size``."""
     count = leaves = total = 0
@@ -205,7 +175,7 @@ def _write(lines: Iterator[bytes], out: IO[bytes], bar: Bar | None = None) -> in
     for line in lines:
         out.write(json_line(line) if tty else line)
         count += 1
-        if bar is None or not bar.enabled:
+        if bar is None or bar.mode == "off":
             continue
         if count == 1:
             try:
@@ -214,24 +184,19 @@ def _write(lines: Iterator[bytes], out: IO[bytes], bar: Bar | None = None) -> in
                 total = 0
         elif not line.startswith(b'{"checkpoint"'):
             leaves += 1
-            bar(leaves, max(total, leaves))
+            bar.update(leaves, max(total, leaves))
     out.flush()
     return count
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from alexandria.audit import (
-        export,
-        verify,  # the verifier loads the rules and the schema
-    )
-
     _verify_source(args)
     if args.checkpoint and not args.entry:
         raise UsageError("--checkpoint goes with --entry")
     policy = _witness_policy(args)
     if args.entry:
         return _verify_entry(args, policy)
-    bar = Bar("verifying", _progress_wanted(args))
+    bar = _bar("verifying", args)
     with ExitStack() as stack:
         stack.callback(bar.close)
         if args.url:
@@ -299,8 +264,6 @@ def _verify_source(args: argparse.Namespace) -> None:
     if not HEX64.match(args.genesis_pin):
         raise UsageError("--genesis-pin is 64 lowercase hex characters")
     if args.entry and not HEX64.match(args.entry):
-        from alexandria.cli.config import Home
-
         home_dir = Home.locate()
         names = home_dir.names(Path(args.names) if args.names else None)
         rev = names.get(args.entry.removeprefix("$"))
@@ -317,8 +280,6 @@ def _witness_policy(args: argparse.Namespace) -> WitnessPolicy | None:
 
 
 def _verify_entry(args: argparse.Namespace, policy: WitnessPolicy | None) -> int:
-    from alexandria.audit import export, verify
-
     note = Path(args.checkpoint).read_text("utf-8") if args.checkpoint else None
     warn_plain_http(args.url)
     fetch, close = export.http_fetcher(args.url)

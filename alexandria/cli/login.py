@@ -24,12 +24,14 @@ from alexandria.cli.participant import command, library_url
 from alexandria.cli.session import Session, fetch_genesis
 from alexandria.cli.terminal import emit_json, note, say
 from alexandria.cli.usage import UsageError
-from alexandria.client import Client, check_library_url
+from alexandria.client import Client, Unreachable, check_library_url
 from alexandria.core.keys import HEX64
 from alexandria.core.timestamps import format_ms, now_ms, parse_ms
 from alexandria.core.trust import parse_worker_certificate
-from alexandria.errors import AlexandriaError, Malformed
+from alexandria.errors import AlexandriaError, Malformed, NotFound
 from alexandria.files import check_name, read_json, write_json
+from alexandria.service.enrolment import signed_bytes
+from alexandria.service.operator_dir import parse_scopes
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -67,8 +69,6 @@ def _poll_seconds() -> float:
 
 
 def cmd_login(args: argparse.Namespace) -> int:
-    from alexandria.service.operator_dir import parse_scopes
-
     home = Home.locate()
     known = home.library_or_none()
     chosen = args.url or library_url(args) or (known.url if known else None)
@@ -154,8 +154,6 @@ def _open_request(home: Home, url: str, worker: str) -> dict[str, Any] | None:
 
 def _request(client: Client, home: Home, url: str, pin: str, key: Any, name: str,
              scopes: list[str]) -> dict[str, Any]:
-    from alexandria.service.enrolment import signed_bytes
-
     worker = key.public_hex
     body = {"worker": worker, "name": name, "scopes": sorted(scopes),
             "proof": key.sign(signed_bytes(pin, worker, name, scopes))}
@@ -174,8 +172,6 @@ RETRIES = 6
 
 def _post_patiently(client: Client, body: bytes) -> Any:
     """``POST /api/enrolments``, asked again when the library says to retry in a moment."""
-    from alexandria.client import Unreachable
-
     attempt = 0
     while True:
         try:
@@ -192,8 +188,6 @@ def _post_patiently(client: Client, body: bytes) -> Any:
 
 def _wait(client: Client, home: Home, request: dict[str, Any], worker: str,
           timeout: float | None) -> dict[str, Any]:
-    from alexandria.errors import NotFound
-
     expires = parse_ms(request["expires_at"]) or 0
     deadline = time.monotonic() + timeout if timeout is not None else None
     note(f"waiting for the operator to approve {request['code']}… (Ctrl-C stops; `alexandria"

@@ -15,6 +15,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+import anyio
+
+from alexandria.cli.agent import Login, serve_stdio
 from alexandria.cli.config import Home, LibraryConfig, SetupRequired
 from alexandria.cli.participant import command, library_url
 from alexandria.cli.session import Session, fetch_genesis
@@ -52,8 +55,6 @@ def resolve(home: Home, chosen: str | None, pin: str | None
     """The session the server reads through, the genesis every answer is checked against, and
     the library and pin a login must be for to sign.  Says on stderr when a genesis is pinned
     on first use."""
-    from alexandria.cli.agent import Login
-
     if pin is not None and not HEX64.match(pin):
         raise Malformed("--genesis-pin is a 64-hex pin", "BAD_PIN")
     known = home.library_or_none()
@@ -90,10 +91,6 @@ def resolve(home: Home, chosen: str | None, pin: str | None
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    import anyio
-
-    from alexandria.cli.agent import serve_stdio
-
     session, genesis, login = resolve(Home.locate(), library_url(args), args.genesis_pin)
     try:
         anyio.run(serve_stdio, session, genesis, login,

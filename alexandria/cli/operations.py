@@ -11,14 +11,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 from typing import TYPE_CHECKING
 
+import orjson
+
+from alexandria.api.app import create_app
+from alexandria.api.origin import Origin, listen_url
+from alexandria.audit.export import http_fetcher
 from alexandria.cli.command_table import EXIT_INTERRUPTED
 from alexandria.cli.participant import command
+from alexandria.cli.progress import ProgressBar
 from alexandria.cli.terminal import emit_json, note, say
 from alexandria.cli.usage import UsageError
+from alexandria.core.trust import Genesis
 from alexandria.errors import Malformed
+from alexandria.service.follow import Follower, catch_up
+from alexandria.service.library import Library, MirrorState, load_genesis
+from alexandria.service.mirror import run_mirror
+from alexandria.service.published import PublishedCheckpoint, path_for
+from alexandria.store import log_floor
+from alexandria.store.backends import display, has_library, open_readonly, storage_for
+from alexandria.store.backup import backup, describe, restore, stored_genesis
+from alexandria.store.postgresql import is_database_url
+from alexandria.store.postgresql.migrate import migrate
 
 if TYPE_CHECKING:
     from alexandria.store.log_floor import Published
@@ -92,12 +109,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from alexandria.store.postgresql import is_database_url
-    from alexandria.store.postgresql.migrate import migrate
-
     if not is_database_url(args.to):
         raise UsageError(f"--to {args.to!r} is not a postgresql:// URL")
-    result = migrate(args.db, args.to)
+    with ProgressBar("migrating", "rows") as bar:
+        result = migrate(args.db, args.to, lambda _table, rows, total: bar.update(rows, total))
     if args.json:
         emit_json(result.to_json())
     else:
@@ -107,9 +122,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    from alexandria.store.backends import display
-    from alexandria.store.backup import backup
-
     snap = backup(args.db, args.out)
     if args.json:
         emit_json({"path": snap.path, "genesis_pin": snap.genesis_pin, "size": snap.size,
@@ -121,9 +133,6 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from alexandria.store.backends import display, has_library
-    from alexandria.store.backup import describe, restore
-
     if args.backup is None and args.catch_up is None:
         raise UsageError("give a BACKUP to restore, --catch-up URL|EXPORT, or both")
     result: dict[str, object] = {"db": display(args.db)}
@@ -161,8 +170,6 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def _key_published(log_key: str | None) -> list[Published]:
     """The largest checkpoint the library's log key published (``LOG_KEY.published``)."""
-    from alexandria.service.published import PublishedCheckpoint, path_for
-
     if log_key is None:
         note("no --log-key: compared with the largest checkpoint the database records only")
         return []
@@ -177,21 +184,16 @@ async def _catch_up(db: str, source: str) -> tuple[int, int, str | None]:
     """``(size before, size after, the signal that stopped it or None)``: SIGTERM or SIGINT
     cancels the catch-up (a request to a slow source is aborted); what was verified and
     stored before stays."""
-    from alexandria.core.trust import Genesis
-    from alexandria.service.follow import Follower, catch_up
-    from alexandria.store.backends import storage_for
-    from alexandria.store.backup import stored_genesis
-
     storage = storage_for(db, Genesis.from_document(stored_genesis(db)))
     await storage.open()
+    stack = contextlib.ExitStack()
     try:
         before = await storage.log_size()
-        last = [0]
+        bar = ProgressBar("catching up", "entries", initial=before)
+        stack.callback(bar.close)
 
         def progress(f: Follower) -> None:
-            if f.size - last[0] >= 10_000:
-                last[0] = f.size
-                note(f"catch-up: {f.size} of {f.source_size} entries")
+            bar.update(f.size, max(f.source_size, f.size))
 
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
@@ -216,6 +218,7 @@ async def _catch_up(db: str, source: str) -> tuple[int, int, str | None]:
                 loop.remove_signal_handler(sig)
         return before, follower.size, None
     finally:
+        stack.close()
         await storage.close()
 
 
@@ -223,9 +226,6 @@ def _published_state(db: str, kept: list[Published]) -> int | None:
     """Compare the database with the largest checkpoint the library published (its own record
     and ``LOG_KEY.published``): refuse to call a restore complete that still misses part of it
     (``CATCH_UP_REQUIRED``) or is another history (``LOG_FORKED``)."""
-    from alexandria.store import log_floor
-    from alexandria.store.backends import open_readonly
-
     with open_readonly(db) as conn:
         floors = [*log_floor.read_floor(conn), *kept]
         problem = log_floor.log_problem(conn, floors)
@@ -248,23 +248,12 @@ def _published_state(db: str, kept: list[Published]) -> int | None:
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
-    from alexandria.api.app import create_app
-    from alexandria.api.origin import Origin, listen_url
-    from alexandria.audit.export import http_fetcher
-    from alexandria.core.trust import Genesis
-    from alexandria.service.library import Library, MirrorState, load_genesis
-    from alexandria.service.mirror import run_mirror
-    from alexandria.store.backends import display, has_library, storage_for
-    from alexandria.store.backup import stored_genesis
-
     origin = args.origin.rstrip("/")
     if args.genesis:
         genesis = load_genesis(args.genesis)
     elif has_library(args.db):
         genesis = Genesis.from_document(stored_genesis(args.db), args.pin)
     elif args.pin:
-        import orjson
-
         fetch, close = http_fetcher(origin)
         try:
             document = orjson.loads(fetch("/api/genesis"))["document"]

@@ -15,11 +15,41 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from alexandria.api.origin import Origin, listen_url, public_url
+from alexandria.api.serve import (
+    DataDir,
+    ServeConfig,
+    auto_workers,
+    configure_witnesses,
+    default_library,
+    run,
+    usable_cores,
+)
 from alexandria.cli.config import DEFAULT_LIBRARY
+from alexandria.cli.demo import check_port_free, run_demo
 from alexandria.cli.participant import command, library_url
 from alexandria.cli.terminal import emit_json, note, say, warn_plain_http
 from alexandria.cli.usage import UsageError
-from alexandria.service.operator_dir import OperatorDir
+from alexandria.client import Client
+from alexandria.core.timestamps import now
+from alexandria.errors import Conflict, NotFound
+from alexandria.files import atomic_write, write_json
+from alexandria.service.enrolment import LIST_HEADER, list_header, normalize_code
+from alexandria.service.library import Library
+from alexandria.service.operator_dir import (
+    OperatorDir,
+    approve,
+    default_key_path,
+    enroll,
+    init_genesis,
+    issue_authority,
+    load_key,
+    parse_scopes,
+    revocation,
+)
+from alexandria.service.supervisor import Stopped, Supervisor
+from alexandria.store.migrations import check_database
+from alexandria.store.query_budget import DEFAULT_S
 
 if TYPE_CHECKING:
     from alexandria.service.supervisor import Supervisor
@@ -92,8 +122,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from alexandria.service.supervisor import Stopped, Supervisor
-
     # a stop signal stops the server from here on, whatever it is doing (docs/operations.md)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
@@ -103,27 +131,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
-    from alexandria.api.origin import Origin, listen_url, public_url
-    from alexandria.api.serve import (
-        DataDir,
-        ServeConfig,
-        configure_witnesses,
-        default_library,
-        run,
-    )
-    from alexandria.cli.demo import check_port_free
-    from alexandria.service.library import Library
-
     query_timeout = _query_timeout(args.query_timeout)
     if bool(args.genesis) != bool(args.db):
         raise UsageError("--genesis and --db go together")
     check_port_free(args.host, args.port)  # before anything is created or announced
     origin = Origin(public_url(args.public_url) if args.public_url else None,
                     args.trust_proxy_headers, listen_url(args.host, args.port))
-    from alexandria.store.migrations import check_database
-
-    # a newer or earlier layout, an old leaf format: refused before anything is served
-    check_database(args.db or DataDir(Path(args.data_dir)).db)
+    check_database(args.db or DataDir(Path(args.data_dir)).db)  # an old leaf format: refused
     if args.read_db and not args.genesis:
         raise UsageError("--read-db goes with --genesis and --db postgresql://…")
     if args.genesis:
@@ -144,8 +158,6 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
         if created:
             print(f"created a new library in {data.root}/", file=sys.stderr)
     configure_witnesses(library, args.witness, args.witness_quorum)
-    from alexandria.api.serve import auto_workers, usable_cores
-
     workers = args.workers if args.workers is not None else (
         1 if args.read_db else auto_workers())
     if workers < 1:
@@ -188,8 +200,6 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
 
 def _query_timeout(value: float | None) -> float | None:
     """``--query-timeout``: seconds (default ``query_budget.DEFAULT_S``), 0 for no limit."""
-    from alexandria.store.query_budget import DEFAULT_S
-
     if value is None:
         return DEFAULT_S
     if not value >= 0 or value == float("inf"):  # NaN too
@@ -199,8 +209,6 @@ def _query_timeout(value: float | None) -> float | None:
 
 def _write_pin(path: Path, pin: str) -> None:
     """``genesis.pin`` beside the genesis: what participants pin (`alexandria login --genesis`)."""
-    from alexandria.files import atomic_write
-
     if not path.exists() or path.read_text().strip() != pin:
         atomic_write(path, f"{pin}\n".encode())
 
@@ -329,8 +337,6 @@ def _op(args: argparse.Namespace) -> OperatorDir:
 
 
 def cmd_genesis_init(args: argparse.Namespace) -> int:
-    from alexandria.service.operator_dir import init_genesis
-
     op = _op(args)
     genesis = init_genesis(op, args.library, args.origin, args.roots, args.threshold)
     if args.json:
@@ -346,8 +352,6 @@ def cmd_genesis_init(args: argparse.Namespace) -> int:
 
 
 def _submit(url: str, document: dict[str, Any]) -> dict[str, Any]:
-    from alexandria.client import Client
-
     warn_plain_http(url)
     with Client(url) as client:
         result: dict[str, Any] = client.authority(document).json()
@@ -355,8 +359,6 @@ def _submit(url: str, document: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_authority_issue(args: argparse.Namespace) -> int:
-    from alexandria.service.operator_dir import default_key_path, issue_authority
-
     op = _op(args)
     roles = sorted({r.strip() for r in args.roles.split(",") if r.strip()})
     key_path = Path(args.key) if args.key else default_key_path(op, roles)
@@ -375,8 +377,6 @@ def cmd_authority_issue(args: argparse.Namespace) -> int:
 
 
 def cmd_authority_enroll(args: argparse.Namespace) -> int:
-    from alexandria.service.operator_dir import enroll
-
     op = _op(args)
     actor = enroll(op, args.name)
     if args.json:
@@ -394,10 +394,6 @@ def _authority_key_path(args: argparse.Namespace, op: OperatorDir) -> Path:
 def _signed(op: OperatorDir, key_path: Path) -> dict[str, str]:
     """The header that signs a question about open requests with the authority key: only an
     authority of the library sees who waits for approval."""
-    from alexandria.core.timestamps import now
-    from alexandria.service.enrolment import LIST_HEADER, list_header
-    from alexandria.service.operator_dir import load_key
-
     return {LIST_HEADER: list_header(op.genesis().pin, load_key(key_path, "authority"), now())}
 
 
@@ -411,8 +407,6 @@ def _open_requests(client: Any, op: OperatorDir, key_path: Path
 
 
 def cmd_authority_requests(args: argparse.Namespace) -> int:
-    from alexandria.client import Client
-
     op = _op(args)
     with Client(_library(args)) as client:
         requests, total = _open_requests(client, op, _authority_key_path(args, op))
@@ -436,11 +430,6 @@ def cmd_authority_requests(args: argparse.Namespace) -> int:
 
 
 def _approve_code(args: argparse.Namespace) -> int:
-    from alexandria.client import Client
-    from alexandria.errors import Conflict, NotFound
-    from alexandria.service.enrolment import normalize_code
-    from alexandria.service.operator_dir import approve, enroll, parse_scopes
-
     if args.actor or args.worker or args.out:
         raise UsageError("CODE takes no --actor, --worker or --out: the request names them")
     code = normalize_code(args.code)
@@ -474,9 +463,6 @@ def _approve_code(args: argparse.Namespace) -> int:
 
 
 def cmd_authority_approve(args: argparse.Namespace) -> int:
-    from alexandria.files import write_json
-    from alexandria.service.operator_dir import approve, parse_scopes
-
     if args.code:
         return _approve_code(args)
     if not (args.actor and args.worker and args.scopes):
@@ -497,8 +483,6 @@ def cmd_authority_approve(args: argparse.Namespace) -> int:
 
 
 def cmd_authority_revoke(args: argparse.Namespace) -> int:
-    from alexandria.service.operator_dir import revocation
-
     op = _op(args)
     key = Path(args.authority_key) if args.authority_key else op.root / "authority.key"
     doc = revocation(op, args.key, args.reason, args.by, key, args.root_key)
@@ -512,6 +496,4 @@ def cmd_authority_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from alexandria.cli.demo import run_demo
-
     return run_demo(Path(args.dir), args.host, args.port)

@@ -12,8 +12,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +34,7 @@ from alexandria.cli.participant import (
     session_of,
 )
 from alexandria.cli.pending import BATCH_BYTES, BATCH_LINES, KeptPending, Outbox, Outcome, Pending
+from alexandria.cli.progress import ProgressBar
 from alexandria.cli.session import (
     ContentRefused,
     Session,
@@ -54,6 +59,7 @@ from alexandria.cli.terminal import (
 from alexandria.cli.usage import UsageError
 from alexandria.errors import AlexandriaError, Malformed
 from alexandria.files import check_name
+from alexandria.rules.state import IMMUTABLE, proposal_route
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -157,6 +163,17 @@ def _items(args: argparse.Namespace) -> Iterator[Item]:
             yield Item(source, {}, None, exc)
 
 
+def _count(args: argparse.Namespace) -> int | None:
+    """How many contents ``publish`` has to go through, for its progress bar: the files, or
+    the lines of a ``--jsonl`` file (counted in one quick pass); None for stdin."""
+    if args.jsonl is None:
+        return len(args.files)
+    if args.jsonl == "-" or not Path(args.jsonl).is_file():
+        return None
+    with _open(args.jsonl) as stream:
+        return sum(1 for line in stream if line.strip())
+
+
 def _open(path: str) -> Any:
     try:
         return open(path, "rb")
@@ -220,6 +237,7 @@ class Batch:
         self.in_flight: tuple[list[tuple[Item, Any, dict[str, Any]]], Any] | None = None
         self.in_flight_names: set[str] = set()
         self._sender: Any = None
+        self.bar = ProgressBar("publishing", "contributions", _count(args))
 
     def run(self, items: Iterator[Item]) -> None:
         for item in items:
@@ -282,8 +300,6 @@ class Batch:
             self._report(chunk, [Outcome(p, "kept") for p in pendings])
             return
         if self._sender is None:
-            from concurrent.futures import ThreadPoolExecutor
-
             self._sender = ThreadPoolExecutor(1, thread_name_prefix="alexandria-publish")
         self.in_flight = (chunk, self._sender.submit(self._send, pendings))
         self.in_flight_names = names
@@ -307,6 +323,12 @@ class Batch:
 
     def _report(self, chunk: list[tuple[Item, Any, dict[str, Any]]],
                 outcomes: list[Outcome]) -> None:
+        with self.bar.paused():
+            self._report_lines(chunk, outcomes)
+        self.bar.update(len(self.results))
+
+    def _report_lines(self, chunk: list[tuple[Item, Any, dict[str, Any]]],
+                      outcomes: list[Outcome]) -> None:
         sent = iter(outcomes)
         for item, signed, meta in chunk:
             if signed is None:
@@ -325,6 +347,7 @@ class Batch:
         """Stop the sender thread (after the chunk in flight, whose answers are recorded)."""
         if self._sender is not None:
             self._sender.shutdown(wait=True)
+        self.bar.close()
 
     def summary(self) -> int:
         return _batch_summary(self.results, self.session.home)
@@ -513,8 +536,6 @@ def _editor() -> str:
 def _check_revisable(session: Session, record: dict[str, Any], head: str) -> None:
     """What the library would refuse of any revision of this head, checked before the editor
     opens: an immutable kind, or an object another actor authored."""
-    from alexandria.rules.state import IMMUTABLE, proposal_route  # revise only: not publish's
-
     kind = record["kind"]
     if kind in IMMUTABLE:
         raise ContentRefused(
@@ -535,10 +556,6 @@ def _edit(editor: str, text: str, head: str) -> str | None:
     """``text`` after the user's ``editor``; ``None`` when it was saved unchanged.  The
     temporary file is removed whatever happens: when the editor fails nothing is published
     and nothing is left behind."""
-    import shlex
-    import subprocess
-    import tempfile
-
     fd, path = tempfile.mkstemp(prefix=f"alexandria-revise-{head[:12]}-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as fh:

@@ -7,6 +7,7 @@ what the library sends back against the pinned genesis.
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,10 +37,12 @@ from alexandria.core.records import (
     parse_record,
     revision_id,
 )
+from alexandria.core.schema import validate_content
 from alexandria.core.timestamps import now
 from alexandria.core.trust import Genesis, WorkerCertificate, parse_worker_certificate
 from alexandria.errors import AlexandriaError, Malformed, Refused
 from alexandria.files import check_name
+from alexandria.rules import signed as rules_signed
 from alexandria.service.bootstrap import resolve_refs
 
 #: A shorter revision argument the library's ``GET /api/lookup`` resolves.
@@ -79,8 +82,6 @@ def check_content(content: Mapping[str, Any], kinds: tuple[str, ...] = PUBLIC_KI
     if not isinstance(kind, str) or kind not in kinds:
         hint = ""
         if isinstance(kind, str):
-            import difflib
-
             close = [k for k in kinds if k == kind.lower()] or difflib.get_close_matches(
                 kind, kinds, n=1, cutoff=0.6)
             hint = f": did you mean {close[0]!r}?" if close else ""
@@ -108,8 +109,6 @@ def check_record(record: dict[str, Any], pin: str, kinds: tuple[str, ...]) -> No
     try:
         parsed = parse_record(record, pin, kinds=kinds)
         if parsed.kind in PUBLIC_KINDS:
-            from alexandria.core.schema import validate_content
-
             validate_content(parsed.content)
     except AlexandriaError as exc:
         raise ContentRefused(exc.message, exc.code, **exc.details) from exc
@@ -347,8 +346,6 @@ def check_signed_record(signed: Any, genesis: Genesis) -> CheckedRecord:
     signed by the genesis roots, the author is the certified actor, the proof, scope and
     content verify, and both certificates were valid at admission.  A failure keeps the
     server's code and is a verification failure (exit 6)."""
-    from alexandria.rules import signed as rules_signed  # reading only: publish never needs it
-
     try:
         return rules_signed.check_signed_record(signed, genesis)
     except AlexandriaError as exc:

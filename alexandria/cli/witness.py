@@ -12,9 +12,14 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import uvicorn
+
+from alexandria.api.witness import create_witness_app
 from alexandria.cli.usage import UsageError
 from alexandria.core import note
 from alexandria.core.keys import HEX64
+from alexandria.service.witness import STATE_FILE, Witness, init_witness_dir, load_witness_dir
+from alexandria.store.witness_state import WitnessState
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -56,20 +61,12 @@ def parse_log_option(value: str) -> tuple[str, note.Verifier]:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from alexandria.service.witness import init_witness_dir
-
     identity = init_witness_dir(Path(args.dir), args.name)
     print(identity.verifier.vkey)
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from alexandria.api.witness import create_witness_app
-    from alexandria.service.witness import STATE_FILE, Witness, load_witness_dir
-    from alexandria.store.witness_state import WitnessState
-
     logs: dict[str, list[note.Verifier]] = {}
     for value in args.log:
         origin, verifier = parse_log_option(value)

@@ -308,7 +308,8 @@ def test_completion_offers_the_names_of_the_names_file(lib: Library, tmp_path: P
         line = " ".join(words)
         r = subprocess.run(
             ["bash", "-c", f"source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1};"
-             " _alexandria; echo ${COMPREPLY[@]}"], capture_output=True, text=True, check=True,
+             " _shtab_alexandria; echo ${COMPREPLY[@]}"], capture_output=True, text=True,
+            check=True,
             env={**os.environ, "ALEXANDRIA_HOME": str(home)})
         return r.stdout.split()
 
@@ -317,7 +318,12 @@ def test_completion_offers_the_names_of_the_names_file(lib: Library, tmp_path: P
     assert complete("alexandria", "verify", "--entry", "cl") == ["claim"]
     assert "--head" in complete("alexandria", "get", "claim", "--he")
     fish = cli("completion", "fish").stdout
-    assert "-a '(__alexandria_names)'" in fish and "-l root -xa '(__alexandria_names)'" in fish
+    assert "function __alexandria_names" in fish
+    assert "_shtab_alexandria_using get; and test $_shtab_alexandria_npos -eq 0' -ka" \
+        ' "(__alexandria_names)"' in fish
+    zsh = cli("completion", "zsh").stdout
+    assert "_alexandria_names() {" in zsh and '--root[root id or a name]:R:($(_alexandria_names))' \
+        in zsh
 
 
 def test_the_rule_table_names_the_contracts_relations() -> None:

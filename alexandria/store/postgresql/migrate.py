@@ -77,15 +77,20 @@ class MigrationFailed(Failed):
     default_code = "MIGRATION_FAILED"
 
 
+#: ``progress(table, rows copied so far, rows to copy)``, over all the tables, after each batch
+Progress = Callable[[str, int, int], None]
+
+
 def _columns(lite: sqlite3.Connection, table: str) -> list[str]:
     return [str(r[1]) for r in lite.execute(f"PRAGMA table_info({table})")]
 
 
-def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
-          progress: Callable[[str, int], None]) -> int:
+def _select(lite: sqlite3.Connection, table: str) -> tuple[list[str], str, tuple[str, ...]]:
+    """``(columns, SELECT, its parameters)`` of the rows a copy of ``table`` writes; no
+    columns for a table this library does not have."""
     cols = _columns(lite, table)
     if not cols:
-        return 0
+        return [], "", ()
     where = (" WHERE key NOT IN (" + ",".join("?" * len(NOT_COPIED_META)) + ")"
              if table == "meta" else "")
     select = f"SELECT {', '.join(cols)} FROM {table}{where}"
@@ -93,7 +98,22 @@ def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
         # the rows SQLite had not yet moved from feed_recent (store/feed.py) go to feed, which
         # PostgreSQL writes directly
         select += " UNION ALL SELECT owner, sequence FROM feed_recent"
-    rows = lite.execute(select, NOT_COPIED_META if where else ())
+    return cols, select, NOT_COPIED_META if where else ()
+
+
+def _count(lite: sqlite3.Connection, table: str) -> int:
+    _cols, select, params = _select(lite, table)
+    return int(lite.execute(f"SELECT count(*) FROM ({select})", params).fetchone()[0]) \
+        if select else 0
+
+
+def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
+          progress: Callable[[int], None]) -> int:
+    """The rows of ``table``, ``progress(rows copied so far)`` after each batch of them."""
+    cols, select, params = _select(lite, table)
+    if not cols:
+        return 0
+    rows = lite.execute(select, params)
     count = 0
     with raw.cursor().copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
         while True:
@@ -103,7 +123,7 @@ def _copy(lite: sqlite3.Connection, raw: psycopg.Connection[Any], table: str,
             for row in chunk:
                 copy.write_row(row)
             count += len(chunk)
-            progress(table, count)
+            progress(count)
     return count
 
 
@@ -130,7 +150,7 @@ def _target_pin(conn: PgConnection) -> str | None:
 
 
 def migrate(source: str | Path, url: str,
-            progress: Callable[[str, int], None] = lambda table, rows: None,
+            progress: Progress = lambda table, rows, total: None,
             replace: bool = False, floors: Sequence[Published] = (),
             server_file: bool = True) -> Migrated:
     """Steps 1–4 of the module docstring.  ``replace``: the target may hold a log of the same
@@ -180,7 +200,7 @@ def _bring_to_current(path: Path, version: int, server_file: bool) -> None:
 
 
 def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
-             progress: Callable[[str, int], None], replace: bool,
+             progress: Progress, replace: bool,
              floors: Sequence[Published]) -> Migrated:
     size = tree_size(lite)
     pin = lite.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
@@ -215,8 +235,14 @@ def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
             pg = cast(sqlite3.Connection, conn)
             carried = [*log_floor.read_floor(pg), *floors] if replace else []
             raw.execute(f"TRUNCATE {', '.join((*COPIED, *DERIVED))}")
+            total = sum(_count(lite, t) for t in COPIED)
             for table in COPIED:
-                rows += _copy(lite, raw, table, progress)
+                done = rows
+
+                def copied(n: int, table: str = table, done: int = done) -> None:
+                    progress(table, done + n, total)
+
+                rows += _copy(lite, raw, table, copied)
             # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
             fill_derived_table(pg, "tree_heads")
             search_index.rebuild(pg)

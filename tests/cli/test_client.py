@@ -1,7 +1,7 @@
-"""The CLI's HTTP/1.1 client (``alexandria/http1.py``, through ``client.Client``): against a real
-``alexandria serve`` on 127.0.0.1 (keep-alive, the library's answers and errors) and against a
-scripted server on 127.0.0.1 that answers byte for byte what each test needs (chunked and long
-answers, a closed kept-alive connection, a trickling or silent server, answers too large, broken
+"""The CLI's HTTP client (``client.Client``, over httpx): against a real ``alexandria serve`` on
+127.0.0.1 (keep-alive, the library's answers and errors) and against a scripted server on
+127.0.0.1 that answers byte for byte what each test needs (chunked and long answers, a closed
+kept-alive connection, a trickling or silent server, answers over their byte budget, broken
 framing).  The tests against the library run on each backend (``new_db``)."""
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ from pathlib import Path
 import orjson
 import pytest
 
+from alexandria.audit.answer_caps import CHECKPOINT_BYTES
+from alexandria.audit.export import HttpSource
 from alexandria.client import Client, ServerError, Unreachable
-from alexandria.http1 import (
-    MAX_HEAD_BYTES,
-    AnswerTooLarge,
-    ClosedBeforeAnswer,
-    Connection,
-    ProtocolError,
-)
+from alexandria.errors import AlexandriaError
 from alexandria.service.bootstrap import Founding
 from tests.support.liveserver import NewDb, Server, serving, write_library_files
+
+#: what the client may read past a budget before it refuses the answer: one network read
+ONE_READ = 64 * 1024
 
 # --- against the library ----------------------------------------------------------------------
 
@@ -42,7 +41,7 @@ def test_requests_to_the_library_share_one_kept_alive_connection(library: Server
         assert client.genesis()["document"] == founding.genesis_document
         for _ in range(5):
             assert client.get("/api/genesis").status == 200
-        assert client._conn.opened == 1 and client._conn.answers == 6
+        assert client.connections == 1 and client.answers == 6
 
 
 def test_the_library_s_typed_errors_come_back_verbatim(library: Server) -> None:
@@ -55,7 +54,7 @@ def test_the_library_s_typed_errors_come_back_verbatim(library: Server) -> None:
         assert exc.value.http_status == 400
         # the connection survives answers that are errors
         assert client.get("/api/genesis").status == 200
-        assert client._conn.opened == 1
+        assert client.connections == 1
 
 
 def test_a_stopped_library_is_unreachable_with_connection_failed(tmp_path: Path) -> None:
@@ -155,12 +154,12 @@ def test_keep_alive_and_what_the_request_carries(scripted: Callable[[Handler], S
         assert client.get_json("/api/genesis", q="a b") == {"ok": True}
         assert client.post("/api/entries", b'{"x":1}').json() == {"ok": True}
     assert server.connections == 1
-    get, post = server.requests
-    assert get.startswith(b"GET /prefix/api/genesis?q=a+b HTTP/1.1\r\n")
+    get, post = (request.lower() for request in server.requests)  # header names' case aside
+    assert get.startswith(b"get /prefix/api/genesis?q=a+b http/1.1\r\n")
     assert f"host: 127.0.0.1:{server.port}\r\n".encode() in get
     assert b"accept: application/json\r\n" in get and b"content-length" not in get
-    assert post.startswith(b"POST /prefix/api/entries HTTP/1.1\r\n")
-    assert post.endswith(b"content-length: 7\r\n\r\n{\"x\":1}")
+    assert post.startswith(b"post /prefix/api/entries http/1.1\r\n")
+    assert b"content-length: 7\r\n" in post and post.endswith(b"\r\n\r\n{\"x\":1}")
 
 
 def test_chunked_answers_with_extensions_and_trailers(
@@ -193,8 +192,8 @@ def test_a_long_answer_arriving_in_pieces(scripted: Callable[[Handler], Scripted
         return True
 
     server = scripted(handler)
-    with Connection("127.0.0.1", server.port, timeout=10) as conn:
-        assert conn.request("GET", "/").body == body
+    with Client(server.url, timeout=10) as client:
+        assert client.get("/").content == body
 
 
 def test_interim_answers_are_skipped_and_bodiless_answers_read_nothing(
@@ -210,10 +209,11 @@ def test_interim_answers_are_skipped_and_bodiless_answers_read_nothing(
         return True
 
     server = scripted(handler)
-    with Connection("127.0.0.1", server.port) as conn:
-        assert (conn.request("POST", "/", body=b"").status, conn.request("HEAD", "/").body,
-                conn.request("DELETE", "/").status) == (201, b"", 204)
-        assert conn.request("GET", "/").body == b"ok" and conn.opened == 1
+    with Client(server.url) as client:
+        assert client.post("/", b"").status == 201
+        assert client.request("HEAD", "/").content == b""
+        assert client.request("DELETE", "/").status == 204
+        assert client.get("/").content == b"ok" and client.connections == 1
 
 
 def test_an_answer_to_the_end_of_the_connection_and_connection_close(
@@ -226,25 +226,35 @@ def test_an_answer_to_the_end_of_the_connection_and_connection_close(
         return False
 
     server = scripted(handler)
-    with Connection("127.0.0.1", server.port) as conn:
-        response = conn.request("GET", "/")
-        assert (response.body, response.will_close, conn.connected) == (b"until the end", True,
-                                                                         False)
-        assert conn.request("GET", "/close").body == b"[1]" and not conn.connected
-        assert conn.opened == 2
+    with Client(server.url) as client:
+        assert client.get("/").content == b"until the end"
+        assert client.get("/close").content == b"[1]"
+        assert client.get("/").content == b"until the end"
+        assert client.connections == server.connections == 3
 
 
 def test_a_kept_alive_connection_closed_meanwhile_is_retried_once(
         scripted: Callable[[Handler], Scripted]) -> None:
-    """The server closes an idle connection without saying so: the next request finds it
-    closed before any answer and is sent again on a new connection (an envelope's resend is
-    idempotent: 200 with the stored record)."""
-    server = scripted(lambda conn, _req: _json(conn, 200, {"n": len(server.requests)}) and False)
+    """The server closes a kept-alive connection without saying so, while idle or as the
+    next request arrives: that request is sent again on a new connection (an envelope's
+    resend is idempotent: 200 with the stored record)."""
+    answered: set[socket.socket] = set()
+
+    def handler(conn: socket.socket, req: bytes) -> bool:
+        if b"/idle" in req:
+            return _json(conn, 200, {"n": len(server.requests)}) and False
+        if conn in answered:
+            return False  # the second request on a connection: closed without an answer
+        answered.add(conn)
+        return _json(conn, 200, {"n": len(server.requests)}) or True
+
+    server = scripted(handler)
     with Client(server.url) as client:
-        assert client.get_json("/a") == {"n": 1}
+        assert client.get_json("/idle") == {"n": 1}
         time.sleep(0.05)
-        assert client.get_json("/b") == {"n": 2}
-    assert server.connections == 2
+        assert client.get_json("/a") == {"n": 2}
+        assert client.get_json("/b") == {"n": 4}  # the third request was closed unanswered
+    assert server.connections == 3 and len(server.requests) == 4
 
 
 def test_a_fresh_connection_closed_before_the_answer_is_connection_lost(
@@ -255,20 +265,22 @@ def test_a_fresh_connection_closed_before_the_answer_is_connection_lost(
     with Client(server.url) as client, pytest.raises(Unreachable) as exc:
         client.publish(b"{}")
     assert exc.value.code == "CONNECTION_LOST" and len(server.requests) == 1
-    with Connection("127.0.0.1", server.port) as conn, pytest.raises(ClosedBeforeAnswer):
-        conn.request("GET", "/")
 
 
 def test_one_deadline_for_the_whole_exchange(scripted: Callable[[Handler], Scripted]) -> None:
     """A server that trickles its answer a byte at a time cannot hold the client longer than
-    its timeout; nor can one that never answers."""
-    def trickle(conn: socket.socket, _req: bytes) -> bool:
-        for byte in b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n" + b"x" * 1000:
-            conn.sendall(bytes([byte]))
-            time.sleep(0.01)
-        return True
+    its timeout, in its head or in its body; nor can one that never answers."""
+    def trickle(answer: bytes) -> Handler:
+        def handler(conn: socket.socket, _req: bytes) -> bool:
+            for byte in answer:
+                conn.sendall(bytes([byte]))
+                time.sleep(0.01)
+            return True
+        return handler
 
-    for handler in (trickle, lambda _conn, _req: time.sleep(3) or True):
+    head = b"HTTP/1.1 200 OK\r\n" + b"x-pad: " + b"x" * 1000 + b"\r\n\r\n"
+    body = b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n" + b"x" * 1000
+    for handler in (trickle(head), trickle(body), lambda _conn, _req: time.sleep(3) or True):
         server = scripted(handler)
         started = time.monotonic()
         with Client(server.url, timeout=0.5) as client, pytest.raises(Unreachable) as exc:
@@ -277,32 +289,69 @@ def test_one_deadline_for_the_whole_exchange(scripted: Callable[[Handler], Scrip
         assert time.monotonic() - started < 1.5
 
 
-def test_answers_larger_than_the_client_reads_are_refused(
+def test_abort_from_another_thread_ends_the_exchange_at_once(
         scripted: Callable[[Handler], Scripted]) -> None:
-    def handler(conn: socket.socket, req: bytes) -> bool:
-        if b"/declared" in req:
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2000\r\n\r\n" + b"x" * 2000)
-        elif b"/chunked" in req:
-            conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
-                         + b"200\r\n" + b"x" * 512 + b"\r\n" + b"800\r\n" + b"x" * 2048)
-        elif b"/head" in req:
-            conn.sendall(b"HTTP/1.1 200 OK\r\n" + b"x-pad: " + b"x" * MAX_HEAD_BYTES + b"\r\n")
-        else:
-            conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + b"x" * 5000)
-        return False
-
-    server = scripted(handler)
-    for path in ("/declared", "/chunked", "/end"):
-        with Connection("127.0.0.1", server.port, max_body=1024) as conn, \
-                pytest.raises(AnswerTooLarge):
-            conn.request("GET", path)
-    with Connection("127.0.0.1", server.port) as conn, pytest.raises(ProtocolError):
-        conn.request("GET", "/head")
-    with Client(server.url) as client:
-        client._conn.max_body = 1024
+    """What a cancelled catch-up relies on: a silent server does not hold the thread."""
+    server = scripted(lambda _conn, _req: time.sleep(5) or True)
+    with Client(server.url, timeout=30) as client:
+        threading.Timer(0.2, client.abort).start()
+        started = time.monotonic()
         with pytest.raises(Unreachable) as exc:
-            client.get("/declared")
+            client.get("/")
+        assert time.monotonic() - started < 2 and "aborted" in exc.value.message
+        with pytest.raises(Unreachable):  # and every later request
+            client.get("/")
+    assert len(server.requests) == 1
+
+
+def _endless(conn: socket.socket, req: bytes) -> bool:
+    """An answer that never ends: declared too large, chunked or to the end of the
+    connection, 16 KiB at a time until the client goes away."""
+    piece = b"x" * 16384
+    if b"/declared" in req:
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 99999999999\r\n\r\n")
+    elif b"/chunked" in req:
+        conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        piece = b"4000\r\n" + piece + b"\r\n"
+    else:
+        conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        conn.sendall(piece)
+    return False
+
+
+@pytest.mark.parametrize("path", ["/declared", "/chunked", "/end"])
+def test_an_answer_over_its_budget_is_refused_having_read_at_most_the_budget(
+        scripted: Callable[[Handler], Scripted], path: str) -> None:
+    server = scripted(_endless)
+    with Client(server.url, timeout=10) as client:
+        started = time.monotonic()
+        with pytest.raises(Unreachable) as exc:
+            client.request("GET", path, max_bytes=100_000)
+        assert exc.value.code == "ANSWER_TOO_LARGE" and exc.value.details["limit"] == 100_000
+        read = exc.value.details["read"]
+        assert read == 0 if path == "/declared" else 100_000 < read <= 100_000 + ONE_READ
+        assert time.monotonic() - started < 5  # refused at once, not at the end of the answer
+        client.max_answer_bytes = 50_000  # the client's own budget, for a request without one
+        with pytest.raises(Unreachable) as exc:
+            client.get(path)
+        assert exc.value.code == "ANSWER_TOO_LARGE" and exc.value.details["limit"] == 50_000
+
+
+def test_a_follower_reads_a_route_no_further_than_its_cap(
+        scripted: Callable[[Handler], Scripted]) -> None:
+    """The mirror's and the catch-up's source: each route capped as ``answer_caps`` says."""
+    server = scripted(_endless)
+    source = HttpSource(server.url + "/end")
+    try:
+        with pytest.raises(Unreachable) as exc:
+            source("/api/log/checkpoint")
         assert exc.value.code == "ANSWER_TOO_LARGE"
+        assert exc.value.details["limit"] == CHECKPOINT_BYTES
+        assert exc.value.details["read"] <= CHECKPOINT_BYTES + ONE_READ
+    finally:
+        source.close()
 
 
 @pytest.mark.parametrize("answer", [
@@ -315,23 +364,30 @@ def test_answers_larger_than_the_client_reads_are_refused(
     b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0x10\r\n",
     b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nokX\r\n0\r\n\r\n",
     b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",  # then the connection ends
-    b"HTTP/1.1 200 OK\r\ncontent-len",  # ends inside the head
+    b"HTTP/1.1 200 OK\r\n" + b"x-pad: " + b"x" * 200_000 + b"\r\n",  # an endless head
 ])
-def test_broken_answers_are_protocol_errors(scripted: Callable[[Handler], Scripted],
-                                            answer: bytes) -> None:
+def test_broken_answers_are_bad_responses(scripted: Callable[[Handler], Scripted],
+                                          answer: bytes) -> None:
     server = scripted(lambda conn, _req: conn.sendall(answer) or False)
-    with Connection("127.0.0.1", server.port, timeout=5) as conn, pytest.raises(ProtocolError):
-        conn.request("GET", "/")
     with Client(server.url, timeout=5) as client, pytest.raises(Unreachable) as exc:
         client.get("/")
     assert exc.value.code == "BAD_RESPONSE"
 
 
+def test_an_answer_cut_inside_its_head_is_a_lost_connection(
+        scripted: Callable[[Handler], Scripted]) -> None:
+    server = scripted(lambda conn, _req: conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-len")
+                      or False)
+    with Client(server.url, timeout=5) as client, pytest.raises(Unreachable) as exc:
+        client.get("/")
+    assert exc.value.code == "CONNECTION_LOST"
+
+
 def test_no_header_injection() -> None:
-    with Connection("127.0.0.1", 9) as conn:
-        for args in (("GET", "/x\r\nevil: 1"), ("GET\n", "/")):
-            with pytest.raises(ValueError):
-                conn.request(*args)
-        with pytest.raises(ValueError):
-            conn.request("GET", "/", {"x": "1\r\nevil: 2"})
-        assert conn.opened == 0  # refused before connecting
+    with Client("http://127.0.0.1:9") as client:
+        for method, path, headers in (("GET", "/x\r\nevil: 1", None), ("GET\n", "/", None),
+                                      ("GET", "/", {"x": "1\r\nevil: 2"})):
+            with pytest.raises(AlexandriaError) as exc:
+                client.request(method, path, headers=headers)
+            assert exc.value.code == "BAD_REQUEST_TARGET"
+        assert client.connections == 0  # refused before connecting
