@@ -110,6 +110,12 @@ class Unprocessable(AlexandriaError):
     default_code = "UNPROCESSABLE"
 
 
+class HeadTooLarge(AlexandriaError):
+    """A request head (request line and header fields) beyond the limit the server reads."""
+
+    default_code = "HEAD_TOO_LARGE"
+
+
 class RateLimited(AlexandriaError):
     """Too many requests of one kind (enrolment requests): try again later; ``details``
     carries ``retry_after`` (seconds), also sent as the ``Retry-After`` header."""
@@ -176,6 +182,7 @@ HTTP_STATUS: dict[type[AlexandriaError], int] = {
     RequestTimeout: 408,
     Unprocessable: 422,
     UnsafeNumber: 422,
+    HeadTooLarge: 431,
     RateLimited: 429,
     ClientBusy: 429,
     QueryTimeout: 503,
