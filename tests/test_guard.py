@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from alexandria.api.app import create_app
 from alexandria.api.guard import (
     ALL_REFUSAL_BURST,
     HEAD_LIMIT_BYTES,
@@ -32,9 +33,13 @@ from alexandria.api.guard import (
     RefusalBudgets,
     head_bytes,
 )
+from alexandria.api.mcp.http import McpMount
+from alexandria.api.origin import Origin
 from alexandria.core.keys import SigningKey
 from alexandria.service.bootstrap import Founding
 from alexandria.service.enrolment import PER_ADDRESS, signed_bytes
+from alexandria.service.library import Library
+from alexandria.store.backends import storage_for
 from tests.liveserver import Server, serving, write_library_files
 
 FAST_S = HOLD_S / 2  # an answer not held comes well within this, even on a loaded machine
@@ -235,3 +240,30 @@ def test_a_flood_from_many_addresses_spends_the_budget_of_all() -> None:
     now = time.monotonic()
     within = sum(budgets.take(f"10.1.0.{i}", now) for i in range(200))
     assert within == 50
+
+
+# --- /mcp counts a call to the client the proxy forwarded -----------------------------------
+
+async def test_mcp_calls_are_counted_to_the_forwarded_client(tmp_path: Path,
+                                                             founding: Founding) -> None:
+    library = Library(founding.genesis, storage_for(tmp_path / "lib.db", founding.genesis),
+                      founding.log_key)
+    app = create_app(library, origin=Origin(trust_proxy_headers=True))
+    mount = next(r.endpoint for r in app.routes if getattr(r, "path", None) == "/mcp")
+    assert isinstance(mount, McpMount)
+    call = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                         "params": {"name": "get", "arguments": {"revision": "f" * 64}}})
+    headers = {"content-type": "application/json",
+               "accept": "application/json, text/event-stream"}
+    async with (app.router.lifespan_context(app),
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                  base_url="http://testserver") as client):
+        with mount.limits.place("203.0.113.7"):  # that client has a call running
+            busy = await client.post("/mcp", content=call,
+                                     headers={**headers, "x-forwarded-for": "203.0.113.7"})
+            assert busy.status_code == 429 and busy.json()["code"] == "CLIENT_BUSY"
+            assert busy.headers["retry-after"] == str(busy.json()["details"]["retry_after"])
+            # another client behind the same proxy (the hop left of it is the client's to write)
+            other = await client.post("/mcp", content=call, headers={
+                **headers, "x-forwarded-for": "203.0.113.7, 198.51.100.1"})
+            assert other.status_code == 200, other.text

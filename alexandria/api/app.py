@@ -78,7 +78,9 @@ def create_app(
             metrics_api.worker_exited()
 
     # the read tools for agents, at /mcp (docs/mcp.md); with witnesses, their quorum is required
-    mcp = McpMount(library.genesis, library.cosigning.policy())
+    trust_proxy_headers = (origin or Origin()).trust_proxy_headers
+    mcp = McpMount(library.genesis, library.cosigning.policy(),
+                   trust_proxy_headers=trust_proxy_headers)
     routes = [mcp.route, *write_api.routes, *batch_api.routes, *read_api.routes,
               *personal_api.routes, *changes_api.routes, *log_api.routes, *lookup_api.routes,
               AUTHORITY,
@@ -88,8 +90,7 @@ def create_app(
         routes=routes,
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[
-            Middleware(Guard, trust_proxy_headers=(origin or Origin()).trust_proxy_headers,
-                       budgets=refusals),
+            Middleware(Guard, trust_proxy_headers=trust_proxy_headers, budgets=refusals),
             Middleware(metrics_api.RequestTimer, routes=routes),
         ],
         lifespan=lifespan,

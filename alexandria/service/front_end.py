@@ -2,8 +2,10 @@
 supervisor (``supervisor.py``); uvicorn only for bench/'s comparisons.
 
 What a stranger's connection may cost the public server (docs/deployment.md).  Granian's
-HTTP/1 reads a request head into a buffer of at most HEAD_BUFFER_BYTES (a bigger head is
-answered 431 and closed) and closes a connection whose head has not arrived HEAD_TIMEOUT_MS
+HTTP/1 reads a request head into a buffer of at most HEAD_BUFFER_BYTES (a head that fills it
+unfinished is answered 431 and closed; the buffer grows by whole reads, so a head sent in one
+piece can pass it, and the app refuses every head beyond the same size: ``api/guard.py``) and
+closes a connection whose head has not arrived HEAD_TIMEOUT_MS
 after it opened or after its previous answer: a silent, a trickling or an idle keep-alive
 connection.  A body has ``api/http.BODY_TIMEOUT_S`` to arrive.  Each worker serves at most
 MAX_CONNECTIONS connections at once (Granian's "backpressure" counts connections, not
