@@ -21,20 +21,27 @@ server otherwise idle, then while a second process keeps ``--hostile`` connectio
   connection — each held until the server drops it,
 - anonymous ``POST /mcp`` proof searches (``mcp-proof-search``: ``search`` with
   ``with_proof``, ``detail=full``, the largest budget), each connection from one of 50 loopback
-  addresses (127.0.0.2–51) so that both the per-client and the global bound of ``/mcp`` are
-  reached; counted as answered when the answer is a 200, 429 or 503.
+  addresses so that both the per-client and the global bound of ``/mcp`` are reached; counted
+  as answered when the answer is a 200, 429 or 503.
 - the object pages that cost the most to render (``object-page``): each connection asks, over
   and over on one keep-alive connection, for a page of the history of objects whose revisions
   are the worst cases of a line diff (``worst_objects``).  With this kind the bench first
   measures, on the otherwise idle server, the server CPU each of those pages costs: the first
   view of each (nothing cached) and views again.
-- enrolment floods (``alexandria login``), each connection from its own loopback address
-  (127.0.0.2 to 127.0.0.251, as many clients): correctly signed requests, each by a new key
-  (``enrol-requests``: kept until the address's limit, then 429), listings signed by self-made
-  keys (``enrol-listing``: 403) and requests whose proof is another key's (``enrol-forged``).
+- enrolment floods (``alexandria login``), each connection from its own loopback address:
+  correctly signed requests, each by a new key (``enrol-requests``: kept until the address's
+  limit, then 429), listings signed by self-made keys (``enrol-listing``: 403) and requests
+  whose proof is another key's (``enrol-forged``).
 
-Prints p50/p95/max of each ordinary kind in both phases, the p95 ratio against the 5x target,
-and how many hostile requests of each kind were answered.
+Every hostile connection comes from another loopback address than the measured client's
+(127.0.0.1): 127.0.0.2 onwards, one a connection up to 250 (50 for ``/mcp``).  Each sends its
+next request the moment its last is answered (or, for the refused ones, held: ``api/guard.py``),
+over a new connection but for ``object-page``.
+
+Prints p50/p95/max of each ordinary kind in both phases, the p95 ratio against the target, how
+many hostile requests of each kind were answered, and the CPU the server spent (idle and during
+the flood) and the flood process itself (its share of a core: on a 2-core machine it competes
+with the server).
 """
 
 from __future__ import annotations
