@@ -20,6 +20,7 @@ import functools
 import os
 import resource
 import signal
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -39,6 +40,7 @@ HEAD_TIMEOUT_MS = 10_000
 MAX_CONNECTIONS = 2048
 BACKLOG = 2048
 FILE_LIMIT = 8192
+WORKER_SWITCH_INTERVAL = 0.0005  # seconds, in the HTTP worker processes
 #: Granian's crash-loop rule: a worker that dies again this soon after its restart stops the
 #: server (granian/server/common.py, ``_serve_loop``)
 CRASH_LOOP_S = 5.5
@@ -68,6 +70,10 @@ def granian_worker(parent: int, *args: Any, **kwargs: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the main process stops us
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    # the event loop answers ordinary requests while threads do the heavy work (/mcp's checks,
+    # pages rendered off the loop): with the default 5 ms switch interval a thread that has the
+    # GIL keeps the loop waiting up to 5 ms at every hand-over
+    sys.setswitchinterval(WORKER_SWITCH_INTERVAL)
     die_with_parent(signal.SIGKILL, parent)
     forget_dead_workers()
     MPServer._spawn_asgi_lifespan_worker(*args, **kwargs)

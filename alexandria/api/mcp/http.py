@@ -50,7 +50,7 @@ CALLS_PER_CLIENT = 1
 hundred milliseconds of CPU when nothing of it is remembered yet)."""
 CALLS = 2
 """Tool calls running at once in one worker process, all clients together."""
-SHARE = 0.25
+SHARE = 0.1
 """The share of a worker's time tool calls may take, all together, measured as the time each
 takes: beyond it calls wait their turn (``SERVER_BUSY``) until the budget has refilled.  The
 checks run in the process that also serves every other route, so this — not the number of
