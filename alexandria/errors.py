@@ -146,6 +146,12 @@ class TooSlow(Refused):
     default_code = "BODY_TIMEOUT"
 
 
+class HeadTooLarge(Refused):
+    """A request head (request line and header fields) beyond the limit the server reads."""
+
+    default_code = "HEAD_TOO_LARGE"
+
+
 class RateLimited(Refused):
     """Too many requests of one kind (enrolment requests): try again later; ``details``
     carries ``retry_after`` (seconds)."""

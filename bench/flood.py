@@ -21,20 +21,27 @@ server otherwise idle, then while a second process keeps ``--hostile`` connectio
   connection — each held until the server drops it,
 - anonymous ``POST /mcp`` proof searches (``mcp-proof-search``: ``search`` with
   ``with_proof``, ``detail=full``, the largest budget), each connection from one of 50 loopback
-  addresses (127.0.0.2–51) so that both the per-client and the global bound of ``/mcp`` are
-  reached; counted as answered when the answer is a 200, 429 or 503.
+  addresses so that both the per-client and the global bound of ``/mcp`` are reached; counted
+  as answered when the answer is a 200, 429 or 503.
 - the object pages that cost the most to render (``object-page``): each connection asks, over
   and over on one keep-alive connection, for a page of the history of objects whose revisions
   are the worst cases of a line diff (``worst_objects``).  With this kind the bench first
   measures, on the otherwise idle server, the server CPU each of those pages costs: the first
   view of each (nothing cached) and views again.
-- enrolment floods (``alexandria login``), each connection from its own loopback address
-  (127.0.0.2 to 127.0.0.251, as many clients): correctly signed requests, each by a new key
-  (``enrol-requests``: kept until the address's limit, then 429), listings signed by self-made
-  keys (``enrol-listing``: 403) and requests whose proof is another key's (``enrol-forged``).
+- enrolment floods (``alexandria login``), each connection from its own loopback address:
+  correctly signed requests, each by a new key (``enrol-requests``: kept until the address's
+  limit, then 429), listings signed by self-made keys (``enrol-listing``: 403) and requests
+  whose proof is another key's (``enrol-forged``).
 
-Prints p50/p95/max of each ordinary kind in both phases, the p95 ratio against the 5x target,
-and how many hostile requests of each kind were answered.
+Every hostile connection comes from another loopback address than the measured client's
+(127.0.0.1): 127.0.0.2 onwards, one a connection up to 250 (50 for ``/mcp``).  Each sends its
+next request the moment its last is answered (or, for the refused ones, held: ``api/guard.py``),
+over a new connection but for ``object-page``.
+
+Prints p50/p95/max of each ordinary kind in both phases, the p95 ratio against the target, how
+many hostile requests of each kind were answered, and the CPU the server spent (idle and during
+the flood) and the flood process itself (its share of a core: on a 2-core machine it competes
+with the server).
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ from typing import Any
 import httpx
 
 from bench.admission import build
-from bench.serving import free_port, process_cpu_precise, wait_ready
+from bench.serving import free_port, process_cpu, process_cpu_precise, wait_ready
 
 NESTED = b'{"record":' + b"[" * 20_000 + b"]" * 20_000 + b',"signature":{}}'
 SLOW = ("trickle-head", "half-body", "silent")
@@ -76,6 +83,8 @@ DEFAULT_KINDS = KINDS[:8]
 #: The p95 ratio each kind must keep (flooded over idle); the strictest of the kinds run counts.
 TARGETS = {"object-page": 3.0, "mcp-proof-search": 3.0, **dict.fromkeys(ENROL, 3.0)}
 DEFAULT_TARGET = 5.0
+#: where the flood process reports its CPU (the share of a core over its whole run)
+CPU_KEY = "cpu"
 #: What one view of the worst object page may cost the server, in CPU milliseconds.
 PAGE_CPU_TARGET_MS = 50.0
 
@@ -137,10 +146,9 @@ def _enrolment_payloads(pin: str) -> dict[str, list[bytes]]:
 
 async def _hostile_connection(port: int, kind: str, payloads: dict[str, Any],
                               counts: dict[str, int], stop: Any, index: int = 0) -> None:
-    # an /mcp flood comes from 50 clients, an enrolment flood from one loopback address per
-    # connection
-    local = ((f"127.0.0.{2 + index % MCP_SOURCES}", 0) if kind == "mcp-proof-search"
-             else (f"127.0.0.{2 + index % 250}", 0) if kind in ENROL else None)
+    # the flood never comes from the ordinary client's address (127.0.0.1): an /mcp flood from
+    # 50 clients, every other kind from one loopback address per connection (up to 250)
+    local = (f"127.0.0.{2 + index % (MCP_SOURCES if kind == 'mcp-proof-search' else 250)}", 0)
     sent = index * 16  # connections start apart in the pool of bodies
     while not stop.is_set():
         try:
@@ -218,7 +226,9 @@ def hostile_process(port: int, connections: int, kinds: tuple[str, ...], stop: A
             for i in range(connections)))
         return counts
 
-    out.put(asyncio.run(main()))
+    cpu, wall = time.process_time(), time.monotonic()
+    counts: dict[str, Any] = asyncio.run(main())
+    out.put({**counts, CPU_KEY: (time.process_time() - cpu) / (time.monotonic() - wall)})
 
 
 def _measure(client: httpx.Client, bodies: list[bytes], reads: list[str]
@@ -352,7 +362,9 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...],
                 if "object-page" in kinds:
                     pages = worst_objects(client, b"bench-admission")
                     cpu = page_cpu(client, server.pid, pages, f"/objects/{ids[0]}")
+                t0, idle_cpu = time.monotonic(), process_cpu(server.pid)
                 idle, idle_failed = _measure(client, bodies[204:204 + requests], ids)
+                idle_cpu = (process_cpu(server.pid) - idle_cpu) / (time.monotonic() - t0)
                 payloads: dict[str, Any] = {
                     **(_enrolment_payloads(f.genesis.pin) if set(kinds) & set(ENROL) else {}),
                     "nested": _request("/api/entries", NESTED),
@@ -373,7 +385,9 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...],
                 try:
                     time.sleep(3)  # every hostile connection open and busy
                     t0 = time.monotonic()
+                    server_cpu = process_cpu(server.pid)
                     flooded, flood_failed = _measure(client, bodies[204 + requests:], ids)
+                    server_cpu = process_cpu(server.pid) - server_cpu
                     flood_seconds = time.monotonic() - t0
                 except BaseException:  # the flood never outlives the bench
                     flood.terminate()
@@ -399,10 +413,13 @@ def run(hostile: int, requests: int, front_end: str, kinds: tuple[str, ...],
               + ", ".join(f"{k} {answered.get(k, 0)}" for k in kinds)
               + (f" (and {answered['object-page busy']} 503 PAGES_BUSY)"
                  if "object-page busy" in answered else ""))
+        flood_cpu = answered.pop(CPU_KEY)
         statuses = {k: v for k, v in answered.items()
                     if k not in kinds and k != "object-page busy"}
         if statuses:
             print("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+        print(f"CPU: the server {idle_cpu:.0%} of a core idle, {server_cpu / flood_seconds:.0%}"
+              f" during the flood; the flood process {flood_cpu:.0%} of a core over its run")
     if cpu is not None:
         print(f"server CPU per object page view ({WORST_OBJECTS} objects x {WORST_REVISIONS}"
               f" revisions per case; target at most {PAGE_CPU_TARGET_MS:.0f} ms):")

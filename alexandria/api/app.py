@@ -23,6 +23,7 @@ from alexandria.api import objects as object_api
 from alexandria.api import personal as personal_api
 from alexandria.api import read as read_api
 from alexandria.api import write as write_api
+from alexandria.api.guard import Guard, RefusalBudgets
 from alexandria.api.http import EXCEPTION_HANDLERS
 from alexandria.api.mcp.http import McpMount
 from alexandria.api.origin import Origin
@@ -47,12 +48,15 @@ AUTHORITY = Route("/api/authority", authority, methods=["GET", "POST"])
 def create_app(
     library: Library, manage_lifecycle: bool = True, origin: Origin | None = None,
     server_timing: bool = False, query_timeout_s: float | None = query_budget.DEFAULT_S,
+    refusals: RefusalBudgets | None = None,
 ) -> Starlette:
     """``manage_lifecycle``: open the storage on startup and close it on shutdown.  ``origin``:
     what the contract and the OpenAPI document advertise (``api/origin.py``).
     ``server_timing``: pages carry ``Server-Timing`` (the operator's choice: it tells anyone
     how long the server worked on a request).  ``query_timeout_s``: each read's time budget
-    (``store/query_budget.py``), None for none."""
+    (``store/query_budget.py``), None for none.  ``refusals``: each client's budget of refusals
+    answered at once, beyond which they are held (``api/guard.py``; ``alexandria serve``'s
+    workers have one); None: never held.  The head limit holds either way."""
     library.storage.query_timeout_s = query_timeout_s
 
     @contextlib.asynccontextmanager
@@ -74,7 +78,9 @@ def create_app(
             metrics_api.worker_exited()
 
     # the read tools for agents, at /mcp (docs/mcp.md); with witnesses, their quorum is required
-    mcp = McpMount(library.genesis, library.cosigning.policy())
+    trust_proxy_headers = (origin or Origin()).trust_proxy_headers
+    mcp = McpMount(library.genesis, library.cosigning.policy(),
+                   trust_proxy_headers=trust_proxy_headers)
     routes = [mcp.route, *write_api.routes, *batch_api.routes, *read_api.routes,
               *personal_api.routes, *changes_api.routes, *log_api.routes, *lookup_api.routes,
               AUTHORITY,
@@ -83,7 +89,10 @@ def create_app(
     app = Starlette(
         routes=routes,
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[Middleware(metrics_api.RequestTimer, routes=routes)],
+        middleware=[
+            Middleware(Guard, trust_proxy_headers=trust_proxy_headers, budgets=refusals),
+            Middleware(metrics_api.RequestTimer, routes=routes),
+        ],
         lifespan=lifespan,
     )
     # a trailing-slash redirect would send the client to an address built from its own Host

@@ -14,6 +14,7 @@ from alexandria.errors import (
     Conflict,
     DiskFull,
     Failed,
+    HeadTooLarge,
     Internal,
     Invalid,
     Malformed,
@@ -47,6 +48,7 @@ HTTP: dict[type[AlexandriaError], Answer] = {
     WrongContentType: Answer(415),
     Invalid: Answer(422),
     UnsafeNumber: Answer(422),
+    HeadTooLarge: Answer(431),
     RateLimited: Answer(429),
     ClientBusy: Answer(429),
     # failed: the service could not do its part

@@ -2,8 +2,10 @@
 supervisor (``supervisor.py``); uvicorn only for bench/'s comparisons.
 
 What a stranger's connection may cost the public server (docs/deployment.md).  Granian's
-HTTP/1 reads a request head into a buffer of at most HEAD_BUFFER_BYTES (a bigger head is
-answered 431 and closed) and closes a connection whose head has not arrived HEAD_TIMEOUT_MS
+HTTP/1 reads a request head into a buffer of at most HEAD_BUFFER_BYTES (a head that fills it
+unfinished is answered 431 and closed; the buffer grows by whole reads, so a head sent in one
+piece can pass it, and the app refuses every head beyond the same size: ``api/guard.py``) and
+closes a connection whose head has not arrived HEAD_TIMEOUT_MS
 after it opened or after its previous answer: a silent, a trickling or an idle keep-alive
 connection.  A body has ``api/http.BODY_TIMEOUT_S`` to arrive.  Each worker serves at most
 MAX_CONNECTIONS connections at once (Granian's "backpressure" counts connections, not
@@ -18,6 +20,7 @@ import functools
 import os
 import resource
 import signal
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -38,6 +41,7 @@ HEAD_TIMEOUT_MS = 10_000
 MAX_CONNECTIONS = 2048
 BACKLOG = 2048
 FILE_LIMIT = 8192
+WORKER_SWITCH_INTERVAL = 0.0005  # seconds, in the HTTP worker processes
 #: Granian's crash-loop rule: a worker that dies again this soon after its restart stops the
 #: server (granian/server/common.py, ``_serve_loop``)
 CRASH_LOOP_S = 5.5
@@ -75,6 +79,10 @@ def granian_worker(parent: int, *args: Any, **kwargs: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the main process stops us
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    # the event loop answers ordinary requests while threads do the heavy work (/mcp's checks,
+    # pages rendered off the loop): with the default 5 ms switch interval a thread that has the
+    # GIL keeps the loop waiting up to 5 ms at every hand-over
+    sys.setswitchinterval(WORKER_SWITCH_INTERVAL)
     die_with_parent(signal.SIGKILL, parent)
     forget_dead_workers()
     MPServer._spawn_asgi_lifespan_worker(*args, **kwargs)

@@ -58,6 +58,7 @@ WIRE = [
     (errors.UnsafeNumber, "FLOAT_NOT_ALLOWED", 422, None),
     (errors.RateLimited, "RATE_LIMITED", 429, None),
     (errors.ClientBusy, "CLIENT_BUSY", 429, None),
+    (errors.HeadTooLarge, "HEAD_TOO_LARGE", 431, None),
     (errors.Failed, "SERVICE_ERROR", 503, None),
     (errors.QueryTimeout, "QUERY_TIMEOUT", 503, None),
     (errors.ServerBusy, "SERVER_BUSY", 503, None),

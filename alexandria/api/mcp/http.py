@@ -10,10 +10,12 @@ library's own genesis exactly as a remote reader would check them.
 Anyone may call, so a call's cost is bounded twice over.  What a record's checks found is
 remembered (``checks.Verifier``: per record served and per checkpoint), so the same proofs are
 not recomputed for every stranger asking.  And ``tools/call`` requests run at most
-``CALLS_PER_CLIENT`` at once per client address, ``CALLS`` at once in all, and all together
-within ``SHARE`` of the time (per worker process): beyond that a call is answered at once,
-before any work, ``429 CLIENT_BUSY`` or ``503 SERVER_BUSY`` with ``Retry-After``.  The body
-is read (bounded, with the body timeout) before a place is taken, so a slow sender holds none.
+``CALLS_PER_CLIENT`` at once per client address (``api/client_address.py``: an IPv6 client
+by its /64, the proxy's forwarded address with ``serve --trust-proxy-headers``), ``CALLS`` at
+once in all, and all together within ``SHARE`` of the time (per worker process): beyond that a
+call is answered at once, before any work, ``429 CLIENT_BUSY`` or ``503 SERVER_BUSY`` with
+``Retry-After``.  The body is read (bounded, with the body timeout) before a place is taken, so
+a slow sender holds none.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Message
 
+from alexandria.api.client_address import client_address
 from alexandria.api.http import error_response, query_params, read_body
 from alexandria.api.mcp.server import build_server
 from alexandria.api.mcp.source import AppSource
@@ -47,7 +50,7 @@ CALLS_PER_CLIENT = 1
 hundred milliseconds of CPU when nothing of it is remembered yet)."""
 CALLS = 2
 """Tool calls running at once in one worker process, all clients together."""
-SHARE = 0.25
+SHARE = 0.1
 """The share of a worker's time tool calls may take, all together, measured as the time each
 takes: beyond it calls wait their turn (``SERVER_BUSY``) until the budget has refilled.  The
 checks run in the process that also serves every other route, so this — not the number of
@@ -143,16 +146,17 @@ class McpMount:
     transport for the app's lifetime."""
 
     def __init__(self, genesis: Genesis, witnesses: WitnessPolicy | None = None,
-                 limits: CallLimits | None = None) -> None:
+                 limits: CallLimits | None = None, trust_proxy_headers: bool = False) -> None:
         self.genesis = genesis
         self.witnesses = witnesses
         self.limits = limits or CallLimits()
+        self.trust_proxy_headers = trust_proxy_headers  # whose address a call is counted to
         self._manager: StreamableHTTPSessionManager | None = None
         self.route = Route(PATH, self, methods=["POST"])  # self: an ASGI app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         request = Request(scope, receive)
-        client = request.client.host if request.client else "unknown"
+        client, _shown = client_address(request, self.trust_proxy_headers)
         with contextlib.ExitStack() as held:
             try:
                 query_params(request, ())  # no query parameters: UNKNOWN_PARAMETER, as anywhere
