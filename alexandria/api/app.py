@@ -62,7 +62,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         if manage_lifecycle:
-            await library.open()
+            await library.open_when_reachable()
         try:
             async with (
                 background_signer(library),

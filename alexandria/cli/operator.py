@@ -48,7 +48,9 @@ from alexandria.service.operator_dir import (
     revocation,
 )
 from alexandria.service.supervisor import Stopped, Supervisor
+from alexandria.store.backends import open_readonly
 from alexandria.store.migrations import check_database
+from alexandria.store.postgresql import is_database_url
 from alexandria.store.query_budget import DEFAULT_S
 
 if TYPE_CHECKING:
@@ -138,6 +140,11 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
     origin = Origin(public_url(args.public_url) if args.public_url else None,
                     args.trust_proxy_headers, listen_url(args.host, args.port))
     check_database(args.db or DataDir(Path(args.data_dir)).db)  # an old leaf format: refused
+    if args.db and is_database_url(args.db):
+        # an unreachable database is refused now, at start; an HTTP worker restarted later
+        # during an outage waits for it instead (``Library.open_when_reachable``)
+        with open_readonly(args.db):
+            pass
     if args.read_db and not args.genesis:
         raise UsageError("--read-db goes with --genesis and --db postgresql://…")
     if args.genesis:

@@ -19,7 +19,7 @@ from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import Genesis
-from alexandria.errors import AdmissionTimeout, Failed, NotPermitted
+from alexandria.errors import AdmissionTimeout, Failed, NotPermitted, StorageUnavailable
 from alexandria.reads.changes import DEFAULT_LIMITS, Limits
 from alexandria.reads.log import latest_checkpoint
 from alexandria.rules.admission import Candidate
@@ -35,6 +35,9 @@ from alexandria.store.outage import describe, outage_of
 
 T = TypeVar("T")
 log = logging.getLogger("alexandria.storage")
+#: how long a process that cannot open its library waits before it tries again: first, at most
+OPEN_RETRY_FIRST_S = 0.25
+OPEN_RETRY_MAX_S = 2.0
 
 #: how long an admission (or an authority document) may wait for the writer before it is
 #: answered 503 ``ADMISSION_TIMEOUT`` (``serve --admission-deadline``)
@@ -177,6 +180,34 @@ class Library:
         published = PublishedCheckpoint(path_for(log_key_path)) if log_key_path else None
         return cls(genesis, storage_for(db_path, genesis, read_db), log_key,
                    published=published)
+
+    async def open_when_reachable(self) -> None:
+        """``open``, waiting while the database cannot be reached: an HTTP worker restarted
+        during a database outage waits for it (one log line when it starts waiting, one when
+        it opens) instead of failing its start, which would stop the whole server as a crash
+        loop.  The server's other processes answer meanwhile; every other failure to open is
+        raised at once."""
+        pause = OPEN_RETRY_FIRST_S
+        began: float | None = None
+        while True:
+            try:
+                await self.open()
+            except Exception as exc:
+                if not isinstance(outage_of(exc), StorageUnavailable):
+                    raise
+                with contextlib.suppress(Exception):
+                    await self.close()
+                if began is None:
+                    began = time.monotonic()
+                    log.warning("%s: cannot open the library (%s); retrying until the database"
+                                " can be reached", self.storage.path, describe(exc))
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, OPEN_RETRY_MAX_S)
+                continue
+            if began is not None:
+                log.warning("%s: library opened after %.1f s of waiting for the database",
+                            self.storage.path, time.monotonic() - began)
+            return
 
     async def open(self) -> None:
         await self.storage.open()

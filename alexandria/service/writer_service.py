@@ -337,6 +337,7 @@ class WriterClient:
                 _transport, self._frames = await loop.create_unix_connection(
                     lambda: _Frames(self._answered, self._gone), self._path
                 )
+                self._lost = None  # connected again (a library opened after a failed open)
                 return
             except ConnectionRefusedError:
                 refused = loop.time() if refused is None else refused

@@ -33,6 +33,7 @@ from tests.support.admission import claim, space
 from tests.support.library import Clock, serve_library
 from tests.support.liveserver import Server, stop_group, write_library_files
 from tests.support.ops import Writer, cli, wait_for
+from tests.support.processes import http_workers, wait_for_workers
 
 pytestmark = pytest.mark.slow
 
@@ -110,10 +111,7 @@ def stopped(server: Server, writer: Writer, client: httpx.Client) -> str:
 
 # --- PostgreSQL crashes during admissions --------------------------------------------------------
 
-@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.xfail(
-    reason="open defect: with two HTTP workers the server sometimes exits (connection refused)"
-    " within a second of PostgreSQL stopping, about one full-suite run in three; cause not yet"
-    " found", strict=False))])
+@pytest.mark.parametrize("workers", [1, 2])
 def test_postgresql_crash_during_admissions(tmp_path: Path, founding: Founding,
                                             workers: int) -> None:
     """PostgreSQL stopped the hard way (``pg_ctl stop -m immediate``: every process killed,
@@ -177,6 +175,58 @@ def test_postgresql_crash_during_admissions(tmp_path: Path, founding: Founding,
         # when the server stops, the other having answered the checkpoint
         began, ended = episode_lines(stderr, "writes", "STORAGE_UNAVAILABLE")
         assert 1 <= began <= workers + (workers > 1) and 1 <= ended <= began, stderr[-4000:]
+        assert_all_kept(founding, url, writer.acknowledged, tmp_path)
+
+
+def test_an_http_worker_restarted_during_a_postgresql_outage_waits_for_the_database(
+        tmp_path: Path, founding: Founding) -> None:
+    """An HTTP worker that dies while PostgreSQL is down is restarted; the new worker cannot
+    open the library yet and waits for the database (one log line) instead of failing its
+    start, which Granian would take for a crash loop and stop the whole server.  The other
+    worker answers typed 503s meanwhile; once PostgreSQL is back both serve, and nothing
+    acknowledged is lost."""
+    if pgcluster.binaries() is None:
+        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+    genesis, log_key = write_library_files(founding, tmp_path)
+    with pgcluster.cluster(durable=True) as own:
+        url = own.database()
+        server = Server(genesis, url, log_key, workers=2)
+        writer = Writer(founding, server.url)
+        client = httpx.Client(base_url=server.url, timeout=30)
+        try:
+            writer.admit_authorities()
+            writer.publish(3)
+            before = wait_for_workers(server, 2)
+            own.stop("immediate")
+            os.kill(before[0], signal.SIGKILL)
+            # the restarted worker outlives Granian's crash-loop window (5.5 s), still waiting
+            deadline = time.monotonic() + 12
+            while time.monotonic() < deadline:
+                assert server.proc.poll() is None, "the server stopped during the outage"
+                time.sleep(0.2)
+            assert len(http_workers(server)) == 2
+            assert_typed_503(client.post("/api/entries", content=next_envelope(writer)),
+                             "STORAGE_UNAVAILABLE")
+            own.resume()
+            wait_for(lambda: all(client.get("/healthz").status_code == 200 for _ in range(6)),
+                     30, "every worker ready once PostgreSQL is back")
+            wait_for(lambda: _admits(writer), 30, "admissions resume once PostgreSQL is back")
+            writer.publish(3)
+            for rev in writer.acknowledged:
+                assert client.get(f"/api/entries/{rev}").status_code == 200
+            wait_for(lambda: all(client.get("/api/log/checkpoint").status_code == 200
+                                 for _ in range(4)), 30, "checkpoints once PostgreSQL is back")
+        except BaseException as failure:
+            stderr = stopped(server, writer, client)
+            failure.add_note(f"the server's exit status: {server.proc.returncode}; its stderr:\n"
+                             + stderr)
+            raise
+        stderr = stopped(server, writer, client)
+        assert server.proc.returncode == 0, stderr[-4000:]
+        # the restarted worker says once that it waits and once that it opened
+        waited = stderr.count("retrying until the database can be reached")
+        assert waited >= 1 and stderr.count("library opened after") == waited, stderr[-4000:]
+        assert "Traceback" not in stderr, stderr[-4000:]
         assert_all_kept(founding, url, writer.acknowledged, tmp_path)
 
 

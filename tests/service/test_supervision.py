@@ -27,6 +27,7 @@ from alexandria.service.bootstrap import Founding
 from alexandria.service.supervisor import RUN_DIR_PREFIX, stale_run_dirs
 from tests.support.live import gapless_log
 from tests.support.liveserver import NewDb, Server, serving, write_library_files
+from tests.support.processes import http_workers, wait_for_workers, writer_pid
 
 #: a stop must end within the supervisor's deadline (10 s) plus this machine's slack
 STOP_S = 20.0
@@ -61,44 +62,6 @@ def kill_session(sid: int) -> None:
     for pid in session_processes(sid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-def children(pid: int) -> list[int]:
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError):
-                found += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text()
-                          .split()]
-    return found
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def writer_pid(server: Server) -> int:
-    writers = [p for p in children(server.proc.pid) if b"spawn_main" in _cmdline(p)]
-    assert len(writers) == 1, writers
-    return writers[0]
-
-
-def http_workers(server: Server) -> list[int]:
-    """Granian's workers: forked from the main process, so run by the same command line."""
-    main = _cmdline(server.proc.pid)
-    return [p for p in children(server.proc.pid) if _cmdline(p) == main]
-
-
-def wait_for_workers(server: Server, count: int, timeout: float = 60) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while len(workers := http_workers(server)) != count:
-        assert time.monotonic() < deadline, f"{len(workers)} HTTP workers, not {count}"
-        assert server.proc.poll() is None, f"the server exited ({server.proc.returncode})"
-        time.sleep(0.05)
-    return workers
 
 
 def port_free(port: int) -> bool:
