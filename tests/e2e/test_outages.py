@@ -230,6 +230,20 @@ def test_an_http_worker_restarted_during_a_postgresql_outage_waits_for_the_datab
         assert_all_kept(founding, url, writer.acknowledged, tmp_path)
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_refuses_an_unreachable_postgresql_at_start(
+        tmp_path: Path, founding: Founding, workers: str) -> None:
+    """At the first start nothing waits: an unreachable database is exit status 1 with
+    ``STORAGE_UNAVAILABLE`` at once (only a worker restarted later waits for it)."""
+    genesis, log_key = write_library_files(founding, tmp_path)
+    url = f"postgresql://postgres@/library?host={tmp_path / 'no-server-here'}"
+    started = time.monotonic()
+    out = cli("serve", "--genesis", str(genesis), "--db", url, "--log-key", str(log_key),
+              "--port", "0", "--workers", workers, check=False)
+    assert out.returncode == 1 and "STORAGE_UNAVAILABLE" in out.stderr, out.stderr
+    assert time.monotonic() - started < 30
+
+
 # --- a full disk -------------------------------------------------------------------------------
 
 @contextlib.contextmanager
