@@ -72,6 +72,15 @@ def head_bytes(scope: Scope) -> int:
     return size
 
 
+def refusal_budgets(burst: int | None) -> RefusalBudgets:
+    """The budgets of ``serve --refusal-burst``: ``burst`` refusals per client answered at
+    once (and five times as many for all clients together, at least the default's), refilled
+    at the default pace; None: the defaults."""
+    if burst is None:
+        return RefusalBudgets()
+    return RefusalBudgets(burst=burst, total_burst=max(ALL_REFUSAL_BURST, 5 * burst))
+
+
 class RefusalBudgets:
     """Refusals answered at once: per client a bucket of ``burst``, refilled at ``per_second``,
     and one bucket of ``total_burst`` for all clients together, refilled at

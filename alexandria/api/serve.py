@@ -134,7 +134,7 @@ def run(config: ServeConfig, front_end: str = "granian",
 def app_for(config: ServeConfig) -> object:
     """The app of one HTTP worker process (``ServeConfig.app``)."""
     from alexandria.api.app import create_app
-    from alexandria.api.guard import RefusalBudgets
+    from alexandria.api.guard import refusal_budgets
 
     library = Library.from_files(config.genesis, config.db, config.log_key, config.read_db)
     if config.witnesses:
@@ -146,4 +146,5 @@ def app_for(config: ServeConfig) -> object:
     origin = Origin(config.public_url, config.trust_proxy_headers,
                     listen_url(config.host, config.port))
     return create_app(library, origin=origin, server_timing=config.server_timing,
-                      query_timeout_s=config.query_timeout_s, refusals=RefusalBudgets())
+                      query_timeout_s=config.query_timeout_s,
+                      refusals=refusal_budgets(config.refusal_burst))

@@ -112,6 +112,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="stop a read that takes longer and answer it 503 QUERY_TIMEOUT with"
                    " Retry-After, so one slow query cannot hold a reader (default: 2; 0: no"
                    " limit)")
+    p.add_argument("--refusal-burst", type=int, default=None, metavar="N",
+                   help="refusals (4xx, 5xx answers) a client address gets at once before"
+                   " each further one is held 2 s, pacing a flood of refused requests"
+                   " (default: 20, refilled one per 5 s; docs/deployment.md)")
     p.add_argument("--server-timing", action="store_true",
                    help="send Server-Timing (the server's time per page) with every page;"
                    " off by default, as it tells anyone what each request cost")
@@ -194,6 +198,8 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
     access_log = sys.stdout.isatty() if args.access_log is None else args.access_log
     if args.admission_deadline is not None and not args.admission_deadline > 0:
         raise UsageError("--admission-deadline is a number of seconds above 0")
+    if args.refusal_burst is not None and args.refusal_burst < 1:
+        raise UsageError("--refusal-burst is a number of refusals, at least 1")
     config = ServeConfig(
         genesis=genesis, db=str(db), log_key=log_key, read_db=args.read_db,
         witnesses=tuple(args.witness), witness_quorum=args.witness_quorum,
@@ -201,6 +207,7 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
         host=args.host, port=args.port, workers=workers, dedicated_writer=args.writer_process,
         access_log=access_log, server_timing=args.server_timing,
         query_timeout_s=query_timeout, admission_deadline_s=args.admission_deadline,
+        refusal_burst=args.refusal_burst,
     )
     run(config, args.front_end, supervisor)
 

@@ -101,6 +101,9 @@ class ServeConfig:
     #: how long an admission may wait for the writer (``serve --admission-deadline``; None:
     #: the library's default)
     admission_deadline_s: float | None = None
+    #: refusals a client address gets answered at once before its refusals are held
+    #: (``serve --refusal-burst``; ``api/guard.py``; None: the guard's default)
+    refusal_burst: int | None = None
     #: ``module:function`` that builds a worker's ASGI app from this config
     app: str = "alexandria.api.serve:app_for"
     #: the writer process's socket, once it listens (None: the workers admit themselves)

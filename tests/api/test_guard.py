@@ -32,6 +32,7 @@ from alexandria.api.guard import (
     Guard,
     RefusalBudgets,
     head_bytes,
+    refusal_budgets,
 )
 from alexandria.api.mcp.http import McpMount
 from alexandria.api.origin import Origin
@@ -41,6 +42,7 @@ from alexandria.service.enrolment import PER_ADDRESS, signed_bytes
 from alexandria.service.library import Library
 from alexandria.store.backends import storage_for
 from tests.support.liveserver import Server, serving, write_library_files
+from tests.support.ops import cli
 
 FAST_S = HOLD_S / 2  # an answer not held comes well within this, even on a loaded machine
 
@@ -240,6 +242,22 @@ def test_a_flood_from_many_addresses_spends_the_budget_of_all() -> None:
     now = time.monotonic()
     within = sum(budgets.take(f"10.1.0.{i}", now) for i in range(200))
     assert within == 50
+
+
+def test_the_operator_sets_the_burst_per_client() -> None:
+    """``serve --refusal-burst N``: N refusals a client at once (and at least five times as
+    many for all clients together); without it, the defaults."""
+    now = time.monotonic()
+    default = refusal_budgets(None)
+    assert sum(default.take("10.2.0.1", now) for _ in range(100)) == REFUSAL_BURST
+    wide = refusal_budgets(500)
+    assert sum(wide.take("10.2.0.1", now) for _ in range(1000)) == 500
+    assert wide.total_burst >= 5 * 500
+
+
+def test_serve_refuses_a_refusal_burst_below_one(tmp_path: Path) -> None:
+    out = cli("serve", "--refusal-burst", "0", "--port", "0", check=False)
+    assert out.returncode == 2 and "--refusal-burst" in out.stderr, out.stderr
 
 
 # --- /mcp counts a call to the client the proxy forwarded -----------------------------------
