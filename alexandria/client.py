@@ -164,7 +164,7 @@ def check_library_url(url: str) -> str:
     library's own: a URL copied from a browser's ``/api/…`` address works."""
     if has_credentials(url):
         raise Malformed(f"{redact_url(url)}: a library URL carries no user name or password",
-                         "CREDENTIALS_IN_URL", url=redact_url(url))
+                        "CREDENTIALS_IN_URL", url=redact_url(url))
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises ValueError on a bad port)
@@ -173,7 +173,7 @@ def check_library_url(url: str) -> str:
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
             or parts.query or parts.fragment:
         raise Malformed(f"{url[:200]!r} is not a library URL (http://HOST[:PORT])", "BAD_URL",
-                         url=url[:200])
+                        url=url[:200])
     base = url.rstrip("/")
     return base.removesuffix("/api") if parts.path.rstrip("/").endswith("/api") else base
 
@@ -293,7 +293,7 @@ class Client:
         if _CONTROL.search(target) or _CONTROL.search(method) \
                 or any(_CONTROL.search(f"{k}{v}") for k, v in headers.items()):
             raise Malformed(f"{where[:200]!r}: a request holds no control character",
-                             "BAD_REQUEST_TARGET")
+                            "BAD_REQUEST_TARGET")
         limit = self.max_answer_bytes if max_bytes is None else max_bytes
         for attempt in (1, 2):
             if self._aborted:

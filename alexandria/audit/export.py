@@ -67,8 +67,8 @@ def _server_checkpoints(fetch: Fetch, upto: int) -> Iterator[tuple[int, str]]:
         following = page["next"]
         if following is not None and (type(following) is not int or following <= after):
             raise Failed(f"the server's page of checkpoints after {after} names next"
-                               f" {str(following)[:40]}: it does not advance", "BAD_PAGE",
-                               after=after)
+                         f" {str(following)[:40]}: it does not advance", "BAD_PAGE",
+                         after=after)
         after = following
 
 

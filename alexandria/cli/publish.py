@@ -564,10 +564,10 @@ def _edit(editor: str, text: str, head: str) -> str | None:
             status = subprocess.call([*shlex.split(editor), path])
         except (OSError, ValueError) as exc:
             raise Malformed(f"cannot run the editor ({editor}): {exc}; nothing was published",
-                             "EDITOR_FAILED", editor=editor) from exc
+                            "EDITOR_FAILED", editor=editor) from exc
         if status != 0:
             raise Malformed(f"the editor ({editor}) exited with status {status}; nothing was"
-                             " published", "EDITOR_FAILED", editor=editor, status=status)
+                            " published", "EDITOR_FAILED", editor=editor, status=status)
         edited = Path(path).read_text()
     finally:
         Path(path).unlink(missing_ok=True)

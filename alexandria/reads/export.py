@@ -29,10 +29,10 @@ def iter_db(path: str | Path) -> Iterator[bytes]:
             row = conn.execute("SELECT value FROM meta WHERE key = 'genesis'").fetchone()
         except sqlite3.DatabaseError as exc:
             raise Failed(f"{display(path)} is not an Alexandria database",
-                               "NOT_A_LIBRARY") from exc
+                         "NOT_A_LIBRARY") from exc
         if row is None:
             raise Failed(f"{display(path)} is not an Alexandria database",
-                               "NOT_A_LIBRARY")
+                         "NOT_A_LIBRARY")
         check_leaf_format(conn, display(path))
         size = tree_size(conn)
         yield header_line(orjson.loads(row[0]), size)

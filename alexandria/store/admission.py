@@ -342,7 +342,7 @@ def replay_one(conn: sqlite3.Connection, ledger: Ledger, e: Replayed) -> None:
     size, last_ms = ledger.memory.tail(conn)
     if e.sequence != size + 1:
         raise Failed(f"entry {e.sequence} does not follow the log's {size} leaves",
-                           "REPLAY_OUT_OF_ORDER", sequence=e.sequence, tree_size=size)
+                     "REPLAY_OUT_OF_ORDER", sequence=e.sequence, tree_size=size)
     if e.admitted_ms < last_ms:
         raise Failed("admitted_at is before the previous entry's", "ADMITTED_AT_ORDER")
     if e.candidate is not None:
@@ -352,7 +352,7 @@ def replay_one(conn: sqlite3.Connection, ledger: Ledger, e: Replayed) -> None:
         verdict = decide(state_view(conn, ledger), cand, e.admitted_ms)
         if isinstance(verdict, Retry):  # the server answers a retry without a new leaf
             raise Malformed("the same contribution was already admitted",
-                             "DUPLICATE_ENTRY", first=verdict.sequence)
+                            "DUPLICATE_ENTRY", first=verdict.sequence)
         sequence, _ = append_leaf(conn, ledger.memory, "contribution", cand.document, e.admitted_ms,
                                         record_pieces(cand, verdict))
         store_contribution(conn, ledger.memory, cand, verdict, sequence)
@@ -364,7 +364,7 @@ def replay_one(conn: sqlite3.Connection, ledger: Ledger, e: Replayed) -> None:
     result = admit_authority(conn, ledger, prepared, e.admitted_ms)
     if not result.created:
         raise Malformed(f"the same document was already admitted at {result.sequence}",
-                         "DUPLICATE_ENTRY")
+                        "DUPLICATE_ENTRY")
 
 
 def record_pieces(cand: Candidate, verdict: Verdict) -> tuple[str, str, int, int]:

@@ -33,7 +33,7 @@ def storage_for(db: str | Path, genesis: Genesis, read_db: str | None = None) ->
         return postgres_storage(str(db), genesis, read_db)
     if read_db is not None:
         raise Malformed("--read-db (a streaming replica for reads) needs --db postgresql://…",
-                         "USAGE")
+                        "USAGE")
     return sqlite_storage(db, genesis)
 
 
@@ -60,7 +60,7 @@ def open_readonly(db: str | Path) -> Iterator[sqlite3.Connection]:
             raw = connection.connect(str(db), read_only=True)
         except psycopg.Error as exc:
             raise Failed(f"cannot connect to {display(db)}: {exc}".strip(),
-                               "STORAGE_UNAVAILABLE", db=display(db)) from exc
+                         "STORAGE_UNAVAILABLE", db=display(db)) from exc
         try:
             # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
             yield cast(sqlite3.Connection,

@@ -59,10 +59,10 @@ def _describe(conn: sqlite3.Connection, path: Path | str) -> tuple[str, int]:
         row = conn.execute("SELECT value FROM meta WHERE key = 'genesis_pin'").fetchone()
     except sqlite3.DatabaseError as exc:
         raise Malformed(f"{path} is not an Alexandria database: {exc}", "NOT_A_LIBRARY",
-                         path=str(path)) from exc
+                        path=str(path)) from exc
     if row is None:
         raise Malformed(f"{path} is not an Alexandria database", "NOT_A_LIBRARY",
-                         path=str(path))
+                        path=str(path))
     return str(row[0]), tree_size(conn)
 
 
@@ -80,7 +80,7 @@ def _copy(source: sqlite3.Connection, target: Path) -> None:
     """Everything in ``source`` (one consistent snapshot) into a new file ``target``."""
     if not target.parent.is_dir():
         raise Malformed(f"{target.parent}: no such directory", "NO_DIRECTORY",
-                         path=str(target.parent))
+                        path=str(target.parent))
     target.unlink(missing_ok=True)
     try:
         dest = sqlite3.connect(target)
@@ -127,14 +127,14 @@ def backup(db: str | Path, out: str | Path) -> Snapshot:
     out = Path(out)
     if out.exists():
         raise Malformed(f"{out} exists: a backup never replaces a file", "BACKUP_EXISTS",
-                         path=str(out))
+                        path=str(out))
     tmp = out.with_name(f".{out.name}.partial")
     if is_database_url(db):
         from alexandria.store.postgresql.backup import to_sqlite
 
         if not out.parent.is_dir():
             raise Malformed(f"{out.parent}: no such directory", "NO_DIRECTORY",
-                             path=str(out.parent))
+                            path=str(out.parent))
         with open_readonly(db) as conn:
             _describe(conn, display(db))
         tmp.unlink(missing_ok=True)

@@ -124,7 +124,7 @@ def _check_authority(conn: sqlite3.Connection, genesis: Genesis, key: str,
             if "native-application" in cert.roles and cert.valid_at(now_ms):
                 return
     raise NotPermitted("not a certified, unrevoked native-application authority of this"
-                    " library", "AUTHORITY_UNKNOWN", authority=key)
+                       " library", "AUTHORITY_UNKNOWN", authority=key)
 
 
 async def check_authority(storage: Storage, key: str, now_ms: int) -> None:
@@ -177,8 +177,8 @@ def _check_approval(conn: sqlite3.Connection, genesis: Genesis, code: str,
                        " once", "CODE_USED", enrolment=code)
     if cert.worker != row["worker"]:
         raise NotPermitted("the certificate is for another key than the request's",
-                        "CERTIFICATE_KEY_MISMATCH", worker=row["worker"],
-                        certificate_worker=cert.worker)
+                           "CERTIFICATE_KEY_MISMATCH", worker=row["worker"],
+                           certificate_worker=cert.worker)
     if not cert.valid_at(now_ms):
         raise NotPermitted("the certificate is not valid now", "CERTIFICATE_NOT_VALID")
 

@@ -216,7 +216,7 @@ class LedgerStorage(Storage):
                 return
             if size > tree_size(conn) or merkle.root_hash(size, node_reader(conn)) != root:
                 raise Failed(f"checkpoint {size} is not the root of the stored tree",
-                                   "LOG_INCONSISTENT")
+                             "LOG_INCONSISTENT")
             conn.execute(
                 "INSERT INTO checkpoints(size, root, note, key, signed_at) VALUES (?, ?, ?, ?, ?)",
                 (size, root, note, key, received_at),

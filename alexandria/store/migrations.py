@@ -133,7 +133,7 @@ def version_of(conn: sqlite3.Connection, path: str | Path,
         return 0
     if not {"meta", "log"} <= have.keys():
         raise Failed(f"{path} is not an Alexandria database: it has other tables",
-                           "NOT_A_LIBRARY", path=str(path))
+                     "NOT_A_LIBRARY", path=str(path))
     baseline, script = steps[0]
     want = _layout_of(script)
     if have == want:
@@ -201,6 +201,6 @@ def check_database(path: str | Path) -> int:
         return version_of(conn, path)
     except sqlite3.DatabaseError as exc:
         raise Failed(f"{path} is not an Alexandria database: {exc}",
-                           "NOT_A_LIBRARY", path=str(path)) from exc
+                     "NOT_A_LIBRARY", path=str(path)) from exc
     finally:
         conn.close()

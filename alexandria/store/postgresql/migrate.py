@@ -165,7 +165,7 @@ def migrate(source: str | Path, url: str,
     version = migrations.check_database(path)  # 1.
     if version == 0:
         raise Malformed(f"{source} is not an Alexandria database: it has no tables",
-                         "NOT_A_LIBRARY")
+                        "NOT_A_LIBRARY")
     with contextlib.ExitStack() as stack:
         if server_file:
             stack.enter_context(db_lock.exclusive(path, "migrating it"))
@@ -212,7 +212,7 @@ def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
         raw = connection.connect(url)
     except psycopg.Error as exc:
         raise Failed(f"cannot connect to the PostgreSQL database: {exc}".strip(),
-                           "STORAGE_UNAVAILABLE") from exc
+                     "STORAGE_UNAVAILABLE") from exc
     with raw:
         # no node may serve the database meanwhile: it holds the lock's shared side
         db_lock.pg_exclusive(raw, redacted(url),
@@ -226,7 +226,7 @@ def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
             if (not replace
                     and conn.execute("SELECT 1 FROM log LIMIT 1").fetchone() is not None):
                 raise Malformed("the PostgreSQL database already holds a log: migrate"
-                                 " into an empty database", "TARGET_NOT_EMPTY")
+                                " into an empty database", "TARGET_NOT_EMPTY")
             found_pin = _target_pin(conn)
             if found_pin is not None and found_pin != pin[0]:
                 raise Malformed(
