@@ -21,6 +21,7 @@ from alexandria.client import Client, ServerError, Unreachable
 from alexandria.errors import AlexandriaError
 from alexandria.service.bootstrap import Founding
 from tests.support.liveserver import NewDb, Server, serving, write_library_files
+from tests.support.loopback import accept_forever
 
 #: what the client may read past a budget before it refuses the answer: one network read
 ONE_READ = 64 * 1024
@@ -86,16 +87,10 @@ class Scripted:
         self.sock.listen(8)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._serve, daemon=True).start()
+        accept_forever(self.sock, self._connection, self._counted)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+    def _counted(self) -> None:
+        self.connections += 1
 
     def _connection(self, conn: socket.socket) -> None:
         with conn:

@@ -15,6 +15,7 @@ import pytest
 from alexandria.core.canonical import canonical
 from tests.support.cli import Library, cli, cli_json
 from tests.support.liveserver import NewDb
+from tests.support.loopback import accept_forever
 
 pytestmark = pytest.mark.slow
 
@@ -83,18 +84,10 @@ class DroppingProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        accept_forever(self.listener, self._handle)
 
     def close(self) -> None:
         self.listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     @staticmethod
     def _message(sock: socket.socket) -> bytes:

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,51 @@ def stopped(server: Server, writer: Writer, client: httpx.Client) -> str:
 
 # --- PostgreSQL crashes during admissions --------------------------------------------------------
 
+@dataclass
+class Crashable:
+    """A live server over a durable PostgreSQL cluster the test may crash (``own``), with a
+    writer publishing to it and a client; ``stderr`` is the server's, once it has stopped."""
+
+    own: pgcluster.Cluster
+    url: str
+    server: Server
+    writer: Writer
+    client: httpx.Client
+    stderr: str | None = None
+
+    def stop(self) -> str:
+        """Stop the server (once): its standard error."""
+        if self.stderr is None:
+            self.stderr = stopped(self.server, self.writer, self.client)
+        return self.stderr
+
+
+@contextlib.contextmanager
+def crashable(tmp_path: Path, founding: Founding, workers: int,
+              extra: tuple[str, ...] = ()) -> Iterator[Crashable]:
+    """``Crashable``, the server stopped at the end (or by ``Crashable.stop`` before, to check
+    what it said while the cluster still runs); a failure inside carries the server's standard
+    error."""
+    if pgcluster.binaries() is None:
+        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+    genesis, log_key = write_library_files(founding, tmp_path)
+    # durable: an acknowledged commit must survive the crash (the suite's clusters do not
+    # fsync, which a crash test cannot use)
+    with pgcluster.cluster(durable=True) as own:
+        url = own.database()
+        server = Server(genesis, url, log_key, workers=workers, extra=extra)
+        it = Crashable(own, url, server, Writer(founding, server.url),
+                       httpx.Client(base_url=server.url, timeout=30))
+        try:
+            yield it
+        except BaseException as failure:
+            stderr = it.stop()
+            failure.add_note(f"the server's exit status: {server.proc.returncode}; its stderr:\n"
+                             + stderr)
+            raise
+        it.stop()
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_postgresql_crash_during_admissions(tmp_path: Path, founding: Founding,
                                             workers: int) -> None:
@@ -119,63 +165,48 @@ def test_postgresql_crash_during_admissions(tmp_path: Path, founding: Founding,
     ``STORAGE_UNAVAILABLE`` with ``Retry-After``; ``/healthz`` and ``/metrics`` answer at once,
     not ready; once PostgreSQL is back the node admits again by itself, and nothing
     acknowledged is lost."""
-    if pgcluster.binaries() is None:
-        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
-    genesis, log_key = write_library_files(founding, tmp_path)
-    # durable: an acknowledged commit must survive the crash (the suite's clusters do not
-    # fsync, which a crash test cannot use)
-    with pgcluster.cluster(durable=True) as own:
-        url = own.database()
-        server = Server(genesis, url, log_key, workers=workers,
-                        extra=("--admission-deadline", "5"))
-        writer = Writer(founding, server.url)
-        client = httpx.Client(base_url=server.url, timeout=30)
-        try:
-            writer.admit_authorities()
-            writer.publish(5)
-            own.stop("immediate")
-            # without a write, every worker's probe finds the database gone
-            wait_for(lambda: all(client.get("/healthz").status_code == 503 for _ in range(6)),
-                     20, "healthz not ready after the crash")
-            for _ in range(3):
-                assert_typed_503(client.post("/api/entries", content=next_envelope(writer)),
-                                 "STORAGE_UNAVAILABLE")
-            r = client.get(f"/api/entries/{writer.acknowledged[0]}")
-            assert_typed_503(r, "STORAGE_UNAVAILABLE")
-            took, body = healthz_timed(client)
-            assert_answers_at_once(took)
-            assert body["status"] == 503 and body["ready"] is False and body["live"] is True
-            assert any("STORAGE_UNAVAILABLE" in reason for reason in body["reasons"]), body
-            started = time.perf_counter()
-            metrics = client.get("/metrics")
-            assert time.perf_counter() - started < 1.0
-            assert metrics.status_code == 200 and "alexandria_ready 0.0" in metrics.text
-            own.resume()
-            wait_for(lambda: client.get("/healthz").status_code == 200, 30,
-                     "healthz ready once PostgreSQL is back")
-            # a writer process whose connection died while idle may answer its first batch
-            # 503 STORAGE_UNAVAILABLE (nothing stored) before it reconnects
-            wait_for(lambda: _admits(writer), 30, "admissions resume once PostgreSQL is back")
-            writer.publish(5)
-            for rev in writer.acknowledged:
-                assert client.get(f"/api/entries/{rev}").status_code == 200
-            # a worker whose own write connection died while idle answers its first
-            # checkpoint 503 STORAGE_UNAVAILABLE (Retry-After) and reconnects
-            wait_for(lambda: client.get("/api/log/checkpoint").status_code == 200, 30,
-                     "a checkpoint once PostgreSQL is back")
-        except BaseException as failure:
-            stderr = stopped(server, writer, client)
-            failure.add_note(f"the server's exit status: {server.proc.returncode}; its stderr:\n"
-                             + stderr)
-            raise
-        stderr = stopped(server, writer, client)
+    with crashable(tmp_path, founding, workers, ("--admission-deadline", "5")) as it:
+        own, writer, client = it.own, it.writer, it.client
+        writer.admit_authorities()
+        writer.publish(5)
+        own.stop("immediate")
+        # without a write, every worker's probe finds the database gone
+        wait_for(lambda: all(client.get("/healthz").status_code == 503 for _ in range(6)),
+                 20, "healthz not ready after the crash")
+        for _ in range(3):
+            assert_typed_503(client.post("/api/entries", content=next_envelope(writer)),
+                             "STORAGE_UNAVAILABLE")
+        r = client.get(f"/api/entries/{writer.acknowledged[0]}")
+        assert_typed_503(r, "STORAGE_UNAVAILABLE")
+        took, body = healthz_timed(client)
+        assert_answers_at_once(took)
+        assert body["status"] == 503 and body["ready"] is False and body["live"] is True
+        assert any("STORAGE_UNAVAILABLE" in reason for reason in body["reasons"]), body
+        started = time.perf_counter()
+        metrics = client.get("/metrics")
+        assert time.perf_counter() - started < 1.0
+        assert metrics.status_code == 200 and "alexandria_ready 0.0" in metrics.text
+        own.resume()
+        wait_for(lambda: client.get("/healthz").status_code == 200, 30,
+                 "healthz ready once PostgreSQL is back")
+        # a writer process whose connection died while idle may answer its first batch
+        # 503 STORAGE_UNAVAILABLE (nothing stored) before it reconnects
+        wait_for(lambda: _admits(writer), 30, "admissions resume once PostgreSQL is back")
+        writer.publish(5)
+        for rev in writer.acknowledged:
+            assert client.get(f"/api/entries/{rev}").status_code == 200
+        # a worker whose own write connection died while idle answers its first
+        # checkpoint 503 STORAGE_UNAVAILABLE (Retry-After) and reconnects
+        wait_for(lambda: client.get("/api/log/checkpoint").status_code == 200, 30,
+                 "a checkpoint once PostgreSQL is back")
+        stderr = it.stop()
         assert "Traceback" not in stderr, stderr[-4000:]
         # one episode in each process that met it first hand, never a line per request; a
         # worker whose own write connection (checkpoints) died may still be in its episode
         # when the server stops, the other having answered the checkpoint
         began, ended = episode_lines(stderr, "writes", "STORAGE_UNAVAILABLE")
         assert 1 <= began <= workers + (workers > 1) and 1 <= ended <= began, stderr[-4000:]
-        assert_all_kept(founding, url, writer.acknowledged, tmp_path)
+        assert_all_kept(founding, it.url, writer.acknowledged, tmp_path)
 
 
 def test_an_http_worker_restarted_during_a_postgresql_outage_waits_for_the_database(
@@ -185,49 +216,37 @@ def test_an_http_worker_restarted_during_a_postgresql_outage_waits_for_the_datab
     start, which Granian would take for a crash loop and stop the whole server.  The other
     worker answers typed 503s meanwhile; once PostgreSQL is back both serve, and nothing
     acknowledged is lost."""
-    if pgcluster.binaries() is None:
-        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
-    genesis, log_key = write_library_files(founding, tmp_path)
-    with pgcluster.cluster(durable=True) as own:
-        url = own.database()
-        server = Server(genesis, url, log_key, workers=2)
-        writer = Writer(founding, server.url)
-        client = httpx.Client(base_url=server.url, timeout=30)
-        try:
-            writer.admit_authorities()
-            writer.publish(3)
-            before = wait_for_workers(server, 2)
-            own.stop("immediate")
-            os.kill(before[0], signal.SIGKILL)
-            # the restarted worker outlives Granian's crash-loop window (5.5 s), still waiting
-            deadline = time.monotonic() + 12
-            while time.monotonic() < deadline:
-                assert server.proc.poll() is None, "the server stopped during the outage"
-                time.sleep(0.2)
-            assert len(http_workers(server)) == 2
-            assert_typed_503(client.post("/api/entries", content=next_envelope(writer)),
-                             "STORAGE_UNAVAILABLE")
-            own.resume()
-            wait_for(lambda: all(client.get("/healthz").status_code == 200 for _ in range(6)),
-                     30, "every worker ready once PostgreSQL is back")
-            wait_for(lambda: _admits(writer), 30, "admissions resume once PostgreSQL is back")
-            writer.publish(3)
-            for rev in writer.acknowledged:
-                assert client.get(f"/api/entries/{rev}").status_code == 200
-            wait_for(lambda: all(client.get("/api/log/checkpoint").status_code == 200
-                                 for _ in range(4)), 30, "checkpoints once PostgreSQL is back")
-        except BaseException as failure:
-            stderr = stopped(server, writer, client)
-            failure.add_note(f"the server's exit status: {server.proc.returncode}; its stderr:\n"
-                             + stderr)
-            raise
-        stderr = stopped(server, writer, client)
+    with crashable(tmp_path, founding, 2) as it:
+        own, server, writer, client = it.own, it.server, it.writer, it.client
+        writer.admit_authorities()
+        writer.publish(3)
+        before = wait_for_workers(server, 2)
+        own.stop("immediate")
+        os.kill(before[0], signal.SIGKILL)
+        # the restarted worker outlives Granian's crash-loop window (5.5 s), still waiting
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            assert server.proc.poll() is None, "the server stopped during the outage"
+            time.sleep(0.2)
+        assert len(http_workers(server)) == 2
+        assert_typed_503(client.post("/api/entries", content=next_envelope(writer)),
+                         "STORAGE_UNAVAILABLE")
+        own.resume()
+        wait_for(lambda: all(client.get("/healthz").status_code == 200 for _ in range(6)),
+                 30, "every worker ready once PostgreSQL is back")
+        wait_for(lambda: _admits(writer), 30, "admissions resume once PostgreSQL is back")
+        writer.publish(3)
+        for rev in writer.acknowledged:
+            assert client.get(f"/api/entries/{rev}").status_code == 200
+        wait_for(lambda: all(client.get("/api/log/checkpoint").status_code == 200
+                             for _ in range(4)), 30, "checkpoints once PostgreSQL is back")
+        stderr = it.stop()
         assert server.proc.returncode == 0, stderr[-4000:]
         # the restarted worker says once that it waits and once that it opened
         waited = stderr.count("retrying until the database can be reached")
         assert waited >= 1 and stderr.count("library opened after") == waited, stderr[-4000:]
         assert "Traceback" not in stderr, stderr[-4000:]
-        assert_all_kept(founding, url, writer.acknowledged, tmp_path)
+        assert_all_kept(founding, it.url, writer.acknowledged, tmp_path)
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
