@@ -21,7 +21,7 @@ from alexandria.client import Client, ServerError, Unreachable
 from alexandria.errors import AlexandriaError
 from alexandria.service.bootstrap import Founding
 from tests.support.liveserver import NewDb, Server, serving, write_library_files
-from tests.support.loopback import accept_forever
+from tests.support.loopback import accept_forever, content_length
 
 #: what the client may read past a budget before it refuses the answer: one network read
 ONE_READ = 64 * 1024
@@ -105,11 +105,7 @@ class Scripted:
                         return
                     data += chunk
                 head, _, data = data.partition(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
+                length = content_length(head)
                 while len(data) < length:
                     data += conn.recv(65536)
                 request, data = head + b"\r\n\r\n" + data[:length], data[length:]

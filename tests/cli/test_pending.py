@@ -15,7 +15,7 @@ import pytest
 from alexandria.core.canonical import canonical
 from tests.support.cli import Library, cli, cli_json
 from tests.support.liveserver import NewDb
-from tests.support.loopback import accept_forever
+from tests.support.loopback import accept_forever, content_length
 
 pytestmark = pytest.mark.slow
 
@@ -98,11 +98,7 @@ class DroppingProxy:
                 return data
             data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value.strip())
+        length = content_length(head)
         while len(body) < length:
             chunk = sock.recv(65536)
             if not chunk:

@@ -24,3 +24,12 @@ def accept_forever(listener: socket.socket, handle: Callable[[socket.socket], No
             threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
+
+
+def content_length(head: bytes) -> int:
+    """The ``content-length`` of a request or response head (0 without one)."""
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value.strip())
+    return 0
