@@ -16,12 +16,12 @@ from typing import cast
 
 from alexandria.core.trust import Genesis
 from alexandria.errors import Failed, Malformed
-from alexandria.store.ledger_storage import LedgerStorage
+from alexandria.store.interface import Storage
 from alexandria.store.postgresql import is_database_url
 from alexandria.store.sqlite import sqlite_storage
 
 
-def storage_for(db: str | Path, genesis: Genesis, read_db: str | None = None) -> LedgerStorage:
+def storage_for(db: str | Path, genesis: Genesis, read_db: str | None = None) -> Storage:
     """The storage of the library in ``db`` (not yet opened), its reads from the streaming
     replica ``read_db`` if given (PostgreSQL only).  PostgreSQL's driver is imported only when
     a URL asks for it."""
