@@ -1,4 +1,4 @@
-"""Schemathesis, every check, against a live server's ``/api/openapi.json`` (issue 21): no 5xx
+"""Schemathesis, every check, against a live server's ``/api/openapi.json``: no 5xx
 and every response as documented.  Seeded and small enough for ``make test``; ``bench/fuzz.py``
 runs the same configuration (``schemathesis.toml``) with about 100,000 cases."""
 

@@ -1,4 +1,4 @@
-"""Every resource a stranger's connection can hold is bounded (issue 21), checked against a live
+"""Every resource a stranger's connection can hold is bounded, checked against a live
 ``alexandria serve`` on 127.0.0.1: head size, head time (silent, trickled, idle keep-alive),
 body time, and a few hundred hostile connections at once not starving ordinary requests.  Each
 test runs on both backends (``new_db``): the bounds must hold whatever the storage."""

@@ -1,4 +1,4 @@
-"""Where the library says it lives (issue 21): ``--public-url`` and opt-in proxy headers decide
+"""Where the library says it lives: ``--public-url`` and opt-in proxy headers decide
 the origin that ``/api/contract`` and ``/api/openapi.json`` advertise, else the address the
 server listens on: never the request's ``Host`` header, and no redirect is built from it.  The
 CLI warns on plain ``http://`` for anything but this machine.  The live servers run on each

@@ -1,5 +1,5 @@
 """Files the library, the operator and the participant keep are theirs alone, and the CLI never
-writes through a symbolic link planted at a name it writes (issue 21).  SQLite only: the files
+writes through a symbolic link planted at a name it writes.  SQLite only: the files
 checked are the embedded library's database and its ``-wal``/``-shm`` files (a PostgreSQL
 database's files belong to its server, which sets their modes)."""
 

@@ -1,5 +1,5 @@
 """``POST /api/authority`` does its signature work before the single writer, and a key
-signing a document twice is refused unverified (issue 21: one 61 KB document of duplicated
+signing a document twice is refused unverified (one 61 KB document of duplicated
 signatures cost ~42 ms of writer time, and ordinary admissions waited behind it).
 
 Black-box against a live ``alexandria serve``: while another connection holds the database's

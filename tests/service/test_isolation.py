@@ -1,4 +1,4 @@
-"""One contribution can never fail another's write (issue 21): nesting is capped when JSON is
+"""One contribution can never fail another's write: nesting is capped when JSON is
 parsed, on every route, and a job of the writer's batch that fails unexpectedly fails alone."""
 
 from __future__ import annotations

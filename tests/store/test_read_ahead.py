@@ -1,4 +1,4 @@
-"""Read-ahead (issue 22): a page of scattered records is fetched by several connections at once
+"""Read-ahead: a page of scattered records is fetched by several connections at once
 before the reader assembles it, and what is served does not change.  The unit tests drive
 ``store/read_ahead`` on a SQLite file (read-ahead opens its own SQLite connections; PostgreSQL
 has its reader pool instead); the served bytes are compared on both backends (``api``)."""
