@@ -144,11 +144,6 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
     origin = Origin(public_url(args.public_url) if args.public_url else None,
                     args.trust_proxy_headers, listen_url(args.host, args.port))
     check_database(args.db or DataDir(Path(args.data_dir)).db)  # an old leaf format: refused
-    if args.db and is_database_url(args.db):
-        # an unreachable database is refused now, at start; an HTTP worker restarted later
-        # during an outage waits for it instead (``Library.open_when_reachable``)
-        with open_readonly(args.db):
-            pass
     if args.read_db and not args.genesis:
         raise UsageError("--read-db goes with --genesis and --db postgresql://…")
     if args.genesis:
@@ -178,6 +173,11 @@ def _serve(args: argparse.Namespace, supervisor: Supervisor) -> None:
             "--read-db serves one process per node (--workers 1, no --writer-process): a node"
             " knows its own writes to read them back from the primary, other processes' it"
             " does not; run more nodes for more processes")
+    if args.db and is_database_url(args.db):
+        # an unreachable database is refused now, at start; an HTTP worker restarted later
+        # during an outage waits for it instead (``Library.open_when_reachable``)
+        with open_readonly(args.db):
+            pass
     url = f"http://{args.host}:{args.port}"
     pin_file = Path(args.genesis).with_suffix(".pin") if args.genesis else data.pin_path
     _write_pin(pin_file, library.genesis.pin)
