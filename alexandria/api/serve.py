@@ -14,11 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from alexandria.api.app import create_app
-from alexandria.api.guard import refusal_budgets
 from alexandria.api.origin import Origin, listen_url
 from alexandria.core.timestamps import now
-from alexandria.core.witness_policy import WitnessPolicy, parse_witness_endpoint
 from alexandria.errors import Malformed
 from alexandria.files import private_dir, write_json
 from alexandria.service import front_end as front
@@ -98,6 +95,7 @@ def configure_witnesses(library: Library, options: list[str] | tuple[str, ...],
                         quorum: int) -> None:
     """``--witness NAME=URL+VKEY`` options and ``--witness-quorum``: the witnesses ``library``
     sends its checkpoints to."""
+    from alexandria.core.witness_policy import WitnessPolicy, parse_witness_endpoint
 
     endpoints = [WitnessEndpoint(*parse_witness_endpoint(o)) for o in options]
     WitnessPolicy(tuple(e.verifier for e in endpoints), quorum)  # checks the quorum
@@ -135,6 +133,8 @@ def run(config: ServeConfig, front_end: str = "granian",
 
 def app_for(config: ServeConfig) -> object:
     """The app of one HTTP worker process (``ServeConfig.app``)."""
+    from alexandria.api.app import create_app
+    from alexandria.api.guard import refusal_budgets
 
     library = Library.from_files(config.genesis, config.db, config.log_key, config.read_db)
     if config.witnesses:

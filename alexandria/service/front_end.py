@@ -25,11 +25,6 @@ from dataclasses import asdict
 from typing import Any
 
 import orjson
-import uvicorn
-from granian.constants import HTTPModes, Interfaces, Loops
-from granian.http import HTTP1Settings
-from granian.log import LogLevels
-from granian.server.mp import MPServer
 
 from alexandria.service.supervisor import (
     CHILD_STOP_S,
@@ -79,6 +74,7 @@ def granian_worker(parent: int, *args: Any, **kwargs: Any) -> None:
     Granian's main-process ones among them, which only set a flag: a SIGTERM arriving while
     the worker builds its app would be swallowed and the worker would serve on, unstoppable
     but by SIGKILL.  Until Granian installs the worker's own handlers, SIGTERM ends it."""
+    from granian.server.mp import MPServer
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the main process stops us
@@ -94,6 +90,10 @@ def granian_worker(parent: int, *args: Any, **kwargs: Any) -> None:
 
 def run_granian(config: ServeConfig, supervisor: Supervisor) -> None:
     """Granian's main process loop, here, until a stop; its workers restarted when they die."""
+    from granian.constants import HTTPModes, Interfaces, Loops
+    from granian.http import HTTP1Settings
+    from granian.log import LogLevels
+    from granian.server.mp import MPServer
 
     class Server(MPServer):
         def signal_handler_interrupt(self, *args: Any, **kwargs: Any) -> None:
@@ -121,6 +121,7 @@ def run_granian(config: ServeConfig, supervisor: Supervisor) -> None:
 
 
 def run_uvicorn(config: ServeConfig) -> None:
+    import uvicorn
 
     options = {**_UVICORN, "access_log": config.access_log}
     if config.access_log:

@@ -27,7 +27,6 @@ What the children need to build their part is one ``ServeConfig``, passed to the
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import importlib
@@ -47,10 +46,7 @@ from types import FrameType
 from typing import Any
 
 from alexandria.errors import Failed
-from alexandria.service.library import load_genesis
-from alexandria.service.writer_service import WriterServer
 from alexandria.store import query_budget
-from alexandria.store.backends import storage_for
 
 #: from a stop signal until every process is gone, at most (then SIGKILL)
 STOP_DEADLINE_S = 10.0
@@ -381,6 +377,7 @@ def await_writer(process: multiprocessing.process.BaseProcess, socket_path: str)
 def writer_main(config: ServeConfig, socket_path: str, parent: int) -> None:
     """The writer process: admissions from the workers, until SIGTERM or its parent is gone
     (then it also removes the run directory: nobody else will)."""
+    import asyncio
 
     die_with_parent(signal.SIGTERM, parent)
     # Ctrl-C reaches the whole process group: the writer stays until the workers have
@@ -392,6 +389,9 @@ def writer_main(config: ServeConfig, socket_path: str, parent: int) -> None:
     sys.setswitchinterval(WRITER_SWITCH_INTERVAL)
 
     async def main() -> None:
+        from alexandria.service.library import load_genesis
+        from alexandria.service.writer_service import WriterServer
+        from alexandria.store.backends import storage_for
 
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -413,6 +413,7 @@ def writer_main(config: ServeConfig, socket_path: str, parent: int) -> None:
 
 
 def _run_loop(main: Callable[[], Any]) -> None:
+    import asyncio
 
     try:
         import uvloop
