@@ -133,6 +133,9 @@ def run(config: ServeConfig, front_end: str = "granian",
 
 def app_for(config: ServeConfig) -> object:
     """The app of one HTTP worker process (``ServeConfig.app``)."""
+    # imported in the worker: the app's modules load prometheus-client, which must first see
+    # the multiprocess directory the main process sets up, and the main process stays light
+    # until its signal handlers are in place
     from alexandria.api.app import create_app
     from alexandria.api.guard import refusal_budgets
 

@@ -389,6 +389,8 @@ def writer_main(config: ServeConfig, socket_path: str, parent: int) -> None:
     sys.setswitchinterval(WRITER_SWITCH_INTERVAL)
 
     async def main() -> None:
+        # imported in the writer process only: the main process does not load the library's
+        # modules (prometheus-client among them) before it has set up what its children share
         from alexandria.service.library import load_genesis
         from alexandria.service.writer_service import WriterServer
         from alexandria.store.backends import storage_for
