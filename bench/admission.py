@@ -250,6 +250,12 @@ def report(label: str, load: dict[str, Any], rate_floor: float, postgresql: bool
           f" request ({load['client_cpu'] / elapsed:.2f} cores busy)")
     if not postgresql:
         print(f"  write-ahead log     {load['wal'] / 2**20:8.1f} MiB at most during the run")
+    by_process: dict[int, float] = {}
+    for (pid, _tid), t in load["threads"].items():
+        by_process[pid] = by_process.get(pid, 0.0) + t
+    print("  by process          "
+          + ", ".join(f"{pid} {t / max(ok, 1) * 1e6:.0f} µs" for pid, t in
+                      sorted(by_process.items(), key=lambda kv: -kv[1])))
     busiest = sorted(load["threads"].items(), key=lambda kv: -kv[1])[:4]
     print("  busiest threads     "
           + ", ".join(f"{pid}/{tid} {t / max(ok, 1) * 1e6:.0f} µs" for (pid, tid), t in busiest))

@@ -5,19 +5,24 @@ admitted line is durable.
 The request is NDJSON, bounded while it streams in (at most ``MAX_LINES`` lines,
 ``MAX_BATCH_BYTES`` in all, ``MAX_LINE_BYTES`` a line: ``413`` for the whole request as soon
 as a bound is passed, before any line is looked at).  The work a single admission pays per
-request is paid here once per batch: one body read, one hand-off of every prepared line to the
-writer (``Library.admit_many``: one job, one write transaction, one commit), one answer.  Each
-line is prepared (parsed, its proof verified, its content checked: ``admission.prepare``) in
-this HTTP worker, off the event loop; with ``serve --workers N`` the batches of different
-clients are prepared by different processes.  A line that cannot be prepared — not JSON, not
-UTF-8, nested too deep, blank — fails alone with the single route's answer; so does a line the
-rules refuse, and the lines after it are admitted as if it had not been sent.
+request is paid here once per chunk of ``CHUNK_LINES`` lines or once per batch: one body read,
+one hand-off of each chunk to the writer (``Library.admit_chunks``: a job each, sharing the
+group commit), one answer.  Each line is prepared (parsed, its proof verified, its content
+checked: ``admission.prepare``) in this HTTP worker, off the event loop, on a thread per core
+(``_preparers``); the writer admits a chunk while the next ones are being prepared.  A line
+that cannot be prepared — not JSON, not UTF-8, nested too deep, blank — fails alone with the
+single route's answer; so does a line the rules refuse, and the lines after it are admitted as
+if it had not been sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 
 import orjson
 from starlette.exceptions import HTTPException
@@ -54,7 +59,18 @@ BATCH_BODY_TIMEOUT_S = 60.0
 #: at once, before its body is read, so that concurrent strangers cannot exhaust memory
 BATCH_BUDGET_BYTES = 32 * 1024 * 1024
 
+#: lines prepared and handed to the writer together: the writer admits one chunk while the
+#: next ones are being prepared
+CHUNK_LINES = 64
+
 Outcome = Admitted | DryRun | BaseException
+
+
+@cache
+def _preparers() -> ThreadPoolExecutor:
+    """The threads that prepare batch lines, one per core this process may run on: a proof's
+    Ed25519 verification releases the GIL, so one batch's checks use every core."""
+    return ThreadPoolExecutor(len(os.sched_getaffinity(0)), "alexandria-prepare")
 
 
 def check_media_type(request: Request) -> None:
@@ -206,20 +222,32 @@ async def post_batch(request: Request) -> Response:
 
 
 async def _admit_lines(lib: Library, lines: list[bytes], dry_run: bool) -> Response:
-    prepared = await asyncio.to_thread(prepare_lines, lines, lib.genesis)
-    cands = [p for p in prepared if isinstance(p, Candidate)]
-    admitted: list[Admitted | DryRun | Exception]
+    loop = asyncio.get_running_loop()
+    pool = _preparers()
+    # every chunk is queued for preparation at once (the pool takes them in order); each goes
+    # to the writer as soon as it and those before it are prepared
+    pending = [loop.run_in_executor(pool, prepare_lines, lines[i:i + CHUNK_LINES], lib.genesis)
+               for i in range(0, len(lines), CHUNK_LINES)]
+
+    async def candidates() -> AsyncIterator[list[Candidate]]:
+        for fut in pending:
+            yield [p for p in await fut if isinstance(p, Candidate)]
+
+    outcomes: list[list[Admitted | DryRun | Exception] | AlexandriaError]
     try:
         with WRITER_QUEUE.track_inprogress():
-            admitted = await lib.admit_many(cands, dry_run)
-    except AlexandriaError as exc:  # a mirror, a library catching up, a writer gone: every line
-        admitted = [exc] * len(cands)
-    answers = iter(admitted)
+            outcomes = await lib.admit_chunks(candidates(), dry_run)
+    except AlexandriaError as exc:  # a mirror, a library catching up: every line
+        outcomes = [exc] * len(pending)
     out: list[bytes] = []
-    for p in prepared:
-        outcome: Outcome = next(answers) if isinstance(p, Candidate) else p
-        count_admission(_counted(outcome))
-        out.append(result_line(outcome))
+    for fut, chunk_outcomes in zip(pending, outcomes, strict=True):
+        prepared = await fut
+        admitted = iter(chunk_outcomes if isinstance(chunk_outcomes, list)
+                        else [chunk_outcomes] * len(prepared))
+        for p in prepared:
+            outcome: Outcome = next(admitted) if isinstance(p, Candidate) else p
+            count_admission(_counted(outcome))
+            out.append(result_line(outcome))
     return Response(b"".join(out), 200, media_type=NDJSON)
 
 

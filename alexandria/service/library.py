@@ -19,7 +19,13 @@ from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.keys import SigningKey
 from alexandria.core.timestamps import parse_ms
 from alexandria.core.trust import Genesis
-from alexandria.errors import AdmissionTimeout, Failed, NotPermitted, StorageUnavailable
+from alexandria.errors import (
+    AdmissionTimeout,
+    AlexandriaError,
+    Failed,
+    NotPermitted,
+    StorageUnavailable,
+)
 from alexandria.reads.changes import DEFAULT_LIMITS, Limits
 from alexandria.reads.log import latest_checkpoint
 from alexandria.rules.admission import Candidate
@@ -498,6 +504,34 @@ class Library:
         if not cands:
             return []
         await self.check_writable()
+        return await self._many(cands, dry_run)
+
+    async def admit_chunks(
+        self, chunks: AsyncIterator[Sequence[Candidate]], dry_run: bool = False,
+    ) -> list[list[Admitted | DryRun | Exception] | AlexandriaError]:
+        """``admit_many`` of each chunk as it arrives, without waiting for the chunks before it
+        to be durable: every chunk is handed to the writer in arrival order (so admissions
+        follow the chunks' order), each as one job, while the next is still being prepared.
+        One outcome per chunk: its list, or the typed error that refused all of it.  Returned
+        once every chunk's admissions are durable."""
+        await self.check_writable()
+        waiting: list[asyncio.Task[list[Admitted | DryRun | Exception]]] = []
+        async for cands in chunks:
+            # the task's first step hands the chunk over, before any later chunk's
+            waiting.append(asyncio.ensure_future(self._many(cands, dry_run)))
+        out: list[list[Admitted | DryRun | Exception] | AlexandriaError] = []
+        for task in waiting:
+            try:
+                out.append(await task)
+            except AlexandriaError as exc:
+                out.append(exc)
+        return out
+
+    async def _many(
+        self, cands: Sequence[Candidate], dry_run: bool,
+    ) -> list[Admitted | DryRun | Exception]:
+        if not cands:
+            return []
         try:
             if self.writer is not None:
                 return await self._within_deadline(

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from alexandria.api.batch import CHUNK_LINES
 from alexandria.core.records import revision_id
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding, found_library
@@ -113,6 +114,31 @@ def test_a_later_line_revises_and_links_to_an_earlier_one(live: Live) -> None:
         assert served.json() == r["body"]
     head = live.client.get(f"/api/entries/{first_id}/head").json()
     assert head["id"] == revision_id(second["record"])
+
+
+def test_lines_are_admitted_in_order_across_the_chunks_handed_to_the_writer(
+        live: Live) -> None:
+    """A batch is prepared and handed to the writer in chunks (``CHUNK_LINES``) that overlap;
+    a chain of revisions longer than several chunks, each line revising the one before, with
+    refused lines among them, is admitted in line order all the same."""
+    envs = [live.envelope({"kind": "discussion", "title": "Chain 0", "body": {"text": "0"},
+                           "links": [], "previous": ""})]
+    for i in range(1, 3 * CHUNK_LINES + 5):
+        envs.append(live.envelope({"kind": "discussion", "title": f"Chain {i}",
+                                   "body": {"text": str(i)}, "links": [],
+                                   "previous": revision_id(envs[-1]["record"])}))
+    lines = [line(env) for env in envs]
+    refused = (CHUNK_LINES - 1, 2 * CHUNK_LINES + 3)
+    for at in refused:
+        lines.insert(at, b"{}")
+    results = live.results(lines)
+    assert [i for i, r in enumerate(results) if r["status"] != 201] == list(refused)
+    admitted = [r["body"] for r in results if r["status"] == 201]
+    assert [b["id"] for b in admitted] == [revision_id(e["record"]) for e in envs]
+    sequences = [b["admission"]["sequence"] for b in admitted]
+    assert sequences == sorted(sequences)
+    head = live.client.get(f"/api/entries/{admitted[0]['id']}/head").json()
+    assert head["id"] == admitted[-1]["id"]
 
 
 def test_a_refused_line_fails_alone(live: Live) -> None:
