@@ -599,7 +599,7 @@ def test_a_node_reads_from_a_streaming_replica(tmp_path: Path, founding: Foundin
                     # in CI under load)
                     with psycopg.connect(url, autocommit=True) as primary_conn:
                         written = primary_conn.execute(
-                            "SELECT pg_current_wal_lsn()::text").fetchone()[0]
+                            "SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
                     deadline = time.time() + 30
                     while not standby_conn.execute(
                             "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",

@@ -171,10 +171,14 @@ class _Behind(Exception):
     """The replica has not yet replayed this node's latest write."""
 
 
+#: where the primary's WAL ends after a write: its insert position, past the commit record
+#: even while that record waits in the WAL buffers (``synchronous_commit = off``), where the
+#: write position (``pg_current_wal_lsn``) may still be before it
+_WRITTEN = "SELECT pg_current_wal_insert_lsn()::text"
 #: on a standby its replay position; on a primary (a ``--read-db`` that is not a standby) its
-#: current position, so it is never behind
+#: insert position, so it is never behind
 _REPLAYED = ("SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
-             " ELSE pg_current_wal_lsn() END)::text")
+             " ELSE pg_current_wal_insert_lsn() END)::text")
 
 
 class _ReplicaReads:
@@ -310,7 +314,7 @@ class PostgresBackend:
         it (``_ReplicaReads``)."""
         if self._replica is None:
             return
-        row = (cur or conn.execute("SELECT pg_current_wal_lsn()::text")).fetchone()
+        row = (cur or conn.execute(_WRITTEN)).fetchone()
         self._replica.floor = max(self._replica.floor, _lsn(row[0]))
 
     def connect_writer(self) -> Any:
@@ -408,7 +412,7 @@ class PostgresBackend:
                     self._pg_memory.locking = None
                     self._asked = None
                 # after the COMMIT, in the same round trip
-                lsn = (conn.execute("SELECT pg_current_wal_lsn()::text")
+                lsn = (conn.execute(_WRITTEN)
                        if self._replica is not None else None)
             if conn.pipeline_failed:  # a job caught the error: the COMMIT was a rollback
                 raise BatchAborted()
