@@ -28,6 +28,7 @@ from urllib.parse import urlencode, urlsplit
 import httpx
 import orjson
 
+from alexandria.core.canonical import canonical
 from alexandria.errors import (
     AlexandriaError,
     Conflict,
@@ -418,8 +419,7 @@ class Client:
                     raw = line[21:-1]
                     out.append((int(line[10:13]), orjson.loads(raw), raw))
                     continue
-                from alexandria.core.canonical import canonical  # another server's layout
-
+                # another server's layout
                 value = orjson.loads(line)
                 status, body = value["status"], value["body"]
                 if not isinstance(status, int):

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.serving import process_cpu
+
 ALEXANDRIA = str(Path(sys.executable).parent / "alexandria")
 
 
@@ -52,12 +54,6 @@ def run(args: list[str], env: dict[str, str], stdin: bytes | None = None) -> str
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def _process_cpu(pid: int) -> float:
-    """User + system seconds of a running process (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def timed(args: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -180,13 +176,13 @@ def main() -> None:
                 fh.write(json.dumps({
                     "kind": "reply", "title": f"Batch {i}", "body": f"batch publish {i}",
                     "links": [{"relation": "replies_to", "target": "$thread"}]}) + "\n")
-        server_cpu = _process_cpu(server.pid)
+        server_cpu = process_cpu(server.pid)
         client_cpu = _children_cpu()
         started = time.perf_counter()
         out = run([alexandria, "publish", "--jsonl", str(batch)], home_env)
         seconds = time.perf_counter() - started
         client_cpu = _children_cpu() - client_cpu
-        server_cpu = _process_cpu(server.pid) - server_cpu
+        server_cpu = process_cpu(server.pid) - server_cpu
         admitted = len(out.split())
         assert admitted == args.batch, (admitted, args.batch)
         print(f"{'alexandria publish --jsonl':<26} {args.batch:,} in {seconds:.1f} s:"

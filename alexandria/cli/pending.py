@@ -30,6 +30,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -338,8 +339,6 @@ def in_parallel(fn: Callable[[T], Any], items: Sequence[T]) -> None:
         for item in items:
             fn(item)
         return
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(FILE_THREADS) as pool:
         for _ in pool.map(fn, items):
             pass

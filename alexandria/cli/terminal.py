@@ -25,6 +25,7 @@ import ipaddress
 import re
 import sys
 import time
+import traceback
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -189,8 +190,6 @@ def report_error(exc: AlexandriaError, json_output: bool, verbose: bool = False)
         lines.append(f"  next: {step}")
     sys.stderr.write("\n".join(lines) + "\n")
     if verbose:
-        import traceback
-
         traceback.print_exception(exc, file=sys.stderr)
 
 

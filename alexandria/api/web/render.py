@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse
 
 from alexandria.api.status import headers_of, status_of
 from alexandria.api.web.diffs import MAX_DIFF_LINE_CHARACTERS, MAX_DIFF_LINES
+from alexandria.api.web.present import ago
 from alexandria.errors import AlexandriaError
 
 HERE = Path(__file__).resolve().parent
@@ -59,8 +60,6 @@ def short(value: str, n: int = 12) -> str:
 
 
 def _ago(value: str) -> str:
-    from alexandria.api.web.present import ago
-
     return ago(value)
 
 
