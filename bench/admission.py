@@ -219,9 +219,11 @@ def client_process(port: int, bodies: list[bytes], connections: int, out: Any,
 
 
 def run_load(port: int, pid: int, bodies: list[bytes], connections: int, batch: int,
-             wal_path: Path) -> dict[str, Any]:
-    """One load from a separate process: its wall time, CPU on both sides, statuses."""
+             wal_path: Path, postmaster: int = 0) -> dict[str, Any]:
+    """One load from a separate process: its wall time, CPU on both sides (and PostgreSQL's
+    processes', ``postmaster``), statuses."""
     cpu_before = process_cpu(pid)
+    pg_before = process_cpu(postmaster) if postmaster else 0.0
     threads_before = thread_cpu(pid)
     q: Any = multiprocessing.Queue()
     proc = multiprocessing.Process(target=client_process,
@@ -232,9 +234,10 @@ def run_load(port: int, pid: int, bodies: list[bytes], connections: int, batch: 
     wal.stop()
     proc.join()
     cpu = process_cpu(pid) - cpu_before
+    pg_cpu = process_cpu(postmaster) - pg_before if postmaster else 0.0
     threads = {k: v - threads_before.get(k, 0.0) for k, v in thread_cpu(pid).items()}
     return {"elapsed": elapsed, "client_cpu": client_cpu, "statuses": statuses, "cpu": cpu,
-            "threads": threads, "wal": wal.largest}
+            "threads": threads, "wal": wal.largest, "pg_cpu": pg_cpu}
 
 
 def report(label: str, load: dict[str, Any], rate_floor: float, postgresql: bool,
@@ -248,7 +251,10 @@ def report(label: str, load: dict[str, Any], rate_floor: float, postgresql: bool
           f" ({cpu / elapsed:.2f} cores busy)")
     print(f"  load generator CPU  {load['client_cpu'] / max(requests, 1) * 1e6:8.0f} µs per"
           f" request ({load['client_cpu'] / elapsed:.2f} cores busy)")
-    if not postgresql:
+    if postgresql:
+        print(f"  PostgreSQL CPU      {load['pg_cpu'] / max(ok, 1) * 1e6:8.0f} µs per admission"
+              f" ({load['pg_cpu'] / elapsed:.2f} cores busy)")
+    else:
         print(f"  write-ahead log     {load['wal'] / 2**20:8.1f} MiB at most during the run")
     by_process: dict[int, float] = {}
     for (pid, _tid), t in load["threads"].items():
@@ -284,10 +290,13 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         db = str(tmp / "library.db")
+        postmaster = 0
         if args.postgresql:
             from tests.support.pgcluster import cluster
 
-            db = stack.enter_context(cluster(durable=True)).database("bench")
+            pg = stack.enter_context(cluster(durable=True))
+            db = pg.database("bench")
+            postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
         genesis, log_key, bodies = build(args.envelopes, tmp)
         rate_floor = floor(bodies[:5000])
         port = free_port()
@@ -326,12 +335,12 @@ def main() -> None:
             rest = bodies[4:]
             single = rest[: len(rest) // 2] if args.batch else rest
             loads = [("HTTP admission", run_load(port, server.pid, single, args.connections, 0,
-                                                 tmp / "library.db-wal"), len(single))]
+                                                 tmp / "library.db-wal", postmaster), len(single))]
             if args.batch:
                 batched = rest[len(rest) // 2:]
                 loads.append((f"batch of {args.batch}", run_load(
                     port, server.pid, batched, args.batch_connections, args.batch,
-                    tmp / "library.db-wal"), -(-len(batched) // args.batch)))
+                    tmp / "library.db-wal", postmaster), -(-len(batched) // args.batch)))
         finally:
             server.terminate()
             server.wait()
