@@ -298,7 +298,8 @@ def main() -> None:
             db = pg.database("bench")
             postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
         genesis, log_key, bodies = build(args.envelopes, tmp)
-        rate_floor = floor(bodies[:5000])
+        # the best of three passes: on a shared machine one pass may meet a neighbour's burst
+        rate_floor = max(floor(bodies[:3000]) for _ in range(3))
         port = free_port()
         cmd = [
             sys.executable,
