@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -190,6 +190,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             batch = Batch(args, session)
             try:
                 batch.run(_items(args))
+                batch.finish()
             finally:
                 batch.close()
             return batch.summary()
@@ -214,9 +215,13 @@ class Batch:
     """``publish FILE…`` / ``--jsonl``: every content is checked and signed, written to
     pending/ a chunk at a time, sent in one batch request (its lines admitted in order, each
     as ``POST /api/entries`` would admit it), and its name recorded as soon as it is admitted.
-    One chunk is in flight while the next is signed and made durable; its answers are reported
-    (in order) before the next is sent.  A content that uses a name defined in a chunk not
-    answered yet waits for that chunk, so ``$name`` always resolves to an admitted revision.
+    Chunks move through three threads at once: one is signed (this thread), the one before it
+    made durable in pending/ (a file thread), the one before that in flight (the sender
+    thread), and an admitted chunk's signed records are made durable in published/ on the file
+    thread while the next is sent.  A chunk is sent only once it is durable, and its answers
+    are reported (in order) before the next is sent.  A content that uses a name defined in a
+    chunk not answered yet waits for that chunk, so ``$name`` always resolves to an admitted
+    revision.
     A refusal (before signing) or a rejection (by the library) is reported and the rest go on;
     when the library cannot be reached the batch stops, what was signed stays pending for
     ``alexandria retry`` and what is not signed yet is not published."""
@@ -237,6 +242,10 @@ class Batch:
         self.in_flight: tuple[list[tuple[Item, Any, dict[str, Any]]], Any] | None = None
         self.in_flight_names: set[str] = set()
         self._sender: Any = None
+        #: the thread that makes chunks durable in pending/, and the failure that stops it
+        self._files: Any = None
+        self._write_failed: BaseException | None = None
+        self._settling: list[Future[None]] = []
         self.bar = ProgressBar("publishing", "contributions", _count(args))
 
     def run(self, items: Iterator[Item]) -> None:
@@ -293,23 +302,54 @@ class Batch:
         chunk, names = self.chunk, self.chunk_names
         self.chunk, self.chunk_names = [], set()
         self.chunk_bytes = self.chunk_signed = 0
-        pendings = self.outbox.write_many([(s.id, s.envelope, m) for _i, s, m in chunk
-                                           if s is not None])
-        self.collect()
-        if self.stopped or not pendings:
-            self._report(chunk, [Outcome(p, "kept") for p in pendings])
-            return
         if self._sender is None:
             self._sender = ThreadPoolExecutor(1, thread_name_prefix="alexandria-publish")
-        self.in_flight = (chunk, self._sender.submit(self._send, pendings))
+            self._files = ThreadPoolExecutor(1, thread_name_prefix="alexandria-pending")
+        # durable while the chunk before it is in flight
+        written = self._files.submit(self._write, [(s.id, s.envelope, m) for _i, s, m in chunk
+                                                   if s is not None])
+        self.collect()
+        if self.stopped:
+            self._report(chunk, [Outcome(p, "kept") for p in written.result()])
+            return
+        self.in_flight = (chunk, self._sender.submit(self._send_written, written))
         self.in_flight_names = names
+
+    def _write(self, items: list[tuple[str, bytes, dict[str, Any]]]) -> list[Pending]:
+        """The chunk durable in pending/ (the file thread); after a failure, no later chunk is
+        written: the failure is raised again for each."""
+        if self._write_failed is not None:
+            raise self._write_failed
+        try:
+            return self.outbox.write_many(items)
+        except BaseException as exc:
+            self._write_failed = exc
+            raise
+
+    def _send_written(self, written: Future[list[Pending]]) -> list[Outcome]:
+        pendings = written.result()  # nothing is sent before it is durable
+        return self._send(pendings) if pendings else []
 
     def _send(self, pendings: list[Pending]) -> list[Outcome]:
         admitted: list[tuple[Pending, bytes, dict[str, Any]]] = []
         try:
             return self.outbox.deliver_many(pendings, self.session.client, admitted)
         finally:
-            self.outbox.settle(admitted)
+            # the signed records made durable in published/ on the file thread, while the
+            # next chunk is sent (what is not settled yet is still pending: a retry's 200)
+            self._settling.append(self._files.submit(self.outbox.settle, admitted))
+
+    def _check_settled(self, wait: bool) -> None:
+        """Raise the failure of a chunk's settling (``wait``: once all have ended)."""
+        settling = list(self._settling)
+        for fut in settling:
+            if wait or fut.done():
+                self._settling.remove(fut)
+                fut.result()
+
+    def finish(self) -> None:
+        """Once ``run`` returned: every admitted chunk settled, or its failure raised."""
+        self._check_settled(wait=True)
 
     def collect(self) -> None:
         """Wait for the chunk in flight and report its lines."""
@@ -318,6 +358,7 @@ class Batch:
         chunk, answers = self.in_flight
         self.in_flight, self.in_flight_names = None, set()
         outcomes: list[Outcome] = answers.result()
+        self._check_settled(wait=False)
         self.stopped = self.stopped or any(o.status == "kept" for o in outcomes)
         self._report(chunk, outcomes)
 
@@ -347,6 +388,7 @@ class Batch:
         """Stop the sender thread (after the chunk in flight, whose answers are recorded)."""
         if self._sender is not None:
             self._sender.shutdown(wait=True)
+            self._files.shutdown(wait=True)
         self.bar.close()
 
     def summary(self) -> int:

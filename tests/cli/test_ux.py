@@ -26,6 +26,7 @@ import pytest
 from alexandria.cli.publish import CHUNK
 from tests.support.cli import CLI, ROOT, Library, cli, cli_env, cli_json, write_content
 from tests.support.liveserver import NewDb, free_port, stop_group
+from tests.support.ops import log_size
 
 pytestmark = pytest.mark.slow
 
@@ -337,6 +338,48 @@ def test_batch_keeps_what_it_signed_when_the_library_is_down(lib: Library,
     r = cli("retry", home=home)
     assert r.stdout.count("admitted") == 3
     assert "retry [" not in r.stderr  # no progress lines when stderr is not a terminal
+
+
+_FAIL_SECOND_WRITE = """
+import errno, sys
+from alexandria.cli import main
+from alexandria.cli.pending import Outbox
+real, calls = Outbox.write_many, []
+def write_many(self, items):
+    calls.append(len(items))
+    if len(calls) == 2:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real(self, items)
+Outbox.write_many = write_many
+try:
+    code = main(sys.argv[1:])
+finally:
+    print("pending writes", calls, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_batch_stops_at_a_chunk_it_cannot_make_durable(lib: Library, tmp_path: Path) -> None:
+    """Chunks are made durable in pending/ on a thread of their own while the one before is
+    in flight: when one cannot be written (the disk is full), it is not sent, no later chunk
+    is written or sent, and what was admitted before it is published."""
+    home = lib.homes["owner"]
+    thread = cli_json("get", "thread", home=home)["id"]
+    jsonl = tmp_path / "full.jsonl"
+    jsonl.write_text("".join(json.dumps(_reply(f"full {i}", thread)) + "\n"
+                             for i in range(2 * CHUNK + 10)))
+    published, entries = len(_files(home / "published")), log_size(lib.url)
+    r = subprocess.run([sys.executable, "-c", _FAIL_SECOND_WRITE, "--json", "publish",
+                        "--jsonl", str(jsonl)], capture_output=True, text=True,
+                       env=cli_env(home), cwd=ROOT, timeout=120)
+    assert r.returncode != 0, r.stderr
+    assert f"pending writes [{CHUNK}, {CHUNK}]" in r.stderr  # the third chunk: never written
+    assert "No space left on device" in r.stderr
+    admitted = [json.loads(line)["id"] for line in r.stdout.splitlines()]
+    assert len(admitted) == CHUNK
+    assert len(_files(home / "published")) == published + CHUNK
+    assert _files(home / "pending") == []
+    assert log_size(lib.url) == entries + CHUNK  # nothing after the first chunk was sent
 
 
 def test_revise_edits_the_current_head(lib: Library, tmp_path: Path) -> None:
