@@ -59,12 +59,8 @@ def short(value: str, n: int = 12) -> str:
     return value[:n]
 
 
-def _ago(value: str) -> str:
-    return ago(value)
-
-
 _env.filters["short"] = short
-_env.filters["ago"] = _ago
+_env.filters["ago"] = ago
 _env.globals["diff_limits"] = {
     "lines": f"{MAX_DIFF_LINES:,}", "characters": f"{MAX_DIFF_LINE_CHARACTERS:,}",
 }
