@@ -15,7 +15,7 @@ writes to misses what it admits after the copy began.  So:
 - **PostgreSQL**: every node's write connection holds a session-level shared advisory lock
   (``LOCK_KEY``) for as long as it is connected; ``restore --replace`` and ``migrate`` take it
   exclusively on their own connection or refuse, naming the sessions that hold it
-  (``pg_locks``).
+  (``pg_locks``), once the sessions of a node that just stopped had two seconds to end.
 
 A storage that cannot take its shared lock because a restore or a migrate holds it refuses to
 open (``DATABASE_LOCKED``).
@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,11 +117,20 @@ def pg_shared(raw: Any, name: str) -> None:
             db=name)
 
 
+#: how long ``pg_exclusive`` waits for the sessions holding the shared lock to end: a node
+#: that just stopped closed its connections, but their backends may not have ended yet
+SESSIONS_ENDING_S = 2.0
+
+
 def pg_exclusive(raw: Any, name: str, doing: str) -> None:
     """Take the exclusive advisory lock on ``raw`` (for the session), or refuse naming the
-    sessions of the nodes that hold it."""
-    row = raw.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
-    if row[0]:
+    sessions of the nodes that hold it (after ``SESSIONS_ENDING_S``)."""
+    deadline = time.monotonic() + SESSIONS_ENDING_S
+    while not raw.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]:
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    else:
         return
     holders = raw.execute(
         "SELECT l.pid, coalesce(a.client_addr::text, 'local'), a.application_name"
