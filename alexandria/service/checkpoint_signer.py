@@ -156,11 +156,15 @@ class CheckpointSigner:
         if keeper is not None and (published is None or signed.size > published.size):
             # remembered before it is served: a restore can never sign under it
             await asyncio.to_thread(keeper.record, signed.size, signed.note)
-        if self._latest is None or signed.size > self._latest.size:
-            self._latest = signed
-            for listener in self.listeners:
-                listener(signed)
+        self._learn(signed)
         return signed
+
+    def _learn(self, stored: StoredCheckpoint) -> None:
+        """Remember ``stored`` if it is the largest checkpoint seen, and tell the listeners."""
+        if self._latest is None or stored.size > self._latest.size:
+            self._latest = stored
+            for listener in self.listeners:
+                listener(stored)
 
     async def current(self) -> StoredCheckpoint:
         """A checkpoint of the whole tree as it is now, signed on demand if needed (on a
@@ -188,13 +192,24 @@ class CheckpointSigner:
 
     async def tick(self) -> StoredCheckpoint | None:
         """The background step: sign when the tree grew and the last checkpoint is at least
-        ``SIGN_INTERVAL_MS`` old (across every process serving the database)."""
+        ``SIGN_INTERVAL_MS`` old (across every process serving the database).  Returns the
+        checkpoint signed, or the latest one when none was due; None when the log did not
+        grow since the latest this signer knows."""
         if self.library.origin_url is not None:
             return None
-        size = await self.library.storage.log_size()
+        storage = self.library.storage
+        size = await storage.log_size()
         latest = self._latest
         if size == 0 or (latest is not None and latest.size >= size):
             return None
+        # another process serving the database may have signed meanwhile: a read tells, and
+        # only a checkpoint that is due takes the write lock (on PostgreSQL every write
+        # transaction makes every other node's writer forget what it remembers)
+        stored = await storage.read(latest_checkpoint)
+        if stored is not None and (stored.size >= size or storage.clock()
+                                   - (parse_ms(stored.signed_at) or 0) < SIGN_INTERVAL_MS):
+            self._learn(stored)
+            return stored
         async with self._lock:
             return await self._sign(SIGN_INTERVAL_MS)
 

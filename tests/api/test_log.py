@@ -287,7 +287,20 @@ async def test_the_background_signer_signs_at_most_once_a_second_while_the_log_g
         assert second is not None and second.size == 5
         await publish(3)
         clock.tick(-1000)  # now less than a second after the latest checkpoint
+        writes = 0
+        write = storage.write
+
+        async def counted(fn: Any, checks_first: bool = False) -> Any:
+            nonlocal writes
+            writes += 1
+            return await write(fn, checks_first)
+
+        storage.write = counted  # type: ignore[method-assign]
         assert await signer.tick() == second
+        # a checkpoint that is not due takes no write transaction (on PostgreSQL each one
+        # makes every other node's writer forget what it remembers)
+        assert writes == 0
+        storage.write = write  # type: ignore[method-assign]
         clock.tick(1000)
         async with background_signer(library, interval=0.05):
             await asyncio.sleep(0.3)
@@ -295,6 +308,43 @@ async def test_the_background_signer_signs_at_most_once_a_second_while_the_log_g
         assert [c.size for c in rows] == [4, 5, 6]
     finally:
         await library.close()
+
+
+async def test_a_checkpoint_another_process_just_signed_is_learnt_without_a_write(
+    db: Path | str, founding: Founding, clock: Clock
+) -> None:
+    """Every HTTP process runs a background signer: the ones that find the latest checkpoint
+    less than a second old only read it."""
+    libraries = []
+    for _ in range(2):
+        storage = storage_for(db, founding.genesis)
+        storage.clock = clock
+        libraries.append(Library(founding.genesis, storage, founding.log_key))
+        await libraries[-1].open()
+    one, other = libraries
+    try:
+        for doc in founding.authority_documents():
+            await one.storage.admit_authority(doc)
+        env = founding.participants["owner"].envelope(founding.genesis, discussion(0),
+                                                      clock.tick())
+        await one.storage.admit(prepare(canonical(env), founding.genesis))
+        signed = await one.checkpoints.tick()
+        assert signed is not None and signed.size == 3
+        heard: list[int] = []
+        other.checkpoints.listeners.append(lambda c: heard.append(c.size))
+        write = other.storage.write
+
+        async def refused(fn: Any, checks_first: bool = False) -> Any:
+            raise AssertionError("a checkpoint that is not due took a write transaction")
+
+        other.storage.write = refused  # type: ignore[method-assign]
+        assert await other.checkpoints.tick() == signed
+        assert heard == [3]
+        assert await other.checkpoints.tick() is None  # known now: not even read again
+        other.storage.write = write  # type: ignore[method-assign]
+    finally:
+        for library in libraries:
+            await library.close()
 
 
 async def test_the_apps_own_task_signs_while_the_log_grows(api: Api) -> None:
