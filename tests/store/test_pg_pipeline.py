@@ -40,9 +40,9 @@ class _Sent:
         self.inserts: list[tuple[str, int]] = []
         real = conn._insert_many
 
-        def insert_many(holdable: Holdable, rows: Sequence[Sequence[Any]]) -> None:
+        def insert_many(holdable: Holdable, rows: Sequence[Sequence[Any]], cur: Any) -> None:
             self.inserts.append((holdable.table, len(rows)))
-            real(holdable, rows)
+            real(holdable, rows, cur)
 
         monkeypatch.setattr(conn, "_insert_many", insert_many)
 
@@ -297,6 +297,10 @@ class _Trips:
         sent = [fields[2].strip() for fields in lines if len(fields) > 2 and fields[0] == "F"]
         self.round_trips = sent.count("Sync") + sent.count("Query")
         self.statements = sent.count("Bind") + sent.count("Query")
+        #: multi-row inserts parsed (not run from a statement prepared earlier)
+        self.inserts_parsed = sum(1 for fields in lines if len(fields) > 3
+                                  and fields[0] == "F" and fields[2].strip() == "Parse"
+                                  and "INSERT INTO" in fields[3] and "), (" in fields[3])
 
 
 def _document(founding: Founding, clock: Clock, i: int) -> Candidate:
@@ -308,10 +312,11 @@ def _document(founding: Founding, clock: Clock, i: int) -> Candidate:
 async def test_a_group_costs_two_round_trips_whatever_its_size(
     pg_cluster: Cluster, founding: Founding, clock: Clock, tmp_path: Path
 ) -> None:
-    """The PostgreSQL writer's round trips and statements per group commit do not grow with
-    its admissions: ``BEGIN``, the write lock and the batch's question in one round trip,
-    every admission's rows sent without waiting, then the ``COMMIT``'s; each table's rows in
-    one statement.  (The storage alone: no library's background writes.)"""
+    """The PostgreSQL writer's round trips per group commit do not grow with its admissions:
+    ``BEGIN``, the write lock and the batch's question in one round trip, every admission's
+    rows sent without waiting, then the ``COMMIT``'s; each table's rows in one statement per
+    power of two (40 rows: 32 and 8), each prepared once.  (The storage alone: no library's
+    background writes.)"""
     url = pg_cluster.database()
     storage = postgres_storage(url, founding.genesis)
     storage.clock = clock
@@ -322,15 +327,17 @@ async def test_a_group_costs_two_round_trips_whatever_its_size(
         # the writer's memory learns the log's tail and the Merkle nodes it appends to
         await storage.admit_many([_document(founding, clock, i) for i in range(8)])
         trips = []
-        for start, n in ((8, 4), (12, 40)):
+        for start, n in ((8, 4), (12, 40), (52, 40)):
             raw = storage._writer.conn.raw  # type: ignore[union-attr]
             with _Trips(raw, tmp_path / f"trace{n}") as trace:
                 results = await storage.admit_many(
                     [_document(founding, clock, start + i) for i in range(n)])
             assert [getattr(r, "created", None) for r in results] == [True] * n
             trips.append(trace)
-        assert [t.round_trips for t in trips] == [2, 2]
-        assert trips[0].statements == trips[1].statements
+        assert [t.round_trips for t in trips] == [2, 2, 2]
+        assert trips[0].statements < trips[1].statements <= 2 * trips[0].statements
+        assert trips[1].inserts_parsed > 0
+        assert trips[2].inserts_parsed == 0  # the same sizes again: all prepared
     finally:
         await storage.close()
         pg_cluster.drop(url)

@@ -33,13 +33,18 @@ from typing import Any
 import psycopg
 from psycopg import pq
 from psycopg.adapt import Buffer, Dumper, Loader
-from psycopg.types.numeric import IntDumper
+from psycopg.types.numeric import Int8Dumper
 
 from alexandria.core.cache import Bounded
 from alexandria.store.postgresql import DIALECT
 
 STATEMENTS = 4096  # distinct SQL texts a storage translates and remembers
-MANY_ROWS = 1000  # rows of one multi-row INSERT (``executemany``), far below 65,535 parameters
+#: rows of one multi-row INSERT at most (``_insert_many``), far below 65,535 parameters; the
+#: sizes are powers of two, so each table has at most ten statement texts, prepared once
+MANY_ROWS = 512
+#: prepared statements a connection keeps (psycopg's ``prepared_max``): every multi-row size
+#: of every held-back insert beside the statements run most often
+PREPARED = 1024
 
 _TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)|%")
 _HINTS = re.compile(r"\s+(?:INDEXED BY \w+|NOT INDEXED)\b")
@@ -166,6 +171,19 @@ class _Held:
                     found[i] += row[i]
 
 
+def _sizes(rows: int) -> list[int]:
+    """``rows`` as a sum of powers of two of at most ``MANY_ROWS``, largest first."""
+    sizes = [MANY_ROWS] * (rows // MANY_ROWS)
+    rest = rows % MANY_ROWS
+    size = MANY_ROWS
+    while rest:
+        if rest >= size:
+            sizes.append(size)
+            rest -= size
+        size //= 2
+    return sizes
+
+
 class Dialect:
     """The translated statements of one storage, and what ``PgConnection.pipelined`` needs to
     know of each (bounded)."""
@@ -173,7 +191,7 @@ class Dialect:
     def __init__(self) -> None:
         self._statements: Bounded[str, str] = Bounded(STATEMENTS)
         self._touched: Bounded[str, frozenset[str] | None] = Bounded(STATEMENTS)
-        self._many: Bounded[tuple[str, str, int, str], str] = Bounded(STATEMENTS)
+        self._many: Bounded[tuple[str, str, int, str], bytes] = Bounded(STATEMENTS)
         self._holdable: Bounded[str, Holdable | None] = Bounded(STATEMENTS)
 
     def statement(self, sql: str) -> str:
@@ -182,19 +200,19 @@ class Dialect:
             found = self._statements[sql] = translate(sql)
         return found
 
-    def many_rows(self, head: str, row: str, rows: int, tail: str = "") -> str:
+    def many_rows(self, head: str, row: str, rows: int, tail: str = "") -> bytes:
         """``head`` (``INSERT INTO t(…) VALUES``), ``rows`` copies of ``row`` (``(%s, 1, %s)``)
         with numbered parameters (``($1, 1, $2), ($3, 1, $4)``), then ``tail`` (an ``ON
-        CONFLICT`` clause): psycopg's ``RawCursor`` sends it as it is, where a long ``%s``
-        text would be parsed again, in Python, at every execution."""
+        CONFLICT`` clause), encoded: psycopg's ``RawCursor`` sends it as it is, where a long
+        ``%s`` text would be parsed (and encoded) again, in Python, at every execution."""
         key = (head, row, rows, tail)
         found = self._many.get(key)
         if found is None:
             width = row.count("%s")
             numbered = row.replace("%", "%%").replace("%%s", "$%d")  # one ``%`` per row
-            found = self._many[key] = head + ", ".join(
+            found = self._many[key] = (head + ", ".join(
                 [numbered % tuple(range(i * width + 1, i * width + width + 1))
-                 for i in range(rows)]) + tail
+                 for i in range(rows)]) + tail).encode()
         return found
 
     def holdable(self, translated: str) -> Holdable | None:
@@ -249,6 +267,7 @@ def configure(raw: psycopg.Connection[Any]) -> None:
     milliseconds before running it."""
     raw.adapters.register_dumper(int, _UntypedInt)
     raw.adapters.register_loader("numeric", _Numeric)
+    raw.prepared_max = PREPARED
     raw.execute("SET jit = off")
 
 
@@ -345,8 +364,10 @@ class PgConnection:
         #: a statement failed inside the pipeline: the transaction is aborted, whatever a
         #: caller did with the error (a ``COMMIT`` would quietly roll it back)
         self.pipeline_failed = False
-        #: inside ``pipelined``: the rows of holdable inserts not sent yet, by statement
+        #: inside ``pipelined``: the rows of holdable inserts not sent yet, by statement, and
+        #: the tables they go to
         self._deferred: dict[str, _Held] | None = None
+        self._held_tables: set[str] = set()
 
     @contextlib.contextmanager
     def pipelined(self) -> Iterator[None]:
@@ -371,6 +392,7 @@ class PgConnection:
         with self.raw.pipeline() as pipeline:
             self._pipeline = pipeline
             self._deferred = {}
+            self._held_tables = set()
             try:
                 yield
                 self._flush()
@@ -388,13 +410,13 @@ class PgConnection:
         if held is None:
             if deferred:
                 touched = self._dialect.touched(translated)
-                if touched is None or any(h.holdable.table in touched
-                                          for h in deferred.values()):
+                if touched is None or not touched.isdisjoint(self._held_tables):
                     self._flush()
             holdable = self._dialect.holdable(translated)
             if holdable is None:
                 return False
             held = deferred[translated] = _Held(holdable)
+            self._held_tables.add(holdable.table)
         held.add(rows)
         return True
 
@@ -406,25 +428,37 @@ class PgConnection:
             return
         sending = list(deferred.values())
         deferred.clear()
+        self._held_tables.clear()
         try:
+            cur = self._many_rows_cursor()
             for held in sending:
-                self._insert_many(held.holdable, held.rows)
+                self._insert_many(held.holdable, held.rows, cur)
         except psycopg.Error as exc:
             self.pipeline_failed = True
             raise _as_sqlite_error(exc) from exc
 
-    def _insert_many(self, holdable: Holdable, rows: Sequence[Sequence[Any]]) -> None:
-        """``rows`` as multi-row inserts of at most ``MANY_ROWS`` rows each."""
+    def _many_rows_cursor(self) -> psycopg.RawCursor[Any]:
+        """A cursor for ``_insert_many``: each value goes to a column of the table, so an
+        integer is typed, always ``int8`` (in C, where ``_UntypedInt`` is Python, and one type
+        for every value, where psycopg's ``IntDumper`` picks the smallest: a prepared
+        statement's types are fixed)."""
         cur = psycopg.RawCursor(self.raw)
-        # each value goes to a column of the table: an integer may be typed (psycopg's own
-        # dumper, in C, where ``_UntypedInt`` is Python: a batch's rows hold tens of thousands)
-        cur.adapters.register_dumper(int, IntDumper)
-        for i in range(0, len(rows), MANY_ROWS):
-            chunk = rows[i:i + MANY_ROWS]
-            # texts vary with the number of rows: never prepared
+        cur.adapters.register_dumper(int, Int8Dumper)
+        return cur
+
+    def _insert_many(self, holdable: Holdable, rows: Sequence[Sequence[Any]],
+                     cur: psycopg.RawCursor[Any]) -> None:
+        """``rows`` as multi-row inserts of a power of two rows each (at most ``MANY_ROWS``):
+        37 rows are inserts of 32, 4 and 1.  Each size's text is prepared once per
+        connection, so PostgreSQL neither parses nor plans it again (about half of its work
+        for a text of many rows parsed each time)."""
+        start = 0
+        for size in _sizes(len(rows)):
+            chunk = rows[start:start + size]
+            start += size
             cur.execute(
-                self._dialect.many_rows(holdable.head, holdable.row, len(chunk), holdable.tail),
-                [value for row in chunk for value in row], prepare=False)
+                self._dialect.many_rows(holdable.head, holdable.row, size, holdable.tail),
+                [value for row in chunk for value in row], prepare=True)
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = (),
                 prepare: bool | None = None) -> _Cursor | _NoRows:
@@ -460,7 +494,7 @@ class PgConnection:
                 return
             held = _Held(holdable)
             held.add(rows)
-            self._insert_many(holdable, held.rows)
+            self._insert_many(holdable, held.rows, self._many_rows_cursor())
         except psycopg.Error as exc:
             if self._pipeline is not None:
                 self.pipeline_failed = True
