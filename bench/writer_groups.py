@@ -1,0 +1,97 @@
+"""The group-commit writer alone, on either backend: wall and CPU time per admission.
+
+```
+.venv/bin/python -m bench.writer_groups [--postgresql] [--group 12] [--envelopes 4000]
+```
+
+Builds ``bench.admission``'s envelopes, prepares them in this process (``prepare``: not
+measured), and admits them through a ``LedgerStorage`` in groups of ``--group`` at a time (as a
+server's writer sees them under load: each group one write transaction), after 200 admitted to
+warm the writer's memory.  Prints the writer thread's CPU per admission and the wall time per
+admission, which adds what the writer waits for: SQLite's commit, or PostgreSQL's round trips,
+its execution of the group's statements and its commit.  With ``--postgresql`` the library is
+a throwaway durable cluster (fsync on; tests/support/pgcluster.py).  No HTTP, no other
+process: the writer's share of ``bench.admission``'s figures, with far less noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from alexandria.rules.admission import prepare
+from alexandria.service.bootstrap import found_library
+from alexandria.store.backends import storage_for
+from alexandria.store.writer import Writer
+from bench.admission import build
+
+WARM = 200
+
+
+def _timed_writer(cpu: list[float]) -> None:
+    """Count the writer thread's CPU in its transactions (``Writer._run_batch``)."""
+    run_batch = Writer._run_batch
+
+    def timed(self: Writer, conn: sqlite3.Connection, batch: list[Any]) -> list[Any]:
+        started = time.thread_time()
+        try:
+            return run_batch(self, conn, batch)
+        finally:
+            cpu[0] += time.thread_time() - started
+
+    Writer._run_batch = timed  # type: ignore[method-assign]
+
+
+async def measure(db: str, tmp: Path, envelopes: int, group: int) -> tuple[float, float, int]:
+    """(writer CPU, wall) in seconds for the admissions after the warm-up, and their number."""
+    _genesis, _key, bodies = build(envelopes, tmp)
+    founding = found_library(seed=b"bench-admission", created_at="2026-01-01T00:00:00.000Z")
+    storage = storage_for(db, founding.genesis)
+    await storage.open()
+    try:
+        for doc in founding.authority_documents():
+            await storage.admit_authority(doc)
+        candidates = [prepare(b, founding.genesis, index_text=True) for b in bodies]
+        for cand in candidates[:4]:  # the spaces, one at a time
+            await storage.admit(cand)
+        rest = candidates[4:]
+        await asyncio.gather(*(storage.admit(c) for c in rest[:WARM]))
+        cpu = [0.0]
+        _timed_writer(cpu)
+        started = time.perf_counter()
+        for i in range(WARM, len(rest), group):
+            await asyncio.gather(*(storage.admit(c) for c in rest[i:i + group]))
+        return cpu[0], time.perf_counter() - started, len(rest) - WARM
+    finally:
+        await storage.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--envelopes", type=int, default=4000)
+    ap.add_argument("--group", type=int, default=12, help="admissions per write transaction")
+    ap.add_argument("--postgresql", action="store_true",
+                    help="a throwaway durable PostgreSQL cluster instead of a SQLite file")
+    args = ap.parse_args()
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        db = str(tmp / "library.db")
+        if args.postgresql:
+            from tests.support.pgcluster import cluster
+
+            db = stack.enter_context(cluster(durable=True)).database("bench")
+        cpu, wall, n = asyncio.run(measure(db, tmp, args.envelopes, args.group))
+    print(f"storage        {'PostgreSQL' if args.postgresql else 'SQLite'},"
+          f" groups of {args.group}, {n} admissions")
+    print(f"writer CPU     {cpu / n * 1e6:6.0f} µs per admission")
+    print(f"wall           {wall / n * 1e6:6.0f} µs per admission ({n / wall:,.0f}/s)")
+
+
+if __name__ == "__main__":
+    main()
