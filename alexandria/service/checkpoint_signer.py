@@ -61,6 +61,12 @@ class SigningLibrary(Protocol):
     def checkpoints(self) -> CheckpointSigner: ...
 
 
+def _due(latest: StoredCheckpoint, size: int, now: int, min_interval_ms: int) -> bool:
+    """Whether a tree of ``size`` needs a checkpoint after ``latest``: it grew, and ``latest``
+    is at least ``min_interval_ms`` old."""
+    return size > latest.size and now - (parse_ms(latest.signed_at) or 0) >= min_interval_ms
+
+
 def sign_checkpoint_now(
     conn: sqlite3.Connection, storage: Storage, key: SigningKey | None,
     min_interval_ms: int = 0, published: Published | None = None,
@@ -84,10 +90,8 @@ def sign_checkpoint_now(
     if problem is not None:  # 1b. never fork the log, nor sign under what was published
         raise problem
     # 2.
-    if latest is not None:
-        signed_ms = parse_ms(latest.signed_at) or 0
-        if size == latest.size or now - signed_ms < min_interval_ms:
-            return latest
+    if latest is not None and not _due(latest, size, now, min_interval_ms):
+        return latest
     details = {"tree_size": size, "checkpoint_size": latest.size if latest else 0}
     if key is None:
         raise LogUnavailable(
@@ -206,8 +210,7 @@ class CheckpointSigner:
         # only a checkpoint that is due takes the write lock (on PostgreSQL every write
         # transaction makes every other node's writer forget what it remembers)
         stored = await storage.read(latest_checkpoint)
-        if stored is not None and (stored.size >= size or storage.clock()
-                                   - (parse_ms(stored.signed_at) or 0) < SIGN_INTERVAL_MS):
+        if stored is not None and not _due(stored, size, storage.clock(), SIGN_INTERVAL_MS):
             self._learn(stored)
             return stored
         async with self._lock:
