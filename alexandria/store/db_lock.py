@@ -29,7 +29,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from alexandria.errors import Failed
 
@@ -128,10 +128,12 @@ def pg_exclusive(raw: Any, name: str, doing: str) -> None:
     deadline = time.monotonic() + SESSIONS_ENDING_S
     while not raw.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()[0]:
         if time.monotonic() >= deadline:
-            break
+            _refuse_exclusive(raw, name, doing)
         time.sleep(0.05)
-    else:
-        return
+
+
+def _refuse_exclusive(raw: Any, name: str, doing: str) -> NoReturn:
+    """Refuse ``pg_exclusive``, naming the sessions that hold the shared lock."""
     holders = raw.execute(
         "SELECT l.pid, coalesce(a.client_addr::text, 'local'), a.application_name"
         " FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
