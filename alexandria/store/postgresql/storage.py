@@ -61,11 +61,6 @@ log = logging.getLogger(__name__)
 #: how long a read waits for a connection of the pool (all busy, or the server unreachable)
 #: before it is a 503: a reader retries sooner than a proxy gives up on it
 READ_WAIT_S = 5.0
-#: how long the pool tries to reconnect a lost connection (psycopg_pool's backoff doubles
-#: from 1 s) before it gives the attempt up; the next read that waits starts a new one at
-#: once, so reads are answered again within about a second of the database's return,
-#: however long it was away
-RECONNECT_S = 2.0
 #: primary read connections of a node whose reads go to a replica (``--read-db``): the reads
 #: the replica cannot answer yet
 PRIMARY_READERS = 2
@@ -118,7 +113,6 @@ class _PgReaders:
                     **({} if "connect_timeout" in url
                        else {"connect_timeout": connection.CONNECT_TIMEOUT_S})},
             check=ConnectionPool.check_connection, name="alexandria-read",
-            reconnect_timeout=RECONNECT_S,
         )
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="alexandria-read")
         #: each session's ``statement_timeout`` (ms), set when a read first needs another one
