@@ -48,20 +48,27 @@ def temporary_beside(path: Path, mode: int = FILE_MODE) -> tuple[int, str]:
     ``path``: created exclusively, never through a symbolic link, with exactly ``mode``.  What
     ``tempfile.mkstemp`` does, without importing ``tempfile`` (and ``shutil``, ``random``)
     into every short CLI command."""
+    return temporary_at(str(path), mode)
+
+
+def temporary_at(name: str, mode: int = FILE_MODE, dir_fd: int | None = None) -> tuple[int, str]:
+    """``temporary_beside`` for a name relative to the directory ``dir_fd`` when given."""
+    folder, base = os.path.split(name)
     for _attempt in range(100):
-        tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
+        tmp = os.path.join(folder, f".{base}.{os.urandom(6).hex()}.tmp")
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode,
+                         dir_fd=dir_fd)
         except FileExistsError:
             continue
         try:
             os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
         except BaseException:
             os.close(fd)
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
             raise
         return fd, tmp
-    raise FileExistsError(f"no free temporary name beside {path}")  # pragma: no cover
+    raise FileExistsError(f"no free temporary name beside {name}")  # pragma: no cover
 
 
 @contextlib.contextmanager

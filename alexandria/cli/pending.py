@@ -29,11 +29,10 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
@@ -44,9 +43,7 @@ from alexandria.core.keys import HEX64
 from alexandria.core.records import MAX_BATCH_BYTES, MAX_BATCH_LINES
 from alexandria.core.timestamps import now
 from alexandria.errors import AlexandriaError
-from alexandria.files import atomic_write, read_json, temporary_beside, write_json
-
-T = TypeVar("T")
+from alexandria.files import FILE_MODE, atomic_write, read_json, temporary_at, write_json
 
 
 class KeptPending(Unreachable):
@@ -96,17 +93,17 @@ class Outbox:
 
     def write_many(self, items: Sequence[tuple[str, bytes, dict[str, Any]]]) -> list[Pending]:
         """``write`` for a chunk of envelopes, durable together before any is sent."""
-        files: list[tuple[Path, bytes]] = []
+        files: list[tuple[str, bytes]] = []
         out = []
         written_at = now()
         for rev, envelope, meta in items:
             if "name" in meta:
                 meta = {**meta, "written_at": written_at}
-                files.append((self._path(self.home.pending_dir, rev, ".meta.json"),
+                files.append((f"{rev}.meta.json",
                               orjson.dumps(meta, option=orjson.OPT_INDENT_2) + b"\n"))
-            files.append((self._path(self.home.pending_dir, rev), envelope))
+            files.append((f"{rev}.json", envelope))
             out.append(Pending(rev, envelope, meta))
-        durable_write(files)
+        durable_write(self.home.pending_dir, files)
         duplicates.record(self.home, [(p.id, p.record) for p in out])
         return out
 
@@ -251,8 +248,8 @@ class Outbox:
     def settle(self, admitted: Sequence[tuple[Pending, bytes, dict[str, Any]]]) -> None:
         """``_admit`` for a chunk: the signed records durable together, then the names (one
         append per names file), then the pending files go."""
-        durable_write([(self._path(self.home.published_dir, p.id), content)
-                       for p, content, _signed in admitted])
+        durable_write(self.home.published_dir,
+                      [(f"{p.id}.json", content) for p, content, _signed in admitted])
         lines: dict[str | None, list[tuple[str, str]]] = {}
         for p, _content, signed in admitted:
             name, names_file = p.meta.get("name"), p.meta.get("names_file")
@@ -261,8 +258,10 @@ class Outbox:
                 lines.setdefault(key, []).append((name, signed["id"]))
         for names_file, pairs in lines.items():
             self.home.append_names(pairs, Path(names_file) if names_file else None)
-        in_parallel(lambda p: self._remove(p.id, meta="written_at" in p.meta),
-                    [p for p, _content, _signed in admitted])
+        remove_all(self.home.pending_dir, (
+            name for p, _content, _signed in admitted
+            for name in (f"{p.id}.json", f"{p.id}.meta.json")[:2 if "written_at" in p.meta else 1]
+        ))
 
     def _reject(self, pending: Pending, exc: AlexandriaError, status: int) -> None:
         folder = self.home.rejected_dir
@@ -327,62 +326,50 @@ def _syncfs() -> Any:
     return _SYNCFS[0]
 
 
-#: threads creating, renaming or removing the files of a chunk: each such call waits for the
-#: file system's journal on its own, and several wait together
-FILE_THREADS = 8
-
-
-def in_parallel(fn: Callable[[T], Any], items: Sequence[T]) -> None:
-    """``fn`` on every item, on ``FILE_THREADS`` threads when there are many (file-system calls
-    release the GIL); the first exception is raised once all have run."""
-    if len(items) <= 4:
-        for item in items:
-            fn(item)
-        return
-    with ThreadPoolExecutor(FILE_THREADS) as pool:
-        for _ in pool.map(fn, items):
-            pass
-
-
-def durable_write(files: Sequence[tuple[Path, bytes]]) -> None:
-    """Replace each path atomically (temporary file, rename), with one wait for the disk for
-    all: every file is written, then every one fsynced, then every one renamed into place."""
-    temps: list[tuple[int, str, Path]] = []
-    for folder in {path.parent for path, _data in files}:
-        folder.mkdir(parents=True, exist_ok=True)
-
-    def write(item: tuple[Path, bytes]) -> None:
-        path, data = item
-        fd, tmp = temporary_beside(path, 0o644)
-        temps.append((fd, tmp, path))
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-
-    def replace(temp: tuple[int, str, Path]) -> None:
-        _fd, tmp, path = temp
-        os.replace(tmp, path)
-
+def durable_write(folder: Path, files: Sequence[tuple[str, bytes]]) -> None:
+    """Replace each named file of ``folder`` atomically (a temporary file, renamed), with one
+    wait for the disk for all: every file is written, then all synced, then every one renamed
+    into place and the renames synced.  The calls go one after the other on one thread, by
+    names relative to the folder's descriptor: a chunk's files are many small calls, and
+    threads would contend for the folder's lock and for the GIL (docs/decisions/0010)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    temps: list[tuple[int, str, str]] = []
     try:
-        in_parallel(write, files)
-        sync_all([fd for fd, _tmp, _path in temps])
-        for fd, _tmp, _path in temps:
+        for name, data in files:
+            fd, tmp = temporary_at(name, FILE_MODE, dir_fd)
+            temps.append((fd, tmp, name))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        sync_all([fd for fd, _tmp, _name in temps])
+        for fd, _tmp, _name in temps:
             os.close(fd)
         closed, temps = temps, []
         try:
-            in_parallel(replace, closed)
+            for _fd, tmp, name in closed:
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
-            for _fd, tmp, _path in closed:
-                Path(tmp).unlink(missing_ok=True)
+            for _fd, tmp, _name in closed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=dir_fd)
             raise
-        for folder in {path.parent for path, _data in files}:
-            fd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(fd)  # the renames themselves
-            finally:
-                os.close(fd)
+        os.fsync(dir_fd)  # the renames themselves
     finally:
-        for fd, tmp, _path in temps:
+        for fd, tmp, _name in temps:
             with contextlib.suppress(OSError):
                 os.close(fd)
-            Path(tmp).unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=dir_fd)
+        os.close(dir_fd)
+
+
+def remove_all(folder: Path, names: Iterable[str]) -> None:
+    """Remove the named files of ``folder`` (those already gone are no error)."""
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)

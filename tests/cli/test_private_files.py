@@ -39,6 +39,10 @@ def test_everything_created_is_private(lib: Library) -> None:
     home = lib.homes["ann"]
     cli("publish", str(write_content(lib.base / "c.json", _claim("Mine"))), "--name", "mine",
         home=home)
+    # several files go through the batch route, whose pending/ and published/ files are
+    # written a chunk at a time
+    cli("publish", *(str(write_content(lib.base / f"c{i}.json", _claim(f"Mine {i}")))
+                     for i in range(3)), home=home)
     # the database, its -wal and -shm files (open while the server runs), the operator's
     # directory (keys, genesis.pin, actors.json), the participant's home (key, names)
     files = [lib.db, Path(f"{lib.db}-wal"), Path(f"{lib.db}-shm")]
