@@ -24,7 +24,7 @@ from alexandria.client import (
     has_credentials,
     redact_url,
 )
-from alexandria.core.canonical import canonical, find_float, parse_json
+from alexandria.core.canonical import canonical, find_float, parse_json, sha256_hex
 from alexandria.core.keys import HEX64, SigningKey
 from alexandria.core.records import (
     MAX_ENVELOPE_BYTES,
@@ -32,10 +32,9 @@ from alexandria.core.records import (
     PERSONAL_KINDS,
     PUBLIC_KINDS,
     decode_body,
-    make_envelope,
+    envelope_bytes,
     make_record,
     parse_record,
-    revision_id,
 )
 from alexandria.core.schema import validate_content
 from alexandria.core.timestamps import now
@@ -188,7 +187,7 @@ class Session:
         self._client: Client | None = None
         self._genesis: Genesis | None = None
         self._names: dict[str, str] | None = None
-        self._signer: tuple[SigningKey, dict[str, Any], WorkerCertificate] | None = None
+        self._signer: tuple[SigningKey, bytes, WorkerCertificate] | None = None
 
     @property
     def library(self) -> LibraryConfig:
@@ -303,18 +302,19 @@ class Session:
                 " (or $ALEXANDRIA_LIBRARY), or point your configuration at that library with"
                 " `alexandria login URL --genesis PIN`", "NOT_PINNED", library=self.library.url)
         if self._signer is None:
-            self._signer = (self.home.worker_key(), self.home.certificate(), self.certificate())
-        key, cert_doc, cert = self._signer
+            self._signer = (self.home.worker_key(), canonical(self.home.certificate()),
+                            self.certificate())
+        key, cert_bytes, cert = self._signer
         record = make_record(self.library.pin, cert.actor, now(), content)
         check_record(record, self.library.pin, _ALL_KINDS)
-        envelope = make_envelope(record, cert_doc, key)
-        data = canonical(envelope)
+        record_bytes = canonical(record)
+        data = envelope_bytes(record_bytes, cert_bytes, key.sign(record_bytes))
         if len(data) > MAX_ENVELOPE_BYTES:
             raise ContentRefused(
                 f"the signed envelope is {len(data):,} bytes; the library takes at most"
                 f" {MAX_ENVELOPE_BYTES:,}: shorten the body", "PAYLOAD_TOO_LARGE",
                 limit=MAX_ENVELOPE_BYTES, actual=len(data))
-        return Signed(revision_id(record), record, data)
+        return Signed(sha256_hex(record_bytes), record, data)
 
 
 def fetch_genesis(client: Client, pin: str | None) -> Genesis:

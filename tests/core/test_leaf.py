@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from alexandria.core import leaf
 from alexandria.core.canonical import canonical
 from alexandria.core.leaf import LeafMalformed, leaf_bytes, record_of, record_sql, split_leaf
-from alexandria.core.records import admission_bytes, signed_record_bytes
+from alexandria.core.records import admission_bytes, envelope_bytes, signed_record_bytes
 from alexandria.core.timestamps import format_ms
 from tests.support.strategies import JSON, KEYS
 
@@ -116,3 +116,12 @@ def test_an_admission_time_that_is_not_a_timestamp_is_refused(admitted_at: Any) 
 def test_a_malformed_leaf_is_refused(data: bytes) -> None:
     with pytest.raises(LeafMalformed):
         split_leaf(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(RECORDS, RECORDS, st.text(max_size=130))
+def test_the_spliced_envelope_is_the_reference_jcs(
+    record: dict[str, Any], certificate: dict[str, Any], proof: str,
+) -> None:
+    envelope = {"record": record, "signature": {"certificate": certificate, "proof": proof}}
+    assert envelope_bytes(reference(record), reference(certificate), proof) == reference(envelope)
