@@ -49,6 +49,7 @@ from alexandria.cli.terminal import (
     debug,
     emit_json,
     emit_raw,
+    lines_together,
     note,
     one_line,
     safe_json,
@@ -364,7 +365,7 @@ class Batch:
 
     def _report(self, chunk: list[tuple[Item, Any, dict[str, Any]]],
                 outcomes: list[Outcome]) -> None:
-        with self.bar.paused():
+        with self.bar.paused(), lines_together():
             self._report_lines(chunk, outcomes)
         self.bar.update(len(self.results))
 

@@ -20,6 +20,7 @@ output (a fake verdict, a fake next step):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import re
@@ -32,6 +33,8 @@ from urllib.parse import urlsplit
 import orjson
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from alexandria.errors import AlexandriaError
 
 # C0 and C1 controls, DEL, and the bidirectional embeddings, overrides and isolates; a line
@@ -96,7 +99,7 @@ def debug(text: str) -> None:
 
 
 def emit_json(value: Any) -> None:
-    print(safe_json(orjson.dumps(value).decode("utf-8")), flush=True)
+    _out(safe_json(orjson.dumps(value).decode("utf-8")))
 
 
 def emit_raw(content: bytes) -> None:
@@ -111,7 +114,39 @@ def json_line(content: bytes) -> bytes:
 
 def say(text: str = "") -> None:
     """One line on stdout: line breaks and every other control character made visible."""
-    print(inline(text), flush=True)
+    _out(inline(text))
+
+
+#: stdout lines held by ``lines_together``, or None
+_held: list[str] | None = None
+
+
+def _out(line: str) -> None:
+    if _held is None:
+        print(line, flush=True)
+    else:
+        _held.append(line)
+
+
+def _write_held() -> None:
+    if _held:
+        sys.stdout.write("".join(f"{line}\n" for line in _held))
+        sys.stdout.flush()
+        _held.clear()
+
+
+@contextlib.contextmanager
+def lines_together() -> Iterator[None]:
+    """The stdout lines of ``say`` and ``emit_json`` inside the block written with one write
+    at its end (a batch's lines, a chunk at a time); a ``note`` on stderr first writes those
+    held, so the two streams keep their order."""
+    global _held
+    _held = []
+    try:
+        yield
+    finally:
+        _write_held()
+        _held = None
 
 
 def say_lines(text: str) -> None:
@@ -121,6 +156,7 @@ def say_lines(text: str) -> None:
 
 def note(text: str) -> None:
     """One line on stderr, as ``say``."""
+    _write_held()
     print(inline(text), file=sys.stderr, flush=True)
 
 
