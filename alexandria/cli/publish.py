@@ -216,10 +216,10 @@ class Batch:
     """``publish FILE…`` / ``--jsonl``: every content is checked and signed, written to
     pending/ a chunk at a time, sent in one batch request (its lines admitted in order, each
     as ``POST /api/entries`` would admit it), and its name recorded as soon as it is admitted.
-    Chunks move through three threads at once: one is signed (this thread), the one before it
-    made durable in pending/ (a file thread), the one before that in flight (the sender
-    thread), and an admitted chunk's signed records are made durable in published/ on the file
-    thread while the next is sent.  A chunk is sent only once it is durable, and its answers
+    Chunks move through four threads at once: one is signed (this thread), the one before it
+    made durable in pending/ (the pending thread), the one before that in flight (the sender
+    thread), and an admitted chunk's signed records are made durable in published/ (the
+    published thread) while the next is sent.  A chunk is sent only once it is durable, and its answers
     are reported (in order) before the next is sent.  A content that uses a name defined in a
     chunk not answered yet waits for that chunk, so ``$name`` always resolves to an admitted
     revision.
@@ -245,6 +245,8 @@ class Batch:
         self._sender: Any = None
         #: the thread that makes chunks durable in pending/, and the failure that stops it
         self._files: Any = None
+        #: the thread that records admitted chunks (published/, names, pending/ cleared)
+        self._settler: Any = None
         self._write_failed: BaseException | None = None
         self._settling: list[Future[None]] = []
         self.bar = ProgressBar("publishing", "contributions", _count(args))
@@ -306,6 +308,7 @@ class Batch:
         if self._sender is None:
             self._sender = ThreadPoolExecutor(1, thread_name_prefix="alexandria-publish")
             self._files = ThreadPoolExecutor(1, thread_name_prefix="alexandria-pending")
+            self._settler = ThreadPoolExecutor(1, thread_name_prefix="alexandria-published")
         # durable while the chunk before it is in flight
         written = self._files.submit(self._write, [(s.id, s.envelope, m) for _i, s, m in chunk
                                                    if s is not None])
@@ -336,9 +339,9 @@ class Batch:
         try:
             return self.outbox.deliver_many(pendings, self.session.client, admitted)
         finally:
-            # the signed records made durable in published/ on the file thread, while the
-            # next chunk is sent (what is not settled yet is still pending: a retry's 200)
-            self._settling.append(self._files.submit(self.outbox.settle, admitted))
+            # the signed records made durable in published/ on their own thread, while the
+            # next chunk is written to pending/ and sent (what is not settled yet is still pending: a retry's 200)
+            self._settling.append(self._settler.submit(self.outbox.settle, admitted))
 
     def _check_settled(self, wait: bool) -> None:
         """Raise the failure of a chunk's settling (``wait``: once all have ended)."""
@@ -390,6 +393,7 @@ class Batch:
         if self._sender is not None:
             self._sender.shutdown(wait=True)
             self._files.shutdown(wait=True)
+            self._settler.shutdown(wait=True)
         self.bar.close()
 
     def summary(self) -> int:
