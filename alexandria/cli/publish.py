@@ -219,10 +219,10 @@ class Batch:
     Chunks move through four threads at once: one is signed (this thread), the one before it
     made durable in pending/ (the pending thread), the one before that in flight (the sender
     thread), and an admitted chunk's signed records are made durable in published/ (the
-    published thread) while the next is sent.  A chunk is sent only once it is durable, and its answers
-    are reported (in order) before the next is sent.  A content that uses a name defined in a
-    chunk not answered yet waits for that chunk, so ``$name`` always resolves to an admitted
-    revision.
+    published thread) while the next is sent.  A chunk is sent only once it is durable, and
+    its answers are reported (in order) before the next is sent.  A content that uses a name
+    defined in a chunk not answered yet waits for that chunk, so ``$name`` always resolves to
+    an admitted revision.
     A refusal (before signing) or a rejection (by the library) is reported and the rest go on;
     when the library cannot be reached the batch stops, what was signed stays pending for
     ``alexandria retry`` and what is not signed yet is not published."""
@@ -340,7 +340,8 @@ class Batch:
             return self.outbox.deliver_many(pendings, self.session.client, admitted)
         finally:
             # the signed records made durable in published/ on their own thread, while the
-            # next chunk is written to pending/ and sent (what is not settled yet is still pending: a retry's 200)
+            # next chunk is written to pending/ and sent (what is not settled yet is still
+            # pending: a retry's 200)
             self._settling.append(self._settler.submit(self.outbox.settle, admitted))
 
     def _check_settled(self, wait: bool) -> None:
