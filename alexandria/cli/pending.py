@@ -260,7 +260,7 @@ class Outbox:
             self.home.append_names(pairs, Path(names_file) if names_file else None)
         remove_all(self.home.pending_dir, (
             name for p, _content, _signed in admitted
-            for name in (f"{p.id}.json", f"{p.id}.meta.json")[:2 if "written_at" in p.meta else 1]
+            for name in _pending_names(p.id, meta="written_at" in p.meta)
         ))
 
     def _reject(self, pending: Pending, exc: AlexandriaError, status: int) -> None:
@@ -270,10 +270,8 @@ class Outbox:
         os.replace(self._path(self.home.pending_dir, pending.id), self._path(folder, pending.id))
         self._path(self.home.pending_dir, pending.id, ".meta.json").unlink(missing_ok=True)
 
-    def _remove(self, rev: str, meta: bool = True) -> None:
-        self._path(self.home.pending_dir, rev).unlink(missing_ok=True)
-        if meta:  # only ``write`` and named ``write_many`` entries have one
-            self._path(self.home.pending_dir, rev, ".meta.json").unlink(missing_ok=True)
+    def _remove(self, rev: str) -> None:
+        remove_all(self.home.pending_dir, _pending_names(rev, meta=True))
 
 
 #: seconds between the attempts of a batch the library answered 503 as a whole (it had too many
@@ -364,9 +362,19 @@ def durable_write(folder: Path, files: Sequence[tuple[str, bytes]]) -> None:
         os.close(dir_fd)
 
 
+def _pending_names(rev: str, meta: bool) -> tuple[str, ...]:
+    """A pending envelope's files: the envelope, and its ``.meta.json`` when ``meta`` (only
+    ``write`` and named ``write_many`` entries have one)."""
+    return (f"{rev}.json", f"{rev}.meta.json") if meta else (f"{rev}.json",)
+
+
 def remove_all(folder: Path, names: Iterable[str]) -> None:
-    """Remove the named files of ``folder`` (those already gone are no error)."""
-    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    """Remove the named files of ``folder`` (those already gone, or the folder, are no
+    error)."""
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return
     try:
         for name in names:
             with contextlib.suppress(FileNotFoundError):
