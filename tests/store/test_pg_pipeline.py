@@ -87,6 +87,33 @@ def test_inserts_are_held_back_until_something_could_see_them(
     assert _count(url, "feed") == 4 and _count(url, "merkle_nodes") == 1
 
 
+def test_a_full_multi_row_insert_is_sent_at_once(
+    pg: tuple[PgConnection, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a statement holds ``MANY_ROWS`` rows they go out without waiting for a read or the
+    block's end (PostgreSQL inserts them while the writer goes on); the rows after them are
+    held back again, and the table's rows arrive in order."""
+    conn, url = pg
+    sent = _Sent(conn, monkeypatch)
+    insert = "INSERT INTO feed(owner, sequence) VALUES (?, ?)"
+    conn.execute("BEGIN")
+    with conn.pipelined():
+        conn.executemany(insert, [(1, s) for s in range(connection.MANY_ROWS - 1)])
+        conn.execute("INSERT INTO merkle_nodes(position, hash) VALUES (?, ?)", (1, b"x" * 32))
+        assert sent.inserts == []
+        conn.execute(insert, (1, connection.MANY_ROWS - 1))
+        assert sent.inserts == [("feed", connection.MANY_ROWS)]
+        conn.executemany(insert, [(2, 1), (2, 2)])
+        assert sent.inserts == [("feed", connection.MANY_ROWS)]
+        assert conn.execute("SELECT count(*) FROM feed").fetchone() == (
+            connection.MANY_ROWS + 2,)
+        # the read sent the rest, in the order first held back
+        assert sent.inserts[1:] == [("merkle_nodes", 1), ("feed", 2)]
+        conn.execute("COMMIT")
+    assert not conn.pipeline_failed
+    assert _count(url, "feed") == connection.MANY_ROWS + 2
+
+
 def test_a_change_of_another_table_sends_nothing_but_its_foreign_keys(
     pg: tuple[PgConnection, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -383,11 +383,12 @@ class PgConnection:
         as one multi-row ``INSERT`` per statement (``_flush``), before the first other
         statement that names ``t`` (a read or change of it, another insert into it), before
         any statement that is not a plain ``SELECT``/``INSERT``/``UPDATE``/``DELETE``
-        (``COMMIT``, ``SAVEPOINT``, …), and when the block ends: what every statement sees is
-        exactly what it would see had each insert been sent at once, and a batch of
-        admissions sends one statement per table instead of one per admission and table.  An
-        insert's error is then raised by a later statement of the same transaction, as the
-        pipeline's are."""
+        (``COMMIT``, ``SAVEPOINT``, …), as soon as one statement holds ``MANY_ROWS`` rows
+        (``_send``: PostgreSQL inserts them while the writer goes on), and when the block
+        ends: what every statement sees is exactly what it would see had each insert been sent
+        at once, and a batch of admissions sends one statement per table and ``MANY_ROWS``
+        instead of one per admission and table.  An insert's error is then raised by a later
+        statement of the same transaction, as the pipeline's are."""
         self.pipeline_failed = False
         with self.raw.pipeline() as pipeline:
             self._pipeline = pipeline
@@ -418,7 +419,23 @@ class PgConnection:
             held = deferred[translated] = _Held(holdable)
             self._held_tables.add(holdable.table)
         held.add(rows)
+        if len(held.rows) >= MANY_ROWS:
+            self._send(translated)
         return True
+
+    def _send(self, translated: str) -> None:
+        """Send the rows held back for one statement now: a full multi-row insert goes out as
+        soon as it is full, so PostgreSQL inserts its rows while the writer goes on with the
+        next admissions, instead of every row of the transaction after its last admission.
+        Its table's rows stay in order (no other statement into it is held back: ``_defer``)."""
+        assert self._deferred is not None
+        held = self._deferred.pop(translated)
+        self._held_tables.discard(held.holdable.table)
+        try:
+            self._insert_many(held.holdable, held.rows, self._many_rows_cursor())
+        except psycopg.Error as exc:
+            self.pipeline_failed = True
+            raise _as_sqlite_error(exc) from exc
 
     def _flush(self) -> None:
         """Send the held-back rows: one multi-row ``INSERT`` per statement (and ``MANY_ROWS``),
