@@ -1,7 +1,7 @@
 """The group-commit writer alone, on either backend: wall and CPU time per admission.
 
 ```
-.venv/bin/python -m bench.writer_groups [--postgresql] [--group 12] [--envelopes 4000]
+.venv/bin/python -m bench.writer_groups [--postgresql] [--group 12] [--chunk 1] [--envelopes 4000]
 ```
 
 Builds ``bench.admission``'s envelopes, prepares them in this process (``prepare``: not
@@ -11,7 +11,10 @@ warm the writer's memory.  Prints the writer thread's CPU per admission and the 
 admission, which adds what the writer waits for: SQLite's commit, or PostgreSQL's round trips,
 its execution of the group's statements and its commit.  With ``--postgresql`` the library is
 a throwaway durable cluster (fsync on; tests/support/pgcluster.py).  No HTTP, no other
-process: the writer's share of ``bench.admission``'s figures, with far less noise.
+process: the writer's share of ``bench.admission``'s figures, with far less noise.  With
+``--chunk N`` the admissions are handed over N at a time, each chunk one job
+(``LedgerStorage.submit_many``), as ``POST /api/entries/batch`` hands its lines over
+(``--chunk 64 --group 1024``: a batch route's transaction under load).
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ def _timed_writer(cpu: list[float]) -> None:
     Writer._run_batch = timed  # type: ignore[method-assign]
 
 
-async def measure(db: str, tmp: Path, envelopes: int, group: int) -> tuple[float, float, int]:
+async def measure(db: str, tmp: Path, envelopes: int, group: int,
+                  chunk: int = 1) -> tuple[float, float, int]:
     """(writer CPU, wall) in seconds for the admissions after the warm-up, and their number."""
     _genesis, _key, bodies = build(envelopes, tmp)
     founding = found_library(seed=b"bench-admission", created_at="2026-01-01T00:00:00.000Z")
@@ -66,7 +70,12 @@ async def measure(db: str, tmp: Path, envelopes: int, group: int) -> tuple[float
         _timed_writer(cpu)
         started = time.perf_counter()
         for i in range(WARM, len(rest), group):
-            await asyncio.gather(*(storage.admit(c) for c in rest[i:i + group]))
+            end = min(i + group, len(rest))
+            if chunk == 1:
+                await asyncio.gather(*(storage.admit(c) for c in rest[i:end]))
+            else:
+                await asyncio.gather(*(storage.submit_many(rest[j:min(j + chunk, end)])
+                                       for j in range(i, end, chunk)))
         return cpu[0], time.perf_counter() - started, len(rest) - WARM
     finally:
         await storage.close()
@@ -76,6 +85,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--envelopes", type=int, default=4000)
     ap.add_argument("--group", type=int, default=12, help="admissions per write transaction")
+    ap.add_argument("--chunk", type=int, default=1,
+                    help="admissions a job (as the batch route hands its lines over)")
     ap.add_argument("--postgresql", action="store_true",
                     help="a throwaway durable PostgreSQL cluster instead of a SQLite file")
     args = ap.parse_args()
@@ -86,9 +97,10 @@ def main() -> None:
             from tests.support.pgcluster import cluster
 
             db = stack.enter_context(cluster(durable=True)).database("bench")
-        cpu, wall, n = asyncio.run(measure(db, tmp, args.envelopes, args.group))
+        cpu, wall, n = asyncio.run(measure(db, tmp, args.envelopes, args.group, args.chunk))
     print(f"storage        {'PostgreSQL' if args.postgresql else 'SQLite'},"
-          f" groups of {args.group}, {n} admissions")
+          f" groups of {args.group}"
+          f"{f' in jobs of {args.chunk}' if args.chunk > 1 else ''}, {n} admissions")
     print(f"writer CPU     {cpu / n * 1e6:6.0f} µs per admission")
     print(f"wall           {wall / n * 1e6:6.0f} µs per admission ({n / wall:,.0f}/s)")
 
