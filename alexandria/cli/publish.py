@@ -206,10 +206,21 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 #: envelopes made durable in pending/ together, then sent in one ``POST /api/entries/batch``
-#: (PROTOCOL §4.1: at most 1,000 lines and 8 MiB a request); fewer than the limit, so that the
-#: library admits one chunk while the next is signed
-CHUNK = min(250, BATCH_LINES)
+#: (PROTOCOL §4.1: at most 1,000 lines and 8 MiB a request): the first chunk is small, so that
+#: the library starts admitting soon, and each next one twice the one before, up to the limit
+#: (each request's start and end leave the library idle for a moment: fewer, larger requests)
+FIRST_CHUNK = min(64, BATCH_LINES)
+CHUNK = BATCH_LINES
 CHUNK_BYTES = BATCH_BYTES
+
+
+def chunk_sizes() -> Iterator[int]:
+    """The lines of each chunk a batch sends, in order (fewer where the bytes reach
+    ``CHUNK_BYTES`` first, or the input ends)."""
+    size = FIRST_CHUNK
+    while True:
+        yield size
+        size = min(2 * size, CHUNK)
 
 
 class Batch:
@@ -236,6 +247,8 @@ class Batch:
         self.chunk: list[tuple[Item, Any, dict[str, Any]]] = []
         self.chunk_bytes = 0
         self.chunk_signed = 0
+        self.sizes = chunk_sizes()
+        self.chunk_limit = next(self.sizes)
         self.chunk_names: set[str] = set()
         self.results: list[dict[str, Any]] = []
         self.stopped = False
@@ -286,7 +299,7 @@ class Batch:
             self.chunk.append((item, signed, meta))
             self.chunk_bytes += len(signed.envelope) + 1
             self.chunk_signed += 1
-            if self.chunk_signed >= CHUNK:
+            if self.chunk_signed >= self.chunk_limit:
                 self.flush()
             if self.done():
                 return
@@ -305,6 +318,7 @@ class Batch:
         chunk, names = self.chunk, self.chunk_names
         self.chunk, self.chunk_names = [], set()
         self.chunk_bytes = self.chunk_signed = 0
+        self.chunk_limit = next(self.sizes)
         if self._sender is None:
             self._sender = ThreadPoolExecutor(1, thread_name_prefix="alexandria-publish")
             self._files = ThreadPoolExecutor(1, thread_name_prefix="alexandria-pending")

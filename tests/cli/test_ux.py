@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from alexandria.cli.publish import CHUNK
+from alexandria.cli.publish import CHUNK, chunk_sizes
 from tests.support.cli import CLI, ROOT, Library, cli, cli_env, cli_json, write_content
 from tests.support.liveserver import NewDb, free_port, stop_group
 from tests.support.ops import log_size
@@ -304,7 +304,9 @@ def test_publish_jsonl_sends_batches_of_at_most_1000(lib: Library, tmp_path: Pat
     results = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["status"] for x in results] == ["admitted"] * 700 + ["rejected"] + ["admitted"] * 499
     assert results[700]["error"]["code"] == "LINK_TARGET_MISSING"
-    assert _batch_requests(lib.url) - before == -(-1200 // CHUNK)
+    sizes = _chunks_of(1200)
+    assert max(sizes) <= CHUNK == 1000 and sizes[0] < sizes[1]  # small first, then larger
+    assert _batch_requests(lib.url) - before == len(sizes)
     assert _files(home / "pending") == []
     rejected = results[700]["id"]
     assert (home / "rejected" / f"{rejected}.json").exists()
@@ -320,6 +322,17 @@ def test_publish_jsonl_sends_batches_of_at_most_1000(lib: Library, tmp_path: Pat
     # ...unless asked for: new signatures, new revisions
     again = cli("publish", "--jsonl", str(jsonl), "--allow-duplicate", home=home, expect=3)
     assert len(again.stdout.split()) == 1199
+
+
+def _chunks_of(lines: int) -> list[int]:
+    """The lines of each chunk ``publish --jsonl`` sends for ``lines`` lines."""
+    sizes: list[int] = []
+    for size in chunk_sizes():
+        if lines <= 0:
+            return sizes
+        sizes.append(min(size, lines))
+        lines -= size
+    raise AssertionError("unreachable")
 
 
 def test_batch_keeps_what_it_signed_when_the_library_is_down(lib: Library,
@@ -366,20 +379,21 @@ def test_batch_stops_at_a_chunk_it_cannot_make_durable(lib: Library, tmp_path: P
     home = lib.homes["owner"]
     thread = cli_json("get", "thread", home=home)["id"]
     jsonl = tmp_path / "full.jsonl"
+    first, second, third = _chunks_of(10**6)[:3]
     jsonl.write_text("".join(json.dumps(_reply(f"full {i}", thread)) + "\n"
-                             for i in range(2 * CHUNK + 10)))
+                             for i in range(first + second + third + 10)))
     published, entries = len(_files(home / "published")), log_size(lib.url)
     r = subprocess.run([sys.executable, "-c", _FAIL_SECOND_WRITE, "--json", "publish",
                         "--jsonl", str(jsonl)], capture_output=True, text=True,
                        env=cli_env(home), cwd=ROOT, timeout=120)
     assert r.returncode != 0, r.stderr
-    assert f"pending writes [{CHUNK}, {CHUNK}]" in r.stderr  # the third chunk: never written
+    assert f"pending writes [{first}, {second}]" in r.stderr  # the third: never written
     assert "No space left on device" in r.stderr
     admitted = [json.loads(line)["id"] for line in r.stdout.splitlines()]
-    assert len(admitted) == CHUNK
-    assert len(_files(home / "published")) == published + CHUNK
+    assert len(admitted) == first
+    assert len(_files(home / "published")) == published + first
     assert _files(home / "pending") == []
-    assert log_size(lib.url) == entries + CHUNK  # nothing after the first chunk was sent
+    assert log_size(lib.url) == entries + first  # nothing after the first chunk was sent
 
 
 def test_revise_edits_the_current_head(lib: Library, tmp_path: Path) -> None:
