@@ -439,7 +439,10 @@ class Agent:
                         continue
                     outcomes += self.outbox.deliver_many(chunk, self.session.client, admitted)
             finally:
-                self.outbox.settle(admitted)
+                answered = outcomes if len(outcomes) == len(pendings) else None
+                self.outbox.settle(admitted, answered)
+                if answered is None:  # a failure while sending: what was not answered stays
+                    self.outbox.keep(pendings)
             for (i, _e, _m), outcome in zip(signed, outcomes, strict=True):
                 results[i] = {"id": outcome.pending.id, "status": outcome.status}
                 if outcome.status == "admitted":

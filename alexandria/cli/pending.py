@@ -16,11 +16,19 @@ On a definitive validation rejection correct content and use a new pending file.
 A crash between any two of these steps is harmless: resending an admitted envelope returns 200
 with the same signed record.
 
-``publish FILE…`` and ``publish --jsonl`` follow the same rule per envelope, a chunk at a time:
-``write_many`` makes a chunk's pending files durable with one wait for the disk (all written,
-then all fsynced: the first fsync commits the journal for every one), the envelopes are sent in
-order, and ``settle`` records what was admitted (published/, names) before removing their
-pending files.  A ``.meta.json`` is written only when there is a name to record.
+``publish FILE…``, ``publish --jsonl`` and the MCP ``publish`` of several contents follow the
+same rule per envelope, a chunk at a time: ``write_many`` makes a chunk durable in one file,
+``pending/chunk-ID.jsonl`` (``ID``: its first envelope's), one line per envelope —
+``ID<TAB>META<TAB>JCS(envelope)``, ``META`` the ``.meta.json`` it would have (``{}`` when it
+has none) — the envelopes are sent in order, and ``settle`` records what was admitted
+(published/, names), writes those still pending to files of their own, and only then removes
+the chunk file.  One file a chunk instead of one created and one removed per envelope: on
+Linux's file systems creating and removing files was about a fifth of the CPU a batch cost
+this client.  A chunk file left behind (a crash, a batch stopped before sending a chunk) is
+turned into files of their own (``explode``: each envelope the home has not published or
+rejected, in the chunk's order) by the next ``Outbox`` and by ``pending``, so every other
+reader of pending/ sees ``ID.json`` files only.  A ``.meta.json`` is written only when there is
+a name to record.
 """
 
 from __future__ import annotations
@@ -55,6 +63,8 @@ class Pending:
     id: str
     envelope: bytes = field(repr=False)
     meta: dict[str, Any]
+    #: the chunk file that holds the envelope (``write_many``), or None: ``pending/ID.json``
+    chunk: str | None = field(default=None, compare=False)
 
     @property
     def record(self) -> dict[str, Any]:
@@ -73,9 +83,16 @@ class Outcome:
     error: AlexandriaError | None = None
 
 
+CHUNK_PREFIX = "chunk-"
+CHUNK_SUFFIX = ".jsonl"
+
+
 class Outbox:
     def __init__(self, home: Home) -> None:
         self.home = home
+        #: chunk files this outbox wrote and has not settled: not exploded under it
+        self._chunks: set[str] = set()
+        self.explode()
 
     def _path(self, folder: Path, rev: str, suffix: str = ".json") -> Path:
         return folder / f"{rev}{suffix}"
@@ -92,20 +109,68 @@ class Outbox:
         return pending
 
     def write_many(self, items: Sequence[tuple[str, bytes, dict[str, Any]]]) -> list[Pending]:
-        """``write`` for a chunk of envelopes, durable together before any is sent."""
-        files: list[tuple[str, bytes]] = []
+        """``write`` for a chunk of envelopes, durable together in one chunk file before any
+        is sent."""
+        if not items:
+            return []
+        chunk = f"{CHUNK_PREFIX}{items[0][0]}{CHUNK_SUFFIX}"
+        lines: list[bytes] = []
         out = []
         written_at = now()
         for rev, envelope, meta in items:
             if "name" in meta:
                 meta = {**meta, "written_at": written_at}
-                files.append((f"{rev}.meta.json",
-                              orjson.dumps(meta, option=orjson.OPT_INDENT_2) + b"\n"))
-            files.append((f"{rev}.json", envelope))
-            out.append(Pending(rev, envelope, meta))
-        durable_write(self.home.pending_dir, files)
+            kept = meta if "name" in meta else {}
+            lines.append(b"%s\t%s\t%s\n" % (rev.encode(), orjson.dumps(kept), envelope))
+            out.append(Pending(rev, envelope, meta, chunk))
+        durable_write(self.home.pending_dir, [(chunk, b"".join(lines))])
+        self._chunks.add(chunk)
         duplicates.record(self.home, [(p.id, p.record) for p in out])
         return out
+
+    def explode(self) -> list[str]:
+        """Each chunk file of pending/ this outbox is not using, turned into files of their
+        own (the module docstring): every envelope the home has not published or rejected,
+        durable, their modification times in the chunk's order (``pending`` sends the oldest
+        first), then the chunk file removed.  The ids written."""
+        folder = self.home.pending_dir
+        try:
+            names = [n for n in os.listdir(folder)
+                     if n.startswith(CHUNK_PREFIX) and n.endswith(CHUNK_SUFFIX)
+                     and n not in self._chunks]
+        except FileNotFoundError:
+            return []
+        written: list[str] = []
+        for name in sorted(names, key=lambda n: ((folder / n).stat().st_mtime_ns, n)):
+            written += self._explode(folder, name)
+        return written
+
+    def keep(self, pendings: Sequence[Pending] | None = None) -> None:
+        """The chunk files of ``pendings`` whose answers are not all known (a failure while
+        sending): turned into files of their own now, as ``explode`` does; by default every
+        chunk file this outbox wrote and has not released (once nothing is in flight)."""
+        chunks = set(self._chunks) if pendings is None else {
+            p.chunk for p in pendings if p.chunk is not None}
+        for chunk in sorted(chunks):
+            self._chunks.discard(chunk)
+            self._explode(self.home.pending_dir, chunk)
+
+    def _explode(self, folder: Path, name: str) -> list[str]:
+        try:
+            data = (folder / name).read_bytes()
+            since = (folder / name).stat().st_mtime_ns
+        except FileNotFoundError:  # another process exploded or settled it meanwhile
+            return []
+        entries: list[tuple[str, dict[str, Any], bytes]] = []
+        for line in data.splitlines():
+            rev_b, meta, envelope = line.split(b"\t", 2)
+            rev = rev_b.decode()
+            if HEX64.match(rev) and not (self.home.published_dir / f"{rev}.json").exists() \
+                    and not (self.home.rejected_dir / f"{rev}.json").exists():
+                entries.append((rev, orjson.loads(meta), envelope))
+        _write_in_order(folder, entries, since)
+        (folder / name).unlink(missing_ok=True)
+        return [rev for rev, _meta, _envelope in entries]
 
     def load(self, rev: str) -> Pending:
         path = self._path(self.home.pending_dir, rev)
@@ -122,6 +187,7 @@ class Outbox:
 
     def pending(self) -> list[Pending]:
         """Every pending envelope, oldest first: retries keep the order of publication."""
+        self.explode()
         return [self.load(i) for i in self._ids(self.home.pending_dir)]
 
     def rejected(self) -> list[dict[str, Any]]:
@@ -245,11 +311,16 @@ class Outbox:
             self.home.append_name(name, signed["id"], path)
         self._remove(pending.id)
 
-    def settle(self, admitted: Sequence[tuple[Pending, bytes, dict[str, Any]]]) -> None:
+    def settle(self, admitted: Sequence[tuple[Pending, bytes, dict[str, Any]]],
+               answered: Sequence[Outcome] | None = None) -> None:
         """``_admit`` for a chunk: the signed records durable together, then the names (one
-        append per names file), then the pending files go."""
-        durable_write(self.home.published_dir,
-                      [(f"{p.id}.json", content) for p, content, _signed in admitted])
+        append per names file), then the pending files go.  ``answered``: the outcome of
+        every envelope of the chunk files involved (their chunks are then released: the
+        envelopes still pending written to files of their own, the chunk files removed);
+        without it they stay for ``explode``."""
+        if admitted:
+            durable_write(self.home.published_dir,
+                          [(f"{p.id}.json", content) for p, content, _signed in admitted])
         lines: dict[str | None, list[tuple[str, str]]] = {}
         for p, _content, signed in admitted:
             name, names_file = p.meta.get("name"), p.meta.get("names_file")
@@ -259,14 +330,38 @@ class Outbox:
         for names_file, pairs in lines.items():
             self.home.append_names(pairs, Path(names_file) if names_file else None)
         remove_all(self.home.pending_dir, (
-            name for p, _content, _signed in admitted
+            name for p, _content, _signed in admitted if p.chunk is None
             for name in _pending_names(p.id, meta="written_at" in p.meta)
         ))
+        if answered is not None:
+            self._release(answered)
+
+    def _release(self, answered: Sequence[Outcome]) -> None:
+        """The chunk files of ``answered`` (every envelope of each answered): those still
+        pending written to files of their own (in order), then the chunk files removed — or,
+        where ``explode`` in another process took a chunk file first, the files it made of
+        the envelopes no longer pending removed."""
+        folder = self.home.pending_dir
+        held = [o for o in answered if o.pending.chunk is not None]
+        _write_in_order(folder, [(o.pending.id, o.pending.meta if "written_at" in o.pending.meta
+                                  else {}, o.pending.envelope)
+                                 for o in held if o.status == "kept"], time.time_ns())
+        for chunk in sorted({o.pending.chunk for o in held if o.pending.chunk is not None}):
+            self._chunks.discard(chunk)
+            try:
+                os.unlink(folder / chunk)
+            except FileNotFoundError:
+                remove_all(folder, (name for o in held
+                                    if o.pending.chunk == chunk and o.status != "kept"
+                                    for name in _pending_names(o.pending.id, meta=True)))
 
     def _reject(self, pending: Pending, exc: AlexandriaError, status: int) -> None:
         folder = self.home.rejected_dir
         error = {"status": status, **exc.to_json(), "rejected_at": now(), "meta": pending.meta}
         write_json(self._path(folder, pending.id, ".error.json"), error)
+        if pending.chunk is not None:  # its chunk file goes once every line is answered
+            atomic_write(self._path(folder, pending.id), pending.envelope)
+            return
         os.replace(self._path(self.home.pending_dir, pending.id), self._path(folder, pending.id))
         self._path(self.home.pending_dir, pending.id, ".meta.json").unlink(missing_ok=True)
 
@@ -360,6 +455,22 @@ def durable_write(folder: Path, files: Sequence[tuple[str, bytes]]) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=dir_fd)
         os.close(dir_fd)
+
+
+def _write_in_order(folder: Path, entries: Sequence[tuple[str, dict[str, Any], bytes]],
+                    since: int) -> None:
+    """Pending envelopes ``(id, meta, envelope)`` in files of their own (a ``.meta.json``
+    where ``meta`` is not empty), durable, modified at ``since``, ``since`` + 1 ns, …: in
+    their order for ``pending`` (file times are otherwise only as fine as the kernel's
+    clock tick, and many files share one)."""
+    if not entries:
+        return
+    durable_write(folder, [
+        file for rev, meta, envelope in entries for file in (
+            ([(f"{rev}.meta.json", orjson.dumps(meta, option=orjson.OPT_INDENT_2) + b"\n")]
+             if meta else []) + [(f"{rev}.json", envelope)])])
+    for i, (rev, _meta, _envelope) in enumerate(entries):
+        os.utime(folder / f"{rev}.json", ns=(since + i, since + i))
 
 
 def _pending_names(rev: str, meta: bool) -> tuple[str, ...]:

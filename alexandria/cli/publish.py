@@ -327,8 +327,10 @@ class Batch:
         written = self._files.submit(self._write, [(s.id, s.envelope, m) for _i, s, m in chunk
                                                    if s is not None])
         self.collect()
-        if self.stopped:
-            self._report(chunk, [Outcome(p, "kept") for p in written.result()])
+        if self.stopped:  # never sent: its envelopes stay pending, in files of their own
+            kept = [Outcome(p, "kept") for p in written.result()]
+            self.outbox.settle([], kept)
+            self._report(chunk, kept)
             return
         self.in_flight = (chunk, self._sender.submit(self._send_written, written))
         self.in_flight_names = names
@@ -350,13 +352,15 @@ class Batch:
 
     def _send(self, pendings: list[Pending]) -> list[Outcome]:
         admitted: list[tuple[Pending, bytes, dict[str, Any]]] = []
+        answered: list[Outcome] | None = None
         try:
-            return self.outbox.deliver_many(pendings, self.session.client, admitted)
+            answered = self.outbox.deliver_many(pendings, self.session.client, admitted)
+            return answered
         finally:
             # the signed records made durable in published/ on their own thread, while the
             # next chunk is written to pending/ and sent (what is not settled yet is still
-            # pending: a retry's 200)
-            self._settling.append(self._settler.submit(self.outbox.settle, admitted))
+            # pending: a retry's 200); the chunk file goes once every line is answered
+            self._settling.append(self._settler.submit(self.outbox.settle, admitted, answered))
 
     def _check_settled(self, wait: bool) -> None:
         """Raise the failure of a chunk's settling (``wait``: once all have ended)."""
@@ -409,6 +413,7 @@ class Batch:
             self._sender.shutdown(wait=True)
             self._files.shutdown(wait=True)
             self._settler.shutdown(wait=True)
+        self.outbox.keep()  # a chunk whose answers did not all come: files of their own
         self.bar.close()
 
     def summary(self) -> int:

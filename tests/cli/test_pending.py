@@ -4,6 +4,7 @@ a 5xx; and ``changes`` resyncing when the library cannot honour a saved cursor."
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -12,7 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from alexandria.cli.config import Home
+from alexandria.cli.pending import Outbox, Outcome, Pending
 from alexandria.core.canonical import canonical
+from alexandria.errors import Refused
 from tests.support.cli import Library, cli, cli_json
 from tests.support.liveserver import NewDb
 from tests.support.loopback import accept_forever, content_length
@@ -204,3 +208,59 @@ def test_changes_resync_when_the_library_cannot_honour_the_cursor(lib: Library) 
     assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [root]
     r = cli("changes", "--root", root, home=home)
     assert r.stdout == ""
+
+
+def _envelope(title: str) -> bytes:
+    record = {"kind": "space", "title": title, "body": "{}", "links": [], "previous": ""}
+    return json.dumps({"record": record, "signature": {}}).encode()
+
+
+#: ids whose order is not the order they are written in
+IDS = ("f" * 64, "0" * 64, "a" * 64)
+
+
+def _chunk_of_three(tmp_path: Path) -> tuple[Home, list[Pending]]:
+    home = Home(tmp_path / "home")
+    written = Outbox(home).write_many([
+        (IDS[0], _envelope("first"), {"kind": "space", "title": "first"}),
+        (IDS[1], _envelope("second"), {"kind": "space", "title": "second", "name": "two"}),
+        (IDS[2], _envelope("third"), {"kind": "space", "title": "third"}),
+    ])
+    return home, written
+
+
+def test_a_chunk_is_one_file_and_what_it_leaves_behind_is_pending_in_its_order(
+    tmp_path: Path,
+) -> None:
+    """``write_many`` makes a chunk durable in one file; a chunk file left behind (a crash
+    before its answers were recorded) becomes files of their own for the next outbox —
+    in the chunk's order, each envelope byte for byte, its name kept, and what the home has
+    published meanwhile left out."""
+    home, written = _chunk_of_three(tmp_path)
+    [chunk] = os.listdir(home.pending_dir)
+    assert chunk == f"chunk-{IDS[0]}.jsonl" and all(p.chunk == chunk for p in written)
+    assert (home.pending_dir / chunk).stat().st_mode & 0o777 == 0o600
+    home.published_dir.mkdir(parents=True)
+    (home.published_dir / f"{IDS[2]}.json").write_bytes(b"{}")  # admitted before the crash
+    again = Outbox(home)
+    assert [p.id for p in again.pending()] == [IDS[0], IDS[1]]
+    assert [p.envelope for p in again.pending()] == [written[0].envelope, written[1].envelope]
+    assert again.load(IDS[1]).meta["name"] == "two"
+    assert sorted(os.listdir(home.pending_dir)) == sorted(
+        [f"{IDS[0]}.json", f"{IDS[1]}.json", f"{IDS[1]}.meta.json"])
+
+
+def test_a_settled_chunk_keeps_only_what_is_still_pending(tmp_path: Path) -> None:
+    """Once every line of a chunk is answered: the admitted one published, the rejected one
+    in rejected/, the kept one pending in a file of its own, and the chunk file gone."""
+    home, written = _chunk_of_three(tmp_path)
+    outbox = Outbox(home)
+    first, second, third = written
+    signed = {"id": first.id, "record": first.record}
+    outbox._reject(second, Refused("no", "LINK_TARGET_MISSING"), 422)
+    outbox.settle([(first, b"signed", signed)], [
+        Outcome(first, "admitted"), Outcome(second, "rejected"), Outcome(third, "kept")])
+    assert (home.published_dir / f"{first.id}.json").read_bytes() == b"signed"
+    assert (home.rejected_dir / f"{second.id}.json").read_bytes() == second.envelope
+    assert os.listdir(home.pending_dir) == [f"{third.id}.json"]
+    assert [p.envelope for p in outbox.pending()] == [third.envelope]
