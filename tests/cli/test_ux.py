@@ -353,6 +353,39 @@ def test_batch_keeps_what_it_signed_when_the_library_is_down(lib: Library,
     assert "retry [" not in r.stderr  # no progress lines when stderr is not a terminal
 
 
+def test_a_batch_killed_midway_is_finished_by_retry_without_a_second_copy(
+    lib: Library, tmp_path: Path
+) -> None:
+    """``kill -9`` of ``publish --jsonl`` while chunks are in flight (one made durable in a
+    chunk file of pending/, one sent, one being recorded): ``retry`` sends what was left
+    pending, each admitted once, and nothing of the chunk files stays behind."""
+    home = lib.homes["owner"]
+    thread = cli_json("get", "thread", home=home)["id"]
+    jsonl = tmp_path / "killed.jsonl"
+    jsonl.write_text("".join(json.dumps(_reply(f"killed {i}", thread)) + "\n"
+                             for i in range(3000)))
+    published, entries = set(_files(home / "published")), log_size(lib.url)
+    proc = subprocess.Popen([*CLI, "publish", "--jsonl", str(jsonl)], env=cli_env(home),
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(set(_files(home / "published")) - published) < 100:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert any(n.startswith("chunk-") for n in os.listdir(home / "pending"))
+    r = cli("--json", "retry", home=home)
+    assert {x["status"] for x in json.loads(r.stdout)["results"]} <= {"admitted"}
+    # (a file being written when the kill came stays as a temporary, never read)
+    assert [n for n in os.listdir(home / "pending") if not n.endswith(".tmp")] == []
+    new = set(_files(home / "published")) - published
+    titles = [json.loads(p.read_bytes())["record"]["title"] for p in new]
+    assert len(titles) == len(set(titles)) >= 100
+    assert log_size(lib.url) == entries + len(new)  # each admitted once
+
+
 _FAIL_SECOND_WRITE = """
 import errno, sys
 from alexandria.cli import main
