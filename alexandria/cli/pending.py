@@ -46,6 +46,7 @@ import orjson
 
 from alexandria.cli import duplicates
 from alexandria.cli.config import Home
+from alexandria.cli.terminal import note
 from alexandria.client import Client, Unreachable, answer_of, is_definitive
 from alexandria.core.keys import HEX64
 from alexandria.core.records import MAX_BATCH_BYTES, MAX_BATCH_LINES
@@ -90,8 +91,10 @@ CHUNK_SUFFIX = ".jsonl"
 class Outbox:
     def __init__(self, home: Home) -> None:
         self.home = home
-        #: chunk files this outbox wrote and has not settled: not exploded under it
+        #: chunk files this outbox wrote and has not settled: not exploded under it; and
+        #: files named like chunks that are not (said once, left as they are)
         self._chunks: set[str] = set()
+        self._odd: set[str] = set()
         self.explode()
 
     def _path(self, folder: Path, rev: str, suffix: str = ".json") -> Path:
@@ -137,7 +140,7 @@ class Outbox:
         try:
             names = [n for n in os.listdir(folder)
                      if n.startswith(CHUNK_PREFIX) and n.endswith(CHUNK_SUFFIX)
-                     and n not in self._chunks]
+                     and n not in self._chunks and n not in self._odd]
         except FileNotFoundError:
             return []
         written: list[str] = []
@@ -162,12 +165,20 @@ class Outbox:
         except FileNotFoundError:  # another process exploded or settled it meanwhile
             return []
         entries: list[tuple[str, dict[str, Any], bytes]] = []
-        for line in data.splitlines():
-            rev_b, meta, envelope = line.split(b"\t", 2)
-            rev = rev_b.decode()
-            if HEX64.match(rev) and not (self.home.published_dir / f"{rev}.json").exists() \
-                    and not (self.home.rejected_dir / f"{rev}.json").exists():
-                entries.append((rev, orjson.loads(meta), envelope))
+        try:
+            for line in data.splitlines():
+                rev_b, meta, envelope = line.split(b"\t", 2)
+                rev = rev_b.decode("ascii")
+                if not HEX64.match(rev):
+                    raise ValueError(f"{rev!r} is not a revision id")
+                if not (self.home.published_dir / f"{rev}.json").exists() \
+                        and not (self.home.rejected_dir / f"{rev}.json").exists():
+                    entries.append((rev, dict(orjson.loads(meta)), envelope))
+        except ValueError as exc:  # not this program's: kept as it is, every command goes on
+            self._odd.add(name)
+            note(f"{folder / name} is not a chunk of pending envelopes ({exc}); it is left as"
+                 " it is and not sent")
+            return []
         _write_in_order(folder, entries, since)
         (folder / name).unlink(missing_ok=True)
         return [rev for rev, _meta, _envelope in entries]

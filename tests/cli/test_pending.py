@@ -264,3 +264,17 @@ def test_a_settled_chunk_keeps_only_what_is_still_pending(tmp_path: Path) -> Non
     assert (home.rejected_dir / f"{second.id}.json").read_bytes() == second.envelope
     assert os.listdir(home.pending_dir) == [f"{third.id}.json"]
     assert [p.envelope for p in outbox.pending()] == [third.envelope]
+
+
+def test_a_chunk_file_that_is_not_ours_is_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file named like a chunk that does not parse stops no command: it is left as it is,
+    said once on stderr, and the rest of pending/ is read."""
+    home, _written = _chunk_of_three(tmp_path)
+    odd = home.pending_dir / "chunk-odd.jsonl"
+    odd.write_bytes(b"not\ta chunk\n")
+    outbox = Outbox(home)  # the chunk left behind becomes files; the odd one stays
+    assert [p.id for p in outbox.pending()] == list(IDS)
+    assert odd.exists() and capsys.readouterr().err.count(
+        "is not a chunk of pending envelopes") == 1
