@@ -143,8 +143,12 @@ class Outbox:
                      and n not in self._chunks and n not in self._odd]
         except FileNotFoundError:
             return []
+        found: list[tuple[int, str]] = []
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):  # settled by its batch meanwhile
+                found.append(((folder / name).stat().st_mtime_ns, name))
         written: list[str] = []
-        for name in sorted(names, key=lambda n: ((folder / n).stat().st_mtime_ns, n)):
+        for _since, name in sorted(found):
             written += self._explode(folder, name)
         return written
 
@@ -174,7 +178,7 @@ class Outbox:
                 if not (self.home.published_dir / f"{rev}.json").exists() \
                         and not (self.home.rejected_dir / f"{rev}.json").exists():
                     entries.append((rev, dict(orjson.loads(meta)), envelope))
-        except ValueError as exc:  # not this program's: kept as it is, every command goes on
+        except (ValueError, TypeError) as exc:  # not ours: left as it is, every command goes on
             self._odd.add(name)
             note(f"{folder / name} is not a chunk of pending envelopes ({exc}); it is left as"
                  " it is and not sent")

@@ -272,9 +272,11 @@ def test_a_chunk_file_that_is_not_ours_is_left_alone(
     """A file named like a chunk that does not parse stops no command: it is left as it is,
     said once on stderr, and the rest of pending/ is read."""
     home, _written = _chunk_of_three(tmp_path)
-    odd = home.pending_dir / "chunk-odd.jsonl"
-    odd.write_bytes(b"not\ta chunk\n")
-    outbox = Outbox(home)  # the chunk left behind becomes files; the odd one stays
+    odd = [home.pending_dir / f"chunk-{n}.jsonl" for n in ("a", "b", "c")]
+    odd[0].write_bytes(b"not\ta chunk\n")
+    odd[1].write_bytes(f"{IDS[0]}\t[1]\t{{}}\n".encode())  # its meta not an object
+    odd[2].write_bytes(b"\xff\t{}\t{}\n")
+    outbox = Outbox(home)  # the chunk left behind becomes files; the odd ones stay
     assert [p.id for p in outbox.pending()] == list(IDS)
-    assert odd.exists() and capsys.readouterr().err.count(
-        "is not a chunk of pending envelopes") == 1
+    assert all(f.exists() for f in odd)
+    assert capsys.readouterr().err.count("is not a chunk of pending envelopes") == 3
