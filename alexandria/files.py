@@ -17,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -51,6 +52,10 @@ def temporary_beside(path: Path, mode: int = FILE_MODE) -> tuple[int, str]:
     return temporary_at(str(path), mode)
 
 
+#: the name ``temporary_at`` gives a file until it is renamed: ``.NAME.RANDOM.tmp``
+TEMPORARY = re.compile(r"\..+\.[0-9a-f]{12}\.tmp\Z", re.DOTALL)
+
+
 def temporary_at(name: str, mode: int = FILE_MODE, dir_fd: int | None = None) -> tuple[int, str]:
     """``temporary_beside`` for a name relative to the directory ``dir_fd`` when given."""
     folder, base = os.path.split(name)
@@ -69,6 +74,23 @@ def temporary_at(name: str, mode: int = FILE_MODE, dir_fd: int | None = None) ->
             raise
         return fd, tmp
     raise FileExistsError(f"no free temporary name beside {name}")  # pragma: no cover
+
+
+def remove_abandoned(folder: Path, names: Iterable[str], older_than: float) -> list[str]:
+    """Remove each of ``names`` (entries of ``folder``) that is a temporary file of
+    ``temporary_at`` last written more than ``older_than`` seconds ago: one a process killed
+    while writing left behind (a live writer renames its file within moments).  The names
+    removed."""
+    removed: list[str] = []
+    limit = time.time() - older_than
+    for name in names:
+        if not TEMPORARY.match(name):
+            continue
+        with contextlib.suppress(FileNotFoundError):  # renamed or removed meanwhile
+            if os.lstat(folder / name).st_mtime < limit:
+                os.unlink(folder / name)
+                removed.append(name)
+    return removed
 
 
 @contextlib.contextmanager

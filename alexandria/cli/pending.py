@@ -52,7 +52,14 @@ from alexandria.core.keys import HEX64
 from alexandria.core.records import MAX_BATCH_BYTES, MAX_BATCH_LINES
 from alexandria.core.timestamps import now
 from alexandria.errors import AlexandriaError
-from alexandria.files import FILE_MODE, atomic_write, read_json, temporary_at, write_json
+from alexandria.files import (
+    FILE_MODE,
+    atomic_write,
+    read_json,
+    remove_abandoned,
+    temporary_at,
+    write_json,
+)
 
 
 class KeptPending(Unreachable):
@@ -86,6 +93,10 @@ class Outcome:
 
 CHUNK_PREFIX = "chunk-"
 CHUNK_SUFFIX = ".jsonl"
+#: a temporary file of pending/ (``files.temporary_at``) not renamed after this many seconds
+#: was left by a command killed while writing it; it holds no envelope that was sent, nor
+#: any that a pending file or a chunk file does not also hold
+ABANDONED_TEMPORARY = 24 * 3600.0
 
 
 class Outbox:
@@ -135,14 +146,16 @@ class Outbox:
         """Each chunk file of pending/ this outbox is not using, turned into files of their
         own (the module docstring): every envelope the home has not published or rejected,
         durable, their modification times in the chunk's order (``pending`` sends the oldest
-        first), then the chunk file removed.  The ids written."""
+        first), then the chunk file removed.  The ids written.  A temporary file a killed
+        command left in pending/ goes once it is ``ABANDONED_TEMPORARY`` old."""
         folder = self.home.pending_dir
         try:
-            names = [n for n in os.listdir(folder)
-                     if n.startswith(CHUNK_PREFIX) and n.endswith(CHUNK_SUFFIX)
-                     and n not in self._chunks and n not in self._odd]
+            listed = os.listdir(folder)
         except FileNotFoundError:
             return []
+        remove_abandoned(folder, listed, ABANDONED_TEMPORARY)
+        names = [n for n in listed if n.startswith(CHUNK_PREFIX) and n.endswith(CHUNK_SUFFIX)
+                 and n not in self._chunks and n not in self._odd]
         found: list[tuple[int, str]] = []
         for name in names:
             with contextlib.suppress(FileNotFoundError):  # settled by its batch meanwhile

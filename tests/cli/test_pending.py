@@ -280,3 +280,22 @@ def test_a_chunk_file_that_is_not_ours_is_left_alone(
     assert [p.id for p in outbox.pending()] == list(IDS)
     assert all(f.exists() for f in odd)
     assert capsys.readouterr().err.count("is not a chunk of pending envelopes") == 3
+
+
+def test_a_temporary_file_a_killed_command_left_goes_a_day_later(tmp_path: Path) -> None:
+    """A command killed while writing leaves its temporary file in pending/; the next
+    outbox removes it once it is a day old, and leaves a fresh one (perhaps still being
+    written) and every other file alone."""
+    home, _written = _chunk_of_three(tmp_path)
+    folder = home.pending_dir
+    old, fresh = f".chunk-{IDS[1]}.jsonl.0123456789ab.tmp", f".{IDS[2]}.json.ba9876543210.tmp"
+    not_ours = [".notes.tmp", ".x.0123456789ab.tmp.bak", "chunk-x.jsonl.0123456789ab.tmp"]
+    for name in (old, fresh, *not_ours):
+        (folder / name).write_bytes(b"half an envelope")
+    day_and_a_minute = 24 * 3600 + 60
+    for name in (old, *not_ours):
+        os.utime(folder / name, (os.path.getmtime(folder / name) - day_and_a_minute,) * 2)
+    outbox = Outbox(home)
+    assert not (folder / old).exists()
+    assert (folder / fresh).exists() and all((folder / n).exists() for n in not_ours)
+    assert [p.id for p in outbox.pending()] == list(IDS)

@@ -378,7 +378,7 @@ def test_a_batch_killed_midway_is_finished_by_retry_without_a_second_copy(
     assert any(n.startswith("chunk-") for n in os.listdir(home / "pending"))
     r = cli("--json", "retry", home=home)
     assert {x["status"] for x in json.loads(r.stdout)["results"]} <= {"admitted"}
-    # (a file being written when the kill came stays as a temporary, never read)
+    # (a file being written when the kill came stays, never read, until it is a day old)
     assert [n for n in os.listdir(home / "pending") if not n.endswith(".tmp")] == []
     new = set(_files(home / "published")) - published
     titles = [json.loads(p.read_bytes())["record"]["title"] for p in new]
