@@ -61,6 +61,11 @@ log = logging.getLogger(__name__)
 #: how long a read waits for a connection of the pool (all busy, or the server unreachable)
 #: before it is a 503: a reader retries sooner than a proxy gives up on it
 READ_WAIT_S = 5.0
+#: how long the pool keeps retrying a connection it lost before it gives that attempt up:
+#: its retries back off exponentially (1 s, 2 s, 4 s…), so a long attempt would leave reads
+#: refused for as long again after the database is back; given up, the next read starts a
+#: new attempt at once
+RECONNECT_S = 1.0
 #: primary read connections of a node whose reads go to a replica (``--read-db``): the reads
 #: the replica cannot answer yet
 PRIMARY_READERS = 2
@@ -101,18 +106,23 @@ class _PgReaders:
     """``size`` reader threads sharing a pool of read-only connections.  A read the database
     cannot answer (unreachable, or no connection of the pool within ``READ_WAIT_S``) is a
     typed 503 (``outage.classify``), reported to ``outages`` (one log line per episode).  A
-    read waits ``READ_WAIT_S`` for a connection also during an outage: the pool reconnects
-    with a backoff, and the first reads after the database is back are answered."""
+    read waits ``READ_WAIT_S`` for a connection also during an outage: the pool tries to
+    reconnect for ``RECONNECT_S`` at a time, each read starting a new attempt, and the first
+    reads after the database is back are answered."""
 
     def __init__(self, url: str, size: int, dialect: Dialect, outages: Outages) -> None:
         self._dialect = dialect
         self._outages = outages
+        # the pool warns of every failed attempt (one or two a second during an outage);
+        # ``outages`` says it once an episode, with its cause
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url, min_size=size, max_size=size, open=True, configure=self._configure,
             kwargs={"autocommit": True, "application_name": "alexandria-read",
                     **({} if "connect_timeout" in url
                        else {"connect_timeout": connection.CONNECT_TIMEOUT_S})},
             check=ConnectionPool.check_connection, name="alexandria-read",
+            reconnect_timeout=RECONNECT_S,
         )
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="alexandria-read")
         #: each session's ``statement_timeout`` (ms), set when a read first needs another one
