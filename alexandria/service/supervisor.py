@@ -135,6 +135,21 @@ def die_with_parent(sig: int, parent: int) -> None:
                      daemon=True).start()
 
 
+def parent_gone(parent: int) -> bool:
+    """Whether ``parent``, this process's parent, has died or is dying.  A parent killed while
+    it has several threads is dying already when the parent-death signal comes (the thread
+    that started this process has ended) but ``getppid`` names it until its last thread has
+    ended: its main thread is then a zombie."""
+    if os.getppid() != parent:
+        return True
+    try:
+        with open(f"/proc/{parent}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):  # no /proc: getppid has the last word
+        return False
+    return state in ("Z", "X")
+
+
 def _watch_parent(parent: int, sig: int) -> None:
     while os.getppid() == parent:
         time.sleep(PARENT_POLL_S)
@@ -410,7 +425,7 @@ def writer_main(config: ServeConfig, socket_path: str, parent: int) -> None:
     try:
         _run_loop(main)
     finally:
-        if os.getppid() != parent:
+        if parent_gone(parent):
             shutil.rmtree(os.path.dirname(socket_path), ignore_errors=True)
 
 

@@ -228,6 +228,47 @@ def test_the_children_die_with_the_main_process(
     library.check()
 
 
+#: the raw ``exit`` system call, which ends the calling thread only (glibc's ``_exit`` ends the
+#: whole process)
+_SYS_EXIT = {"x86_64": 60, "aarch64": 93}
+_DYING_PARENT = """
+import ctypes, platform, subprocess, sys, threading, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+threading.Thread(target=time.sleep, args=(3,)).start()
+time.sleep(0.5)
+ctypes.CDLL(None).syscall(int(sys.argv[3]), 0)  # the main thread ends, the other goes on
+"""
+_CHILD = """
+import os, signal, sys, time
+from alexandria.service.supervisor import die_with_parent, parent_gone
+heard = []
+parent = os.getppid()
+signal.signal(signal.SIGTERM, lambda *_: heard.append((os.getppid() == parent,
+                                                       parent_gone(parent))))
+die_with_parent(signal.SIGTERM, parent)
+while not heard:
+    time.sleep(0.01)
+open(sys.argv[1], "w").write(repr(heard[0]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine not in _SYS_EXIT,
+                    reason="the parent-death signal and the raw exit call are Linux's")
+def test_a_child_knows_its_parent_is_dying_before_getppid_says_so(tmp_path: Path) -> None:
+    """The thread that started a child ends first, its process's other threads later: the
+    child hears its parent-death signal while ``getppid`` still names the parent (so the
+    writer of a killed server, which stops on that signal, still removes the run
+    directory)."""
+    said = tmp_path / "said"
+    subprocess.run([sys.executable, "-c", _DYING_PARENT, _CHILD, str(said),
+                    str(_SYS_EXIT[os.uname().machine])], check=True, timeout=30)
+    deadline = time.monotonic() + 10
+    while not said.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # (the parent still named, the parent gone)
+    assert said.read_text() == "(True, True)"
+
+
 # --- the HTTP workers ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("workers", [1, 2])
