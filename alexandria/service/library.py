@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -205,14 +206,15 @@ class Library:
                     await self.close()
                 if began is None:
                     began = time.monotonic()
-                    log.warning("%s: cannot open the library (%s); retrying until the database"
-                                " can be reached", self.storage.path, describe(exc))
+                    log.warning("%s: process %d cannot open the library (%s); retrying until"
+                                " the database can be reached", self.storage.path, os.getpid(),
+                                describe(exc))
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, OPEN_RETRY_MAX_S)
                 continue
             if began is not None:
-                log.warning("%s: library opened after %.1f s of waiting for the database",
-                            self.storage.path, time.monotonic() - began)
+                log.warning("%s: process %d opened the library after %.1f s of waiting for the"
+                            " database", self.storage.path, os.getpid(), time.monotonic() - began)
             return
 
     async def open(self) -> None:

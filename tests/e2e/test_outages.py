@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -23,16 +24,18 @@ from typing import Any
 
 import httpx
 import orjson
+import psycopg
 import pytest
 
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.service.bootstrap import Founding
 from alexandria.service.published import PublishedCheckpoint
 from alexandria.store.backends import open_readonly
+from alexandria.store.protocol import READERS
 from tests.support import pgcluster
 from tests.support.admission import claim, space
 from tests.support.library import Clock, serve_library
-from tests.support.liveserver import Server, stop_group, write_library_files
+from tests.support.liveserver import Server, StderrTee, stop_group, write_library_files
 from tests.support.ops import Writer, cli, wait_for
 from tests.support.processes import http_workers, wait_for_workers
 
@@ -115,19 +118,23 @@ def stopped(server: Server, writer: Writer, client: httpx.Client) -> str:
 @dataclass
 class Crashable:
     """A live server over a durable PostgreSQL cluster the test may crash (``own``), with a
-    writer publishing to it and a client; ``stderr`` is the server's, once it has stopped."""
+    writer publishing to it and a client; ``err`` what the server writes to its standard error
+    as it comes, ``stderr`` all of it once the server has stopped."""
 
     own: pgcluster.Cluster
     url: str
     server: Server
     writer: Writer
     client: httpx.Client
+    err: StderrTee
     stderr: str | None = None
 
     def stop(self) -> str:
         """Stop the server (once): its standard error."""
         if self.stderr is None:
-            self.stderr = stopped(self.server, self.writer, self.client)
+            self.writer.close()
+            self.client.close()
+            self.stderr = self.err.stop()
         return self.stderr
 
 
@@ -146,7 +153,7 @@ def crashable(tmp_path: Path, founding: Founding, workers: int,
         url = own.database()
         server = Server(genesis, url, log_key, workers=workers, extra=extra)
         it = Crashable(own, url, server, Writer(founding, server.url),
-                       httpx.Client(base_url=server.url, timeout=30))
+                       httpx.Client(base_url=server.url, timeout=30), StderrTee(server.proc))
         try:
             yield it
         except BaseException as failure:
@@ -209,18 +216,44 @@ def test_postgresql_crash_during_admissions(tmp_path: Path, founding: Founding,
         assert_all_kept(founding, it.url, writer.acknowledged, tmp_path)
 
 
+def waiting_workers(stderr: str) -> tuple[list[int], list[int]]:
+    """The processes that said they wait for the database to open the library, and those that
+    said they opened it after waiting (``Library.open_when_reachable``), one entry a line."""
+    waiting = [int(pid) for pid in re.findall(r"process (\d+) cannot open the library", stderr)]
+    opened = [int(pid) for pid in re.findall(r"process (\d+) opened the library after", stderr)]
+    return waiting, opened
+
+
+def wait_until_every_process_opened(own: pgcluster.Cluster, processes: int) -> None:
+    """Until each of the server's ``processes`` (HTTP workers and the writer) holds its write
+    connection and its pool of reads (``store/postgresql``), which it makes as it opens the
+    library, and a moment more for the rest of its start (a few statements)."""
+    def counted() -> bool:
+        with psycopg.connect(own.url(), autocommit=True) as conn:
+            rows = dict(conn.execute(
+                "SELECT application_name, count(*) FROM pg_stat_activity"
+                " WHERE backend_type = 'client backend' GROUP BY 1").fetchall())
+        return (rows.get("alexandria") == processes
+                and rows.get("alexandria-read") == processes * READERS)
+
+    wait_for(counted, 60, f"{processes} processes opened the library")
+    time.sleep(1.0)
+
+
 def test_an_http_worker_restarted_during_a_postgresql_outage_waits_for_the_database(
         tmp_path: Path, founding: Founding) -> None:
     """An HTTP worker that dies while PostgreSQL is down is restarted; the new worker cannot
     open the library yet and waits for the database (one log line) instead of failing its
     start, which Granian would take for a crash loop and stop the whole server.  The other
-    worker answers typed 503s meanwhile; once PostgreSQL is back both serve, and nothing
-    acknowledged is lost."""
+    worker answers typed 503s meanwhile; once PostgreSQL is back the new worker opens the
+    library (one log line), both serve, and nothing acknowledged is lost."""
     with crashable(tmp_path, founding, 2) as it:
         own, server, writer, client = it.own, it.server, it.writer, it.client
         writer.admit_authorities()
         writer.publish(3)
         before = wait_for_workers(server, 2)
+        # the worker that stays answers during the outage: it has started serving before
+        wait_until_every_process_opened(own, 3)
         own.stop("immediate")
         os.kill(before[0], signal.SIGKILL)
         # the restarted worker outlives Granian's crash-loop window (5.5 s), still waiting
@@ -228,10 +261,14 @@ def test_an_http_worker_restarted_during_a_postgresql_outage_waits_for_the_datab
         while time.monotonic() < deadline:
             assert server.proc.poll() is None, "the server stopped during the outage"
             time.sleep(0.2)
+        (restarted,) = set(http_workers(server)) - set(before)
         assert len(http_workers(server)) == 2
+        assert waiting_workers(it.err.text()) == ([restarted], []), it.err.text()[-4000:]
         assert_typed_503(client.post("/api/entries", content=next_envelope(writer)),
                          "STORAGE_UNAVAILABLE")
         own.resume()
+        wait_for(lambda: restarted in waiting_workers(it.err.text())[1], 30,
+                 "the restarted worker opens the library once PostgreSQL is back")
         wait_for(lambda: all(client.get("/healthz").status_code == 200 for _ in range(6)),
                  30, "every worker ready once PostgreSQL is back")
         wait_for(lambda: _admits(writer), 30, "admissions resume once PostgreSQL is back")
@@ -243,8 +280,7 @@ def test_an_http_worker_restarted_during_a_postgresql_outage_waits_for_the_datab
         stderr = it.stop()
         assert server.proc.returncode == 0, stderr[-4000:]
         # the restarted worker says once that it waits and once that it opened
-        waited = stderr.count("retrying until the database can be reached")
-        assert waited >= 1 and stderr.count("library opened after") == waited, stderr[-4000:]
+        assert waiting_workers(stderr) == ([restarted], [restarted]), stderr[-4000:]
         assert "Traceback" not in stderr, stderr[-4000:]
         assert_all_kept(founding, it.url, writer.acknowledged, tmp_path)
 

@@ -7,9 +7,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,46 @@ def stop_group(proc: subprocess.Popen[Any], timeout: float = 20) -> tuple[Any, A
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         return proc.communicate()
+
+
+class StderrTee:
+    """What a server started with ``stderr=PIPE`` writes to its standard error, read as it
+    comes: a test can wait for a log line while the server runs.  ``stop`` stops the server's
+    process group like ``stop_group`` and returns everything it wrote."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stderr is not None
+        self._proc = proc
+        self._stderr = proc.stderr
+        self._chunks: list[bytes] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, name="stderr-tee", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while chunk := self._stderr.read1(65536):  # type: ignore[attr-defined]
+            with self._lock:
+                self._chunks.append(chunk)
+
+    def text(self) -> str:
+        with self._lock:
+            return b"".join(self._chunks).decode(errors="replace")
+
+    def stop(self, timeout: float = 20) -> str:
+        if self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGTERM)
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        self._thread.join(timeout)
+        if self._thread.is_alive():  # a child outlived the main process, holding the pipe
+            with suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._thread.join()
+        self._stderr.close()
+        return self.text()
 
 
 def write_library_files(founding: Founding, directory: Path) -> tuple[Path, Path]:
