@@ -261,8 +261,9 @@ def test_an_http_worker_restarted_during_a_postgresql_outage_waits_for_the_datab
         while time.monotonic() < deadline:
             assert server.proc.poll() is None, "the server stopped during the outage"
             time.sleep(0.2)
-        (restarted,) = set(http_workers(server)) - set(before)
-        assert len(http_workers(server)) == 2
+        workers = http_workers(server)
+        assert len(workers) == 2
+        (restarted,) = set(workers) - set(before)
         assert waiting_workers(it.err.text()) == ([restarted], []), it.err.text()[-4000:]
         assert_typed_503(client.post("/api/entries", content=next_envelope(writer)),
                          "STORAGE_UNAVAILABLE")
