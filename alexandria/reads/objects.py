@@ -32,7 +32,7 @@ from alexandria.reads.catalogue import Warm
 from alexandria.rules.state import FEED_RELATIONS
 from alexandria.store import feed, read_sql
 from alexandria.store.interface import Records
-from alexandria.store.schema import NOT_RELATED, revision_id
+from alexandria.store.schema import related_link, revision_id
 
 PAGE_SIZE = 50
 SECTIONS = ("all", "children", "related", "history", "graph", "discussions", "knowledge")
@@ -563,6 +563,22 @@ def _section_knowledge(
     return _prefixed(included, offset, contained)
 
 
+def related_incoming(exact: bool) -> str:
+    """The heads linking to the object (``:owner``), or to its revision ``:seq`` when
+    ``exact``, by citation, includes, relationship or merge: through ``links_related``, or
+    ``links_to_revision``."""
+    where = (
+        "l.target_seq = :seq AND l.relation != 'votes_on'" if exact
+        else "l.target_owner = :owner"
+    )
+    return (
+        "SELECT l.source_sequence AS seq FROM links l"
+        " JOIN objects o ON o.head_sequence = l.source_sequence"
+        f" WHERE {where} AND {related_link('l.relation')} AND o.created_sequence != :owner"
+        " GROUP BY l.source_sequence ORDER BY l.source_sequence"
+    )
+
+
 def _section_related(
     conn: sqlite3.Connection, subj: Subject, item: int, offset: int, exact: bool,
     warm: Warm | None = None,
@@ -574,16 +590,7 @@ def _section_related(
     for relation, _target, target_seq in _links_of(conn, item):
         if relation != "contained_in" and target_seq not in outgoing:
             outgoing.append(target_seq)
-    where = (
-        "l.target_seq = :seq AND l.relation != 'votes_on'" if exact
-        else "l.target_owner = :owner"
-    )
-    sql = (
-        "SELECT l.source_sequence AS seq FROM links l"
-        " JOIN objects o ON o.head_sequence = l.source_sequence"
-        f" WHERE {where} AND l.relation NOT IN {NOT_RELATED} AND o.created_sequence != :owner"
-        " GROUP BY l.source_sequence ORDER BY l.source_sequence"
-    )
+    sql = related_incoming(exact)
 
     def incoming(off: int, limit: int) -> SectionResult:
         return _page(conn, sql, _keys(subj), off, limit)

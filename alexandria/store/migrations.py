@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from alexandria.errors import Failed
-from alexandria.store.schema import TABLES, check_leaf_format
+from alexandria.store.schema import LINKS_RELATED_COMPARED, TABLES, check_leaf_format
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ Steps = tuple[tuple[int, str], ...]
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: Steps = (
     (1, TABLES),
+    (2, LINKS_RELATED_COMPARED),
 )
 VERSION = MIGRATIONS[-1][0]
 

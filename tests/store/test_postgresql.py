@@ -25,6 +25,7 @@ from alexandria.core import merkle
 from alexandria.core.checkpoint import parse_checkpoint
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.errors import Malformed
+from alexandria.reads import objects as objects_reads
 from alexandria.service.bootstrap import Founding, found_library
 from alexandria.store import feed
 from alexandria.store import schema as sqlite_schema
@@ -215,6 +216,22 @@ def test_the_schema_matches_sqlites_columns(pg_db: str) -> None:
         "'", "").replace("\n    ", " ")
     assert sqlite_schema.TREE_LINKS.replace("'", "") in pg_schema.INTEGER_KEYS.replace(
         "'", "").replace("\n    ", " ")
+
+
+def test_the_related_section_reads_through_its_partial_indexes(pg_db: str) -> None:
+    """The related section's query says the condition of ``links_related`` as comparisons
+    (``schema.related_link``: SQLite's index since its version 2); PostgreSQL's index keeps
+    ``NOT IN`` and its planner proves it from them."""
+    plans = {}
+    with psycopg.connect(pg_db, autocommit=True) as pg:
+        pg.execute("SET enable_seqscan = off")  # the tables are empty: any index is usable
+        pg.execute("SET enable_bitmapscan = off")
+        for exact in (False, True):
+            sql = translate(objects_reads.related_incoming(exact))
+            plans[exact] = " ".join(str(r[0]) for r in pg.execute(
+                f"EXPLAIN {sql}", {"owner": 1, "seq": 1}))
+    assert "Index Only Scan using links_related on links" in plans[False]
+    assert "using links_to_revision on links" in plans[True]
 
 
 #: indexes of schema versions 1 to 9 that later versions dropped

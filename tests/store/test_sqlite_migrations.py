@@ -403,6 +403,7 @@ async def test_a_library_of_the_baseline_layout_without_a_version_is_adopted(
         + "ALTER TABLE vote_values ADD COLUMN target_root TEXT NOT NULL DEFAULT '';"
         + "UPDATE vote_values SET target_root = (SELECT root FROM objects"
         + " WHERE created_sequence = vote_values.target_seq);"
+        + "DROP INDEX links_related;"  # the baseline's (version 2 changed it)
         + schema.TABLES  # the indexes of both again
         + "PRAGMA user_version = 0;"
     ))

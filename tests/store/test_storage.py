@@ -168,6 +168,12 @@ async def test_votes_and_children_are_read_through_their_indexes(
         exact = " ".join(str(r[3]) for r in conn.execute(
             "EXPLAIN QUERY PLAN " + objects_reads._tree_arm("contained_in", True), {"seq": 1}))
         assert "links_to_revision" in exact
+        related = [r[3] for r in conn.execute(
+            "EXPLAIN QUERY PLAN " + objects_reads.related_incoming(False), {"owner": 1})]
+        assert related[0] == "SEARCH l USING INDEX links_related (target_owner=?)"
+        related = [r[3] for r in conn.execute(
+            "EXPLAIN QUERY PLAN " + objects_reads.related_incoming(True), {"owner": 1, "seq": 1})]
+        assert "links_to_revision" in related[0]
     finally:
         conn.close()
 
