@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
@@ -42,6 +43,10 @@ from alexandria.store.interface import Storage
 from alexandria.store.merkle_nodes import LogCorrupt, node_reader, tree_size
 
 SIGN_INTERVAL_MS = 1000
+#: on demand, one process signs at most once in this many seconds: a request that finds the
+#: tree larger sooner waits for the next signing and shares it, so clients polling the
+#: checkpoint while the log grows never make every request a write transaction
+ON_DEMAND_INTERVAL_S = 0.2
 
 _log = logging.getLogger("alexandria.log")
 
@@ -147,6 +152,7 @@ class CheckpointSigner:
         self.library = library
         self._latest: StoredCheckpoint | None = None
         self._lock = asyncio.Lock()
+        self._last_signing = float("-inf")  # time.monotonic() when the last signing ended
         #: called with each checkpoint this signer stores (the witnesses' tasks wake on it)
         self.listeners: list[Callable[[StoredCheckpoint], None]] = []
 
@@ -154,9 +160,15 @@ class CheckpointSigner:
         storage, key = self.library.storage, self.library.log_key
         keeper = self.library.published
         published = keeper.load() if keeper is not None else None
-        signed = await storage.write(
-            lambda conn: sign_checkpoint_now(conn, storage, key, min_interval_ms, published)
-        )
+        # a checkpoint changes nothing the writers remember: the writer admitting meanwhile
+        # (in this process, in another, on another node) keeps its memory
+        try:
+            signed = await storage.write(
+                lambda conn: sign_checkpoint_now(conn, storage, key, min_interval_ms, published),
+                keeps_memory=True,
+            )
+        finally:
+            self._last_signing = time.monotonic()
         if keeper is not None and (published is None or signed.size > published.size):
             # remembered before it is served: a restore can never sign under it
             await asyncio.to_thread(keeper.record, signed.size, signed.note)
@@ -183,6 +195,9 @@ class CheckpointSigner:
             latest = self._latest
             if latest is not None and latest.size >= size:
                 return latest
+            wait = self._last_signing + ON_DEMAND_INTERVAL_S - time.monotonic()
+            if wait > 0:  # the requests arriving meanwhile queue on the lock, then share it
+                await asyncio.sleep(wait)
             return await self._sign(0)
 
     async def _mirrored(self) -> StoredCheckpoint:

@@ -126,8 +126,10 @@ class Storage(Records, Protocol):
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run a synchronous read function on a read connection, on its thread."""
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T], checks_first: bool = False) -> T:
-        """Run ``fn`` inside the next group-commit write transaction (``store/writer.py``)."""
+    async def write(self, fn: Callable[[sqlite3.Connection], T], checks_first: bool = False,
+                    keeps_memory: bool = False) -> T:
+        """Run ``fn`` inside the next group-commit write transaction (``store/writer.py``);
+        ``keeps_memory``: ``fn`` writes nothing the writers remember (a checkpoint)."""
 
     def state_view(self, conn: sqlite3.Connection) -> StateView:
         """The rules' view over ``conn``, inside a write transaction of this storage."""

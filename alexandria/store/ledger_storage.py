@@ -146,11 +146,14 @@ class LedgerStorage(Storage):
 
     # --- writes ------------------------------------------------------------------------------
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T], checks_first: bool = False) -> T:
+    async def write(self, fn: Callable[[sqlite3.Connection], T], checks_first: bool = False,
+                    keeps_memory: bool = False) -> T:
         """Run ``fn`` inside the next group-commit write transaction (its own savepoint) and
         return its result once the transaction is durable.  An exception rolls back ``fn``'s
-        writes only and is raised here."""
-        result: T = await self._writer.submit(_call, [fn], only, checks_first=checks_first)
+        writes only and is raised here.  ``keeps_memory``: ``fn`` writes nothing the writer
+        remembers (``writer.Job``)."""
+        result: T = await self._writer.submit(_call, [fn], only, checks_first=checks_first,
+                                              keeps_memory=keeps_memory)
         return result
 
     def state_view(self, conn: sqlite3.Connection) -> WriteView:

@@ -35,6 +35,8 @@ class WriteBackend(Protocol):
       and the inserts are atomic; it raises ``sqlite3.Error`` when it cannot (the batch is a
       503 ``STORAGE_BUSY`` or an outage) or a ``Failed`` the batch is answered with;
       ``revisions`` are the ids ``absent`` will be asked about, which a backend may ask ahead;
+      ``keeps_memory``: no job of the batch writes anything a writer remembers (checkpoints),
+      so the transaction need not make another node's writer forget;
     - a ``COMMIT`` that returned is durable: a job's future is resolved only after it;
     - ``memory.begin``, called first inside each write transaction, forgets what the writer
       remembers when another connection wrote since this one's last transaction;
@@ -53,7 +55,8 @@ class WriteBackend(Protocol):
 
     def connect_writer(self) -> sqlite3.Connection: ...
 
-    def begin(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> None: ...
+    def begin(self, conn: sqlite3.Connection, revisions: Sequence[str],
+              keeps_memory: bool = False) -> None: ...
 
     def absent(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> set[str]: ...
 

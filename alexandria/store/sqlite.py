@@ -179,10 +179,13 @@ class SqliteBackend:
             await asyncio.to_thread(self._ahead.close)
             self._ahead = None
 
-    def begin(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> None:
+    def begin(self, conn: sqlite3.Connection, revisions: Sequence[str],
+              keeps_memory: bool = False) -> None:
         """``BEGIN IMMEDIATE``, waiting for another process's write transaction with short
         sleeps: SQLite's own busy handler backs off to 100 ms sleeps, which starves a
-        multi-process server of throughput."""
+        multi-process server of throughput.  (Any commit moves the other connections'
+        ``data_version``, whatever ``keeps_memory`` says: forgetting costs SQLite's writer
+        only local reads.)"""
         deadline = time.monotonic() + BUSY_TIMEOUT_S
         pause = 0.0002
         while True:

@@ -67,7 +67,9 @@ class Job:
     ``stops``: the items after the first that fails are not run (a replay's entries).
     ``revisions``: the revision ids ``run`` will ask ``StateView.admitted`` about (the backend's
     ``absent``).  ``appends``: ``run`` appends to the log, refused on a log that is behind or a
-    fork of the published checkpoint (``store/log_floor.py``)."""
+    fork of the published checkpoint (``store/log_floor.py``).  ``keeps_memory``: ``run``
+    writes nothing the writer's memory holds (a checkpoint), so the memory outlives it here
+    and, on PostgreSQL, in every other node's writer."""
 
     run: Callable[[sqlite3.Connection, Any], Any]
     items: Sequence[Any]
@@ -77,6 +79,7 @@ class Job:
     stops: bool = False
     revisions: tuple[str, ...] = ()
     appends: bool = False
+    keeps_memory: bool = False
 
 
 class Writer:
@@ -100,7 +103,7 @@ class Writer:
     def submit(
         self, run: Callable[[sqlite3.Connection, Any], Any], items: Sequence[Any],
         answer: Callable[[list[Any]], T], *, checks_first: bool = False, stops: bool = False,
-        revisions: tuple[str, ...] = (), appends: bool = False,
+        revisions: tuple[str, ...] = (), appends: bool = False, keeps_memory: bool = False,
     ) -> asyncio.Future[T]:
         """Queue a job (``Job``); its future resolves once its transaction is durable."""
         loop = asyncio.get_running_loop()
@@ -112,7 +115,8 @@ class Writer:
             threading.Thread(target=self._write_forever, args=(conn, loop, self._ended),
                              name="alexandria-writer", daemon=True).start()
         fut: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(Job(run, items, answer, fut, checks_first, stops, revisions, appends))
+        self._jobs.put(Job(run, items, answer, fut, checks_first, stops, revisions, appends,
+                           keeps_memory))
         return fut
 
     async def close(self) -> None:
@@ -193,7 +197,7 @@ class Writer:
             return [replaced] * len(batch)
         revisions = list(dict.fromkeys(r for job in batch for r in job.revisions))
         try:
-            backend.begin(conn, revisions)
+            backend.begin(conn, revisions, all(job.keeps_memory for job in batch))
         except Failed as exc:  # e.g. a reconnect that may not take its lock
             return [exc] * len(batch)
         except sqlite3.Error as exc:
@@ -250,9 +254,10 @@ class Writer:
             if not isinstance(exc, AlexandriaError):
                 log.error("a write failed unexpectedly", exc_info=exc)
             outcome = exc
-        # any other write (authority documents, personal lists, checkpoints, an index
-        # rebuild) may have changed what the memory holds, or been rolled back
-        self.backend.memory.forget()
+        # any other write (authority documents, personal lists, an index rebuild) may have
+        # changed what the memory holds, or been rolled back
+        if not job.keeps_memory or isinstance(outcome, BaseException):
+            self.backend.memory.forget()
         return outcome
 
     def _log_refusal(self, conn: sqlite3.Connection) -> Failed | None:

@@ -3,7 +3,9 @@ refuses to sign over leaves or nodes that disagree with what it signed before.""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +18,7 @@ from alexandria.api.app import create_app
 from alexandria.core import merkle
 from alexandria.core.checkpoint import verify_checkpoint
 from alexandria.reads import log
+from alexandria.service import checkpoint_signer
 from alexandria.service.bootstrap import Founding
 from alexandria.service.checkpoint_signer import sign_checkpoint_now
 from alexandria.service.library import Library
@@ -139,3 +142,60 @@ async def test_a_checkpoint_is_persisted_atomically_with_what_it_signs(
         rows = await storage.read(lambda conn: log.checkpoints_after(conn, 0))
         assert rows == []
         assert (await signed(api))[0] == 3
+
+
+async def test_signing_a_checkpoint_keeps_what_the_admitting_writer_remembers(
+    founding: Founding, clock: Clock, db: Path | str, backend: str
+) -> None:
+    """A checkpoint writes nothing a writer remembers: the writer that signs it keeps its
+    memory, and on PostgreSQL so does another node's writer (its lock leaves
+    ``ledger_writes.version`` as it is); any other write of that node makes it forget.  On
+    SQLite another connection's commit always moves ``data_version``."""
+    async with server(db, founding, clock) as api:
+        await api.publish("owner", discussion(0))
+        storage = api.library.storage
+        memory = storage.backend.memory  # type: ignore[attr-defined]
+        generation = memory.generation
+        await api.library.checkpoints.current()  # signed through this writer
+        await api.publish("owner", discussion(1))
+        assert memory.generation == generation
+        other = storage_for(db, founding.genesis)
+        other.clock = clock
+        await other.open()
+        try:
+            await api.publish("owner", discussion(2))  # after whatever opening wrote
+            generation = memory.generation
+            await other.write(lambda conn: sign_checkpoint_now(conn, other, founding.log_key),
+                              keeps_memory=True)
+            await api.publish("owner", discussion(3))
+            assert (memory.generation == generation) == (backend == "postgresql")
+            generation = memory.generation
+            await other.probe_write()  # a write that may change what writers remember
+            await api.publish("owner", discussion(4))
+            assert memory.generation > generation
+        finally:
+            await other.close()
+        assert (await signed(api))[0] == 7
+
+
+async def test_on_demand_signing_is_paced_and_each_answer_covers_the_tree_it_found(
+    founding: Founding, clock: Clock, db: Path | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client polling the checkpoint while the log grows gets, each time, a checkpoint of at
+    least the tree it found, but a process signs on demand at most once per
+    ``ON_DEMAND_INTERVAL_S``: a request arriving sooner waits for the next signing, and the
+    requests waiting together share it."""
+    monkeypatch.setattr(checkpoint_signer, "ON_DEMAND_INTERVAL_S", 0.5)
+    async with server(db, founding, clock) as api:
+        await api.publish("owner", discussion(0))
+        assert (await signed(api))[0] == 3
+        started = time.monotonic()
+        await api.publish("owner", discussion(1))
+        assert (await signed(api))[0] == 4  # signed after the interval, not refused
+        assert time.monotonic() - started >= 0.45
+        await api.publish("owner", discussion(2))
+        sizes = await asyncio.gather(*(signed(api) for _ in range(5)))
+        assert [size for size, _root in sizes] == [5] * 5
+        assert len({root for _size, root in sizes}) == 1
+        rows = await api.library.storage.read(lambda conn: log.checkpoints_after(conn, 0))
+        assert [row.size for row in rows] == [3, 4, 5]

@@ -34,7 +34,8 @@ class _Backend:
         conn.execute("CREATE TABLE rows(item TEXT)")
         return conn
 
-    def begin(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> None:
+    def begin(self, conn: sqlite3.Connection, revisions: Sequence[str],
+              keeps_memory: bool = False) -> None:
         conn.execute("BEGIN IMMEDIATE")
 
     def absent(self, conn: sqlite3.Connection, revisions: Sequence[str]) -> set[str]:
@@ -131,3 +132,23 @@ async def test_a_write_runs_in_a_savepoint_and_its_failure_is_raised(
     assert await w.submit(_insert, ["a"], only) == "a"
     assert backend.attempts == [False, False]  # a savepoint from the start: no rerun
     assert _stored(w) == ["a"]
+
+
+async def test_a_write_that_keeps_the_memory_does_not_make_the_writer_forget(
+    writer: tuple[Writer, _Backend]
+) -> None:
+    """A write job forgets what the writer remembers (it may have changed it) unless it says it
+    writes nothing the memory holds (a checkpoint: ``keeps_memory``); a failed one forgets all
+    the same, its savepoint rolled back."""
+    w, backend = writer
+    await w.submit(_insert, ["a"], only)
+    generation = backend.memory.generation
+    assert await w.submit(_insert, ["b"], only, keeps_memory=True) == "b"
+    assert backend.memory.generation == generation
+    await w.submit(_insert, ["c"], only)
+    assert backend.memory.generation > generation
+    generation = backend.memory.generation
+    with pytest.raises(RuntimeError):
+        await w.submit(_insert, ["bug"], only, keeps_memory=True)
+    assert backend.memory.generation > generation
+    assert _stored(w) == ["a", "b", "c"]

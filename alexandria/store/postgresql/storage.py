@@ -13,7 +13,9 @@ over a ``PgConnection``.  What PostgreSQL changes:
   lock; the primary keys are the backstop);
 - **what a writer remembers**: the version that increment returns tells a node whether another
   node wrote since its own last transaction (then it forgets, as SQLite's ``data_version``
-  tells it);
+  tells it); a transaction that writes nothing a writer remembers (a checkpoint:
+  ``writer.Job.keeps_memory``) locks the row without incrementing it (``_LOCK_KEEPING``), so
+  signing checkpoints on one node never makes the node admitting forget;
 - **reads**: a psycopg pool of read-only connections, one per reader thread; a read model's
   ``BEGIN`` is a ``REPEATABLE READ`` snapshot;
 - **durability**: a job's future resolves after ``COMMIT`` returned (``synchronous_commit`` as
@@ -81,6 +83,9 @@ def redacted(url: str) -> str:
 
 #: the write lock: every node's write transaction changes the one row of ``ledger_writes``
 _LOCK = "UPDATE ledger_writes SET version = version + 1 WHERE id = 1 RETURNING version"
+#: the same lock for a transaction that writes nothing a writer remembers (a checkpoint): the
+#: version stays, so no node's writer forgets what it remembers because of it
+_LOCK_KEEPING = "SELECT version FROM ledger_writes WHERE id = 1 FOR UPDATE"
 
 
 class _PgWriterMemory(WriterMemory):
@@ -90,14 +95,16 @@ class _PgWriterMemory(WriterMemory):
     #: the lock's statement when ``PostgresBackend.begin`` sent it already (its answer comes
     #: in the same round trip as the batch's first question)
     locking: Any = None
+    #: whether this transaction moves the version (``_LOCK``) or keeps it (``_LOCK_KEEPING``)
+    bumps = True
 
     def begin(self, conn: Any) -> None:
         cur, self.locking = self.locking, None
-        row = (cur or conn.execute(_LOCK)).fetchone()
+        row = (cur or conn.execute(_LOCK if self.bumps else _LOCK_KEEPING)).fetchone()
         if row is None:
             raise Failed("the database has no ledger_writes row", "STORAGE_CORRUPT")
         version = int(row[0])
-        if self._version is None or version != self._version + 1:
+        if self._version is None or version != self._version + (1 if self.bumps else 0):
             self.forget()
         self._version = version
 
@@ -345,7 +352,7 @@ class PostgresBackend:
             raise
         return PgConnection(raw, self.dialect)
 
-    def begin(self, conn: Any, revisions: Sequence[str]) -> None:
+    def begin(self, conn: Any, revisions: Sequence[str], keeps_memory: bool = False) -> None:
         """``BEGIN`` (read committed: after the write lock every statement sees the latest
         commits); the lock itself is ``_PgWriterMemory.begin``.  A connection the server
         dropped is replaced first, so a database restart costs the batch in flight only; one
@@ -362,8 +369,9 @@ class PostgresBackend:
         # in pipeline mode the lock and the batch's question (``absent``; it runs after the
         # lock, so it sees every commit before it) go out with ``BEGIN``: one round trip
         self._asked = None
+        self._pg_memory.bumps = not keeps_memory
         if self._pipelining:
-            self._pg_memory.locking = conn.execute(_LOCK)
+            self._pg_memory.locking = conn.execute(_LOCK if not keeps_memory else _LOCK_KEEPING)
             ids = list(revisions)
             if ids:
                 self._asked = ids, self._ask_absent(conn, ids)
