@@ -226,7 +226,7 @@ def _index_text(conn: sqlite3.Connection, sequence: int, text: IndexText) -> Non
 def _forget_text(conn: sqlite3.Connection, sequence: int, title: str, text: str) -> None:
     """Unindex a head's words (``title`` and ``text``: exactly what was indexed)."""
     if is_postgresql(conn):
-        postings.forget(conn, sequence)
+        postings.forget(conn, sequence, title, text)
         return
     # a contentless index forgets a row given exactly the values it indexed
     conn.execute(

@@ -268,7 +268,9 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         assert set(_RETIRED_INDEXES) - {
             "vote_values_by_author", "links_tree", "vote_values_by_target_seq"} <= indexes()
         assert "INCLUDE" not in postings_key()
-        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+        assert raw.execute("SELECT count(*) FROM pg_indexes WHERE indexname ="
+                           " 'catalogue_postings_seq'").fetchone() == (1,)
+        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
         for table, columns in (("log", ["sequence", "type", "leaf", "leaf_hash", "admitted_at",
                                         "id", "root", "record_length", "authority_seq"]),
                                ("feed", ["owner", "sequence"]),
@@ -279,6 +281,8 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
                 " ORDER BY ordinal_position", (table,))] == columns
         assert not indexes() & set(_RETIRED_INDEXES)
+        assert raw.execute("SELECT indexname FROM pg_indexes WHERE tablename ="
+                           " 'catalogue_postings'").fetchall() == [("catalogue_postings_pkey",)]
         assert {"links_to_revision", "vote_values_page"} <= indexes()
         assert "links_tree" not in indexes()  # version 9: the table tree_heads instead
         assert raw.execute("SELECT to_regclass('tree_heads')").fetchone() == ("tree_heads",)
@@ -314,7 +318,7 @@ def test_migrations_4_and_10_give_the_votes_already_there_their_targets_keys_and
                 (seq, f"h{seq}", f"v{seq}"))
         raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
                     " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
-        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9, 10, 11]
+        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9, 10, 11, 12]
         rows = raw.execute("SELECT vote_root, target_seq, head, target_root FROM vote_values"
                            " ORDER BY vote_root")
         assert rows.fetchall() == [("v1", 9, "h20", "b" * 64), ("v2", 7, "h21", "a" * 64)]

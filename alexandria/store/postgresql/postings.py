@@ -31,8 +31,13 @@ def add(conn: Any, seq: int, title: str, text: str) -> None:
     )
 
 
-def forget(conn: Any, seq: int) -> None:
-    conn.execute("DELETE FROM catalogue_postings WHERE seq = ?", (seq,))
+def forget(conn: Any, seq: int, title: str, text: str) -> None:
+    """Remove the postings ``add`` wrote for the head ``seq`` of ``title`` and ``text``
+    (exactly what was indexed): one probe of the primary key per word."""
+    terms = sorted(set(title.split()) | set(text.split()))
+    if terms:
+        conn.execute("DELETE FROM catalogue_postings WHERE term = ANY(?) AND seq = ?",
+                     (terms, seq))
 
 
 def clear(conn: Any) -> None:

@@ -165,6 +165,13 @@ INSERT INTO object_scores(created_sequence, score) {OBJECT_SCORES_ROWS} ON CONFL
 ANALYZE object_scores;
 """
 
+#: Version 12: a head's postings are forgotten by their terms, which the writer knows
+#: (``postings.forget``), through the primary key: the index of postings by head, one more
+#: entry for every word of every head admitted, goes.
+POSTINGS_BY_TERMS = """
+DROP INDEX IF EXISTS catalogue_postings_seq;
+"""
+
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, "schema.sql"),
@@ -199,6 +206,7 @@ ALTER TABLE log ADD COLUMN IF NOT EXISTS authority_seq BIGINT;
     (9, TREE_HEADS),
     (10, VOTE_PAGE),
     (11, OBJECT_SCORES),
+    (12, POSTINGS_BY_TERMS),
 )
 VERSION = MIGRATIONS[-1][0]
 
