@@ -15,7 +15,8 @@ looked", so it forgets everything when that may no longer be true:
   connection (another server process, an operator command) committed in between;
 - whenever a transaction or savepoint of this connection is rolled back, since facts learnt or
   written inside it may never have been committed, and after every write job that is not an
-  admission, since it may change what is remembered (``store/writer.py`` calls ``forget``).
+  admission, since it may change what is remembered (``store/writer.py`` calls ``forget``),
+  but a job that says it writes nothing remembered (``Job.keeps_memory``: a checkpoint).
 
 Caches of unbounded key sets are ``core.cache.Bounded`` to ``LIMIT`` entries each, simply
 emptied when full: the hot entries (the spaces and discussions everyone links to) come back at
