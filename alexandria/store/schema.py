@@ -22,7 +22,8 @@ from alexandria.rules.state import FEED_RELATIONS
 #: condition of the partial index ``links_related`` in the baseline layout (``TABLES``) and in
 #: PostgreSQL's; ``related_link`` says it for SQLite's since version 2.  SQLite uses a partial
 #: index only when the query repeats its condition (``reads/objects.py``).
-NOT_RELATED = "('" + "', '".join((*FEED_RELATIONS, "votes_on")) + "')"
+_NOT_RELATED = (*FEED_RELATIONS, "votes_on")
+NOT_RELATED = "('" + "', '".join(_NOT_RELATED) + "')"
 
 
 def related_link(column: str = "relation") -> str:
@@ -31,7 +32,7 @@ def related_link(column: str = "relation") -> str:
     partial index's ``NOT IN (…)`` by filling a temporary table with the list at every insert
     into ``links`` (~4 µs a link); the comparisons cost nothing.  PostgreSQL keeps ``NOT IN``
     in its index and proves it from these comparisons."""
-    return " AND ".join(f"{column} != '{r}'" for r in (*FEED_RELATIONS, "votes_on"))
+    return " AND ".join(f"{column} != '{r}'" for r in _NOT_RELATED)
 
 
 #: schema version 2: ``links_related`` on ``related_link``'s condition

@@ -98,9 +98,13 @@ class _PgWriterMemory(WriterMemory):
     #: whether this transaction moves the version (``_LOCK``) or keeps it (``_LOCK_KEEPING``)
     bumps = True
 
+    @property
+    def lock_statement(self) -> str:
+        return _LOCK if self.bumps else _LOCK_KEEPING
+
     def begin(self, conn: Any) -> None:
         cur, self.locking = self.locking, None
-        row = (cur or conn.execute(_LOCK if self.bumps else _LOCK_KEEPING)).fetchone()
+        row = (cur or conn.execute(self.lock_statement)).fetchone()
         if row is None:
             raise Failed("the database has no ledger_writes row", "STORAGE_CORRUPT")
         version = int(row[0])
@@ -371,7 +375,7 @@ class PostgresBackend:
         self._asked = None
         self._pg_memory.bumps = not keeps_memory
         if self._pipelining:
-            self._pg_memory.locking = conn.execute(_LOCK if not keeps_memory else _LOCK_KEEPING)
+            self._pg_memory.locking = conn.execute(self._pg_memory.lock_statement)
             ids = list(revisions)
             if ids:
                 self._asked = ids, self._ask_absent(conn, ids)
