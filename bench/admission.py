@@ -222,6 +222,7 @@ def run_load(port: int, pid: int, bodies: list[bytes], connections: int, batch: 
              wal_path: Path, postmaster: int = 0) -> dict[str, Any]:
     """One load from a separate process: its wall time, CPU on both sides (and PostgreSQL's
     processes', ``postmaster``), statuses."""
+    writer_before = writer_counters(port)
     cpu_before = process_cpu(pid)
     pg_before = process_cpu(postmaster) if postmaster else 0.0
     threads_before = thread_cpu(pid)
@@ -236,8 +237,28 @@ def run_load(port: int, pid: int, bodies: list[bytes], connections: int, batch: 
     cpu = process_cpu(pid) - cpu_before
     pg_cpu = process_cpu(postmaster) - pg_before if postmaster else 0.0
     threads = {k: v - threads_before.get(k, 0.0) for k, v in thread_cpu(pid).items()}
+    writer_after = writer_counters(port)
+    writer = {k: writer_after[k] - writer_before[k] for k in writer_after}
     return {"elapsed": elapsed, "client_cpu": client_cpu, "statuses": statuses, "cpu": cpu,
-            "threads": threads, "wal": wal.largest, "pg_cpu": pg_cpu}
+            "threads": threads, "wal": wal.largest, "pg_cpu": pg_cpu, "writer": writer}
+
+
+WRITER_COUNTERS = ("transactions", "items", "busy_seconds", "cpu_seconds")
+
+
+def writer_counters(port: int) -> dict[str, float]:
+    """The ``alexandria_writer_*_total`` counters (``service/writer_metrics.py``) of the
+    server's writer that admits."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").raise_for_status().text
+    found = {(s.name, s.labels.get("process")): s.value
+             for f in text_string_to_metric_families(text) for s in f.samples}
+    # the writer that admits: the writer process's, or a one-process server's own
+    process = "writer" if ("alexandria_writer_items_total", "writer") in found else "http"
+    return {k: found.get((f"alexandria_writer_{k}_total", process), 0.0)
+            for k in WRITER_COUNTERS}
 
 
 def report(label: str, load: dict[str, Any], rate_floor: float, postgresql: bool,
@@ -262,6 +283,13 @@ def report(label: str, load: dict[str, Any], rate_floor: float, postgresql: bool
     print("  by process          "
           + ", ".join(f"{pid} {t / max(ok, 1) * 1e6:.0f} µs" for pid, t in
                       sorted(by_process.items(), key=lambda kv: -kv[1])))
+    w = load["writer"]
+    if w["transactions"]:
+        items = max(w["items"], 1)
+        print(f"  writer              busy {w['busy_seconds'] / elapsed:.0%} of the run,"
+              f" {w['items'] / w['transactions']:.1f} items a transaction;"
+              f" {w['busy_seconds'] / items * 1e6:.0f} µs wall,"
+              f" {w['cpu_seconds'] / items * 1e6:.0f} µs CPU an item")
     busiest = sorted(load["threads"].items(), key=lambda kv: -kv[1])[:4]
     print("  busiest threads     "
           + ", ".join(f"{pid}/{tid} {t / max(ok, 1) * 1e6:.0f} µs" for (pid, tid), t in busiest))

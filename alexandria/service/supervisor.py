@@ -406,6 +406,7 @@ def writer_main(config: ServeConfig, socket_path: str, parent: int) -> None:
     async def main() -> None:
         # imported in the writer process only: the main process does not load the library's
         # modules (prometheus-client among them) before it has set up what its children share
+        from alexandria.service import writer_metrics
         from alexandria.service.library import load_genesis
         from alexandria.service.writer_service import WriterServer
         from alexandria.store.backends import storage_for
@@ -413,6 +414,7 @@ def writer_main(config: ServeConfig, socket_path: str, parent: int) -> None:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         storage = storage_for(config.db, load_genesis(config.genesis))
+        writer_metrics.watch(storage, "writer")
         await storage.open()
         server = WriterServer(storage.submit, socket_path, storage.submit_many)
         try:

@@ -75,6 +75,18 @@ class Replayed:
     document: Any = field(default=None, repr=False)
 
 
+@dataclass(frozen=True)
+class Transaction:
+    """What one write transaction of a storage's writer cost (``Storage.observe_writer``):
+    the items of its jobs (admissions, batch lines, other writes), the wall time from taking
+    them to their commit, and the writer thread's CPU time in it; the rest it waited (for the
+    disk's sync, the database's round trips, the GIL)."""
+
+    items: int
+    wall_s: float
+    cpu_s: float
+
+
 class Records(Protocol):
     """What the read models need of a storage beside a read connection: signed records
     assembled on it (``store/signed_records.py``) and the read-ahead of a page's rows."""
@@ -116,6 +128,10 @@ class Storage(Records, Protocol):
 
     def replaced(self) -> Failed | None:
         """Why the database is no longer the one opened (a SQLite file replaced), or None."""
+
+    def observe_writer(self, observe: Callable[[Transaction], None]) -> None:
+        """Call ``observe`` on the writer thread after each write transaction (a meter: what
+        it raises is logged, never the writer's failure)."""
 
     def free_bytes(self) -> int | None: ...
 

@@ -36,7 +36,14 @@ from alexandria.rules.admission import Candidate
 from alexandria.rules.authority import prepare_authority_document
 from alexandria.store import admission, feed, schema, search_index
 from alexandria.store.admission import Ledger, WriteView
-from alexandria.store.interface import Admitted, AuthorityAdmitted, DryRun, Replayed, Storage
+from alexandria.store.interface import (
+    Admitted,
+    AuthorityAdmitted,
+    DryRun,
+    Replayed,
+    Storage,
+    Transaction,
+)
 from alexandria.store.merkle_nodes import node_reader, read_together, tree_size
 from alexandria.store.outage import Outages
 from alexandria.store.protocol import Backend
@@ -120,6 +127,9 @@ class LedgerStorage(Storage):
         """False once the writer thread has ended (it runs from the first write until close),
         or before the storage was opened: ``/healthz`` is not ready then."""
         return self._writer.running
+
+    def observe_writer(self, observe: Callable[[Transaction], None]) -> None:
+        self._writer.observe = observe
 
     def replaced(self) -> Failed | None:
         """Why this node's database is no longer the one it opened (a SQLite file replaced

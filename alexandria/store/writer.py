@@ -31,12 +31,14 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from alexandria.errors import AlexandriaError, Failed, Refused
 from alexandria.store import log_floor
+from alexandria.store.interface import Transaction
 from alexandria.store.outage import Outages, classify, outage_of
 from alexandria.store.protocol import WriteBackend
 
@@ -83,7 +85,8 @@ class Job:
 
 
 class Writer:
-    """The writer thread of one storage, over its backend's write connection."""
+    """The writer thread of one storage, over its backend's write connection.  ``observe``,
+    if set, is called on the writer thread after each write transaction (``Transaction``)."""
 
     def __init__(self, backend: WriteBackend, outages: Outages) -> None:
         self.backend = backend
@@ -93,6 +96,7 @@ class Writer:
         self._ended: asyncio.Future[None] | None = None  # resolved when the thread ends
         self._floor_checked = -1  # the memory generation ``_floor_problem`` was learnt in
         self._floor_problem: Failed | None = None
+        self.observe: Callable[[Transaction], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -156,11 +160,15 @@ class Writer:
                     stop = True
                     break
                 batch.append(job)
+            started, cpu = time.perf_counter(), time.thread_time()
             try:
                 results = self._run_batch(conn, batch)
             except Exception as exc:  # the connection itself failed
                 results = [self._failed(exc)] * len(batch)
             loop.call_soon_threadsafe(_resolve, batch, results)
+            observe = self.observe
+            if observe is not None:
+                _observe(observe, batch, time.perf_counter() - started, time.thread_time() - cpu)
             self.backend.between_batches(conn)  # after the answers
             if stop:
                 return
@@ -290,6 +298,14 @@ def _checked(conn: sqlite3.Connection, job: Job, item: Any) -> Any:
         return exc
     except Exception as exc:
         raise BatchAborted() from exc
+
+
+def _observe(observe: Callable[[Transaction], None], batch: list[Job], wall_s: float,
+             cpu_s: float) -> None:
+    try:
+        observe(Transaction(sum(len(job.items) for job in batch), wall_s, cpu_s))
+    except Exception:  # a meter's failure never stops the writer
+        log.exception("observing a write transaction failed")
 
 
 def _resolve(batch: list[Job], results: list[Any]) -> None:

@@ -68,6 +68,15 @@ async def test_metrics_move_with_admissions(api: Api) -> None:
     assert 0 <= value(after, "alexandria_checkpoint_age_seconds") < 60
     assert value(after, "alexandria_writer_queue_depth") == 0
     assert value(after, "alexandria_ready") == 1
+    # the writer's items: the space, the claim, its retry, the dry run (the bad signature
+    # never reached it) and the checkpoint, in one transaction each or fewer
+    def grew(name: str) -> float:
+        return value(after, name, process="http") - value(before, name, process="http")
+
+    assert 1 <= grew("alexandria_writer_transactions_total") <= 5
+    assert grew("alexandria_writer_items_total") == 5
+    assert grew("alexandria_writer_busy_seconds_total") >= grew(
+        "alexandria_writer_cpu_seconds_total") > 0
     # latency per route template, never per raw path
     count = "alexandria_request_duration_seconds_count"
     posts = (value(after, count, route="/api/entries", method="POST")
@@ -147,5 +156,8 @@ def test_metrics_of_every_worker_process(tmp_path: Path, founding: Founding,
                          route="/api/entries", method="POST") == 12
             assert value(samples, "alexandria_log_size") == 14
             assert value(samples, "alexandria_writer_queue_depth") == 0
+            # the writer process's transactions: the authority documents and the twelve
+            assert value(samples, "alexandria_writer_items_total", process="writer") == 14
+            assert value(samples, "alexandria_writer_busy_seconds_total", process="writer") > 0
         health = client.get("/healthz")
         assert health.status_code == 200 and health.json()["ready"] is True

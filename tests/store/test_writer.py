@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from alexandria.errors import Failed, Malformed
+from alexandria.store.interface import Transaction
 from alexandria.store.outage import Outages
 from alexandria.store.writer import Writer, only
 from alexandria.store.writer_memory import WriterMemory
@@ -152,3 +153,25 @@ async def test_a_write_that_keeps_the_memory_does_not_make_the_writer_forget(
         await w.submit(_insert, ["bug"], only, keeps_memory=True)
     assert backend.memory.generation > generation
     assert _stored(w) == ["a", "b", "c"]
+
+
+async def test_each_transaction_is_observed_after_its_answers(
+    writer: tuple[Writer, _Backend]
+) -> None:
+    """``observe`` sees every write transaction: its items, its wall time and the writer
+    thread's CPU time in it; a meter that fails is logged and the writer goes on."""
+    w, _backend = writer
+    seen: list[Transaction] = []
+    w.observe = seen.append
+    assert await w.submit(_insert, ["a", "b", "c"], list, checks_first=True) == ["a", "b", "c"]
+    assert await w.submit(_insert, ["d"], only) == "d"
+    assert [t.items for t in seen] == [3, 1]
+    assert all(t.wall_s >= t.cpu_s >= 0 and t.wall_s > 0 for t in seen)
+
+    def broken(_t: Transaction) -> None:
+        raise RuntimeError("a broken meter")
+
+    w.observe = broken
+    assert await w.submit(_insert, ["e"], only) == "e"
+    assert await w.submit(_insert, ["f"], only) == "f"
+    assert _stored(w) == ["a", "b", "c", "d", "e", "f"]
