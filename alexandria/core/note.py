@@ -37,10 +37,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-from alexandria.core.keys import SigningKey
+from alexandria.core.keys import SigningKey, verify_raw
 from alexandria.errors import Invalid, Malformed
 
 __all__ = [
@@ -256,10 +253,8 @@ class Verifier:
             message, signature = cosignature_message(text, timestamp), sig.blob[8:]
         if len(signature) != 64:
             raise NoteError(f"the signature by {self.name} is not 64 bytes")
-        try:
-            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
-        except InvalidSignature:
-            raise NoteError(f"invalid signature by {self.name}", "NOTE_SIGNATURE") from None
+        if not verify_raw(self.public_key.hex(), signature, message):
+            raise NoteError(f"invalid signature by {self.name}", "NOTE_SIGNATURE")
         return timestamp
 
 
