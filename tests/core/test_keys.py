@@ -60,6 +60,18 @@ def test_a_signature_verifies_and_any_change_breaks_it() -> None:
     assert not verify_raw(key.public_hex, bytes.fromhex(sig)[:63], data)
 
 
+def test_keys_and_signatures_of_the_wrong_length_are_refused() -> None:
+    """libsodium reads 32 bytes of key and 64 of signature whatever it is given: shorter or
+    longer ones never reach it, and are refused."""
+    key = SigningKey(bytes(range(32)))
+    data = b"a record's canonical bytes"
+    sig = bytes.fromhex(key.sign(data))
+    for public in (key.public_hex[:62], key.public_hex + "00", "", "zz" * 32):
+        assert not verify_raw(public, sig, data)
+    for signature in (sig[:63], sig + b"\0", b""):
+        assert not verify_raw(key.public_hex, signature, data)
+
+
 def test_a_scalar_beyond_the_group_order_is_refused() -> None:
     """S + L satisfies the same equation as S; both libraries refuse it (RFC 8032 5.1.7)."""
     key = SigningKey(bytes(range(32)))
