@@ -428,13 +428,13 @@ def _lines(source: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def verify_export(
-    source: Iterable[bytes], pin: str, *, workers: int = 2, progress: Progress | None = None,
+    source: Iterable[bytes], pin: str, *, workers: int = 0, progress: Progress | None = None,
     workdir: str | None = None, covered: bool = False, witnesses: WitnessPolicy | None = None,
 ) -> Summary:
     """Verify an export (an iterable of its lines); raise ``VerificationFailed`` at the first
     failure, return a summary when everything holds.  ``workers`` threads run the stateless
     checks ahead of the replay (Ed25519 verification releases the GIL); 0 runs everything on
-    the calling thread.  ``covered``: also require the last checkpoint to cover every leaf
+    the calling thread, which measured fastest (docs/log.md, "Benchmark").  ``covered``: also require the last checkpoint to cover every leaf
     (``NOT_COVERED``): without it, leaves dropped from the end, with the checkpoints that
     covered them, leave no trace."""
     started = time.perf_counter()

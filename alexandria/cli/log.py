@@ -90,9 +90,9 @@ def register(sub: Sub) -> None:
     v.add_argument("--checkpoint", metavar="FILE",
                    help="with --entry: a signed checkpoint to check against (default: the"
                    " server's current one)")
-    v.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="N",
-                   help="threads for the stateless checks, 0 for none (default: the number of"
-                   " cores)")
+    v.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="threads for the stateless checks ahead of the replay (default 0: every"
+                   " check on one thread, the fastest measured: docs/log.md)")
     v.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar on stderr (default: on a terminal; elsewhere a line every"
                    " few seconds; --no-progress: none)")
