@@ -61,8 +61,9 @@ def test_a_signature_verifies_and_any_change_breaks_it() -> None:
 
 
 def test_keys_and_signatures_of_the_wrong_length_are_refused() -> None:
-    """libsodium reads 32 bytes of key and 64 of signature whatever it is given: shorter or
-    longer ones never reach it, and are refused."""
+    """libsodium reads 32 bytes of key whatever it is given, and takes the first 64 bytes of
+    what it is given as the signature: keys and signatures of another length never reach it,
+    and are refused."""
     key = SigningKey(bytes(range(32)))
     data = b"a record's canonical bytes"
     sig = bytes.fromhex(key.sign(data))
