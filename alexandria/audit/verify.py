@@ -434,9 +434,9 @@ def verify_export(
     """Verify an export (an iterable of its lines); raise ``VerificationFailed`` at the first
     failure, return a summary when everything holds.  ``workers`` threads run the stateless
     checks ahead of the replay (Ed25519 verification releases the GIL); 0 runs everything on
-    the calling thread, which measured fastest (docs/log.md, "Benchmark").  ``covered``: also require the last checkpoint to cover every leaf
-    (``NOT_COVERED``): without it, leaves dropped from the end, with the checkpoints that
-    covered them, leave no trace."""
+    the calling thread, which measured fastest (docs/log.md, "Benchmark").  ``covered``: also
+    require the last checkpoint to cover every leaf (``NOT_COVERED``): without it, leaves
+    dropped from the end, with the checkpoints that covered them, leave no trace."""
     started = time.perf_counter()
     lines = _lines(source)
     first = next(lines, None)
