@@ -1,5 +1,6 @@
 """What the group-commit writers of a server did, for ``GET /metrics``: counters updated on
-each writer thread after each of its write transactions (``Storage.observe_writer``).
+each writer thread after each of its write transactions, before its answers are handed over,
+so an answered write is already counted (``Storage.observe_writer``).
 
 - ``alexandria_writer_transactions_total``: write transactions run (a batch run again after a
   failure counts once);

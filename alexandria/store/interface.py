@@ -130,8 +130,9 @@ class Storage(Records, Protocol):
         """Why the database is no longer the one opened (a SQLite file replaced), or None."""
 
     def observe_writer(self, observe: Callable[[Transaction], None]) -> None:
-        """Call ``observe`` on the writer thread after each write transaction (a meter: what
-        it raises is logged, never the writer's failure)."""
+        """Call ``observe`` on the writer thread after each write transaction, before its
+        answers are handed over (a meter: what it raises is logged, never the writer's
+        failure)."""
 
     def free_bytes(self) -> int | None: ...
 

@@ -86,7 +86,8 @@ class Job:
 
 class Writer:
     """The writer thread of one storage, over its backend's write connection.  ``observe``,
-    if set, is called on the writer thread after each write transaction (``Transaction``)."""
+    if set, is called on the writer thread after each write transaction, before its answers
+    are handed over (``Transaction``)."""
 
     def __init__(self, backend: WriteBackend, outages: Outages) -> None:
         self.backend = backend
@@ -165,10 +166,10 @@ class Writer:
                 results = self._run_batch(conn, batch)
             except Exception as exc:  # the connection itself failed
                 results = [self._failed(exc)] * len(batch)
-            loop.call_soon_threadsafe(_resolve, batch, results)
             observe = self.observe
-            if observe is not None:
+            if observe is not None:  # before the answers: an answered write is counted
                 _observe(observe, batch, time.perf_counter() - started, time.thread_time() - cpu)
+            loop.call_soon_threadsafe(_resolve, batch, results)
             self.backend.between_batches(conn)  # after the answers
             if stop:
                 return

@@ -155,11 +155,12 @@ async def test_a_write_that_keeps_the_memory_does_not_make_the_writer_forget(
     assert _stored(w) == ["a", "b", "c"]
 
 
-async def test_each_transaction_is_observed_after_its_answers(
+async def test_each_transaction_is_observed_before_its_answers(
     writer: tuple[Writer, _Backend]
 ) -> None:
-    """``observe`` sees every write transaction: its items, its wall time and the writer
-    thread's CPU time in it; a meter that fails is logged and the writer goes on."""
+    """``observe`` sees every write transaction before its answers arrive: its items, its wall
+    time and the writer thread's CPU time in it; a meter that fails is logged and the writer
+    goes on."""
     w, _backend = writer
     seen: list[Transaction] = []
     w.observe = seen.append
