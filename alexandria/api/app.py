@@ -28,7 +28,7 @@ from alexandria.api.http import EXCEPTION_HANDLERS
 from alexandria.api.mcp.http import McpMount
 from alexandria.api.origin import Origin
 from alexandria.api.web import routes as web_routes
-from alexandria.service import mirror
+from alexandria.service import mirror, writer_metrics
 from alexandria.service.checkpoint_signer import background_signer
 from alexandria.service.library import Library
 from alexandria.store import query_budget
@@ -58,6 +58,7 @@ def create_app(
     answered at once, beyond which they are held (``api/guard.py``; ``alexandria serve``'s
     workers have one); None: never held.  The head limit holds either way."""
     library.storage.query_timeout_s = query_timeout_s
+    writer_metrics.watch(library.storage, "http")  # served by /metrics
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

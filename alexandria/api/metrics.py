@@ -14,8 +14,8 @@ Metrics are kept by ``prometheus-client`` under names prefixed ``alexandria_``:
   bounds (``CLIENT_BUSY``, ``SERVER_BUSY``);
 - ``alexandria_writer_queue_depth``: admissions handed to the writer and not yet answered;
 - ``alexandria_writer_{transactions,items,busy_seconds,cpu_seconds}_total{process}``: what the
-  group-commit writers did, counted on their threads in every process with a storage
-  (``service/writer_metrics.py``, also in the writer process);
+  group-commit writers did, counted on their threads in every HTTP process (the app watches
+  its library's storage) and in the writer process (``service/writer_metrics.py``);
 - ``alexandria_log_size``, ``alexandria_checkpoint_size``, ``alexandria_checkpoint_age_seconds``
   and, on a mirror, ``alexandria_mirror_lag_entries`` / ``alexandria_origin_log_size``: read
   from the database (or the mirror's follower) when scraped, so every process reports the same

@@ -218,10 +218,6 @@ class Library:
             return
 
     async def open(self) -> None:
-        # prometheus-client is loaded by a process that opens a library, not by every command
-        from alexandria.service import writer_metrics
-
-        writer_metrics.watch(self.storage, "http")
         await self.storage.open()
         if self.writer is not None:
             await self.writer.connect()

@@ -10,7 +10,7 @@ so an answered write is already counted (``Storage.observe_writer``).
   commit;
 - ``alexandria_writer_cpu_seconds_total``: the writer threads' CPU time in those.
 
-Every process with a storage has a writer, labelled ``process``: ``writer`` for the writer
+Every process of a server has a writer, labelled ``process``: ``writer`` for the writer
 process of ``serve --workers N`` (it admits; the HTTP processes' own writers then only sign
 checkpoints and enrol), ``http`` for the writers of the HTTP processes (a one-process server
 admits there); like every counter (``api/metrics.py``) each is summed over the server's
