@@ -13,6 +13,12 @@ checked: ``admission.prepare``) in this HTTP worker, off the event loop, on a th
 that cannot be prepared — not JSON, not UTF-8, nested too deep, blank — fails alone with the
 single route's answer; so does a line the rules refuse, and the lines after it are admitted as
 if it had not been sent.
+
+The bytes of the batches in progress are bounded in each HTTP process, in all
+(``BATCH_BUDGET_BYTES``: ``503 BATCH_BUDGET``) and per client address
+(``BATCH_CLIENT_BYTES``: ``429 CLIENT_BUSY``), counted from the declared length as soon as
+the head arrives: a client that announces large bodies and sends them slowly holds at most its
+own share, and the other clients' batches go on.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from alexandria.api.client_address import client_address
 from alexandria.api.http import bool_param, library_of, query_params
 from alexandria.api.metrics import WRITER_QUEUE, count_admission
 from alexandria.api.status import status_of
@@ -37,6 +44,7 @@ from alexandria.core.records import MAX_BATCH_BYTES, MAX_BATCH_LINES, MAX_ENVELO
 from alexandria.core.trust import Genesis
 from alexandria.errors import (
     AlexandriaError,
+    ClientBusy,
     ClientGone,
     Failed,
     Internal,
@@ -58,6 +66,12 @@ BATCH_BODY_TIMEOUT_S = 60.0
 #: (their prepared lines take a few times more): beyond it a batch is 503 ``BATCH_BUDGET``,
 #: at once, before its body is read, so that concurrent strangers cannot exhaust memory
 BATCH_BUDGET_BYTES = 32 * 1024 * 1024
+#: of those, what the batches of one client address may hold (``api/client_address.py``):
+#: beyond it that client's batch is 429 ``CLIENT_BUSY``, so one client alone never takes the
+#: whole budget from the others (one batch of the largest size, or several smaller ones)
+BATCH_CLIENT_BYTES = MAX_BATCH_BYTES
+#: seconds a client refused by either budget is told to wait (``Retry-After``)
+BUDGET_RETRY_S = 1
 
 #: lines prepared and handed to the writer together: the writer admits one chunk while the
 #: next ones are being prepared
@@ -84,25 +98,44 @@ def check_media_type(request: Request) -> None:
 
 
 class _Budget:
-    """Bytes reserved by the batches in progress in this process (``BATCH_BUDGET_BYTES``)."""
+    """Bytes reserved by the batches in progress in this process (``BATCH_BUDGET_BYTES``), and
+    by those of each client (``BATCH_CLIENT_BYTES``).  One event loop takes and gives them
+    back, so plain counters suffice; a client is remembered only while it holds bytes."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_client: int) -> None:
         self.limit = limit
+        self.per_client = per_client
         self.used = 0
+        self.clients: dict[str, int] = {}
 
-    def take(self, n: int) -> None:
+    def take(self, client: str, n: int) -> None:
+        held = self.clients.get(client, 0)
+        if held + n > self.per_client:
+            raise ClientBusy(
+                f"this client's batches in progress on this server already hold as many bytes"
+                f" as one client's may ({self.per_client}): retry once one is answered",
+                limit=self.per_client, retry_after=BUDGET_RETRY_S,
+            )
         if self.used + n > self.limit:
             raise Failed(
                 "too many batches in progress on this server: retry shortly",
-                "BATCH_BUDGET", limit=self.limit,
+                "BATCH_BUDGET", limit=self.limit, retry_after=BUDGET_RETRY_S,
             )
         self.used += n
+        self.clients[client] = held + n
 
-    def give(self, n: int) -> None:
+    def give(self, client: str, n: int) -> None:
+        if not n:
+            return
         self.used -= n
+        left = self.clients[client] - n
+        if left:
+            self.clients[client] = left
+        else:
+            del self.clients[client]
 
 
-BUDGET = _Budget(BATCH_BUDGET_BYTES)
+BUDGET = _Budget(BATCH_BUDGET_BYTES, BATCH_CLIENT_BYTES)
 
 
 def _too_many_lines() -> TooLarge:
@@ -115,14 +148,14 @@ def _line_too_large(line: int) -> TooLarge:
                     limit=MAX_LINE_BYTES, line=line)
 
 
-async def read_lines(request: Request, reserved: list[int]) -> list[bytes]:
+async def read_lines(request: Request, client: str, reserved: list[int]) -> list[bytes]:
     """The request's lines (a final newline optional), refused with 413 as soon as the body
     passes a bound, and with 408 when it has not all arrived in ``BATCH_BODY_TIMEOUT_S``.
-    The bytes read are reserved from ``BUDGET`` as they arrive (their sum in ``reserved``:
-    the caller gives them back)."""
+    The bytes read are reserved from ``BUDGET`` for ``client`` as they arrive (their sum in
+    ``reserved``: the caller gives them back)."""
     try:
         async with asyncio.timeout(BATCH_BODY_TIMEOUT_S):
-            data = await _stream_lines(request, reserved)
+            data = await _stream_lines(request, client, reserved)
     except TimeoutError:
         raise TooSlow(
             f"the request body did not arrive within {BATCH_BODY_TIMEOUT_S:g} s",
@@ -139,7 +172,7 @@ async def read_lines(request: Request, reserved: list[int]) -> list[bytes]:
     return lines
 
 
-async def _stream_lines(request: Request, reserved: list[int]) -> bytes:
+async def _stream_lines(request: Request, client: str, reserved: list[int]) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BATCH_BYTES:
         raise TooLarge(
@@ -147,7 +180,7 @@ async def _stream_lines(request: Request, reserved: list[int]) -> bytes:
             limit=MAX_BATCH_BYTES, actual=int(declared),
         )
     if declared is not None and declared.isdigit():
-        BUDGET.take(int(declared))
+        BUDGET.take(client, int(declared))
         reserved[0] += int(declared)
     buf = bytearray()
     lines = 0  # complete lines so far
@@ -159,7 +192,7 @@ async def _stream_lines(request: Request, reserved: list[int]) -> bytes:
         at = len(buf)
         buf += chunk
         if len(buf) > reserved[0]:
-            BUDGET.take(len(buf) - reserved[0])
+            BUDGET.take(client, len(buf) - reserved[0])
             reserved[0] = len(buf)
         while (end := buf.find(b"\n", at)) >= 0:
             if end - start > MAX_LINE_BYTES:
@@ -214,11 +247,12 @@ async def post_batch(request: Request) -> Response:
     lib = library_of(request)
     dry_run = bool_param(query_params(request, ("dry_run",)), "dry_run")
     check_media_type(request)
+    client, _shown = client_address(request, request.app.state.origin.trust_proxy_headers)
     reserved = [0]
     try:
-        return await _admit_lines(lib, await read_lines(request, reserved), dry_run)
+        return await _admit_lines(lib, await read_lines(request, client, reserved), dry_run)
     finally:
-        BUDGET.give(reserved[0])
+        BUDGET.give(client, reserved[0])
 
 
 async def _admit_lines(lib: Library, lines: list[bytes], dry_run: bool) -> Response:

@@ -418,8 +418,13 @@ PATHS: dict[str, Any] = {
                               f" lines (TOO_MANY_LINES), or a line over {MAX_ENVELOPE_BYTES}"
                               " bytes (LINE_TOO_LARGE, details.line)"),
                 "415": _error(f"a body that is not {NDJSON} (UNSUPPORTED_MEDIA_TYPE)"),
-                "503": _error("BATCH_BUDGET: too many batch bytes in progress on this server"
-                              " process; nothing was admitted, retry shortly"),
+                "429": _with_retry_after(_error(
+                    "CLIENT_BUSY: this client's batches in progress on this server process"
+                    " already hold as many bytes as one client's may (details.limit); nothing"
+                    " was admitted, retry after Retry-After")),
+                "503": _with_retry_after(_error(
+                    "BATCH_BUDGET: too many batch bytes in progress on this server process"
+                    " (details.limit); nothing was admitted, retry after Retry-After")),
             },
         }
     },

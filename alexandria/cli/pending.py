@@ -276,9 +276,9 @@ class Outbox:
                     answers = client.publish_batch(envelopes)
                     break
                 except Unreachable as exc:
-                    if exc.details.get("status") != 503 or wait is None:
+                    if exc.details.get("status") not in (429, 503) or wait is None:
                         raise
-                    time.sleep(wait)
+                    time.sleep(max(wait, _retry_after(exc)))
         except Unreachable as exc:
             return [Outcome(p, "kept", error=exc) for p in pendings]
         except AlexandriaError as exc:
@@ -397,9 +397,20 @@ class Outbox:
         remove_all(self.home.pending_dir, _pending_names(rev, meta=True))
 
 
-#: seconds between the attempts of a batch the library answered 503 as a whole (it had too many
-#: in progress); ``None``: give up, the envelopes stay pending
+#: seconds between the attempts of a batch the library refused as a whole because it, or this
+#: client's address, had too many batches in progress (503 ``BATCH_BUDGET``, 429
+#: ``CLIENT_BUSY``), or the ``Retry-After`` it gave if longer (at most ``MAX_BUSY_WAIT_S``);
+#: ``None``: give up, the envelopes stay pending
 BUSY_WAITS = (0.25, 0.5, 1.0, 2.0, None)
+MAX_BUSY_WAIT_S = 10.0
+
+
+def _retry_after(exc: Unreachable) -> float:
+    """The wait a refusal asked for (``details.retry_after``), bounded; 0 if none."""
+    asked = exc.details.get("retry_after")
+    if isinstance(asked, int | float) and not isinstance(asked, bool) and asked > 0:
+        return min(float(asked), MAX_BUSY_WAIT_S)
+    return 0.0
 #: PROTOCOL §4.1: lines and bytes of one ``POST /api/entries/batch``
 BATCH_LINES = MAX_BATCH_LINES
 BATCH_BYTES = MAX_BATCH_BYTES

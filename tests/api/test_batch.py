@@ -321,25 +321,40 @@ def test_every_line_answered_201_survives_sigkill(
     assert len(gapless_log(db)) >= 2 + len(acknowledged)
 
 
+def _announce(port: int, source: str, length: int = 8388608) -> socket.socket:
+    """A batch from ``source`` that announces ``length`` bytes and sends two."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                    source_address=(source, 0))
+    sock.sendall(b"POST /api/entries/batch HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Type: application/x-ndjson\r\nContent-Length: "
+                 + str(length).encode() + b"\r\n\r\n{}")
+    return sock
+
+
+def _answer_from(port: int, source: str, body: bytes) -> httpx.Response:
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", transport=transport,
+                      timeout=30) as client:
+        return client.post("/api/entries/batch", content=body, headers=NDJSON)
+
+
 def test_batches_in_progress_hold_a_bounded_number_of_bytes(
     live: Live, request: pytest.FixtureRequest
 ) -> None:
     """Four clients announcing 8 MiB each and sending nothing reserve the process's 32 MiB: a
-    fifth batch is 503 at once (not after their 60 s), and once they hang up batches pass."""
+    fifth client's batch is 503 at once (not after their 60 s), and once they hang up batches
+    pass."""
     if "writer-process" in request.node.callspec.id:
         pytest.skip("the budget is per HTTP process; two share these connections")
     held = []
     try:
-        for _ in range(4):
-            sock = socket.create_connection(("127.0.0.1", live.server.port), timeout=10)
-            sock.sendall(b"POST /api/entries/batch HTTP/1.1\r\nHost: x\r\n"
-                         b"Content-Type: application/x-ndjson\r\nContent-Length: 8388608\r\n\r\n"
-                         b"{}")
-            held.append(sock)
+        for i in range(4):
+            held.append(_announce(live.server.port, f"127.0.0.{2 + i}"))
         time.sleep(0.5)
         started = time.monotonic()
         r = live.client.post("/api/entries/batch", content=b"{}\n", headers=NDJSON)
         assert r.status_code == 503 and r.json()["code"] == "BATCH_BUDGET", r.text
+        assert r.headers["retry-after"] == "1"
         assert time.monotonic() - started < 5
     finally:
         for sock in held:
@@ -351,3 +366,40 @@ def test_batches_in_progress_hold_a_bounded_number_of_bytes(
             break
         time.sleep(0.1)
     assert r.status_code == 200
+
+
+def test_one_client_holds_at_most_its_share_of_the_batch_budget(
+    live: Live, request: pytest.FixtureRequest
+) -> None:
+    """A client whose batches in progress announce 8 MiB in all (one batch of the largest size,
+    sent slowly) is refused its next batch with 429 at once, while another client's batch is
+    admitted; once its batch is answered or gone, it is served again."""
+    if "writer-process" in request.node.callspec.id:
+        pytest.skip("the budget is per HTTP process; two share these connections")
+    port = live.server.port
+    big = b"\n".join([b'{"x":"' + b"a" * 3000 + b'"}'] * 1000)  # about 3 MiB
+    hog = _announce(port, "127.0.0.7", 6 * 1024 * 1024)
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        r = _answer_from(port, "127.0.0.7", big)  # 9 MiB in all
+        assert r.status_code == 429, r.text
+        assert r.json()["code"] == "CLIENT_BUSY"
+        assert r.json()["details"]["limit"] == 8 * 1024 * 1024
+        assert r.headers["retry-after"] == "1"
+        assert time.monotonic() - started < 5
+        # a smaller one of the same client still fits its share
+        small = _answer_from(port, "127.0.0.7", b"{}\n")
+        assert small.status_code == 200 and small.json()["status"] == 400, small.text
+        other = _answer_from(port, "127.0.0.8", big)
+        assert other.status_code == 200, other.text
+        assert len(other.content.splitlines()) == 1000
+    finally:
+        hog.close()
+    deadline = time.monotonic() + 10
+    while True:
+        r = _answer_from(port, "127.0.0.7", big)
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert r.status_code == 200, r.text

@@ -11,10 +11,12 @@ import json
 import os
 import pty
 import re
+import socket
 import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +56,7 @@ def _files(folder: Path) -> list[Path]:
 
 _LOADED = """
 import sys
+import threading
 from alexandria.cli import main
 try:
     main(sys.argv[1:])
@@ -351,6 +354,31 @@ def test_batch_keeps_what_it_signed_when_the_library_is_down(lib: Library,
     r = cli("retry", home=home)
     assert r.stdout.count("admitted") == 3
     assert "retry [" not in r.stderr  # no progress lines when stderr is not a terminal
+
+
+def test_a_batch_refused_for_this_clients_share_is_sent_again(lib: Library,
+                                                             tmp_path: Path) -> None:
+    """While another batch from this address announces 8 MiB (one client's share of the batch
+    budget), the library answers this client's batches 429 CLIENT_BUSY: the CLI waits and
+    sends the same bytes again, and everything is admitted once the other batch is gone."""
+    home = lib.homes["owner"]
+    thread = cli_json("get", "thread", home=home)["id"]
+    jsonl = tmp_path / "busy.jsonl"
+    jsonl.write_text("".join(json.dumps(_reply(f"busy {i}", thread)) + "\n" for i in range(3)))
+    hog = socket.create_connection(("127.0.0.1", lib.port), timeout=10)
+    hog.sendall(b"POST /api/entries/batch HTTP/1.1\r\nHost: x\r\nContent-Type:"
+                b" application/x-ndjson\r\nContent-Length: 8388608\r\n\r\n{}")
+    try:
+        time.sleep(0.3)
+        refused = httpx.post(f"{lib.url}/api/entries/batch", content=b"{}",
+                             headers={"content-type": "application/x-ndjson"})
+        assert refused.status_code == 429, refused.text
+        threading.Timer(1.5, hog.close).start()
+        r = cli("--json", "publish", "--jsonl", str(jsonl), home=home)
+    finally:
+        hog.close()
+    assert [json.loads(line)["status"] for line in r.stdout.splitlines()] == ["admitted"] * 3
+    assert _files(home / "pending") == []
 
 
 def test_a_batch_killed_midway_is_finished_by_retry_without_a_second_copy(
