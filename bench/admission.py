@@ -1,7 +1,8 @@
 """Admissions per second over HTTP, beside the per-envelope floor measured in the same run.
 
     .venv/bin/python -m bench.admission [--envelopes 20000] [--connections 32] [--workers 1]
-        [--front-end granian|uvicorn] [--postgresql] [--batch N [--batch-connections 4]]
+        [--front-end granian|uvicorn] [--postgresql | --compare ROUNDS]
+        [--batch N [--batch-connections 4]]
 
 The floor is what one envelope costs at the least on one core: JCS of the record, SHA-256,
 Ed25519 verification of the proof, content-schema validation and one SQLite insert (committed
@@ -9,7 +10,11 @@ in groups, as the server does).  The HTTP figure posts pre-signed envelopes from
 process over keep-alive connections to a real ``alexandria serve`` on 127.0.0.1.  With
 ``--batch N`` the envelopes are split in two halves: the first goes to ``POST /api/entries``
 one per request, the second to ``POST /api/entries/batch`` N lines per request (PROTOCOL
-§4.1), in the same run against the same server, each beside the floor.
+§4.1), in the same run against the same server, each beside the floor.  With ``--compare
+ROUNDS`` the same runs are made on SQLite and on PostgreSQL, one after the other, in an order
+that alternates from round to round, and PostgreSQL's rate is given as a share of SQLite's in
+the same round: on a shared machine the same code's rate moves by a third from one run to the
+next, so only rates measured side by side compare.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import multiprocessing
 import os
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -264,7 +270,7 @@ def writer_counters(port: int) -> dict[str, float]:
 def report(label: str, load: dict[str, Any], rate_floor: float, postgresql: bool,
            requests: int) -> None:
     statuses, elapsed, cpu = load["statuses"], load["elapsed"], load["cpu"]
-    ok = sum(1 for s in statuses if s == 201)
+    ok = admitted(load)
     rate = ok / elapsed
     print(f"{label:<21} {rate:8.0f} admissions/s ({ok} of {len(statuses)} admitted, 201;"
           f" {rate / rate_floor:.2f} of the floor)")
@@ -297,6 +303,9 @@ def report(label: str, load: dict[str, Any], rate_floor: float, postgresql: bool
 
 
 
+Measured = dict[str, float]  # admissions a second, by route
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--envelopes", type=int, default=20_000)
@@ -311,15 +320,52 @@ def main() -> None:
                     " N lines a request (at most 1000)")
     ap.add_argument("--batch-connections", type=int, default=4,
                     help="connections sending batches at once")
-    ap.add_argument("--postgresql", action="store_true",
-                    help="store in PostgreSQL: a throwaway durable cluster (fsync on) on a Unix"
-                    " socket, started for the run (tests/support/pgcluster.py)")
+    backend = ap.add_mutually_exclusive_group()
+    backend.add_argument("--postgresql", action="store_true",
+                         help="store in PostgreSQL: a throwaway durable cluster (fsync on) on a"
+                         " Unix socket, started for the run (tests/support/pgcluster.py)")
+    backend.add_argument("--compare", type=int, default=0, metavar="ROUNDS",
+                         help="ROUNDS rounds of SQLite and PostgreSQL, one after the other in"
+                         " alternating order, then each round's PostgreSQL rate as a share of"
+                         " SQLite's, per route, and the medians")
     args = ap.parse_args()
+    if not args.compare:
+        measure(args, args.postgresql)
+        return
+    rounds: list[dict[bool, Measured]] = []
+    for i in range(args.compare):
+        rounds.append({})
+        # alternated, so that a drift of the machine's speed favours neither backend
+        for postgresql in ((False, True) if i % 2 == 0 else (True, False)):
+            print(f"--- round {i + 1}, {'PostgreSQL' if postgresql else 'SQLite'}")
+            rounds[-1][postgresql] = measure(args, postgresql)
+            print()
+    compare(rounds)
+
+
+def compare(rounds: list[dict[bool, Measured]]) -> None:
+    """Each round's rates of both backends, per route, and PostgreSQL's as a share of
+    SQLite's in the same round; then the medians of each column."""
+    print(f"{'round':<6} {'route':<16} {'SQLite /s':>10} {'PostgreSQL /s':>14} {'share':>6}")
+    routes = list(rounds[0][False])
+    for i, measured in enumerate(rounds, 1):
+        for route in routes:
+            sqlite, pg = measured[False][route], measured[True][route]
+            print(f"{i:<6} {route:<16} {sqlite:10.0f} {pg:14.0f} {pg / sqlite:6.0%}")
+    for route in routes:
+        sqlite = statistics.median(m[False][route] for m in rounds)
+        pg = statistics.median(m[True][route] for m in rounds)
+        share = statistics.median(m[True][route] / m[False][route] for m in rounds)
+        print(f"{'median':<6} {route:<16} {sqlite:10.0f} {pg:14.0f} {share:6.0%}")
+
+
+def measure(args: argparse.Namespace, postgresql: bool) -> Measured:
+    """One server on a fresh library, its loads, the report; the admission rate of each load."""
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         db = str(tmp / "library.db")
         postmaster = 0
-        if args.postgresql:
+        if postgresql:
             from tests.support.pgcluster import cluster
 
             pg = stack.enter_context(cluster(durable=True))
@@ -363,8 +409,8 @@ def main() -> None:
                 assert r.status_code == 201, r.text
             rest = bodies[4:]
             single = rest[: len(rest) // 2] if args.batch else rest
-            loads = [("HTTP admission", run_load(port, server.pid, single, args.connections, 0,
-                                                 tmp / "library.db-wal", postmaster), len(single))]
+            loads = [("single route", run_load(port, server.pid, single, args.connections, 0,
+                                               tmp / "library.db-wal", postmaster), len(single))]
             if args.batch:
                 batched = rest[len(rest) // 2:]
                 loads.append((f"batch of {args.batch}", run_load(
@@ -375,14 +421,19 @@ def main() -> None:
             server.wait()
     processes = (f"{args.workers} HTTP process{'es' if args.workers > 1 else ''}"
                  f"{' + 1 writer process' if args.workers > 1 or args.writer_process else ''}")
-    print(f"storage               {'PostgreSQL' if args.postgresql else 'SQLite'}, {processes}")
+    print(f"storage               {'PostgreSQL' if postgresql else 'SQLite'}, {processes}")
     print(f"floor (1 core)        {rate_floor:8.0f} envelopes/s  ({1e6 / rate_floor:.0f} µs each)")
     print(f"single route          {args.connections} connections")
     if args.batch:
         print(f"batch route           {args.batch} lines a request,"
               f" {args.batch_connections} connections")
     for label, load, requests in loads:
-        report(label, load, rate_floor, args.postgresql, requests)
+        report(label, load, rate_floor, postgresql, requests)
+    return {label: admitted(load) / load["elapsed"] for label, load, _requests in loads}
+
+
+def admitted(load: dict[str, Any]) -> int:
+    return sum(1 for s in load["statuses"] if s == 201)
 
 
 if __name__ == "__main__":
