@@ -402,7 +402,7 @@ class Outbox:
 #: ``CLIENT_BUSY``), or the ``Retry-After`` it gave if longer (at most ``MAX_BUSY_WAIT_S``);
 #: ``None``: give up, the envelopes stay pending
 BUSY_WAITS = (0.25, 0.5, 1.0, 2.0, None)
-MAX_BUSY_WAIT_S = 10.0
+MAX_BUSY_WAIT_S = 2.0
 
 
 def _retry_after(exc: Unreachable) -> float:
