@@ -7,7 +7,8 @@
 The floor is what one envelope costs at the least on one core: JCS of the record, SHA-256,
 Ed25519 verification of the proof, content-schema validation and one SQLite insert (committed
 in groups, as the server does).  The HTTP figure posts pre-signed envelopes from a separate
-process over keep-alive connections to a real ``alexandria serve`` on 127.0.0.1.  With
+process over keep-alive connections to a real ``alexandria serve`` on 127.0.0.1, each as
+``alexandria publish`` sends it: the JCS bytes of the envelope.  With
 ``--batch N`` the envelopes are split in two halves: the first goes to ``POST /api/entries``
 one per request, the second to ``POST /api/entries/batch`` N lines per request (PROTOCOL
 §4.1), in the same run against the same server, each beside the floor.  With ``--compare
@@ -66,7 +67,7 @@ def build(n: int, tmp: Path) -> tuple[Path, Path, list[bytes]]:
             format_ms(base),
         )
         spaces.append(sha256_hex(canonical(env["record"])))
-        bodies.append(json.dumps(env).encode())
+        bodies.append(canonical(env))
     for i in range(n - len(people)):
         p = people[i % len(people)]
         space = spaces[i % len(people)]
@@ -91,7 +92,7 @@ def build(n: int, tmp: Path) -> tuple[Path, Path, list[bytes]]:
             },
             format_ms(base + 1 + i),
         )
-        bodies.append(json.dumps(env).encode())
+        bodies.append(canonical(env))
     return tmp / "genesis.json", tmp / "log.key", bodies
 
 
