@@ -2,6 +2,7 @@
 
 ```
 .venv/bin/python -m bench.writer_groups [--postgresql] [--group 12] [--chunk 1] [--envelopes 4000]
+    [--statements]
 ```
 
 Builds ``bench.admission``'s envelopes, prepares them in this process (``prepare``: not
@@ -14,13 +15,17 @@ a throwaway durable cluster (fsync on; tests/support/pgcluster.py).  No HTTP, no
 process: the writer's share of ``bench.admission``'s figures, with far less noise.  With
 ``--chunk N`` the admissions are handed over N at a time, each chunk one job
 (``LedgerStorage.submit_many``), as ``POST /api/entries/batch`` hands its lines over
-(``--chunk 64 --group 1024``: a batch route's transaction under load).
+(``--chunk 64 --group 1024``: a batch route's transaction under load).  With ``--statements``
+(SQLite) the wall time of each SQL statement per admission is printed too, the most costly
+first, and how many times an admission runs it: what of the writer's time is SQLite's own
+(the timing itself adds about 20 µs of CPU per admission).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import sqlite3
 import tempfile
@@ -51,6 +56,46 @@ def _timed_writer(cpu: list[float]) -> None:
     Writer._run_batch = timed  # type: ignore[method-assign]
 
 
+#: SQL text (its first 80 characters) → [runs (an ``executemany`` runs once a row), seconds],
+#: with ``--statements``
+STATEMENTS: collections.defaultdict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+
+
+class _TimedConnection(sqlite3.Connection):
+    """A connection that adds each statement's wall time to ``STATEMENTS``."""
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        started = time.perf_counter()
+        try:
+            return super().execute(sql, *args)
+        finally:
+            entry = STATEMENTS[" ".join(sql.split())[:80]]
+            entry[0] += 1
+            entry[1] += time.perf_counter() - started
+
+    def executemany(self, sql: str, rows: Any) -> sqlite3.Cursor:
+        rows = list(rows)
+        started = time.perf_counter()
+        try:
+            return super().executemany(sql, rows)
+        finally:
+            entry = STATEMENTS[" ".join(sql.split())[:80]]
+            entry[0] += len(rows)
+            entry[1] += time.perf_counter() - started
+
+
+def _time_statements() -> None:
+    """Every SQLite connection opened from now on a ``_TimedConnection``."""
+    connect = sqlite3.connect
+
+    def timed(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        kwargs.setdefault("factory", _TimedConnection)
+        conn: sqlite3.Connection = connect(*args, **kwargs)
+        return conn
+
+    sqlite3.connect = timed  # type: ignore[assignment]
+
+
 async def measure(db: str, tmp: Path, envelopes: int, group: int,
                   chunk: int = 1) -> tuple[float, float, int]:
     """(writer CPU, wall) in seconds for the admissions after the warm-up, and their number."""
@@ -68,6 +113,7 @@ async def measure(db: str, tmp: Path, envelopes: int, group: int,
         await asyncio.gather(*(storage.admit(c) for c in rest[:WARM]))
         cpu = [0.0]
         _timed_writer(cpu)
+        STATEMENTS.clear()
         started = time.perf_counter()
         for i in range(WARM, len(rest), group):
             end = min(i + group, len(rest))
@@ -87,9 +133,15 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=12, help="admissions per write transaction")
     ap.add_argument("--chunk", type=int, default=1,
                     help="admissions a job (as the batch route hands its lines over)")
+    ap.add_argument("--statements", action="store_true",
+                    help="SQLite: also each SQL statement's wall time per admission")
     ap.add_argument("--postgresql", action="store_true",
                     help="a throwaway durable PostgreSQL cluster instead of a SQLite file")
     args = ap.parse_args()
+    if args.statements:
+        if args.postgresql:
+            ap.error("--statements times SQLite's statements only")
+        _time_statements()
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         db = str(tmp / "library.db")
@@ -103,6 +155,12 @@ def main() -> None:
           f"{f' in jobs of {args.chunk}' if args.chunk > 1 else ''}, {n} admissions")
     print(f"writer CPU     {cpu / n * 1e6:6.0f} µs per admission")
     print(f"wall           {wall / n * 1e6:6.0f} µs per admission ({n / wall:,.0f}/s)")
+    if args.statements:
+        total = sum(seconds for _rows, seconds in STATEMENTS.values())
+        print(f"SQL statements {total / n * 1e6:6.0f} µs per admission (wall), of which:")
+        for sql, (rows, seconds) in sorted(STATEMENTS.items(), key=lambda kv: -kv[1][1]):
+            if seconds / n * 1e6 >= 0.5:
+                print(f"  {seconds / n * 1e6:6.1f} µs {rows / n:5.2f}×  {sql}")
 
 
 if __name__ == "__main__":
