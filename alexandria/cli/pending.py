@@ -411,6 +411,8 @@ def _retry_after(exc: Unreachable) -> float:
     if isinstance(asked, int | float) and not isinstance(asked, bool) and asked > 0:
         return min(float(asked), MAX_BUSY_WAIT_S)
     return 0.0
+
+
 #: PROTOCOL §4.1: lines and bytes of one ``POST /api/entries/batch``
 BATCH_LINES = MAX_BATCH_LINES
 BATCH_BYTES = MAX_BATCH_BYTES
