@@ -162,51 +162,11 @@ def parse_json(data: bytes | str) -> Any:
     and skip a byte order mark.  Nesting deeper than ``MAX_JSON_DEPTH`` is refused
     (``JSON_TOO_DEEP``), so no recursive consumer downstream (JCS, the schema validator, the
     rules) ever meets it; the parser itself stops at Python's recursion limit, quickly.
-
-    What clients send most — JSON written as orjson (and JCS) writes it: no whitespace between
-    tokens, no escape that need not be one — is parsed by ``_parse_compact`` instead, a few
-    times faster, with the same answer; anything else, and every error, is this parser's.
     """
-    value = _parse_compact(data)
-    if value is _NOT_COMPACT:
-        value = _parse_strict(data)
-    # as many opening brackets as the limit cannot nest deeper than it (counted in C): an
-    # envelope has about a dozen, so the walk is for bodies built to be deep
-    brackets = (data.count(b"[") + data.count(b"{") if isinstance(data, bytes)
-                else data.count("[") + data.count("{"))
-    if brackets > MAX_JSON_DEPTH and nesting_exceeds(value, MAX_JSON_DEPTH):
-        raise _too_deep(MAX_JSON_DEPTH)
-    return value
-
-
-_NOT_COMPACT = object()
-
-
-def _parse_compact(data: bytes | str) -> Any:
-    """``data`` parsed by orjson when orjson's own encoding of what it parsed is ``data`` byte
-    for byte and holds no float or unsafe integer, else ``_NOT_COMPACT``.  The byte-for-byte
-    test is what makes the answer ``_parse_strict``'s: a repeated key (which orjson keeps the
-    last of) would be missing from the encoding, and whatever orjson refuses (invalid UTF-8,
-    lone surrogates, NaN, a byte order mark, trailing bytes) goes to the strict parser, whose
-    refusal is the answer."""
-    try:
-        raw = data if isinstance(data, bytes) else data.encode("utf-8")
-        if b'": ' in raw:  # a space after a key: written by ``json.dumps``, not compact
-            return _NOT_COMPACT
-        value = orjson.loads(raw)
-        again = orjson.dumps(value)
-    except (ValueError, TypeError):  # orjson's errors, and a str holding lone surrogates
-        return _NOT_COMPACT
-    if again != raw or _unsafe(value):
-        return _NOT_COMPACT
-    return value
-
-
-def _parse_strict(data: bytes | str) -> Any:
     try:
         if isinstance(data, bytes):
             data = data.decode("utf-8")
-        return json.loads(
+        value = json.loads(
             data,
             object_pairs_hook=_no_duplicates,
             parse_float=_Float,
@@ -218,6 +178,13 @@ def _parse_strict(data: bytes | str) -> Any:
         if isinstance(exc, NotCanonical):
             raise
         raise NotCanonical(f"not valid JSON: {exc}") from exc
+    # as many opening brackets as the limit cannot nest deeper than it (counted in C): an
+    # envelope has about a dozen, so the walk is for bodies built to be deep
+    if data.count("[") + data.count("{") > MAX_JSON_DEPTH and nesting_exceeds(
+        value, MAX_JSON_DEPTH
+    ):
+        raise _too_deep(MAX_JSON_DEPTH)
+    return value
 
 
 def find_float(value: Any, pointer: str = "") -> str | None:

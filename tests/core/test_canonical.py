@@ -8,17 +8,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import orjson
 import pytest
 import rfc8785
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from alexandria.core.canonical import (
-    _NOT_COMPACT,
     MAX_SAFE_INTEGER,
-    _parse_compact,
-    _parse_strict,
     canonical,
     canonical_parsed,
     find_float,
@@ -111,47 +107,3 @@ def test_nesting_exceeds_exactly_when_deeper(value: Any, limit: int) -> None:
     assert nesting_exceeds(value, limit) == (_depth(value) > limit)
     if _depth(value) > limit == 4:  # never reached through parse_json's cap of 64: check both
         assert nesting_exceeds(json.loads(json.dumps(value)), limit)
-
-
-def _spellings(value: Any) -> list[bytes]:
-    """``value`` written compactly (orjson's order and JCS's), with a key repeated, with a
-    float beside it, spaced out, and with an escape that need not be one."""
-    compact = orjson.dumps(value)
-    out = [compact, canonical(value), b"[" + compact + b",1.5]", b" " + compact,
-           compact.replace(b":", b": "), compact.replace(b"a", b"\\u0061")]
-    if compact.startswith(b"{") and compact != b"{}":
-        first = compact[1:compact.index(b":")]
-        out.append(b"{" + first + b":0," + compact[1:])  # the first key twice
-    return out
-
-
-@settings(max_examples=400, deadline=None)
-@given(JSON)
-@example({"a": 1, "b": {"a": [1, 2]}})
-def test_the_compact_parser_answers_as_the_strict_one(value: Any) -> None:
-    """``parse_json``'s fast path: where it answers, the strict parser gives the same value;
-    on compact JSON without floats it does answer (else the test would prove nothing)."""
-    for data in _spellings(value):
-        fast = _parse_compact(data)
-        if fast is not _NOT_COMPACT:
-            assert fast == _parse_strict(data)
-            assert list(_keys(fast)) == list(_keys(_parse_strict(data)))
-    assert _parse_compact(orjson.dumps(value)) == value
-
-
-def _keys(value: Any) -> Any:
-    """Every key in document order (dict equality ignores order)."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield k
-            yield from _keys(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _keys(v)
-
-
-@pytest.mark.parametrize("text", [b'{"a":1,"a":1}', b'{"a":{"b":1,"b":1}}', b"[1.5]",
-                                  b"[9007199254740992]", b"[-0]", b'["\\u00e9"]', b"[1] ",
-                                  b'{"a": 1}', b'{"a":"\\ud800"}'])
-def test_the_compact_parser_leaves_the_rest_to_the_strict_one(text: bytes) -> None:
-    assert _parse_compact(text) is _NOT_COMPACT
