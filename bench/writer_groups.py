@@ -69,9 +69,7 @@ class _TimedConnection(sqlite3.Connection):
         try:
             return super().execute(sql, *args)
         finally:
-            entry = STATEMENTS[" ".join(sql.split())[:80]]
-            entry[0] += 1
-            entry[1] += time.perf_counter() - started
+            _count(sql, 1, started)
 
     def executemany(self, sql: str, rows: Any) -> sqlite3.Cursor:
         rows = list(rows)
@@ -79,9 +77,13 @@ class _TimedConnection(sqlite3.Connection):
         try:
             return super().executemany(sql, rows)
         finally:
-            entry = STATEMENTS[" ".join(sql.split())[:80]]
-            entry[0] += len(rows)
-            entry[1] += time.perf_counter() - started
+            _count(sql, len(rows), started)
+
+
+def _count(sql: str, runs: int, started: float) -> None:
+    entry = STATEMENTS[" ".join(sql.split())[:80]]
+    entry[0] += runs
+    entry[1] += time.perf_counter() - started
 
 
 def _time_statements() -> None:
