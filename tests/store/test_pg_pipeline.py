@@ -87,31 +87,46 @@ def test_inserts_are_held_back_until_something_could_see_them(
     assert _count(url, "feed") == 4 and _count(url, "merkle_nodes") == 1
 
 
-def test_a_full_multi_row_insert_is_sent_at_once(
+def test_held_rows_go_out_in_staggered_chunks(
     pg: tuple[PgConnection, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Once a statement holds ``MANY_ROWS`` rows they go out without waiting for a read or the
-    block's end (PostgreSQL inserts them while the writer goes on); the rows after them are
-    held back again, and the table's rows arrive in order."""
+    """A statement's held rows go out ``SEND_ROWS`` at a time as soon as that many are held,
+    without waiting for a read or the block's end (PostgreSQL inserts them while the writer
+    goes on), the rest held back again and the table's rows in order.  The first chunk of the
+    second statement held in the transaction is half as large, so that two tables written one
+    row per admission do not send in the same admission."""
     conn, url = pg
     sent = _Sent(conn, monkeypatch)
-    insert = "INSERT INTO feed(owner, sequence) VALUES (?, ?)"
+    chunk = connection.SEND_ROWS
+    feed = "INSERT INTO feed(owner, sequence) VALUES (?, ?)"
+    nodes = "INSERT INTO merkle_nodes(position, hash) VALUES (?, ?)"
+
+    def admissions(first: int, last: int) -> None:
+        for i in range(first, last + 1):
+            conn.execute(feed, (1, i))
+            conn.execute(nodes, (i, b"x" * 32))
+
     conn.execute("BEGIN")
     with conn.pipelined():
-        conn.executemany(insert, [(1, s) for s in range(connection.MANY_ROWS - 1)])
-        conn.execute("INSERT INTO merkle_nodes(position, hash) VALUES (?, ?)", (1, b"x" * 32))
+        admissions(1, chunk // 2 - 1)
         assert sent.inserts == []
-        conn.execute(insert, (1, connection.MANY_ROWS - 1))
-        assert sent.inserts == [("feed", connection.MANY_ROWS)]
-        conn.executemany(insert, [(2, 1), (2, 2)])
-        assert sent.inserts == [("feed", connection.MANY_ROWS)]
-        assert conn.execute("SELECT count(*) FROM feed").fetchone() == (
-            connection.MANY_ROWS + 2,)
-        # the read sent the rest, in the order first held back
-        assert sent.inserts[1:] == [("merkle_nodes", 1), ("feed", 2)]
+        admissions(chunk // 2, chunk - 1)
+        assert sent.inserts == [("merkle_nodes", chunk // 2)]
+        admissions(chunk, chunk * 3 // 2)
+        assert sent.inserts == [("merkle_nodes", chunk // 2), ("feed", chunk),
+                                ("merkle_nodes", chunk)]
+        del sent.inserts[:]
+        held = chunk // 2  # feed's rows after its first chunk
+        conn.executemany(feed, [(2, s) for s in range(2 * chunk + 5)])
+        assert sent.inserts == [("feed", chunk), ("feed", chunk)]
+        total = chunk * 3 // 2 + 2 * chunk + 5
+        assert conn.execute("SELECT count(*) FROM feed").fetchone() == (total,)
+        # the read sent the rest, and nothing of merkle_nodes (it held none)
+        assert sent.inserts[2:] == [("feed", held + 5)]
         conn.execute("COMMIT")
     assert not conn.pipeline_failed
-    assert _count(url, "feed") == connection.MANY_ROWS + 2
+    assert _count(url, "feed") == total
+    assert _count(url, "merkle_nodes") == chunk * 3 // 2
 
 
 def test_a_change_of_another_table_sends_nothing_but_its_foreign_keys(
@@ -285,6 +300,20 @@ def test_held_upsert_rows_with_a_null_key_stay_apart() -> None:
     held = _Held(holdable)
     held.add([("x", None, 1), ("x", 1, 1), ("x", None, 1), ("x", 1, 2)])
     assert [tuple(r) for r in held.rows] == [("x", None, 1), ("x", 1, 3), ("x", None, 1)]
+    # a chunk of held upserts is all of them: a row left held could be summed into after
+    held.chunk = 1
+    assert len(held.take()) == 3 and held.rows == []
+    held.add([("x", 1, 1)])
+    assert [tuple(r) for r in held.rows] == [("x", 1, 1)]
+
+
+def test_a_chunk_of_plain_held_rows_keeps_the_rest_in_order() -> None:
+    holdable = Dialect().holdable(translate("INSERT INTO t(a) VALUES (?)"))
+    assert holdable is not None
+    held = _Held(holdable, chunk=2)
+    held.add([(1,), (2,), (3,)])
+    assert held.take() == [(1,), (2,)]
+    assert held.rows == [(3,)]
 
 
 def test_another_insert_into_a_held_table_sends_the_held_rows_first(

@@ -42,6 +42,13 @@ STATEMENTS = 4096  # distinct SQL texts a storage translates and remembers
 #: rows of one multi-row INSERT at most (``_insert_many``), far below 65,535 parameters; the
 #: sizes are powers of two, so each table has at most ten statement texts, prepared once
 MANY_ROWS = 512
+#: rows of a held-back insert sent together while its transaction goes on (``_defer``): a
+#: statement of this many rows goes out as soon as it is held, without waiting for an answer
+SEND_ROWS = 64
+#: the first chunk of a transaction's statements is ``SEND_ROWS`` halved 0 to
+#: ``PHASES`` − 1 times, by the order the statements were first held back in
+#: (``PgConnection._chunk_rows``)
+PHASES = 4
 #: prepared statements a connection keeps (psycopg's ``prepared_max``): every multi-row size
 #: of every held-back insert beside the statements run most often
 PREPARED = 1024
@@ -145,12 +152,24 @@ def _holdable(translated: str) -> Holdable | None:
 
 class _Held:
     """The rows of one ``Holdable`` statement held back: a list, or for an additive upsert
-    one row per key, in the order each key was first held."""
+    one row per key, in the order each key was first held.  ``chunk``: how many rows are
+    sent together once that many are held (``PgConnection._defer``)."""
 
-    def __init__(self, holdable: Holdable) -> None:
+    def __init__(self, holdable: Holdable, chunk: int = MANY_ROWS) -> None:
         self.holdable = holdable
+        self.chunk = chunk
         self.rows: list[Sequence[Any]] = []
         self._by_key: dict[tuple[Any, ...], list[Any]] = {}
+
+    def take(self) -> list[Sequence[Any]]:
+        """The first ``chunk`` rows, no longer held (all of them for an additive upsert,
+        whose held rows of one key are summed in place)."""
+        if self.holdable.keys is not None or len(self.rows) <= self.chunk:
+            taken, self.rows = self.rows, []
+            self._by_key.clear()
+            return taken
+        taken, self.rows = self.rows[:self.chunk], self.rows[self.chunk:]
+        return taken
 
     def add(self, rows: Sequence[Sequence[Any]]) -> None:
         keys = self.holdable.keys
@@ -368,6 +387,10 @@ class PgConnection:
         #: the tables they go to
         self._deferred: dict[str, _Held] | None = None
         self._held_tables: set[str] = set()
+        #: inside ``pipelined``: each statement held back so far, by the order it was first
+        #: held in (``_chunk_rows``)
+        self._phases: dict[str, int] = {}
+        self._cursor: psycopg.RawCursor[Any] | None = None  # ``_many_rows_cursor``
 
     @contextlib.contextmanager
     def pipelined(self) -> Iterator[None]:
@@ -383,17 +406,18 @@ class PgConnection:
         as one multi-row ``INSERT`` per statement (``_flush``), before the first other
         statement that names ``t`` (a read or change of it, another insert into it), before
         any statement that is not a plain ``SELECT``/``INSERT``/``UPDATE``/``DELETE``
-        (``COMMIT``, ``SAVEPOINT``, …), as soon as one statement holds ``MANY_ROWS`` rows
-        (``_send``: PostgreSQL inserts them while the writer goes on), and when the block
-        ends: what every statement sees is exactly what it would see had each insert been sent
-        at once, and a batch of admissions sends one statement per table and ``MANY_ROWS``
-        instead of one per admission and table.  An insert's error is then raised by a later
-        statement of the same transaction, as the pipeline's are."""
+        (``COMMIT``, ``SAVEPOINT``, …), in chunks of ``SEND_ROWS`` rows as soon as a statement
+        holds that many (``_send``: PostgreSQL inserts them while the writer goes on), and when
+        the block ends: what every statement sees is exactly what it would see had each insert
+        been sent at once, and a batch of admissions sends one statement per table and
+        ``SEND_ROWS`` instead of one per admission and table.  An insert's error is then raised
+        by a later statement of the same transaction, as the pipeline's are."""
         self.pipeline_failed = False
         with self.raw.pipeline() as pipeline:
             self._pipeline = pipeline
             self._deferred = {}
             self._held_tables = set()
+            self._phases = {}
             try:
                 yield
                 self._flush()
@@ -416,23 +440,40 @@ class PgConnection:
             holdable = self._dialect.holdable(translated)
             if holdable is None:
                 return False
-            held = deferred[translated] = _Held(holdable)
+            held = deferred[translated] = _Held(holdable, self._chunk_rows(translated))
             self._held_tables.add(holdable.table)
         held.add(rows)
-        if len(held.rows) >= MANY_ROWS:
-            self._send(translated)
+        while len(held.rows) >= held.chunk:
+            self._send(translated, held)
         return True
 
-    def _send(self, translated: str) -> None:
-        """Send the rows held back for one statement now: a full multi-row insert goes out as
-        soon as it is full, so PostgreSQL inserts its rows while the writer goes on with the
-        next admissions, instead of every row of the transaction after its last admission.
-        Its table's rows stay in order (no other statement into it is held back: ``_defer``)."""
-        assert self._deferred is not None
-        held = self._deferred.pop(translated)
-        self._held_tables.discard(held.holdable.table)
+    def _chunk_rows(self, translated: str) -> int:
+        """How many held rows of ``translated`` go out together next (``_Held.chunk``):
+        ``SEND_ROWS``, but a statement's first chunk in the transaction is ``SEND_ROWS``
+        halved as many times as the order it was first held in, modulo ``PHASES`` (64, 32,
+        16, 8, 64, …).  An admission writes one row into most tables, so equal chunks would
+        fill in the same admission and go out together: a burst larger than the socket's
+        buffer, which the writer waits on while PostgreSQL inserts it, and no work for
+        PostgreSQL in between.  Staggered, one table's chunk goes out every few admissions."""
+        phase = self._phases.get(translated)
+        if phase is None:
+            phase = self._phases[translated] = len(self._phases) % PHASES
+            return SEND_ROWS >> phase
+        return SEND_ROWS
+
+    def _send(self, translated: str, held: _Held) -> None:
+        """Send a chunk of the rows held back for one statement now (``_Held.take``), so that
+        PostgreSQL inserts them while the writer goes on with the next admissions, instead of
+        every row of the transaction after its last admission.  Its table's rows stay in
+        order (no other statement into it is held back: ``_defer``)."""
+        rows = held.take()
+        held.chunk = SEND_ROWS
+        if not held.rows:
+            assert self._deferred is not None
+            del self._deferred[translated]
+            self._held_tables.discard(held.holdable.table)
         try:
-            self._insert_many(held.holdable, held.rows, self._many_rows_cursor())
+            self._insert_many(held.holdable, rows, self._many_rows_cursor())
         except psycopg.Error as exc:
             self.pipeline_failed = True
             raise _as_sqlite_error(exc) from exc
@@ -455,12 +496,15 @@ class PgConnection:
             raise _as_sqlite_error(exc) from exc
 
     def _many_rows_cursor(self) -> psycopg.RawCursor[Any]:
-        """A cursor for ``_insert_many``: each value goes to a column of the table, so an
+        """The cursor of ``_insert_many``: each value goes to a column of the table, so an
         integer is typed, always ``int8`` (in C, where ``_UntypedInt`` is Python, and one type
         for every value, where psycopg's ``IntDumper`` picks the smallest: a prepared
-        statement's types are fixed)."""
-        cur = psycopg.RawCursor(self.raw)
-        cur.adapters.register_dumper(int, Int8Dumper)
+        statement's types are fixed).  One per connection, kept: a new cursor and its adapters
+        cost about as much as a chunk's execution by psycopg."""
+        cur = self._cursor
+        if cur is None or cur.connection is not self.raw or cur.closed:
+            cur = self._cursor = psycopg.RawCursor(self.raw)
+            cur.adapters.register_dumper(int, Int8Dumper)
         return cur
 
     def _insert_many(self, holdable: Holdable, rows: Sequence[Sequence[Any]],
