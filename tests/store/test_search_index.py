@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 import sqlite3
 from typing import Any
 
@@ -227,6 +228,15 @@ def test_levels_score_each_distinct_word_once_in_order_of_first_occurrence(
     assert search_text.levels(" ".join(title), " ".join(body)) == " ".join(
         f"{w}{search_text.LEVEL_MARK}{n}" for w, n in expected.items()
     )
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=200))
+def test_ascii_words_are_the_runs_of_letters_and_digits(text: str) -> None:
+    # the ASCII path (``bytes.translate``) against the definition and the general path
+    expected = [w[:64] for w in re.findall(r"[a-z0-9]+", text.lower())]
+    assert words(text) == expected
+    assert search_text._word_pattern().findall(text.lower().replace("_", " ")) == [
+        w for w in re.findall(r"[a-z0-9]+", text.lower())]
 
 
 @given(st.lists(st.text(alphabet="abcxyz", min_size=1, max_size=100), max_size=20))
