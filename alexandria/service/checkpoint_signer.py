@@ -65,6 +65,9 @@ class SigningLibrary(Protocol):
     @property
     def checkpoints(self) -> CheckpointSigner: ...
 
+    async def log_problem(self, fresh: bool = False) -> Failed | None:
+        """Why this node may not extend its log (``CATCH_UP_REQUIRED``, ``LOG_FORKED``…)."""
+
 
 def _due(latest: StoredCheckpoint, size: int, now: int, min_interval_ms: int) -> bool:
     """Whether a tree of ``size`` needs a checkpoint after ``latest``: it grew, and ``latest``
@@ -188,17 +191,27 @@ class CheckpointSigner:
         if self.library.origin_url is not None:
             return await self._mirrored()
         size = await self.library.storage.log_size()
-        latest = self._latest
-        if latest is not None and latest.size >= size:
-            return latest
+        covering = await self._covering(size)
+        if covering is not None:
+            return covering
         async with self._lock:
-            latest = self._latest
-            if latest is not None and latest.size >= size:
-                return latest
+            covering = await self._covering(size)
+            if covering is not None:
+                return covering
             wait = self._last_signing + ON_DEMAND_INTERVAL_S - time.monotonic()
             if wait > 0:  # the requests arriving meanwhile queue on the lock, then share it
                 await asyncio.sleep(wait)
             return await self._sign(0)
+
+    async def _covering(self, size: int) -> StoredCheckpoint | None:
+        """The latest checkpoint this signer knows if it covers a tree of ``size`` and may be
+        served as it is.  Not while the log may not be extended: a restored database behind
+        what was published holds checkpoints of its own, which ``tick`` learns; the signing
+        transaction then says why (``CATCH_UP_REQUIRED``, ``LOG_TRUNCATED``…)."""
+        latest = self._latest
+        if latest is None or latest.size < size or await self.library.log_problem() is not None:
+            return None
+        return latest
 
     async def _mirrored(self) -> StoredCheckpoint:
         latest = await self.library.storage.read(latest_checkpoint)

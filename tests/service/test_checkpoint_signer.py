@@ -4,6 +4,7 @@ refuses to sign over leaves or nodes that disagree with what it signed before.""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from alexandria.service import checkpoint_signer
 from alexandria.service.bootstrap import Founding
 from alexandria.service.checkpoint_signer import sign_checkpoint_now
 from alexandria.service.library import Library
+from alexandria.service.published import PublishedCheckpoint
 from alexandria.store.backends import storage_for
 from tests.support.library import Api, Clock
 from tests.support.log import discussion
@@ -29,12 +31,14 @@ from tests.support.log import discussion
 
 @asynccontextmanager
 async def server(db: Path | str, founding: Founding, clock: Clock,
-                 authorities: bool = True) -> AsyncIterator[Api]:
+                 authorities: bool = True,
+                 published: PublishedCheckpoint | None = None) -> AsyncIterator[Api]:
     """One run of the app on ``db``: a fresh process as far as the log is concerned
-    (``authorities``: its authority documents are posted, retries after the first run)."""
+    (``authorities``: its authority documents are posted, retries after the first run;
+    ``published``: the log key's record of the largest checkpoint it published)."""
     storage = storage_for(db, founding.genesis)
     storage.clock = clock
-    library = Library(founding.genesis, storage, founding.log_key)
+    library = Library(founding.genesis, storage, founding.log_key, published=published)
     app = create_app(library)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -199,3 +203,26 @@ async def test_on_demand_signing_is_paced_and_each_answer_covers_the_tree_it_fou
         assert len({root for _size, root in sizes}) == 1
         rows = await api.library.storage.read(lambda conn: log.checkpoints_after(conn, 0))
         assert [row.size for row in rows] == [3, 4, 5]
+
+
+async def test_a_database_behind_what_was_published_serves_no_checkpoint(
+    founding: Founding, clock: Clock, tmp_path: Path
+) -> None:
+    """A backup restored without catching up holds its own latest checkpoint, of its whole
+    tree: the background signer learns it (nothing is due), and it is still never served
+    while the log is behind the checkpoint the log key published (``CATCH_UP_REQUIRED``)."""
+    db, backup = tmp_path / "library.db", tmp_path / "backup.db"
+    published = PublishedCheckpoint(tmp_path / "log.key.published")
+    async with server(db, founding, clock, published=published) as api:
+        await api.publish("owner", discussion(0))
+        old_size = (await signed(api))[0]
+    shutil.copyfile(db, backup)  # the server is stopped: the file is the whole database
+    async with server(db, founding, clock, authorities=False, published=published) as api:
+        await api.publish("owner", discussion(1))
+        assert (await signed(api))[0] == old_size + 1
+    async with server(backup, founding, clock, authorities=False, published=published) as api:
+        assert await api.library.checkpoints.tick() is not None  # learnt, not signed
+        r = await api.client.get("/api/log/checkpoint")
+        assert r.status_code == 503, r.text
+        assert r.json()["code"] == "CATCH_UP_REQUIRED"
+        assert r.json()["details"]["published_size"] == old_size + 1
