@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -33,8 +34,22 @@ def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+async def settled_scrape(api: Api, log_size: float
+                         ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A scrape whose gauges read a log of ``log_size``: they come from the library's latest
+    reading of the database, which waits at most ``FRESH_WAIT_S`` for a new one (a reading
+    begun before the request may also answer it), so under load a scrape can show the one
+    before."""
+    for _ in range(100):
+        samples = await scrape(api)
+        if value(samples, "alexandria_log_size") == log_size:
+            return samples
+        await asyncio.sleep(0.05)
+    return samples
+
+
 async def test_metrics_move_with_admissions(api: Api) -> None:
-    before = await scrape(api)
+    before = await settled_scrape(api, 2)
     assert all(name.startswith("alexandria_") or name.startswith(("python_", "process_"))
                for name, _labels in before)
     size_before = value(before, "alexandria_log_size")
@@ -50,7 +65,7 @@ async def test_metrics_move_with_admissions(api: Api) -> None:
     assert (await api.post(bad)).status_code in (400, 403)
     assert (await api.client.get("/api/log/checkpoint")).status_code == 200
 
-    after = await scrape(api)
+    after = await settled_scrape(api, size_before + 2)
 
     def moved(outcome: str) -> float:
         return (value(after, "alexandria_admissions_total", outcome=outcome)
