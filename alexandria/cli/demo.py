@@ -42,7 +42,8 @@ from alexandria.errors import Failed, Malformed
 from alexandria.files import atomic_write, private_dir, write_json
 
 MARKER = ".alexandria-demo"
-DATABASE_FILES = ("library.db", "library.db-wal", "library.db-shm")
+#: the database, its write-ahead log and shared memory, and its lock file (``store/db_lock``)
+DATABASE_FILES = ("library.db", "library.db-wal", "library.db-shm", "library.db.lock")
 PARTICIPANTS = ("owner", "peer")
 URL_FILE = "library.url"  # the URL served, for a second shell: $(cat alexandria-demo/library.url)
 START_TIMEOUT_S = 60.0

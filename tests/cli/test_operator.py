@@ -6,6 +6,7 @@ directory test the embedded default, a SQLite library in ``./alexandria-data/`` 
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 import subprocess
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from alexandria.cli.demo import fresh_directory
 from alexandria.core.trust import Genesis
 from tests.support.cli import CLI, cli, cli_json
 from tests.support.library import CONTRACT
@@ -131,6 +133,11 @@ def test_demo_serves_the_worked_example(tmp_path: Path) -> None:
             proc.stderr.close()
     with pytest.raises(httpx.TransportError):  # the demo's server stopped with it
         httpx.get(f"http://127.0.0.1:{port}/api/genesis", timeout=2)
+    # what a stopped demo leaves (its database's lock file too) the next one replaces
+    left = tmp_path / "left"
+    shutil.copytree(demo, left)
+    fresh_directory(left)
+    assert [p.name for p in left.iterdir()] == [".alexandria-demo"]
     # a directory holding the demo's marker and anything else is not the demo's to delete
     (demo / "thesis.tex").write_text("three years of work\n")
     r = cli("demo", "--dir", str(demo), "--port", str(free_port()), expect=1)
