@@ -40,10 +40,12 @@ from alexandria.core.contract import contract_bytes
 from alexandria.core.keys import SigningKey
 from alexandria.errors import Failed, Malformed
 from alexandria.files import atomic_write, private_dir, write_json
+from alexandria.store.db_lock import lock_path
 
 MARKER = ".alexandria-demo"
-#: the database, its write-ahead log and shared memory, and its lock file (``store/db_lock``)
-DATABASE_FILES = ("library.db", "library.db-wal", "library.db-shm", "library.db.lock")
+DATABASE = "library.db"
+#: the database, its write-ahead log and shared memory, and its lock file
+DATABASE_FILES = (DATABASE, f"{DATABASE}-wal", f"{DATABASE}-shm", lock_path(DATABASE).name)
 PARTICIPANTS = ("owner", "peer")
 URL_FILE = "library.url"  # the URL served, for a second shell: $(cat alexandria-demo/library.url)
 START_TIMEOUT_S = 60.0
@@ -192,7 +194,7 @@ def run_demo(directory: Path, host: str, port: int) -> int:
     pin = cli(["genesis", "init", "--dir", str(op), "--library", "alexandria-demo",
                "--origin", f"{host}:{port}/alexandria-demo/log"])["pin"]
     SigningKey.generate().save(op / "log.key")  # certified by `authority issue --roles log`
-    serve = ["serve", "--genesis", str(op / "genesis.json"), "--db", str(directory / "library.db"),
+    serve = ["serve", "--genesis", str(op / "genesis.json"), "--db", str(directory / DATABASE),
              "--log-key", str(op / "log.key"), "--host", host, "--port", str(port)]
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -228,5 +230,5 @@ def _summary(directory: Path, url: str, pin: str, names: dict[str, str]) -> None
     say(f"  curl -s {url}/api/entries/{names.get('merge', '')}")
     say("")
     say(f"Restart later without reseeding: alexandria serve --genesis {rel}/operator/genesis.json"
-        f" --db {rel}/library.db --log-key {rel}/operator/log.key")
+        f" --db {rel}/{DATABASE} --log-key {rel}/operator/log.key")
     say("Ctrl-C stops the server.")
