@@ -11,7 +11,8 @@ server's writer sees them under load: each group one write transaction), after 2
 warm the writer's memory.  Prints the writer thread's CPU per admission and the wall time per
 admission, which adds what the writer waits for: SQLite's commit, or PostgreSQL's round trips,
 its execution of the group's statements and its commit.  With ``--postgresql`` the library is
-a throwaway durable cluster (fsync on; tests/support/pgcluster.py).  No HTTP, no other
+a throwaway durable cluster (fsync on; tests/support/pgcluster.py), and the CPU its own
+processes spent on the measured admissions is printed too.  No HTTP, no other
 process: the writer's share of ``bench.admission``'s figures, with far less noise.  With
 ``--chunk N`` the admissions are handed over N at a time, each chunk one job
 (``LedgerStorage.submit_many``), as ``POST /api/entries/batch`` hands its lines over
@@ -38,6 +39,7 @@ from alexandria.service.bootstrap import found_library
 from alexandria.store.backends import storage_for
 from alexandria.store.writer import Writer
 from bench.admission import build
+from bench.serving import process_cpu
 
 WARM = 200
 
@@ -99,8 +101,9 @@ def _time_statements() -> None:
 
 
 async def measure(db: str, tmp: Path, envelopes: int, group: int,
-                  chunk: int = 1) -> tuple[float, float, int]:
-    """(writer CPU, wall) in seconds for the admissions after the warm-up, and their number."""
+                  chunk: int = 1, postmaster: int = 0) -> tuple[float, float, float, int]:
+    """(writer CPU, wall, CPU of PostgreSQL's processes when ``postmaster``) in seconds for the
+    admissions after the warm-up, and their number."""
     _genesis, _key, bodies = build(envelopes, tmp)
     founding = found_library(seed=b"bench-admission", created_at="2026-01-01T00:00:00.000Z")
     storage = storage_for(db, founding.genesis)
@@ -116,6 +119,7 @@ async def measure(db: str, tmp: Path, envelopes: int, group: int,
         cpu = [0.0]
         _timed_writer(cpu)
         STATEMENTS.clear()
+        pg_before = process_cpu(postmaster) if postmaster else 0.0
         started = time.perf_counter()
         for i in range(WARM, len(rest), group):
             end = min(i + group, len(rest))
@@ -124,7 +128,9 @@ async def measure(db: str, tmp: Path, envelopes: int, group: int,
             else:
                 await asyncio.gather(*(storage.submit_many(rest[j:min(j + chunk, end)])
                                        for j in range(i, end, chunk)))
-        return cpu[0], time.perf_counter() - started, len(rest) - WARM
+        wall = time.perf_counter() - started
+        pg_cpu = process_cpu(postmaster) - pg_before if postmaster else 0.0
+        return cpu[0], wall, pg_cpu, len(rest) - WARM
     finally:
         await storage.close()
 
@@ -147,16 +153,22 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         db = str(tmp / "library.db")
+        postmaster = 0
         if args.postgresql:
             from tests.support.pgcluster import cluster
 
-            db = stack.enter_context(cluster(durable=True)).database("bench")
-        cpu, wall, n = asyncio.run(measure(db, tmp, args.envelopes, args.group, args.chunk))
+            pg = stack.enter_context(cluster(durable=True))
+            db = pg.database("bench")
+            postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
+        cpu, wall, pg_cpu, n = asyncio.run(
+            measure(db, tmp, args.envelopes, args.group, args.chunk, postmaster))
     print(f"storage        {'PostgreSQL' if args.postgresql else 'SQLite'},"
           f" groups of {args.group}"
           f"{f' in jobs of {args.chunk}' if args.chunk > 1 else ''}, {n} admissions")
     print(f"writer CPU     {cpu / n * 1e6:6.0f} µs per admission")
     print(f"wall           {wall / n * 1e6:6.0f} µs per admission ({n / wall:,.0f}/s)")
+    if postmaster:
+        print(f"PostgreSQL CPU {pg_cpu / n * 1e6:6.0f} µs per admission (its processes)")
     if args.statements:
         total = sum(seconds for _rows, seconds in STATEMENTS.values())
         print(f"SQL statements {total / n * 1e6:6.0f} µs per admission (wall), of which:")
