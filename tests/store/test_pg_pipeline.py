@@ -13,6 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from alexandria.rules.admission import Candidate, prepare
 from alexandria.service.bootstrap import Founding
@@ -23,6 +25,7 @@ from alexandria.store.postgresql.connection import (
     Holdable,
     PgConnection,
     _Held,
+    _sizes,
     translate,
 )
 from alexandria.store.postgresql.storage import postgres_storage
@@ -316,6 +319,55 @@ def test_a_chunk_of_plain_held_rows_keeps_the_rest_in_order() -> None:
     assert held.rows == [(3,)]
 
 
+@given(st.integers(min_value=0, max_value=5 * connection.MANY_ROWS))
+def test_held_rows_go_out_in_few_statements_of_few_sizes(rows: int) -> None:
+    """A multi-row insert of ``rows`` rows is one statement of ``MANY_ROWS`` per full
+    ``MANY_ROWS``, then powers of two, largest first, then the rest of at most ``EXACT_ROWS``
+    rows as one statement: a group of a few admissions is one statement per table, and a
+    table has at most 21 sizes of statement to prepare."""
+    sizes = _sizes(rows)
+    assert sum(sizes) == rows
+    assert sizes == sorted(sizes, reverse=True)
+    # every size but the last a power of two; the last one too, or at most EXACT_ROWS
+    assert all(s & (s - 1) == 0 and s <= connection.MANY_ROWS for s in sizes[:-1])
+    assert not sizes or sizes[-1] & (sizes[-1] - 1) == 0 or sizes[-1] <= connection.EXACT_ROWS
+    assert len(set(sizes) - {connection.MANY_ROWS}) == len(sizes) - sizes.count(
+        connection.MANY_ROWS)  # beyond the full statements, each size at most once
+
+
+def test_the_sizes_of_some_groups() -> None:
+    assert _sizes(0) == []
+    assert _sizes(11) == [11]
+    assert _sizes(16) == [16]
+    assert _sizes(17) == [16, 1]
+    assert _sizes(45) == [32, 13]
+    assert _sizes(1100) == [512, 512, 64, 12]
+    possible = {s for n in range(2 * connection.MANY_ROWS) for s in _sizes(n)}
+    assert len(possible) == connection.EXACT_ROWS + 5  # 1–16, 32, 64, 128, 256, 512
+
+
+def test_a_small_groups_rows_are_one_statement_prepared_once(
+    pg: tuple[PgConnection, str], tmp_path: Path
+) -> None:
+    """The held rows of a group of eleven admissions go out as one insert of eleven rows,
+    parsed once per connection: the next group of eleven runs the prepared statement."""
+    conn, url = pg
+    feed = "INSERT INTO feed(owner, sequence) VALUES (?, ?)"
+    parsed = []
+    for group in range(2):
+        with _Trips(conn.raw, tmp_path / f"trace{group}") as trace:
+            conn.execute("BEGIN")
+            with conn.pipelined():
+                for i in range(11):
+                    conn.execute(feed, (group, i))
+                conn.execute("COMMIT")
+        assert not conn.pipeline_failed
+        parsed.append(trace.parsed_inserts)
+        assert trace.statements == 3  # BEGIN, the eleven rows, COMMIT
+    assert [[sql.count("), (") + 1 for sql in p] for p in parsed] == [[11], []]
+    assert _count(url, "feed") == 22
+
+
 def test_another_insert_into_a_held_table_sends_the_held_rows_first(
     pg: tuple[PgConnection, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -353,10 +405,12 @@ class _Trips:
         sent = [fields[2].strip() for fields in lines if len(fields) > 2 and fields[0] == "F"]
         self.round_trips = sent.count("Sync") + sent.count("Query")
         self.statements = sent.count("Bind") + sent.count("Query")
-        #: multi-row inserts parsed (not run from a statement prepared earlier)
-        self.inserts_parsed = sum(1 for fields in lines if len(fields) > 3
-                                  and fields[0] == "F" and fields[2].strip() == "Parse"
-                                  and "INSERT INTO" in fields[3] and "), (" in fields[3])
+        #: the inserts parsed (not run from a statement prepared earlier): their text
+        self.parsed_inserts = [fields[3] for fields in lines if len(fields) > 3
+                               and fields[0] == "F" and fields[2].strip() == "Parse"
+                               and "INSERT INTO" in fields[3]]
+        #: of those, the multi-row inserts
+        self.inserts_parsed = sum(1 for sql in self.parsed_inserts if "), (" in sql)
 
 
 def _document(founding: Founding, clock: Clock, i: int) -> Candidate:

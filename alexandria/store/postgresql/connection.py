@@ -39,9 +39,12 @@ from alexandria.core.cache import Bounded
 from alexandria.store.postgresql import DIALECT
 
 STATEMENTS = 4096  # distinct SQL texts a storage translates and remembers
-#: rows of one multi-row INSERT at most (``_insert_many``), far below 65,535 parameters; the
-#: sizes are powers of two, so each table has at most ten statement texts, prepared once
+#: rows of one multi-row INSERT at most (``_insert_many``), far below 65,535 parameters
 MANY_ROWS = 512
+#: a multi-row insert of at most this many rows has a statement of its own size, a larger one
+#: is cut in powers of two first (``_sizes``): a group of a few admissions sends one statement
+#: per table, and each table has at most 21 statement texts, each prepared once
+EXACT_ROWS = 16
 #: rows of a held-back insert sent together while its transaction goes on (``_defer``): a
 #: statement of this many rows goes out as soon as it is held, without waiting for an answer
 SEND_ROWS = 64
@@ -191,15 +194,18 @@ class _Held:
 
 
 def _sizes(rows: int) -> list[int]:
-    """``rows`` as a sum of powers of two of at most ``MANY_ROWS``, largest first."""
+    """``rows`` as statements of ``MANY_ROWS`` rows, then of powers of two, largest first,
+    down to a rest of at most ``EXACT_ROWS`` rows, which is one statement of its own size."""
     sizes = [MANY_ROWS] * (rows // MANY_ROWS)
     rest = rows % MANY_ROWS
     size = MANY_ROWS
-    while rest:
+    while rest > EXACT_ROWS:
         if rest >= size:
             sizes.append(size)
             rest -= size
         size //= 2
+    if rest:
+        sizes.append(rest)
     return sizes
 
 
@@ -509,10 +515,9 @@ class PgConnection:
 
     def _insert_many(self, holdable: Holdable, rows: Sequence[Sequence[Any]],
                      cur: psycopg.RawCursor[Any]) -> None:
-        """``rows`` as multi-row inserts of a power of two rows each (at most ``MANY_ROWS``):
-        37 rows are inserts of 32, 4 and 1.  Each size's text is prepared once per
-        connection, so PostgreSQL neither parses nor plans it again (about half of its work
-        for a text of many rows parsed each time)."""
+        """``rows`` as multi-row inserts of the sizes ``_sizes`` gives (37 rows: 32 and 5).
+        Each size's text is prepared once per connection, so PostgreSQL neither parses nor
+        plans it again (about half of its work for a text of many rows parsed each time)."""
         start = 0
         for size in _sizes(len(rows)):
             chunk = rows[start:start + size]
