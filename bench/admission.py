@@ -374,7 +374,7 @@ def measure(args: argparse.Namespace, postgresql: bool) -> Measured:
 
             pg = stack.enter_context(cluster(durable=True))
             db = pg.database("bench")
-            postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
+            postmaster = pg.postmaster
         genesis, log_key, bodies = build(args.envelopes, tmp)
         # the best of three passes: on a shared machine one pass may meet a neighbour's burst
         rate_floor = max(floor(bodies[:3000]) for _ in range(3))

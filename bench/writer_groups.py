@@ -159,7 +159,7 @@ def main() -> None:
 
             pg = stack.enter_context(cluster(durable=True))
             db = pg.database("bench")
-            postmaster = int((pg.data / "postmaster.pid").read_text().split()[0])
+            postmaster = pg.postmaster
         cpu, wall, pg_cpu, n = asyncio.run(
             measure(db, tmp, args.envelopes, args.group, args.chunk, postmaster))
     print(f"storage        {'PostgreSQL' if args.postgresql else 'SQLite'},"

@@ -88,6 +88,12 @@ class Cluster:
     def url(self, name: str = "postgres") -> str:
         return f"postgresql://postgres@/{name}?host={self.socket}"
 
+    @property
+    def postmaster(self) -> int:
+        """The running server's process id (its processes are its children: the benchmarks
+        count their CPU)."""
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
     def database(self, prefix: str = "t", migrated: bool = True) -> str:
         name = f"{prefix}{os.getpid()}_{next(self._names)}"
         template = self._migrated_template() if migrated else "template0"
