@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.admission [--envelopes 20000] [--connections 32] [--workers 1]
         [--front-end granian|uvicorn] [--postgresql | --compare ROUNDS]
-        [--batch N [--batch-connections 4]]
+        [--batch N [--batch-connections 4]] [--words N]
 
 The floor is what one envelope costs at the least on one core: JCS of the record, SHA-256,
 Ed25519 verification of the proof, content-schema validation and one SQLite insert (committed
@@ -15,7 +15,11 @@ one per request, the second to ``POST /api/entries/batch`` N lines per request (
 ROUNDS`` the same runs are made on SQLite and on PostgreSQL, one after the other, in an order
 that alternates from round to round, and PostgreSQL's rate is given as a share of SQLite's in
 the same round: on a shared machine the same code's rate moves by a third from one run to the
-next, so only rates measured side by side compare.
+next, so only rates measured side by side compare.  With ``--words N`` each document and
+discussion holds N words (and each claim's statement N/10) drawn from a vocabulary of 20,000
+made-up words with Zipf's frequencies, as prose has them, instead of a short sentence repeated:
+the full-text index's work per admission grows with a text's distinct words (N = 400: about
+250 a document).
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import multiprocessing
 import os
+import random
 import sqlite3
 import statistics
 import subprocess
@@ -45,8 +51,29 @@ from alexandria.service.bootstrap import found_library
 from bench.serving import free_port, process_cpu, thread_cpu, wait_ready
 
 
-def build(n: int, tmp: Path) -> tuple[Path, Path, list[bytes]]:
-    """A library with 4 participants and n envelopes: spaces, claims, discussions, replies."""
+class Prose:
+    """Made-up words with Zipf's frequencies (the k-th most frequent word about 1/k as often as
+    the first), from a fixed seed: texts whose distinct words grow with their length as
+    prose's do."""
+
+    VOCABULARY = 20_000
+
+    def __init__(self, seed: int = 41) -> None:
+        self._random = random.Random(seed)
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        self._words = ["".join(self._random.choices(letters, k=self._random.randint(2, 10)))
+                       for _ in range(self.VOCABULARY)]
+        self._cumulative = list(itertools.accumulate(1 / k for k in range(1, self.VOCABULARY + 1)))
+
+    def text(self, words: int) -> str:
+        return " ".join(self._random.choices(self._words, cum_weights=self._cumulative, k=words))
+
+
+def build(n: int, tmp: Path, words: int = 0) -> tuple[Path, Path, list[bytes]]:
+    """A library with 4 participants and n envelopes: spaces, claims, documents and
+    discussions; with ``words``, their texts are ``Prose`` of that many words (a claim's
+    statement a tenth), else a short sentence repeated."""
+    prose = Prose() if words else None
     f = found_library(seed=b"bench-admission", created_at="2026-01-01T00:00:00.000Z")
     people = [f.enroll(f"p{i}") for i in range(4)]
     write_json(tmp / "genesis.json", f.genesis_document)
@@ -75,17 +102,19 @@ def build(n: int, tmp: Path) -> tuple[Path, Path, list[bytes]]:
         body: dict[str, Any]
         if kind == "claim":
             body = {
-                "statement": f"Statement {i} about arithmetic and its domain " * 3,
+                "statement": (prose.text(max(words // 10, 1)) if prose else
+                              f"Statement {i} about arithmetic and its domain " * 3),
                 "scope": "Natural numbers",
                 "assumptions": ["Peano axioms"],
             }
         else:
-            body = {"text": f"Text {i}: a synthesis of the domain and its definitions. " * 10}
+            body = {"text": prose.text(words) if prose else
+                    f"Text {i}: a synthesis of the domain and its definitions. " * 10}
         env = p.envelope(
             f.genesis,
             {
                 "kind": kind,
-                "title": f"{kind.title()} {i}",
+                "title": f"{kind.title()} {i}" + (f": {prose.text(5)}" if prose else ""),
                 "body": body,
                 "links": [{"relation": "contained_in", "target": space}],
                 "previous": "",
@@ -324,6 +353,9 @@ def main() -> None:
                     " N lines a request (at most 1000)")
     ap.add_argument("--batch-connections", type=int, default=4,
                     help="connections sending batches at once")
+    ap.add_argument("--words", type=int, default=0, metavar="N",
+                    help="texts of N made-up words with Zipf's frequencies (a claim's statement"
+                    " N/10) instead of a short sentence repeated")
     backend = ap.add_mutually_exclusive_group()
     backend.add_argument("--postgresql", action="store_true",
                          help="store in PostgreSQL: a throwaway durable cluster (fsync on) on a"
@@ -375,7 +407,7 @@ def measure(args: argparse.Namespace, postgresql: bool) -> Measured:
             pg = stack.enter_context(cluster(durable=True))
             db = pg.database("bench")
             postmaster = pg.postmaster
-        genesis, log_key, bodies = build(args.envelopes, tmp)
+        genesis, log_key, bodies = build(args.envelopes, tmp, args.words)
         # the best of three passes: on a shared machine one pass may meet a neighbour's burst
         rate_floor = max(floor(bodies[:3000]) for _ in range(3))
         port = free_port()
@@ -427,6 +459,8 @@ def measure(args: argparse.Namespace, postgresql: bool) -> Measured:
                  f"{' + 1 writer process' if args.workers > 1 or args.writer_process else ''}")
     print(f"storage               {'PostgreSQL' if postgresql else 'SQLite'}, {processes}")
     print(f"floor (1 core)        {rate_floor:8.0f} envelopes/s  ({1e6 / rate_floor:.0f} µs each)")
+    if args.words:
+        print(f"texts                 {args.words} words a document or discussion")
     print(f"single route          {args.connections} connections")
     if args.batch:
         print(f"batch route           {args.batch} lines a request,"

@@ -2,7 +2,7 @@
 
 ```
 .venv/bin/python -m bench.writer_groups [--postgresql] [--group 12] [--chunk 1] [--envelopes 4000]
-    [--statements]
+    [--statements] [--words N] [--sizes]
 ```
 
 Builds ``bench.admission``'s envelopes, prepares them in this process (``prepare``: not
@@ -19,7 +19,9 @@ process: the writer's share of ``bench.admission``'s figures, with far less nois
 (``--chunk 64 --group 1024``: a batch route's transaction under load).  With ``--statements``
 (SQLite) the wall time of each SQL statement per admission is printed too, the most costly
 first, and how many times an admission runs it: what of the writer's time is SQLite's own
-(the timing itself adds about 20 µs of CPU per admission).
+(the timing itself adds about 20 µs of CPU per admission).  ``--words N``: texts of N words,
+as ``bench.admission --words``.  ``--sizes``: afterwards, the database's bytes per head (a
+``VACUUM`` first, so that only live rows count) and its four largest tables'.
 """
 
 from __future__ import annotations
@@ -100,11 +102,11 @@ def _time_statements() -> None:
     sqlite3.connect = timed  # type: ignore[assignment]
 
 
-async def measure(db: str, tmp: Path, envelopes: int, group: int,
-                  chunk: int = 1, postmaster: int = 0) -> tuple[float, float, float, int]:
+async def measure(db: str, tmp: Path, envelopes: int, group: int, chunk: int = 1,
+                  postmaster: int = 0, words: int = 0) -> tuple[float, float, float, int]:
     """(writer CPU, wall, CPU of PostgreSQL's processes when ``postmaster``) in seconds for the
     admissions after the warm-up, and their number."""
-    _genesis, _key, bodies = build(envelopes, tmp)
+    _genesis, _key, bodies = build(envelopes, tmp, words)
     founding = found_library(seed=b"bench-admission", created_at="2026-01-01T00:00:00.000Z")
     storage = storage_for(db, founding.genesis)
     await storage.open()
@@ -135,6 +137,35 @@ async def measure(db: str, tmp: Path, envelopes: int, group: int,
         await storage.close()
 
 
+def sizes(db: str) -> tuple[int, int, list[tuple[str, int]]]:
+    """(heads, the database's bytes, its four largest tables and their bytes, indexes
+    included), after a ``VACUUM``."""
+    if db.startswith("postgresql:"):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            pg.execute("VACUUM")
+            heads = pg.execute("SELECT count(*) FROM catalogue").fetchone()
+            size = pg.execute("SELECT pg_database_size(current_database())").fetchone()
+            tables = pg.execute(
+                "SELECT relname, pg_total_relation_size(oid) FROM pg_class WHERE relkind = 'r'"
+                " AND relnamespace = 'public'::regnamespace ORDER BY 2 DESC LIMIT 4").fetchall()
+        assert heads is not None and size is not None
+        return int(heads[0]), int(size[0]), [(str(t), int(b)) for t, b in tables]
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("VACUUM")
+        heads = conn.execute("SELECT count(*) FROM catalogue").fetchone()
+        # each B-tree's pages under its table's name (an FTS5 table's are its shadow
+        # tables', catalogue_text_data, …)
+        tables = conn.execute(
+            "SELECT t.tbl_name, sum(d.pgsize) FROM dbstat d JOIN sqlite_schema t"
+            " ON t.name = d.name GROUP BY 1 ORDER BY 2 DESC LIMIT 4").fetchall()
+    finally:
+        conn.close()
+    return int(heads[0]), Path(db).stat().st_size, [(str(t), int(b)) for t, b in tables]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--envelopes", type=int, default=4000)
@@ -143,6 +174,10 @@ def main() -> None:
                     help="admissions a job (as the batch route hands its lines over)")
     ap.add_argument("--statements", action="store_true",
                     help="SQLite: also each SQL statement's wall time per admission")
+    ap.add_argument("--words", type=int, default=0, metavar="N",
+                    help="texts of N words (bench.admission --words)")
+    ap.add_argument("--sizes", action="store_true",
+                    help="afterwards, the database's bytes per head and its largest tables'")
     ap.add_argument("--postgresql", action="store_true",
                     help="a throwaway durable PostgreSQL cluster instead of a SQLite file")
     args = ap.parse_args()
@@ -161,14 +196,20 @@ def main() -> None:
             db = pg.database("bench")
             postmaster = pg.postmaster
         cpu, wall, pg_cpu, n = asyncio.run(
-            measure(db, tmp, args.envelopes, args.group, args.chunk, postmaster))
+            measure(db, tmp, args.envelopes, args.group, args.chunk, postmaster, args.words))
+        stored = sizes(db) if args.sizes else None
     print(f"storage        {'PostgreSQL' if args.postgresql else 'SQLite'},"
           f" groups of {args.group}"
-          f"{f' in jobs of {args.chunk}' if args.chunk > 1 else ''}, {n} admissions")
+          f"{f' in jobs of {args.chunk}' if args.chunk > 1 else ''}, {n} admissions"
+          f"{f', texts of {args.words} words' if args.words else ''}")
     print(f"writer CPU     {cpu / n * 1e6:6.0f} µs per admission")
     print(f"wall           {wall / n * 1e6:6.0f} µs per admission ({n / wall:,.0f}/s)")
     if postmaster:
         print(f"PostgreSQL CPU {pg_cpu / n * 1e6:6.0f} µs per admission (its processes)")
+    if stored is not None:
+        heads, size, tables = stored
+        print(f"database       {size / heads / 1024:6.1f} KiB per head ({heads} heads); "
+              + ", ".join(f"{t} {b / heads / 1024:.1f}" for t, b in tables))
     if args.statements:
         total = sum(seconds for _rows, seconds in STATEMENTS.values())
         print(f"SQL statements {total / n * 1e6:6.0f} µs per admission (wall), of which:")
