@@ -192,7 +192,7 @@ def _search(
         "new": "h.seq DESC",
         "top": "c.score DESC, h.seq DESC",
     }[query.sort]
-    hits = read_sql.posting_hits(conn, ws)  # PostgreSQL's postings table; else FTS5's
+    hits = read_sql.posting_hits(conn, ws)  # PostgreSQL's GIN of levels; else FTS5's
     if hits is None:
         if query.sort == "relevance" and len(ws) == 1 and not where and LEVELS:
             return _levels(conn, ws[0], query.offset)

@@ -209,9 +209,9 @@ def _admit(
 
 
 def _index_text(conn: sqlite3.Connection, sequence: int, text: IndexText) -> None:
-    """Index a head's words: FTS5 on SQLite, ``catalogue_postings`` on PostgreSQL."""
+    """Index a head's words: FTS5 on SQLite, ``catalogue_levels`` on PostgreSQL."""
     if is_postgresql(conn):
-        postings.add(conn, sequence, text.title, text.text)
+        postings.add(conn, sequence, text.levels)
         return
     conn.execute(
         "INSERT INTO catalogue_text(rowid, title, body) VALUES (?, ?, ?)",
@@ -226,7 +226,7 @@ def _index_text(conn: sqlite3.Connection, sequence: int, text: IndexText) -> Non
 def _forget_text(conn: sqlite3.Connection, sequence: int, title: str, text: str) -> None:
     """Unindex a head's words (``title`` and ``text``: exactly what was indexed)."""
     if is_postgresql(conn):
-        postings.forget(conn, sequence, title, text)
+        postings.forget(conn, sequence)
         return
     # a contentless index forgets a row given exactly the values it indexed
     conn.execute(

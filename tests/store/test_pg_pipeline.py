@@ -180,7 +180,7 @@ def test_the_foreign_keys_are_the_schemas(pg: tuple[PgConnection, str]) -> None:
 @pytest.mark.parametrize(("sql", "touched"), [
     ("INSERT INTO objects(root, revisions) VALUES (?, 1)", {"objects"}),
     ("UPDATE objects SET revisions = revisions + 1 WHERE root = ?", {"objects"}),
-    ("DELETE FROM catalogue_postings WHERE seq = ?", {"catalogue_postings"}),
+    ("DELETE FROM catalogue_levels WHERE seq = ?", {"catalogue_levels"}),
     ("INSERT INTO checkpoint_cosignatures(size, witness, line) VALUES (?, ?, ?)"
      " ON CONFLICT(size, witness) DO UPDATE SET line = excluded.line",
      {"checkpoint_cosignatures", "checkpoints"}),

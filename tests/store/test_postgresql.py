@@ -270,7 +270,11 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         assert "INCLUDE" not in postings_key()
         assert raw.execute("SELECT count(*) FROM pg_indexes WHERE indexname ="
                            " 'catalogue_postings_seq'").fetchone() == (1,)
-        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+        # two heads' postings (version 13 turns them into their levels): 3 × title + body
+        raw.execute("INSERT INTO catalogue_postings(term, seq, title_count, body_count)"
+                    " VALUES ('beta', 7, 0, 63), ('alpha', 7, 1, 2), ('zeta', 7, 2, 60),"
+                    " ('alpha', 9, 0, 64), ('ⅻ', 9, 0, 1)")
+        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
         for table, columns in (("log", ["sequence", "type", "leaf", "leaf_hash", "admitted_at",
                                         "id", "root", "record_length", "authority_seq"]),
                                ("feed", ["owner", "sequence"]),
@@ -281,12 +285,16 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
                 " ORDER BY ordinal_position", (table,))] == columns
         assert not indexes() & set(_RETIRED_INDEXES)
-        assert raw.execute("SELECT indexname FROM pg_indexes WHERE tablename ="
-                           " 'catalogue_postings'").fetchall() == [("catalogue_postings_pkey",)]
+        assert raw.execute("SELECT to_regclass('catalogue_postings')").fetchone() == (None,)
+        assert raw.execute("SELECT seq, tokens, over FROM catalogue_levels ORDER BY seq"
+                           ).fetchall() == [(7, "alpha·5 beta·63 zeta·64", "zeta·66"),
+                                            (9, "alpha·64 ⅻ·1", "alpha·64")]
+        assert {r[0] for r in raw.execute("SELECT indexname FROM pg_indexes WHERE tablename ="
+                                          " 'catalogue_levels'")} == {
+            "catalogue_levels_pkey", "catalogue_levels_tokens"}
         assert {"links_to_revision", "vote_values_page"} <= indexes()
         assert "links_tree" not in indexes()  # version 9: the table tree_heads instead
         assert raw.execute("SELECT to_regclass('tree_heads')").fetchone() == ("tree_heads",)
-        assert postings_key().endswith("(term, seq) INCLUDE (title_count, body_count)")
         assert raw.execute("SELECT stxname FROM pg_statistic_ext").fetchall() == [
             ("catalogue_facet_kind",)]
         assert pg_schema.apply(raw) == []
@@ -318,7 +326,7 @@ def test_migrations_4_and_10_give_the_votes_already_there_their_targets_keys_and
                 (seq, f"h{seq}", f"v{seq}"))
         raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
                     " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
-        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9, 10, 11, 12]
+        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
         rows = raw.execute("SELECT vote_root, target_seq, head, target_root FROM vote_values"
                            " ORDER BY vote_root")
         assert rows.fetchall() == [("v1", 9, "h20", "b" * 64), ("v2", 7, "h21", "a" * 64)]
@@ -405,6 +413,10 @@ async def _library_with_everything(api: Api) -> None:
     for i in range(12):
         await api.publish(("owner", "peer")[i % 2], document(
             f"Doc {i} {'alpha ' * (i % 3)}ünïcode", f"the {'beta ' * (i % 4)}Ⅻ words {i}"))
+    # levels about PostgreSQL's CAP (64), the one past it read from ``over``: alpha 3 + 61 = 64
+    # and 3 + 70 = 73 (above beta's 63), zzz 63, 64 and 65
+    for alphas, zzzs in ((61, 63), (70, 65), (0, 64)):
+        await api.publish("owner", document("Alpha", f"{'alpha ' * alphas}{'zzz ' * zzzs}"))
     v = await api.publish("peer", vote(d["id"], "1"))
     await api.publish("peer", vote(d["id"], "-1", previous=v["id"]))
     assert (await api.client.get("/api/log/checkpoint")).status_code == 200

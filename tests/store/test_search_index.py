@@ -56,7 +56,7 @@ def test_human_text_of_each_kind() -> None:
 async def _tables(api: Api) -> dict[str, Any]:
     def read(conn: sqlite3.Connection) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        text = ((("catalogue_postings", "term, seq"),) if is_postgresql(conn) else
+        text = ((("catalogue_levels", "seq"),) if is_postgresql(conn) else
                 (("catalogue_terms", "term, doc, col, offset"), ("catalogue_level_terms", "term")))
         for table, order in (("catalogue", "seq"), ("catalogue_counts", "kind, facet, author_id"),
                              ("vote_values", "vote_root"), ("vote_totals", "author_id"),
@@ -122,7 +122,7 @@ async def test_a_stale_index_version_is_rebuilt_on_open(api: Api) -> None:
         conn.execute("UPDATE meta SET value = 'catalogue/0' WHERE key = 'catalogue_index'")
         conn.execute("DELETE FROM catalogue")
         if is_postgresql(conn):
-            conn.execute("DELETE FROM catalogue_postings")
+            conn.execute("DELETE FROM catalogue_levels")
         else:
             conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
 

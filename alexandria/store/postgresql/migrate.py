@@ -255,8 +255,8 @@ def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
             if carried:
                 _carry_floor(pg, carried, size)
         # the planner's statistics of the tables just filled, and their visibility map:
-        # without it every index-only read (the search postings, the covering indexes)
-        # visits the table too until autovacuum comes by
+        # without it every index-only read (the covering indexes) visits the table too until
+        # autovacuum comes by
         raw.execute("VACUUM (ANALYZE)")
     return Migrated(size, root.hex(), rows, int(latest))
 
