@@ -326,6 +326,17 @@ def _downgrade(db: str | Path) -> int:
         "ALTER TABLE objects DROP COLUMN jump", "DELETE FROM meta WHERE key = 'feed_layout'",
         *(f"ALTER TABLE log DROP COLUMN {c}" for c in ("id", "root", "record_length",
                                                          "authority_seq")),
+        # the full-text index back to version 1's postings, a word's level as its body count
+        # (version 13 makes the same levels of them again)
+        "CREATE TABLE catalogue_postings(term TEXT COLLATE \"C\" NOT NULL, seq BIGINT NOT NULL,"
+        " title_count INTEGER NOT NULL, body_count INTEGER NOT NULL, PRIMARY KEY(term, seq))",
+        "CREATE INDEX catalogue_postings_seq ON catalogue_postings(seq)",
+        "INSERT INTO catalogue_postings SELECT split_part(t, '·', 1), seq, 0,"
+        " split_part(t, '·', 2)::int FROM (SELECT seq, t FROM catalogue_levels,"
+        " unnest(string_to_array(tokens, ' ')) AS t WHERE split_part(t, '·', 2)::int < 64"
+        " UNION ALL SELECT seq, t FROM catalogue_levels, unnest(string_to_array(over, ' ')) AS t"
+        ") AS l",
+        "DROP TABLE catalogue_levels",
     ]
     conn: Any
     if isinstance(db, Path):
