@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import json
 import multiprocessing
 import os
@@ -48,6 +47,7 @@ from alexandria.core.schema import validate_content
 from alexandria.core.timestamps import format_ms, now_ms
 from alexandria.files import write_json
 from alexandria.service.bootstrap import found_library
+from bench.loader import zipf_weights
 from bench.serving import free_port, process_cpu, thread_cpu, wait_ready
 
 
@@ -63,7 +63,7 @@ class Prose:
         letters = "abcdefghijklmnopqrstuvwxyz"
         self._words = ["".join(self._random.choices(letters, k=self._random.randint(2, 10)))
                        for _ in range(self.VOCABULARY)]
-        self._cumulative = list(itertools.accumulate(1 / k for k in range(1, self.VOCABULARY + 1)))
+        self._cumulative = zipf_weights(self.VOCABULARY)
 
     def text(self, words: int) -> str:
         return " ".join(self._random.choices(self._words, cum_weights=self._cumulative, k=words))

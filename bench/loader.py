@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import multiprocessing
 import os
 import random
@@ -89,6 +90,12 @@ MIX = (
     ("assessment", 4), ("relationship", 3), ("proposal", 1), ("reply", 20), ("vote", 21),
     ("vote-change", 3), ("revision", 8),
 )
+
+
+def zipf_weights(words: int) -> list[float]:
+    """Cumulative weights of Zipf's law over ``words`` words, the k-th about 1/k as frequent as
+    the first (``random.choices(..., cum_weights=...)``)."""
+    return list(itertools.accumulate(1.0 / k for k in range(1, words + 1)))
 
 
 def vocabulary(rng: random.Random) -> list[str]:
@@ -149,10 +156,7 @@ class Planner:
 
     def __post_init__(self) -> None:
         self.words = vocabulary(self.rng)
-        total = 0.0
-        for i in range(len(self.words)):
-            total += 1.0 / (i + 1)
-            self.cum.append(total)
+        self.cum = zipf_weights(len(self.words))
         ms = parse_ms(START)
         assert ms is not None
         self.clock = ms

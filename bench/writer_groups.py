@@ -39,6 +39,7 @@ from typing import Any
 from alexandria.rules.admission import prepare
 from alexandria.service.bootstrap import found_library
 from alexandria.store.backends import storage_for
+from alexandria.store.postgresql import is_database_url
 from alexandria.store.writer import Writer
 from bench.admission import build
 from bench.serving import process_cpu
@@ -140,7 +141,7 @@ async def measure(db: str, tmp: Path, envelopes: int, group: int, chunk: int = 1
 def sizes(db: str) -> tuple[int, int, list[tuple[str, int]]]:
     """(heads, the database's bytes, its four largest tables and their bytes, indexes
     included), after a ``VACUUM``."""
-    if db.startswith("postgresql:"):
+    if is_database_url(db):
         import psycopg
 
         with psycopg.connect(db, autocommit=True) as pg:
