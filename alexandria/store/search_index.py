@@ -13,14 +13,16 @@ the full-text index holds):
   ``verdict`` as ``facet``, and the host-projected vote ``score``;
 - ``catalogue_counts``: how many heads each (kind, facet, author) holds, so ``total`` is a few
   lookups rather than a count;
-- ``catalogue_text``: a contentless FTS5 index of the heads' normalised title and human text,
-  rowid = head sequence; ``catalogue_terms`` exposes its term instances and ``catalogue_vocab``
-  each term's document and occurrence counts; ``catalogue_words`` keeps the indexed words of
-  each head (what the index needs to forget it, and what relevance counts in when a query's
-  candidates are fewer than its words' occurrences); ``catalogue_levels`` indexes each head's
-  distinct words as ``word·score`` tokens, so one word's heads can be read score level by score
-  level, best first, without scoring them all, and several words' relevance summed level by
-  level without reading the heads' words;
+- the full-text index, on SQLite: ``catalogue_text``, a contentless FTS5 index of the heads'
+  normalised title and human text, rowid = head sequence; ``catalogue_terms`` exposes its term
+  instances and ``catalogue_vocab`` each term's document and occurrence counts;
+  ``catalogue_words`` keeps the indexed words of each head (what the index needs to forget it,
+  and what relevance counts in when a query's candidates are fewer than its words'
+  occurrences); ``catalogue_levels`` indexes each head's distinct words as ``word·score``
+  tokens, so one word's heads can be read score level by score level, best first, without
+  scoring them all, and several words' relevance summed level by level without reading the
+  heads' words. On PostgreSQL: ``catalogue_levels`` alone, one row per head under a GIN index
+  (``postgresql/postings``), which forgets a head by its sequence;
 - ``vote_values``: every vote object's current value; ``vote_totals``: per actor, the votes
   received on their objects and the number of current votes they cast.
 """
@@ -51,7 +53,7 @@ LISTED_KINDS = (
 )
 
 _DERIVED = (
-    "catalogue_actors", "catalogue", "catalogue_words", "catalogue_counts", "vote_values",
+    "catalogue_actors", "catalogue", "catalogue_counts", "vote_values",
     "vote_totals", "object_scores",
 )
 
@@ -81,6 +83,7 @@ def rebuild(conn: sqlite3.Connection) -> None:
     else:
         conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
         conn.execute("INSERT INTO catalogue_levels(catalogue_levels) VALUES ('delete-all')")
+        conn.execute("DELETE FROM catalogue_words")
     rows = conn.execute(
         f"SELECT r.sequence, r.id, r.root, {record_sql('l.leaf', 'r.record_length')}"
         " FROM revisions r"
@@ -172,28 +175,13 @@ def _admit(
         text = text_of(kind, record["title"], body, decoded)
     score = 0
     if previous:
-        old = conn.execute(
-            "SELECT c.seq, c.score, w.title, w.body FROM revisions r"
-            " JOIN catalogue c ON c.seq = r.sequence JOIN catalogue_words w ON w.seq = c.seq"
-            f" WHERE {revision_id('?', 'r.id')}",
-            (previous, previous),
-        ).fetchone()
-        if old is not None:
-            old_seq, score, old_title, old_text = old
-            old_title, old_text = unpadded(old_title), unpadded(old_text)
-            _forget_text(conn, old_seq, old_title, old_text)
-            conn.execute("DELETE FROM catalogue WHERE seq = ?", (old_seq,))
-            conn.execute("DELETE FROM catalogue_words WHERE seq = ?", (old_seq,))
+        score = _forget_head(conn, previous)
     facet = facet_of(kind, decoded)
     conn.execute(
         "INSERT INTO catalogue(seq, kind, author_id, facet, score) VALUES (?, ?, ?, ?, ?)",
         (sequence, kind, author, facet, score),
     )
     _index_text(conn, sequence, text)
-    conn.execute(
-        "INSERT INTO catalogue_words(seq, title, body) VALUES (?, ?, ?)",
-        (sequence, padded(text.title), padded(text.text)),
-    )
     if not previous:  # a revision keeps its kind, author and (immutable kinds) facet
         keys = [(kind, "", 0, 1), (kind, "", author, 1)]
         if facet is not None:
@@ -209,7 +197,8 @@ def _admit(
 
 
 def _index_text(conn: sqlite3.Connection, sequence: int, text: IndexText) -> None:
-    """Index a head's words: FTS5 on SQLite, ``catalogue_levels`` on PostgreSQL."""
+    """Index a head's words: FTS5 and the words themselves on SQLite, ``catalogue_levels`` on
+    PostgreSQL."""
     if is_postgresql(conn):
         postings.add(conn, sequence, text.levels)
         return
@@ -221,24 +210,49 @@ def _index_text(conn: sqlite3.Connection, sequence: int, text: IndexText) -> Non
         "INSERT INTO catalogue_levels(rowid, levels) VALUES (?, ?)",
         (sequence, text.levels),
     )
+    conn.execute(
+        "INSERT INTO catalogue_words(seq, title, body) VALUES (?, ?, ?)",
+        (sequence, padded(text.title), padded(text.text)),
+    )
 
 
-def _forget_text(conn: sqlite3.Connection, sequence: int, title: str, text: str) -> None:
-    """Unindex a head's words (``title`` and ``text``: exactly what was indexed)."""
-    if is_postgresql(conn):
-        postings.forget(conn, sequence)
-        return
-    # a contentless index forgets a row given exactly the values it indexed
-    conn.execute(
-        "INSERT INTO catalogue_text(catalogue_text, rowid, title, body)"
-        " VALUES ('delete', ?, ?, ?)",
-        (sequence, title, text),
-    )
-    conn.execute(
-        "INSERT INTO catalogue_levels(catalogue_levels, rowid, levels)"
-        " VALUES ('delete', ?, ?)",
-        (sequence, levels(title, text)),
-    )
+def _forget_head(conn: sqlite3.Connection, previous: str) -> int:
+    """Take the head ``previous`` out of the catalogue and its full-text index; its score (0
+    when it was not listed)."""
+    where = f"WHERE {revision_id('?', 'r.id')}"
+    if is_postgresql(conn):  # its levels go by its sequence alone
+        old = conn.execute(
+            f"SELECT c.seq, c.score FROM revisions r JOIN catalogue c ON c.seq = r.sequence"
+            f" {where}",
+            (previous, previous),
+        ).fetchone()
+        if old is None:
+            return 0
+        postings.forget(conn, old[0])
+    else:
+        old = conn.execute(
+            "SELECT c.seq, c.score, w.title, w.body FROM revisions r"
+            " JOIN catalogue c ON c.seq = r.sequence JOIN catalogue_words w ON w.seq = c.seq"
+            f" {where}",
+            (previous, previous),
+        ).fetchone()
+        if old is None:
+            return 0
+        title, text = unpadded(old[2]), unpadded(old[3])
+        # a contentless index forgets a row given exactly the values it indexed
+        conn.execute(
+            "INSERT INTO catalogue_text(catalogue_text, rowid, title, body)"
+            " VALUES ('delete', ?, ?, ?)",
+            (old[0], title, text),
+        )
+        conn.execute(
+            "INSERT INTO catalogue_levels(catalogue_levels, rowid, levels)"
+            " VALUES ('delete', ?, ?)",
+            (old[0], levels(title, text)),
+        )
+        conn.execute("DELETE FROM catalogue_words WHERE seq = ?", (old[0],))
+    conn.execute("DELETE FROM catalogue WHERE seq = ?", (old[0],))
+    return int(old[1])
 
 
 _TALLY = {1: "up", -1: "down", 0: "neutral"}

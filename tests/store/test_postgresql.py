@@ -199,12 +199,15 @@ def test_checkpoints_signed_by_several_nodes_are_consistent(
 
 
 def test_the_schema_matches_sqlites_columns(pg_db: str) -> None:
-    """The read models run on both: every SQLite table (but FTS5's) has PostgreSQL's columns."""
+    """The read models run on both: every SQLite table (but the full-text index's: FTS5's and
+    the heads' words) has PostgreSQL's columns."""
     lite = sqlite3.connect(":memory:")
     lite.executescript(sqlite_schema.TABLES)
     tables = [r[0] for r in lite.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE '%VIRTUAL%'"
-        " AND name NOT LIKE 'catalogue_text%' AND name NOT LIKE 'catalogue_levels%'")]
+        " AND name NOT LIKE 'catalogue_text%' AND name NOT LIKE 'catalogue_levels%'"
+        " AND name != 'catalogue_words'")]
+    assert "catalogue" in tables
     with psycopg.connect(pg_db, autocommit=True) as pg:  # migrated to ``VERSION``
         for table in tables:
             mine = [r[1] for r in lite.execute(f"PRAGMA table_info({table})")]
@@ -274,7 +277,7 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
         raw.execute("INSERT INTO catalogue_postings(term, seq, title_count, body_count)"
                     " VALUES ('beta', 7, 0, 63), ('alpha', 7, 1, 2), ('zeta', 7, 2, 60),"
                     " ('alpha', 9, 0, 64), ('ⅻ', 9, 0, 1)")
-        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        assert pg_schema.apply(raw) == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
         for table, columns in (("log", ["sequence", "type", "leaf", "leaf_hash", "admitted_at",
                                         "id", "root", "record_length", "authority_seq"]),
                                ("feed", ["owner", "sequence"]),
@@ -286,6 +289,12 @@ def test_a_database_of_schema_version_1_is_migrated_to_issue_22s_indexes(
                 " ORDER BY ordinal_position", (table,))] == columns
         assert not indexes() & set(_RETIRED_INDEXES)
         assert raw.execute("SELECT to_regclass('catalogue_postings')").fetchone() == (None,)
+        # version 14: no heads' words; new leaves and tokens compressed with LZ4
+        assert raw.execute("SELECT to_regclass('catalogue_words')").fetchone() == (None,)
+        assert raw.execute(
+            "SELECT attrelid::regclass::text, attname, attcompression FROM pg_attribute"
+            " WHERE attcompression != '' ORDER BY 1, 2").fetchall() == [
+            ("catalogue_levels", "tokens", "l"), ("log", "leaf", "l")]
         assert raw.execute("SELECT seq, tokens, over FROM catalogue_levels ORDER BY seq"
                            ).fetchall() == [(7, "alpha·5 beta·63 zeta·64", "zeta·66"),
                                             (9, "alpha·64 ⅻ·1", "alpha·64")]
@@ -326,7 +335,7 @@ def test_migrations_4_and_10_give_the_votes_already_there_their_targets_keys_and
                 (seq, f"h{seq}", f"v{seq}"))
         raw.execute("INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence)"
                     " VALUES ('v1', 1, %s, 1, 20), ('v2', 1, %s, -1, 21)", ("b" * 64, "a" * 64))
-        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        assert pg_schema.apply(raw) == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
         rows = raw.execute("SELECT vote_root, target_seq, head, target_root FROM vote_values"
                            " ORDER BY vote_root")
         assert rows.fetchall() == [("v1", 9, "h20", "b" * 64), ("v2", 7, "h21", "a" * 64)]
@@ -391,6 +400,32 @@ async def test_reads_run_without_jit_and_read_pages_in_few_statements(api: Api) 
             assert sum("merkle_nodes" in sql for sql in counted) <= 1, (path, counted)
             assert sum("JOIN log" in sql for sql in counted) <= 1, (path, counted)
     assert len(r.json()["items"]) == 13
+
+
+async def test_long_values_are_compressed_with_lz4_and_a_revision_leaves_no_words(
+        api: Api) -> None:
+    """A leaf and a head's tokens long enough to be stored out of line are compressed with LZ4
+    (schema version 14); the words of a head are not stored on PostgreSQL, and a revision
+    forgets its predecessor's levels by its sequence."""
+    storage = api.library.storage
+    if not isinstance(storage, LedgerStorage) or not isinstance(storage.backend, PostgresBackend):
+        pytest.skip("PostgreSQL's storage")
+    words = " ".join(f"word{i} " * (i % 5 + 1) for i in range(600))
+    d = await api.publish("owner", document("Long", words))
+    d2 = await api.publish("owner", document("Longer", words + " tail", previous=d["id"]))
+
+    def read(conn: Any) -> list[Any]:
+        return [conn.execute(sql).fetchall() for sql in (
+            "SELECT DISTINCT pg_column_compression(leaf) FROM log WHERE length(leaf) > 4000",
+            "SELECT DISTINCT pg_column_compression(tokens) FROM catalogue_levels"
+            " WHERE length(tokens) > 4000",
+            "SELECT count(*) FROM catalogue_levels WHERE tokens LIKE '%word599%'",
+            "SELECT to_regclass('catalogue_words')")]
+
+    assert await storage.read(read) == [[("lz4",)], [("lz4",)], [(1,)], [(None,)]]
+    page = (await api.client.get("/api/catalogue", params={"q": "word599 tail"})).json()
+    assert [i["id"] for i in page["items"]] == [d2["id"]]
+    assert (await api.client.get("/api/catalogue", params={"q": "word7"})).json()["total"] == 1
 
 
 def test_database_urls() -> None:

@@ -57,11 +57,12 @@ async def _tables(api: Api) -> dict[str, Any]:
     def read(conn: sqlite3.Connection) -> dict[str, Any]:
         out: dict[str, Any] = {}
         text = ((("catalogue_levels", "seq"),) if is_postgresql(conn) else
-                (("catalogue_terms", "term, doc, col, offset"), ("catalogue_level_terms", "term")))
+                (("catalogue_terms", "term, doc, col, offset"), ("catalogue_level_terms", "term"),
+                 ("catalogue_words", "seq")))
         for table, order in (("catalogue", "seq"), ("catalogue_counts", "kind, facet, author_id"),
                              ("vote_values", "vote_root"), ("vote_totals", "author_id"),
                              ("object_scores", "created_sequence"),
-                             ("catalogue_actors", "id"), *text, ("catalogue_words", "seq")):
+                             ("catalogue_actors", "id"), *text):
             out[table] = conn.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()
         return out
 

@@ -174,8 +174,8 @@ DROP INDEX IF EXISTS catalogue_postings_seq;
 
 #: Version 13 (admission cost): the full-text index is one row per head, its words' levels
 #: under a GIN index (``postings``), instead of one posting row and one B-tree entry per
-#: distinct word of each head, which cost PostgreSQL about 3 µs and 120 bytes each (a
-#: 400-word document: about 800 µs of the writer's transaction and 22 KiB).  The rows come
+#: distinct word of each head, a cost that grew with a text's length (decision record 0013).
+#: The rows come
 #: from the postings (a level is 3 × title count + body count); a head's text goes out of line
 #: (``toast_tuple_target``), so a read of many heads' levels visits small rows.
 CATALOGUE_LEVELS = """
@@ -191,6 +191,25 @@ INSERT INTO catalogue_levels(seq, tokens, over)
 CREATE INDEX catalogue_levels_tokens ON catalogue_levels USING gin (string_to_array(tokens, ' '));
 DROP TABLE catalogue_postings;
 ANALYZE catalogue_levels;
+"""
+
+#: Version 14 (admission cost of long texts): ``catalogue_words`` goes — SQLite's FTS5 needs a
+#: head's words to forget it and counts relevance in them, ``catalogue_levels`` needs neither —
+#: and the values stored out of line that an admission writes, a leaf (its signed record) and
+#: a head's tokens, are compressed with LZ4 instead of PostgreSQL's own pglz, which costs the
+#: backend several times LZ4's CPU for a result no smaller (docs/performance.md, "Admission").
+#: Values already stored keep pglz, and a server built without LZ4 keeps pglz for every
+#: value.
+LZ4_AND_NO_WORDS = """
+DROP TABLE IF EXISTS catalogue_words;
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_settings WHERE name = 'default_toast_compression'
+               AND 'lz4' = ANY(enumvals)) THEN
+        EXECUTE 'ALTER TABLE log ALTER COLUMN leaf SET COMPRESSION lz4';
+        EXECUTE 'ALTER TABLE catalogue_levels ALTER COLUMN tokens SET COMPRESSION lz4';
+    END IF;
+END $$;
 """
 
 #: (version, SQL) in order; a later layout appends its own step, never edits an applied one
@@ -229,6 +248,7 @@ ALTER TABLE log ADD COLUMN IF NOT EXISTS authority_seq BIGINT;
     (11, OBJECT_SCORES),
     (12, POSTINGS_BY_TERMS),
     (13, CATALOGUE_LEVELS),
+    (14, LZ4_AND_NO_WORDS),
 )
 VERSION = MIGRATIONS[-1][0]
 
