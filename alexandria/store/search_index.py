@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import sqlite3
 import unicodedata
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -51,6 +52,11 @@ LISTED_KINDS = (
     "space", "discussion", "claim", "document", "evidence", "assessment", "relationship",
     "proposal", "reply",
 )
+
+#: revisions a rebuild reads at once
+REBUILD_PAGE = 2000
+#: ``vote_values``' columns, in the order its rows are written
+VOTE_VALUES = "vote_root, author_id, target, value, head_sequence, target_seq, head, target_root"
 
 _DERIVED = (
     "catalogue_actors", "catalogue", "catalogue_counts", "vote_values",
@@ -84,15 +90,37 @@ def rebuild(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO catalogue_text(catalogue_text) VALUES ('delete-all')")
         conn.execute("INSERT INTO catalogue_levels(catalogue_levels) VALUES ('delete-all')")
         conn.execute("DELETE FROM catalogue_words")
-    rows = conn.execute(
-        f"SELECT r.sequence, r.id, r.root, {record_sql('l.leaf', 'r.record_length')}"
-        " FROM revisions r"
-        " JOIN log l ON l.sequence = r.sequence ORDER BY r.sequence"
-    )
-    for sequence, rev_id, root, data in rows:
-        record = orjson.loads(data)
-        target = record["links"][0]["target"] if record["kind"] == "vote" else ""
-        _admit(conn, record, rev_id, root, record["previous"], target, sequence, replay=True)
+    replay = _Replay()
+    after = 0
+    while True:  # a page of revisions at a time: a driver may fetch a statement's rows whole
+        # a vote's target's objects row comes with it (its link's ``target_owner``)
+        rows = conn.execute(
+            f"SELECT r.sequence, r.id, r.root, {record_sql('l.leaf', 'r.record_length')},"
+            " o.created_sequence, o.root, o.head_sequence, o.author"
+            " FROM revisions r JOIN log l ON l.sequence = r.sequence"
+            " LEFT JOIN links k ON r.kind = 'vote' AND k.source_sequence = r.sequence"
+            " AND k.position = 0 LEFT JOIN objects o ON o.created_sequence = k.target_owner"
+            " WHERE r.sequence > ? ORDER BY r.sequence LIMIT ?",
+            (after, REBUILD_PAGE),
+        ).fetchall()
+        for sequence, rev_id, root, data, *target_row in rows:
+            record = orjson.loads(data)
+            target = ""
+            if record["kind"] == "vote":
+                target = record["links"][0]["target"]
+                replay.targets[target] = tuple(target_row)
+            _admit(conn, record, rev_id, root, record["previous"], target, sequence,
+                   replay=replay, actors=replay.actors)
+        replay.targets.clear()
+        if replay.forgotten:  # PostgreSQL: the page's earlier heads, in one statement each
+            for table in ("catalogue_levels", "catalogue"):
+                conn.execute(f"DELETE FROM {table} WHERE seq IN (SELECT sequence FROM revisions"
+                             " WHERE id = ANY(?))", (replay.forgotten,))
+            replay.forgotten.clear()
+        if len(rows) < REBUILD_PAGE:
+            break
+        after = rows[-1][0]
+    _write_votes(conn, replay)
     # scores last: during the replay ``objects`` already names each target's final head
     conn.execute(
         "UPDATE catalogue SET score = t.score FROM (SELECT o.head_sequence AS seq,"
@@ -156,9 +184,27 @@ def unpadded(stored: str) -> str:
     return " ".join(stored.split())
 
 
+@dataclass
+class _Replay:
+    """What a rebuild knows without asking the database, which on PostgreSQL would cost a
+    round trip each: the actor ids it gave, each vote's value so far (it emptied the tables
+    first, and nothing else writes them meanwhile), and the ``objects`` rows of the targets
+    of the votes it is replaying (``vote_target`` → created_sequence, root, head_sequence,
+    author)."""
+
+    actors: dict[str, int] = field(default_factory=dict)
+    #: vote root → its ``vote_values`` row so far (``VOTE_VALUES``)
+    votes: dict[str, list[Any]] = field(default_factory=dict)
+    #: actor id → its ``vote_totals`` counters so far (``_TOTALS``)
+    totals: dict[int, list[int]] = field(default_factory=dict)
+    targets: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: on PostgreSQL, the revisions of this page that a later one replaced as head
+    forgotten: list[str] = field(default_factory=list)
+
+
 def _admit(
     conn: sqlite3.Connection, record: Any, rev_id: str, root: str, previous: str,
-    vote_target: str, sequence: int, decoded: Any = None, replay: bool = False,
+    vote_target: str, sequence: int, decoded: Any = None, replay: _Replay | None = None,
     actors: dict[str, int] | None = None, text: IndexText | None = None,
 ) -> None:
     kind: str = record["kind"]
@@ -175,7 +221,7 @@ def _admit(
         text = text_of(kind, record["title"], body, decoded)
     score = 0
     if previous:
-        score = _forget_head(conn, previous)
+        score = _forget_head(conn, previous, replay)
     facet = facet_of(kind, decoded)
     conn.execute(
         "INSERT INTO catalogue(seq, kind, author_id, facet, score) VALUES (?, ?, ?, ?, ?)",
@@ -216,10 +262,13 @@ def _index_text(conn: sqlite3.Connection, sequence: int, text: IndexText) -> Non
     )
 
 
-def _forget_head(conn: sqlite3.Connection, previous: str) -> int:
+def _forget_head(conn: sqlite3.Connection, previous: str, replay: _Replay | None) -> int:
     """Take the head ``previous`` out of the catalogue and its full-text index; its score (0
-    when it was not listed)."""
+    when it was not listed; always 0 in a replay, which scores the heads at its end)."""
     where = f"WHERE {revision_id('?', 'r.id')}"
+    if is_postgresql(conn) and replay is not None:  # forgotten at the page's end, unread
+        replay.forgotten.append(previous)
+        return 0
     if is_postgresql(conn):  # its levels go by its sequence alone
         old = conn.execute(
             f"SELECT c.seq, c.score FROM revisions r JOIN catalogue c ON c.seq = r.sequence"
@@ -256,14 +305,30 @@ def _forget_head(conn: sqlite3.Connection, previous: str) -> int:
 
 
 _TALLY = {1: "up", -1: "down", 0: "neutral"}
+#: ``vote_totals``' counters, in ``_tally``'s order
+_TOTALS = ("score", "up", "down", "neutral", "cast_votes")
+
+
+def _tally(value: int, old_value: int | None) -> list[int]:
+    """What a vote of ``value`` (which was ``old_value``, None for a new vote) adds to its
+    target's owner's ``vote_totals`` (``_TOTALS``, ``cast_votes`` 0: the voter's)."""
+    changes = {"score": value - (old_value or 0), "up": 0, "down": 0, "neutral": 0,
+               "cast_votes": 0}
+    changes[_TALLY[value]] += 1
+    if old_value is not None:
+        changes[_TALLY[old_value]] -= 1
+    return list(changes.values())
 
 
 def _vote(
     conn: sqlite3.Connection, author: int, vote_root: str, target: str, value: int,
-    sequence: int, head: str, replay: bool, actors: dict[str, int] | None = None,
+    sequence: int, head: str, replay: _Replay | None, actors: dict[str, int] | None = None,
 ) -> None:
     """Record the vote ``vote_root``'s value as of its revision ``head`` (admitted at
-    ``sequence``), and the scores it changes."""
+    ``sequence``), and the scores it changes; a replay keeps them in memory (``_Replay``)."""
+    if replay is not None:
+        _replay_vote(conn, replay, author, vote_root, target, value, sequence, head)
+        return
     old = conn.execute(
         "SELECT value FROM vote_values WHERE vote_root = ?", (vote_root,)
     ).fetchone()
@@ -274,41 +339,71 @@ def _vote(
         f" WHERE {object_row('?')}", (target, target)
     ).fetchone()
     conn.execute(
-        "INSERT INTO vote_values(vote_root, author_id, target, value, head_sequence, target_seq,"
-        " head, target_root) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(vote_root)"
-        " DO UPDATE SET value = excluded.value, head_sequence = excluded.head_sequence,"
-        " head = excluded.head",
+        f"INSERT INTO vote_values({VOTE_VALUES}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(vote_root) DO UPDATE SET value = excluded.value,"
+        " head_sequence = excluded.head_sequence, head = excluded.head",
         (vote_root, author, target, value, sequence, target_seq, head, target_root),
     )
     old_value = None if old is None else int(old[0])
     delta = value - (old_value or 0)
-    if not replay:  # a replay sums them at its end (``rebuild``)
-        # a vote that changes no score (a neutral one, a value voted again) changes no row:
-        # SQLite rewrites a row and its entry in every index naming the column it sets, even
-        # to the same value (the four score indexes: ~6 pages per vote at 1,000,000 entries)
-        if delta:
-            conn.execute(
-                "UPDATE catalogue SET score = score + ? WHERE seq = ?", (delta, head_sequence)
-            )
+    # a vote that changes no score (a neutral one, a value voted again) changes no row:
+    # SQLite rewrites a row and its entry in every index naming the column it sets, even to
+    # the same value (the four score indexes: ~6 pages per vote at 1,000,000 entries)
+    if delta:
         conn.execute(
-            "INSERT INTO object_scores(created_sequence, score) VALUES (?, ?)"
-            " ON CONFLICT(created_sequence) DO UPDATE"
-            " SET score = object_scores.score + excluded.score WHERE excluded.score != 0",
-            (target_seq, delta),
+            "UPDATE catalogue SET score = score + ? WHERE seq = ?", (delta, head_sequence)
         )
+    conn.execute(
+        "INSERT INTO object_scores(created_sequence, score) VALUES (?, ?)"
+        " ON CONFLICT(created_sequence) DO UPDATE"
+        " SET score = object_scores.score + excluded.score WHERE excluded.score != 0",
+        (target_seq, delta),
+    )
     owner = actor_id(conn, owner_actor, create=True, actors=actors)
-    changes = {"score": delta, "up": 0, "down": 0, "neutral": 0}
-    changes[_TALLY[value]] += 1
-    if old_value is not None:
-        changes[_TALLY[old_value]] -= 1
     conn.execute("INSERT OR IGNORE INTO vote_totals(author_id) VALUES (?)", (owner,))
     conn.execute(
         "UPDATE vote_totals SET score = score + ?, up = up + ?, down = down + ?,"
         " neutral = neutral + ? WHERE author_id = ?",
-        (*changes.values(), owner),
+        (*_tally(value, old_value)[:4], owner),
     )
     if old is None:
         conn.execute("INSERT OR IGNORE INTO vote_totals(author_id) VALUES (?)", (author,))
         conn.execute(
             "UPDATE vote_totals SET cast_votes = cast_votes + 1 WHERE author_id = ?", (author,)
         )
+
+
+def _replay_vote(
+    conn: sqlite3.Connection, replay: _Replay, author: int, vote_root: str, target: str,
+    value: int, sequence: int, head: str,
+) -> None:
+    """``_vote`` in a replay: the vote's row and the totals it changes are kept in memory
+    (``_write_votes`` writes them at the replay's end; the scores are summed from the rows)."""
+    target_seq, target_root, _head_sequence, owner_actor = replay.targets[target]
+    row = replay.votes.get(vote_root)
+    old_value = None if row is None else int(row[3])
+    if row is None:
+        row = [vote_root, author, target, value, sequence, target_seq, head, target_root]
+        replay.votes[vote_root] = row
+    else:  # as the live upsert: the value and the head change, the rest is the first's
+        row[3] = value
+        row[4] = sequence
+        row[6] = head
+    owner = actor_id(conn, owner_actor, create=True, actors=replay.actors)
+    assert owner is not None
+    totals = replay.totals.setdefault(owner, [0] * len(_TOTALS))
+    for i, change in enumerate(_tally(value, old_value)):
+        totals[i] += change
+    if old_value is None:
+        replay.totals.setdefault(author, [0] * len(_TOTALS))[-1] += 1
+
+
+def _write_votes(conn: sqlite3.Connection, replay: _Replay) -> None:
+    conn.executemany(
+        f"INSERT INTO vote_values({VOTE_VALUES}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        replay.votes.values(),
+    )
+    conn.executemany(
+        f"INSERT INTO vote_totals(author_id, {', '.join(_TOTALS)}) VALUES (?, ?, ?, ?, ?, ?)",
+        ([actor, *totals] for actor, totals in replay.totals.items()),
+    )

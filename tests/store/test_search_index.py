@@ -98,9 +98,14 @@ async def test_revision_replaces_the_head_everywhere(api: Api) -> None:
     assert len(tables["catalogue"]) == 13  # 11 example objects, the document and a reply
 
 
-async def test_incremental_index_equals_a_rebuild(api: Api) -> None:
+@pytest.mark.parametrize("page", [search_index.REBUILD_PAGE, 3])
+async def test_incremental_index_equals_a_rebuild(
+        api: Api, page: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebuild (a page of revisions at a time, remembering actors, votes and their targets
+    instead of asking) writes the tables the admissions wrote."""
     await _publish_mix(api)
     live = await _tables(api)
+    monkeypatch.setattr(search_index, "REBUILD_PAGE", page)
     await api.library.storage.write(search_index.rebuild)
     assert await _tables(api) == live
     # each voted object's score (the scores page's) is its head's catalogue score (sort=top's)

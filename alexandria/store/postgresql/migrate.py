@@ -245,7 +245,8 @@ def _migrate(lite: sqlite3.Connection, source: str | Path, url: str,
                 rows += _copy(lite, raw, table, copied)
             # the connection protocol is sqlite3's subset (store/postgresql/__init__.py)
             fill_derived_table(pg, "tree_heads")
-            search_index.rebuild(pg)
+            with conn.pipelined():  # the replay's writes without a round trip each
+                search_index.rebuild(pg)
             conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('catalogue_index', ?)"
                 " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
