@@ -187,16 +187,18 @@ def unpadded(stored: str) -> str:
 @dataclass
 class _Replay:
     """What a rebuild knows without asking the database, which on PostgreSQL would cost a
-    round trip each: the actor ids it gave, each vote's value so far (it emptied the tables
-    first, and nothing else writes them meanwhile), and the ``objects`` rows of the targets
-    of the votes it is replaying (``vote_target`` → created_sequence, root, head_sequence,
-    author)."""
+    round trip each (it emptied the tables first, and nothing else writes them meanwhile).
+    The votes' rows are written at its end: updating a row per revised vote instead costs
+    PostgreSQL more than the rows' memory saves."""
 
+    #: actor → the catalogue id it was given
     actors: dict[str, int] = field(default_factory=dict)
     #: vote root → its ``vote_values`` row so far (``VOTE_VALUES``)
     votes: dict[str, list[Any]] = field(default_factory=dict)
     #: actor id → its ``vote_totals`` counters so far (``_TOTALS``)
     totals: dict[int, list[int]] = field(default_factory=dict)
+    #: the votes of this page: target root → its ``objects`` row (created_sequence, root,
+    #: head_sequence, author)
     targets: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     #: on PostgreSQL, the revisions of this page that a later one replaced as head
     forgotten: list[str] = field(default_factory=list)
