@@ -175,9 +175,8 @@ DROP INDEX IF EXISTS catalogue_postings_seq;
 #: Version 13 (admission cost): the full-text index is one row per head, its words' levels
 #: under a GIN index (``postings``), instead of one posting row and one B-tree entry per
 #: distinct word of each head, a cost that grew with a text's length (decision record 0013).
-#: The rows come
-#: from the postings (a level is 3 × title count + body count); a head's text goes out of line
-#: (``toast_tuple_target``), so a read of many heads' levels visits small rows.
+#: The rows come from the postings (a level is 3 × title count + body count); a head's text
+#: goes out of line (``toast_tuple_target``), so a read of many heads' levels visits small rows.
 CATALOGUE_LEVELS = """
 CREATE TABLE catalogue_levels(
     seq BIGINT PRIMARY KEY, tokens TEXT COLLATE "C" NOT NULL, over TEXT COLLATE "C" NOT NULL
