@@ -19,18 +19,15 @@ import sys
 import time
 from pathlib import Path
 
-from bench.serving import process_cpu
+from bench.serving import process_cpu, reaped_cpu
 from tests.support.pgcluster import cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def pg_cpu(postmaster: int) -> float:
-    """CPU seconds of PostgreSQL's processes, the backends that have ended included (the
-    postmaster waited for them: its children's time in ``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
-    ended = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
-    return process_cpu(postmaster) + ended
+    """CPU seconds of PostgreSQL's processes, the backends that have ended included."""
+    return process_cpu(postmaster) + reaped_cpu(postmaster)
 
 
 def run(library: Path, url: str, postmaster: int) -> tuple[float, float, int, float, str]:
@@ -43,11 +40,11 @@ def run(library: Path, url: str, postmaster: int) -> tuple[float, float, int, fl
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert child.stdout is not None
     out = child.stdout.read()
-    _pid, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
+    _pid, status, usage = os.wait4(child.pid, 0)  # its own rusage, peak memory included
     wall = time.perf_counter() - started
-    if child.returncode != 0:
-        raise SystemExit(f"alexandria migrate exited with {child.returncode}: {out}")
+    child.returncode = code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"alexandria migrate exited with {code}: {out}")
     return (wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss,
             pg_cpu(postmaster) - pg_before, out.strip().splitlines()[-1])
 

@@ -36,9 +36,21 @@ def _pids(pid: int) -> list[int]:
     return pids
 
 
+def _fields(stat: Path) -> list[str]:
+    """The fields of a ``/proc/…/stat`` after the command's name (``fields[0]`` is the state)."""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
 def _cpu(stat: Path) -> float:
-    fields = stat.read_text().rsplit(")", 1)[1].split()
+    fields = _fields(stat)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def reaped_cpu(pid: int) -> float:
+    """User + system CPU seconds of the children of ``pid`` that have ended and that it waited
+    for (a server's worker processes, PostgreSQL's backends of closed connections)."""
+    fields = _fields(Path(f"/proc/{pid}/stat"))
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
 def process_cpu(pid: int) -> float:

@@ -105,14 +105,11 @@ def rebuild(conn: sqlite3.Connection) -> None:
         ).fetchall()
         for sequence, rev_id, root, data, *target_row in rows:
             record = orjson.loads(data)
-            target = ""
-            if record["kind"] == "vote":
-                target = record["links"][0]["target"]
-                replay.targets[target] = tuple(target_row)
+            target = record["links"][0]["target"] if record["kind"] == "vote" else ""
+            replay.target = tuple(target_row)
             _admit(conn, record, rev_id, root, record["previous"], target, sequence,
                    replay=replay, actors=replay.actors)
-        replay.targets.clear()
-        if replay.forgotten:  # PostgreSQL: the page's earlier heads, in one statement each
+        if replay.forgotten:  # PostgreSQL: the page's replaced heads, one statement a table
             for table in ("catalogue_levels", "catalogue"):
                 conn.execute(f"DELETE FROM {table} WHERE seq IN (SELECT sequence FROM revisions"
                              " WHERE id = ANY(?))", (replay.forgotten,))
@@ -197,9 +194,9 @@ class _Replay:
     votes: dict[str, list[Any]] = field(default_factory=dict)
     #: actor id → its ``vote_totals`` counters so far (``_TOTALS``)
     totals: dict[int, list[int]] = field(default_factory=dict)
-    #: the votes of this page: target root → its ``objects`` row (created_sequence, root,
-    #: head_sequence, author)
-    targets: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: the ``objects`` row (created_sequence, root, head_sequence, author) of the target of
+    #: the vote being replayed
+    target: tuple[Any, ...] = ()
     #: on PostgreSQL, the revisions of this page that a later one replaced as head
     forgotten: list[str] = field(default_factory=list)
 
@@ -267,10 +264,10 @@ def _index_text(conn: sqlite3.Connection, sequence: int, text: IndexText) -> Non
 def _forget_head(conn: sqlite3.Connection, previous: str, replay: _Replay | None) -> int:
     """Take the head ``previous`` out of the catalogue and its full-text index; its score (0
     when it was not listed; always 0 in a replay, which scores the heads at its end)."""
-    where = f"WHERE {revision_id('?', 'r.id')}"
     if is_postgresql(conn) and replay is not None:  # forgotten at the page's end, unread
         replay.forgotten.append(previous)
         return 0
+    where = f"WHERE {revision_id('?', 'r.id')}"
     if is_postgresql(conn):  # its levels go by its sequence alone
         old = conn.execute(
             f"SELECT c.seq, c.score FROM revisions r JOIN catalogue c ON c.seq = r.sequence"
@@ -381,7 +378,7 @@ def _replay_vote(
 ) -> None:
     """``_vote`` in a replay: the vote's row and the totals it changes are kept in memory
     (``_write_votes`` writes them at the replay's end; the scores are summed from the rows)."""
-    target_seq, target_root, _head_sequence, owner_actor = replay.targets[target]
+    target_seq, target_root, _head_sequence, owner_actor = replay.target
     row = replay.votes.get(vote_root)
     old_value = None if row is None else int(row[3])
     if row is None:
