@@ -192,6 +192,10 @@ def _search(
         "new": "h.seq DESC",
         "top": "c.score DESC, h.seq DESC",
     }[query.sort]
+    if query.sort == "relevance" and len(ws) == 1 and not where:
+        found = read_sql.relevance_page(conn, ws[0], query.offset, PAGE_SIZE)  # PostgreSQL's
+        if found is not None:
+            return Page(*found)
     hits = read_sql.posting_hits(conn, ws)  # PostgreSQL's GIN of levels; else FTS5's
     if hits is None:
         if query.sort == "relevance" and len(ws) == 1 and not where and LEVELS:

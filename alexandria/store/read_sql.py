@@ -8,8 +8,8 @@
   model asks a page's lookups with one statement, where SQLite asks them one by one
   in-process (its pages read ahead);
 - ``member_sequences``: the members of a root's feed in a range, as each planner reads it best;
-- ``posting_hits``: PostgreSQL's full-text index (``store/postgresql/postings.py``); SQLite's
-  are the FTS5 tables of ``store/search_index.py``.
+- ``posting_hits``, ``relevance_page``: PostgreSQL's full-text index
+  (``store/postgresql/postings.py``); SQLite's are the FTS5 tables of ``store/search_index.py``.
 """
 
 from __future__ import annotations
@@ -81,3 +81,12 @@ def posting_hits(conn: sqlite3.Connection, words: list[str]) -> tuple[Any, ...] 
     and its parameters (``postings.hits``); None on SQLite, whose FTS5 tables the catalogue
     reads itself."""
     return postings.hits(words) if is_postgresql(conn) else None
+
+
+def relevance_page(
+    conn: sqlite3.Connection, word: str, offset: int, limit: int
+) -> tuple[list[int], int] | None:
+    """On PostgreSQL, the heads holding ``word`` best first, a page, and how many hold it
+    (``postings.relevance_page``); None on SQLite, whose FTS5 levels the catalogue reads
+    itself."""
+    return postings.relevance_page(conn, word, offset, limit) if is_postgresql(conn) else None

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from alexandria.core.search_text import levels
-from alexandria.store.postgresql.postings import CAP, columns, hits
+from alexandria.store.postgresql.postings import CAP, columns, hits, tokens_of
 
 
 def test_levels_below_the_cap_are_indexed_as_they_are() -> None:
@@ -35,11 +35,16 @@ def test_a_heads_levels_are_what_the_fts5_path_counts() -> None:
     assert (tokens, over) == ("alpha·64 beta·3 gamma·1", "alpha·65")
 
 
-def test_a_query_reads_each_word_level_by_level() -> None:
-    sql, *params = hits(["alpha", "beta"])
-    assert params == ["alpha", "alpha", "beta", "beta", 2]
-    assert sql.count("generate_series(1, 64)") == 2
-    assert sql.count("?") == len(params)
+def test_one_word_is_read_level_by_level_and_several_in_one_scan() -> None:
     sql, *params = hits(["alpha"])  # one word: one level a head, no sum
     assert params == ["alpha", "alpha"]
-    assert sql.count("?") == 2 and "GROUP BY" not in sql
+    assert sql.count("generate_series(1, 64)") == 1 and sql.count("?") == 2
+    sql, *params = hits(["alpha", "beta"])  # several: their heads intersected by the index
+    assert params == [" alpha·", " alpha·", " beta·", " beta·", tokens_of("alpha"),
+                      tokens_of("beta")]
+    assert "generate_series" not in sql and sql.count("&&") == 2
+    assert sql.count("?") == len(params)
+
+
+def test_a_words_tokens_are_every_level_to_the_cap() -> None:
+    assert tokens_of("ab") == [f"ab·{k}" for k in range(1, CAP + 1)]

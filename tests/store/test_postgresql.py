@@ -464,6 +464,8 @@ def _queries() -> list[dict[str, str]]:
             out.append({"q": w, "sort": sort})
             out.append({"q": f"{w} {_WORDS[(i + 3) % len(_WORDS)]}", "sort": sort})
         out.append({"q": w, "kind": "document", "offset": "1"})
+        for offset in ("1", "2", "4"):  # pages that start inside a level, and past the cap's
+            out.append({"q": w, "sort": "relevance", "offset": offset})
         out.append({"q": w.upper(), "projection": "summary"})
     return out
 
