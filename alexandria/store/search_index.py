@@ -93,15 +93,18 @@ def rebuild(conn: sqlite3.Connection) -> None:
     replay = _Replay()
     after = 0
     while True:  # a page of revisions at a time: a driver may fetch a statement's rows whole
-        # a vote's target's objects row comes with it (its link's ``target_owner``)
+        # a vote's target's objects row comes with it (its link's ``target_owner``); the
+        # links are bounded as the revisions are, or a merge join would read them from the
+        # first at every page
         rows = conn.execute(
             f"SELECT r.sequence, r.id, r.root, {record_sql('l.leaf', 'r.record_length')},"
             " o.created_sequence, o.root, o.head_sequence, o.author"
             " FROM revisions r JOIN log l ON l.sequence = r.sequence"
             " LEFT JOIN links k ON r.kind = 'vote' AND k.source_sequence = r.sequence"
-            " AND k.position = 0 LEFT JOIN objects o ON o.created_sequence = k.target_owner"
+            " AND k.position = 0 AND k.source_sequence > ?"
+            " LEFT JOIN objects o ON o.created_sequence = k.target_owner"
             " WHERE r.sequence > ? ORDER BY r.sequence LIMIT ?",
-            (after, REBUILD_PAGE),
+            (after, after, REBUILD_PAGE),
         ).fetchall()
         for sequence, rev_id, root, data, *target_row in rows:
             record = orjson.loads(data)
@@ -117,7 +120,7 @@ def rebuild(conn: sqlite3.Connection) -> None:
         if len(rows) < REBUILD_PAGE:
             break
         after = rows[-1][0]
-    _write_votes(conn, replay)
+    _write_replayed(conn, replay)
     # scores last: during the replay ``objects`` already names each target's final head
     conn.execute(
         "UPDATE catalogue SET score = t.score FROM (SELECT o.head_sequence AS seq,"
@@ -185,8 +188,10 @@ def unpadded(stored: str) -> str:
 class _Replay:
     """What a rebuild knows without asking the database, which on PostgreSQL would cost a
     round trip each (it emptied the tables first, and nothing else writes them meanwhile).
-    The votes' rows are written at its end: updating a row per revised vote instead costs
-    PostgreSQL more than the rows' memory saves."""
+    The votes' rows and the heads' counts are written at its end: updating a row per revised
+    vote instead costs PostgreSQL more than the rows' memory saves, and a row updated many
+    times in one transaction costs PostgreSQL more at each update (each of its versions is
+    kept, and a lookup walks them)."""
 
     #: actor → the catalogue id it was given
     actors: dict[str, int] = field(default_factory=dict)
@@ -199,6 +204,8 @@ class _Replay:
     target: tuple[Any, ...] = ()
     #: on PostgreSQL, the revisions of this page that a later one replaced as head
     forgotten: list[str] = field(default_factory=list)
+    #: (kind, facet, author id) → its ``catalogue_counts`` so far
+    counts: dict[tuple[str, str, int], int] = field(default_factory=dict)
 
 
 def _admit(
@@ -231,6 +238,10 @@ def _admit(
         keys = [(kind, "", 0, 1), (kind, "", author, 1)]
         if facet is not None:
             keys += [(kind, facet, 0, 1), (kind, facet, author, 1)]
+        if replay is not None:  # summed in memory, written at the replay's end
+            for key in keys:
+                replay.counts[key[:3]] = replay.counts.get(key[:3], 0) + 1
+            return
         # an additive upsert (``n`` plus the row's): PostgreSQL's writer sends a batch's
         # counts as one statement, the rows of one key summed (``postgresql/connection``)
         conn.executemany(
@@ -377,7 +388,7 @@ def _replay_vote(
     value: int, sequence: int, head: str,
 ) -> None:
     """``_vote`` in a replay: the vote's row and the totals it changes are kept in memory
-    (``_write_votes`` writes them at the replay's end; the scores are summed from the rows)."""
+    (``_write_replayed`` writes them at the replay's end; the scores are summed from the rows)."""
     target_seq, target_root, _head_sequence, owner_actor = replay.target
     row = replay.votes.get(vote_root)
     old_value = None if row is None else int(row[3])
@@ -397,7 +408,12 @@ def _replay_vote(
         replay.totals.setdefault(author, [0] * len(_TOTALS))[-1] += 1
 
 
-def _write_votes(conn: sqlite3.Connection, replay: _Replay) -> None:
+def _write_replayed(conn: sqlite3.Connection, replay: _Replay) -> None:
+    """The rows a replay kept in memory: the heads' counts, the votes' rows and totals."""
+    conn.executemany(
+        "INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, ?, ?)",
+        ((*key, n) for key, n in replay.counts.items()),
+    )
     conn.executemany(
         f"INSERT INTO vote_values({VOTE_VALUES}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         replay.votes.values(),
