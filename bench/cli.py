@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -196,6 +197,8 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(10)
+        if not args.dir:  # a temporary work directory goes with the run
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -139,9 +139,10 @@ _BUILT: dict[str, Exported] = {}
 
 async def _built(backend: str, request: pytest.FixtureRequest) -> Exported:
     """The library on ``backend``, built once per test session (it is read-only data); the
-    database stays (a SQLite file on disk, a database of the session's cluster)."""
+    database stays for the session (a SQLite file in pytest's temporary directory, which
+    pytest removes in later sessions; a database of the session's cluster)."""
     if backend not in _BUILT:
-        directory = Path(tempfile.mkdtemp(prefix="alexandria-test-verify-"))
+        directory = request.getfixturevalue("tmp_path_factory").mktemp("verify")
         db = request.getfixturevalue("pg_cluster").database() if backend == "postgresql" \
             else None
         _BUILT[backend] = await _build(directory, db)
