@@ -192,14 +192,14 @@ def _search(
         "new": "h.seq DESC",
         "top": "c.score DESC, h.seq DESC",
     }[query.sort]
-    if query.sort == "relevance" and len(ws) == 1 and not where:
+    if query.sort == "relevance" and len(ws) == 1 and not where:  # best levels first
         found = read_sql.relevance_page(conn, ws[0], query.offset, PAGE_SIZE)  # PostgreSQL's
         if found is not None:
             return Page(*found)
+        if LEVELS:
+            return _levels(conn, ws[0], query.offset)
     hits = read_sql.posting_hits(conn, ws)  # PostgreSQL's GIN of levels; else FTS5's
     if hits is None:
-        if query.sort == "relevance" and len(ws) == 1 and not where and LEVELS:
-            return _levels(conn, ws[0], query.offset)
         hits = _fts_hits(conn, ws, query.sort == "relevance", warm)
         if hits is None:
             return Page([], 0)

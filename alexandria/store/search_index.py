@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import sqlite3
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,7 +206,7 @@ class _Replay:
     #: on PostgreSQL, the revisions of this page that a later one replaced as head
     forgotten: list[str] = field(default_factory=list)
     #: (kind, facet, author id) → its ``catalogue_counts`` so far
-    counts: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    counts: Counter[tuple[str, str, int]] = field(default_factory=Counter)
 
 
 def _admit(
@@ -235,21 +236,20 @@ def _admit(
     )
     _index_text(conn, sequence, text)
     if not previous:  # a revision keeps its kind, author and (immutable kinds) facet
-        keys = [(kind, "", 0, 1), (kind, "", author, 1)]
+        keys = [(kind, "", 0), (kind, "", author)]
         if facet is not None:
-            keys += [(kind, facet, 0, 1), (kind, facet, author, 1)]
+            keys += [(kind, facet, 0), (kind, facet, author)]
         if replay is not None:  # summed in memory, written at the replay's end
-            for key in keys:
-                replay.counts[key[:3]] = replay.counts.get(key[:3], 0) + 1
-            return
-        # an additive upsert (``n`` plus the row's): PostgreSQL's writer sends a batch's
-        # counts as one statement, the rows of one key summed (``postgresql/connection``)
-        conn.executemany(
-            "INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = catalogue_counts.n"
-            " + excluded.n",
-            keys,
-        )
+            replay.counts.update(keys)
+        else:
+            # an additive upsert (``n`` plus the row's): PostgreSQL's writer sends a batch's
+            # counts as one statement, the rows of one key summed (``postgresql/connection``)
+            conn.executemany(
+                "INSERT INTO catalogue_counts(kind, facet, author_id, n) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(kind, facet, author_id) DO UPDATE SET n = catalogue_counts.n"
+                " + excluded.n",
+                [(*key, 1) for key in keys],
+            )
 
 
 def _index_text(conn: sqlite3.Connection, sequence: int, text: IndexText) -> None:

@@ -70,23 +70,24 @@ def clear(conn: Any) -> None:
     conn.execute("DELETE FROM catalogue_levels")
 
 
+def _level_in(column: str, needle: str = "CAST(? AS text)") -> str:
+    """The digits of a word's level in ``column`` of a head ('' when it does not hold the word):
+    what follows ``needle``, `` word·`` (the parameter, by default).  Each word is once in a
+    column, between spaces."""
+    return f"split_part(split_part(' ' || {column}, {needle}, 2), ' ', 1)"
+
+
 # One word's heads and levels: a probe of the index per level; a head at CAP reads its
 # exact level from ``over``.  Parameters: the word, twice.
 _M = LEVEL_MARK
+_WORD_MARK = f"' ' || CAST(? AS text) || '{_M}'"  # `` word·`` of the parameter ``word``
 _WORD_LEVELS = (
     f"SELECT l.seq, CASE WHEN g.k < {CAP} THEN g.k ELSE"
-    f" (SELECT split_part(t, '{_M}', 2)::int FROM unnest(string_to_array(l.over, ' ')) AS t"
-    f"  WHERE split_part(t, '{_M}', 1) = CAST(? AS text)) END"
+    f" NULLIF({_level_in('l.over', _WORD_MARK)}, '')::int END"
     f" FROM generate_series(1, {CAP}) AS g(k) CROSS JOIN LATERAL"
     " (SELECT seq, over FROM catalogue_levels"
     f"  WHERE string_to_array(tokens, ' ') @> ARRAY[CAST(? AS text) || '{_M}' || g.k]) AS l"
 )
-
-
-def _level_in(column: str) -> str:
-    """The digits of a word's level in ``column`` of a head ('' when it does not hold the word).
-    Parameter: `` word·``; each word is once in a column, between spaces."""
-    return f"split_part(split_part(' ' || {column}, CAST(? AS text), 2), ' ', 1)"
 
 
 #: a head's level for one word: its token's, or its exact level from ``over`` when that token
